@@ -1,0 +1,130 @@
+"""The manifest: one JSON line per finished task, next to the shards.
+
+It is the run's memory: the sink appends a line (and fsyncs) before telling
+the ventilator a task is done, and a restarted run skips every task it lists.
+A crash can leave a torn last line; it is dropped on load and the file is cut
+back to its last complete line.
+
+On S3 an object cannot be appended to, so the sink journals to a local file
+and publishes it as ``PREFIX/manifest.jsonl`` regularly and at the end; a
+sink started on another machine picks up from the published copy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from common.storage import LocalStorage
+
+log = logging.getLogger(__name__)
+
+MANIFEST_NAME = "manifest.jsonl"
+
+
+class ManifestMismatch(Exception):
+    """The output already holds a manifest of a different job."""
+
+
+def _parse_lines(data: bytes) -> tuple[list[dict], int]:
+    """Entries, and the byte length of the complete, valid prefix."""
+    entries = []
+    good = 0
+    position = 0
+    for raw in data.split(b"\n"):
+        end = position + len(raw) + 1
+        if end > len(data):  # no newline: torn (or empty tail)
+            break
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            break
+        if not isinstance(entry, dict) or "task" not in entry:
+            break
+        entries.append(entry)
+        good = end
+        position = end
+    return entries, good
+
+
+def check_job(entries: list[dict], job_id: str, where: str) -> None:
+    for entry in entries:
+        if entry.get("job") != job_id:
+            raise ManifestMismatch(
+                f"{where} belongs to another job ({entry.get('job')}, this one is {job_id}: different input "
+                f"or settings); use another --output, or remove the old output first")
+
+
+def read_entries(storage) -> list[dict]:
+    """The published manifest's entries (for checks before a run starts)."""
+    data = storage.get_bytes(MANIFEST_NAME)
+    return _parse_lines(data)[0] if data else []
+
+
+class Manifest:
+    def __init__(self, storage, job_id: str, state_dir: str):
+        self.storage = storage
+        self.job_id = job_id
+        self.published = isinstance(storage, LocalStorage)
+        if isinstance(storage, LocalStorage):
+            os.makedirs(storage.root, exist_ok=True)
+            self.path = storage.uri(MANIFEST_NAME)
+        else:
+            directory = os.path.join(os.path.expanduser(state_dir), job_id)
+            os.makedirs(directory, exist_ok=True)
+            self.path = os.path.join(directory, MANIFEST_NAME)
+        self.entries: dict[str, dict] = {}
+        self._handle = None
+        self._dirty = False
+
+    def load(self) -> dict[str, dict]:
+        """Read what is there, cut a torn tail, check it is this job's."""
+        if not os.path.exists(self.path) and not isinstance(self.storage, LocalStorage):
+            remote = self.storage.get_bytes(MANIFEST_NAME)
+            if remote:
+                with open(self.path, "wb") as handle:
+                    handle.write(remote)
+        data = b""
+        if os.path.exists(self.path):
+            with open(self.path, "rb") as handle:
+                data = handle.read()
+        entries, good = _parse_lines(data)
+        check_job(entries, self.job_id, self.storage.uri(MANIFEST_NAME))
+        if good < len(data):
+            log.warning("manifest %s: dropping a torn last line (%d bytes)", self.path, len(data) - good)
+            with open(self.path, "r+b") as handle:
+                handle.truncate(good)
+                os.fsync(handle.fileno())
+        for entry in entries:
+            self.entries.setdefault(entry["task"], entry)
+        self._handle = open(self.path, "ab")
+        return self.entries
+
+    def append(self, entries: list[dict]) -> list[dict]:
+        """Durably add the entries of tasks not yet listed; returns those."""
+        fresh = []
+        for entry in entries:
+            if entry["task"] in self.entries:
+                continue
+            self.entries[entry["task"]] = entry
+            fresh.append(entry)
+        if fresh:
+            self._handle.write(b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in fresh))
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._dirty = True
+        return fresh
+
+    def publish(self) -> None:
+        """Copy the journal to the output (S3 only; a local manifest is the output)."""
+        if isinstance(self.storage, LocalStorage) or not self._dirty:
+            return
+        with open(self.path, "rb") as handle:
+            self.storage.put_bytes(MANIFEST_NAME, handle.read())
+        self._dirty = False
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

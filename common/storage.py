@@ -1,0 +1,332 @@
+"""One storage layer for local directories and S3 (or an S3-compatible store).
+
+Inputs are listed and read by byte range; outputs are written atomically: a
+shard is visible under its final name only once complete (temporary name and
+rename locally; a finished upload on S3, where an object only appears when
+its upload completes).  S3 credentials come from boto3's standard chain
+(environment, shared config, instance role), never from the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import BinaryIO, Callable
+
+from common.tasks import InputFile
+
+log = logging.getLogger(__name__)
+
+_IGNORED_PREFIXES = (".", "_")
+
+
+class StorageError(Exception):
+    """A storage operation failed after its retries."""
+
+
+class VersionChanged(StorageError):
+    """The object changed since it was listed: reading on would mix versions."""
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    rest = uri[len("s3://"):]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise ValueError(f"not an S3 URI: {uri!r} (expected s3://bucket/prefix)")
+    return bucket, prefix.strip("/")
+
+
+def _ignored(relative_path: str) -> bool:
+    return any(part.startswith(_IGNORED_PREFIXES) for part in relative_path.split("/"))
+
+
+# --------------------------------------------------------------------------
+# Local
+# --------------------------------------------------------------------------
+
+class LocalStorage:
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def uri(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    # Inputs -----------------------------------------------------------------
+    def list_inputs(self) -> list[InputFile]:
+        if os.path.isfile(self.root):
+            stat = os.stat(self.root)
+            return [InputFile("", stat.st_size, f"{stat.st_size}-{stat.st_mtime_ns}")]
+        if not os.path.isdir(self.root):
+            raise StorageError(f"--data {self.root}: no such file or directory")
+        found = []
+        for directory, subdirs, files in os.walk(self.root):
+            subdirs.sort()
+            for name in sorted(files):
+                full = os.path.join(directory, name)
+                relative = os.path.relpath(full, self.root).replace(os.sep, "/")
+                if _ignored(relative):
+                    continue
+                stat = os.stat(full)
+                found.append(InputFile(relative, stat.st_size, f"{stat.st_size}-{stat.st_mtime_ns}"))
+        found.sort(key=lambda f: f.path)
+        return found
+
+    def _path(self, relative: str) -> str:
+        return os.path.join(self.root, relative) if relative else self.root
+
+    def check_version(self, relative: str, version: str) -> None:
+        stat = os.stat(self._path(relative))
+        current = f"{stat.st_size}-{stat.st_mtime_ns}"
+        if current != version:
+            raise VersionChanged(f"{relative}: file changed since it was listed ({version} -> {current})")
+
+    def open_reader(self, relative: str, version: str) -> "RangeReader":
+        self.check_version(relative, version)
+        handle = open(self._path(relative), "rb")
+        return RangeReader(lambda offset, length: os.pread(handle.fileno(), length, offset), handle.close)
+
+    def read_all(self, relative: str, version: str) -> bytes:
+        self.check_version(relative, version)
+        with open(self._path(relative), "rb") as handle:
+            return handle.read()
+
+    # Outputs ----------------------------------------------------------------
+    def open_atomic(self, name: str) -> "AtomicWriter":
+        os.makedirs(self.root, exist_ok=True)
+        final = self.uri(name)
+        handle = tempfile.NamedTemporaryFile(dir=self.root, prefix=f".{name}.", suffix=".tmp", delete=False)
+
+        def commit() -> str:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            os.replace(handle.name, final)
+            _fsync_directory(self.root)
+            return final
+
+        return AtomicWriter(handle, commit, handle.name)
+
+    def put_bytes(self, name: str, data: bytes) -> str:
+        with self.open_atomic(name) as writer:
+            writer.file.write(data)
+            return writer.commit()
+
+    def get_bytes(self, name: str) -> bytes | None:
+        try:
+            with open(self.uri(name), "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def list_outputs(self) -> list[str]:
+        if not os.path.isdir(self.root):
+            return []
+        return sorted(os.listdir(self.root))
+
+
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------
+# S3
+# --------------------------------------------------------------------------
+
+@dataclass
+class RetryPolicy:
+    """Backoff for whole operations, on top of botocore's own retries, so a
+    store that is down for tens of seconds does not fail a task."""
+
+    attempts: int = 8
+    first_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def run(self, what: str, operation: Callable, permanent: tuple = ()):
+        delay = self.first_delay
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return operation()
+            except permanent:
+                raise
+            except Exception as error:  # noqa: BLE001 - any transport error is retried
+                if attempt == self.attempts:
+                    raise StorageError(f"{what}: {error}") from error
+                log.warning("%s failed (%s), retrying in %.1fs", what, error, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, self.max_delay)
+
+
+class S3Storage:
+    def __init__(self, uri: str, endpoint_url: str | None = None, retry: RetryPolicy | None = None):
+        import boto3
+        from botocore.config import Config
+
+        self.bucket, self.prefix = split_s3_uri(uri)
+        self.retry = retry or RetryPolicy()
+        config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+        self.client = boto3.client("s3", endpoint_url=endpoint_url or None, config=config)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix and name else (self.prefix or name)
+
+    def uri(self, name: str) -> str:
+        return f"s3://{self.bucket}/{self._key(name)}"
+
+    # Inputs -----------------------------------------------------------------
+    def list_inputs(self) -> list[InputFile]:
+        found = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        for page in self.retry.run("list", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=prefix))):
+            for obj in page.get("Contents", []):
+                relative = obj["Key"][len(prefix):]
+                if not relative or relative.endswith("/") or _ignored(relative):
+                    continue
+                found.append(InputFile(relative, obj["Size"], obj["ETag"]))
+        found.sort(key=lambda f: f.path)
+        return found
+
+    def _get(self, relative: str, version: str, byte_range: str | None) -> bytes:
+        from botocore.exceptions import ClientError
+
+        def get() -> bytes:
+            kwargs = {"Bucket": self.bucket, "Key": self._key(relative), "IfMatch": version}
+            if byte_range:
+                kwargs["Range"] = byte_range
+            try:
+                return self.client.get_object(**kwargs)["Body"].read()
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code", "")
+                if code in ("PreconditionFailed", "412"):
+                    raise VersionChanged(f"{self.uri(relative)}: object changed since it was listed (ETag {version})") from error
+                if code in ("InvalidRange", "416"):
+                    return b""
+                if code in ("NoSuchKey", "404"):
+                    raise StorageError(f"{self.uri(relative)}: no such object") from error
+                raise
+
+        return self.retry.run(f"GET {self.uri(relative)} {byte_range or ''}", get,
+                              permanent=(VersionChanged, StorageError))
+
+    def open_reader(self, relative: str, version: str) -> "RangeReader":
+        return RangeReader(lambda offset, length: self._get(
+            relative, version, f"bytes={offset}-{offset + length - 1}") if length > 0 else b"")
+
+    def read_all(self, relative: str, version: str) -> bytes:
+        return self._get(relative, version, None)
+
+    # Outputs ----------------------------------------------------------------
+    def open_atomic(self, name: str) -> "AtomicWriter":
+        from boto3.s3.transfer import TransferConfig
+
+        handle = tempfile.NamedTemporaryFile(prefix="mlm-shard-", suffix=".tmp", delete=False)
+        transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024, multipart_chunksize=64 * 1024 * 1024)
+
+        def commit() -> str:
+            handle.flush()
+            handle.close()
+            self.retry.run(f"upload {self.uri(name)}", lambda: self.client.upload_file(
+                handle.name, self.bucket, self._key(name), Config=transfer))
+            os.unlink(handle.name)
+            return self.uri(name)
+
+        return AtomicWriter(handle, commit, handle.name)
+
+    def put_bytes(self, name: str, data: bytes) -> str:
+        self.retry.run(f"PUT {self.uri(name)}", lambda: self.client.put_object(
+            Bucket=self.bucket, Key=self._key(name), Body=data))
+        return self.uri(name)
+
+    def get_bytes(self, name: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        def get():
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    return None
+                raise
+
+        return self.retry.run(f"GET {self.uri(name)}", get)
+
+    def list_outputs(self) -> list[str]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        names = []
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            names.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", []))
+        return sorted(names)
+
+
+# --------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------
+
+class RangeReader:
+    """``read_at(offset, length)`` over a file or object, plus close()."""
+
+    def __init__(self, read_at: Callable[[int, int], bytes], close: Callable[[], None] = lambda: None):
+        self.read_at = read_at
+        self._close = close
+
+    def close(self) -> None:
+        self._close()
+
+    def __enter__(self) -> "RangeReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class AtomicWriter:
+    """A file to write a shard into; visible under its name only after commit()."""
+
+    def __init__(self, file: BinaryIO, commit: Callable[[], str], temp_path: str):
+        self.file = file
+        self._commit = commit
+        self._temp_path = temp_path
+        self._done = False
+
+    def commit(self) -> str:
+        uri = self._commit()
+        self._done = True
+        return uri
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self.file.close()
+        finally:
+            try:
+                os.unlink(self._temp_path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> "AtomicWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._done:
+            self.abort()
+
+
+def open_storage(uri: str, endpoint_url: str | None = None):
+    """LocalStorage for a path, S3Storage for ``s3://bucket/prefix``."""
+    if is_s3(uri):
+        return S3Storage(uri, endpoint_url)
+    return LocalStorage(uri)

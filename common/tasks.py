@@ -1,0 +1,109 @@
+"""The task model: a task is a byte range of one input file or object.
+
+The ventilator cuts files into tasks from their sizes alone (it never reads
+an S3 object to plan); readers widen each range to document boundaries (see
+:mod:`common.formats`).  A task's identity is its location, so the same
+input always yields the same tasks, the same random streams and the same
+shard names, whatever the fleet, the order or the storage it is read from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+#: Suffixes of inputs that cannot be split by byte range: one task per file.
+COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """'8M', '256KiB', '1g' or a plain byte count, to bytes (powers of 1024)."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (try 8M, 256K or a byte count)")
+    number, unit, _ = match.groups()
+    scale = 1024 ** " kmgt".index(unit.lower() or " ")
+    return int(float(number) * scale)
+
+
+def compression_of(path: str) -> str:
+    for suffix, name in COMPRESSED_SUFFIXES.items():
+        if path.endswith(suffix):
+            return name
+    return ""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One listed input: its path relative to the data root, size and version
+    (an S3 ETag, or size and mtime for a local file)."""
+
+    path: str
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class Task:
+    path: str
+    start: int
+    end: int
+    size: int
+    version: str
+    compression: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.path}@{self.start}-{self.end}"
+
+    @property
+    def task_id(self) -> str:
+        """Derived from (path, range) only: output does not depend on where
+        the corpus is stored.  The version guards against mixing file
+        revisions instead (resume redoes a task whose version changed; an S3
+        read fails if the object's ETag differs from the listed one)."""
+        return hashlib.sha256(self.key.encode()).hexdigest()[:20]
+
+    def shard_name(self, compression: str = "") -> str:
+        suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+        return f"part-{self.task_id}{suffix}"
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def to_wire(self) -> list:
+        return [self.path, self.start, self.end, self.size, self.version, self.compression]
+
+    @classmethod
+    def from_wire(cls, data: list) -> "Task":
+        path, start, end, size, version, compression = data
+        if not (isinstance(path, str) and isinstance(version, str) and isinstance(compression, str)):
+            raise TypeError("task path, version and compression must be strings")
+        for number in (start, end, size):
+            if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+                raise TypeError("task offsets must be non-negative integers")
+        if not start <= end <= size:
+            raise ValueError("task range out of bounds")
+        return cls(path, start, end, size, version, compression)
+
+
+def plan_tasks(files: Iterable[InputFile], task_size: int) -> Iterator[Task]:
+    """Cut each file into ``task_size`` byte ranges (compressed files whole)."""
+    if task_size < 1:
+        raise ValueError("task size must be positive")
+    for f in files:
+        if f.size == 0:
+            continue
+        compression = compression_of(f.path)
+        if compression:
+            yield Task(f.path, 0, f.size, f.size, f.version, compression)
+            continue
+        for start in range(0, f.size, task_size):
+            yield Task(f.path, start, min(start + task_size, f.size), f.size, f.version)

@@ -1,0 +1,84 @@
+"""ZeroMQ sockets as the three roles use them: addresses and socket options.
+
+Every socket is created here, so limits (ZMQ_MAXMSGSIZE against huge
+frames, linger, heartbeats) are set the same way everywhere.  Each socket
+has one owner thread, and is closed explicitly by it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket as _socket
+import uuid
+
+import zmq
+
+from common import protocol
+
+log = logging.getLogger(__name__)
+
+
+def parse_address(text: str, default_port: int | None = None) -> tuple[str, int]:
+    """'host:port', ':port' (host left empty) or 'host' with a default port."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = text, ""
+    host = host.strip("[]")
+    if not port:
+        if default_port is None:
+            raise ValueError(f"address {text!r} needs a port (HOST:PORT)")
+        return host, default_port
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"address {text!r}: bad port")
+    return host, int(port)
+
+
+def endpoint(host: str, port: int) -> str:
+    host = host or "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"tcp://{host}:{port}"
+
+
+def bind_endpoint(host: str, port: int) -> str:
+    return f"tcp://{host or '*'}:{port}"
+
+
+def new_identity(role: str) -> str:
+    """A readable, unique name for this process: role, host, pid, random."""
+    return f"{role}-{_socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
+                linger_ms: int = 2000) -> zmq.Socket:
+    sock = context.socket(kind)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    if kind in (zmq.DEALER, zmq.ROUTER, zmq.PUSH, zmq.PULL):
+        # TCP keepalive and ZMTP heartbeats notice dead peers behind NAT or
+        # a cut network, so reconnects happen.
+        sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 5000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 15000)
+    if kind == zmq.ROUTER:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # drop replies to peers that left
+    return sock
+
+
+class Counter:
+    """Counts messages dropped as malformed, logging the first few of each kind."""
+
+    def __init__(self, role: str):
+        self.role = role
+        self.dropped: dict[str, int] = {}
+
+    def drop(self, reason: str) -> None:
+        count = self.dropped.get(reason, 0) + 1
+        self.dropped[reason] = count
+        if count <= 3 or count in (10, 100, 1000) or count % 10000 == 0:
+            log.warning("%s dropped a message (%s), %d so far", self.role, reason, count)
+
+    @property
+    def total(self) -> int:
+        return sum(self.dropped.values())

@@ -1,0 +1,3 @@
+from sink.cli import main
+
+main()

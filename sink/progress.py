@@ -1,0 +1,47 @@
+"""Live throughput over a sliding window, overall and per worker."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+
+_FIELDS = ("documents", "tokens", "instances", "bytes_in")
+
+
+class Throughput:
+    def __init__(self, window_seconds: float = 30.0):
+        self.window = window_seconds
+        self._events: deque[tuple[float, str, tuple]] = deque()
+        self.totals = dict.fromkeys(_FIELDS, 0)
+        self.tasks = 0
+        self.started = time.monotonic()
+
+    def add(self, worker: str, stats: dict, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        values = tuple(int(stats.get(name, 0) or 0) for name in _FIELDS)
+        self._events.append((now, worker, values))
+        for name, value in zip(_FIELDS, values):
+            self.totals[name] += value
+        self.tasks += 1
+
+    def rates(self, now: float | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """Per-second rates over the window: overall, and per worker."""
+        now = time.monotonic() if now is None else now
+        while self._events and self._events[0][0] < now - self.window:
+            self._events.popleft()
+        span = max(min(self.window, now - self.started), 1e-9)
+        overall = dict.fromkeys(_FIELDS, 0.0)
+        per_worker: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(_FIELDS, 0.0))
+        for _, worker, values in self._events:
+            for name, value in zip(_FIELDS, values):
+                overall[name] += value / span
+                per_worker[worker][name] += value / span
+        return overall, dict(per_worker)
+
+    def line(self, now: float | None = None) -> str:
+        overall, per_worker = self.rates(now)
+        workers = ", ".join(f"{name.split('-')[1] if '-' in name else name}/{name.split('-')[2] if name.count('-') >= 2 else ''}"
+                            f" {rates['documents']:.0f} doc/s" for name, rates in sorted(per_worker.items()))
+        return (f"throughput: {overall['documents']:.0f} documents/s, {overall['tokens']:.0f} tokens/s, "
+                f"{overall['instances']:.0f} instances/s, {overall['bytes_in'] / 1e6:.2f} MB/s in; "
+                f"{self.tasks} tasks acknowledged; per worker: {workers or '-'}")

@@ -1,0 +1,246 @@
+"""The sink's event loop: PULL acknowledgements, keep the manifest, confirm.
+
+An acknowledgement becomes a manifest line (fsync'd) before the ventilator
+hears the task is done, so a crash anywhere loses at most work that will be
+redone.  Acknowledgements of tasks already listed (a task redone after a
+lease expired) are confirmed again but not listed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from common import protocol
+from common.config import JobConfig
+from common.manifest import Manifest, ManifestMismatch
+from common.storage import open_storage
+from common.transport import Counter, bind_endpoint, endpoint, make_socket, new_identity, parse_address
+from sink.progress import Throughput
+
+log = logging.getLogger("sink")
+
+SUMMARY_NAME = "summary.json"
+
+
+@dataclass
+class SinkOptions:
+    ventilator: str
+    port: int = 5558
+    bind_host: str = "*"
+    state_dir: str = "~/.cache/mlm-pipeline"
+    report_seconds: float = 10.0
+    publish_seconds: float = 30.0
+
+
+class SinkError(Exception):
+    pass
+
+
+def manifest_entry(ack: protocol.TaskAck) -> dict:
+    stats = ack.stats
+    return {
+        "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
+        "version": ack.version, "shard": ack.shard, "records": ack.records, "sha256": ack.sha256,
+        "documents": stats.get("documents", 0), "skipped": stats.get("skipped", {}),
+        "tokens": stats.get("tokens", 0), "bytes": stats.get("bytes_out", 0), "worker": ack.worker_id,
+    }
+
+
+class SinkServer:
+    def __init__(self, options: SinkOptions):
+        self.options = options
+        self.sink_id = new_identity("sink")
+        self.stopping = False
+        self.dropped = Counter("sink")
+        self.throughput = Throughput()
+        self.config: JobConfig | None = None
+        self.manifest: Manifest | None = None
+        self.output = None
+        self.ventilator_id = ""
+        self.quarantined: dict[str, dict] = {}
+        self.duplicates = 0
+
+    def _on_signal(self, signum, _frame) -> None:
+        log.info("sink: %s, flushing and exiting", signal.Signals(signum).name)
+        self.stopping = True
+
+    def run(self) -> int:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        context = zmq.Context()
+        pull = make_socket(context, zmq.PULL)
+        pull.bind(bind_endpoint(self.options.bind_host, self.options.port))
+        host, port = parse_address(self.options.ventilator, 5557)
+        dealer = make_socket(context, zmq.DEALER)
+        dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
+        dealer.connect(endpoint(host, port))
+        log.info("sink %s: acknowledgements on port %d, ventilator %s:%d", self.sink_id, self.options.port, host, port)
+        try:
+            return self._loop(pull, dealer)
+        except SinkError as error:
+            log.error("sink: %s", error)
+            return 1
+        finally:
+            if self.manifest is not None:
+                self.manifest.close()
+            pull.close(linger=0)
+            dealer.close(linger=2000)
+            context.term()
+
+    def _loop(self, pull: zmq.Socket, dealer: zmq.Socket) -> int:
+        poller = zmq.Poller()
+        poller.register(pull, zmq.POLLIN)
+        poller.register(dealer, zmq.POLLIN)
+        send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
+        early_acks: list[protocol.TaskAck] = []
+        last_hello = last_heartbeat = 0.0
+        last_report = last_publish = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if self.stopping:
+                self._finish("stopped by signal")
+                return 0
+            heartbeat_every = self.config.heartbeat_seconds if self.config else 1.0
+            if self.config is None and now - last_hello > 1.0:
+                send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
+                last_hello = now
+            if self.config is not None and now - last_heartbeat > heartbeat_every:
+                send(protocol.Heartbeat([]))
+                last_heartbeat = now
+            if now - last_report > self.options.report_seconds and self.config is not None:
+                log.info("%s", self.throughput.line(now))
+                last_report = now
+            if self.manifest is not None and now - last_publish > self.options.publish_seconds:
+                self.manifest.publish()
+                last_publish = now
+
+            events = dict(poller.poll(timeout=200))
+            if pull in events:
+                acks = self._drain_acks(pull)
+                if self.config is None:
+                    early_acks.extend(acks)
+                else:
+                    self._record(acks, send)
+            if dealer in events:
+                try:
+                    message = protocol.decode(dealer.recv())
+                except protocol.ProtocolError as error:
+                    self.dropped.drop(str(error))
+                    continue
+                if isinstance(message, protocol.Welcome):
+                    if self.config is None:
+                        self._start_job(JobConfig.from_wire(message.config))
+                    self.ventilator_id = message.ventilator_id
+                    self._hello_done(send)
+                    if early_acks:
+                        self._record(early_acks, send)
+                        early_acks = []
+                elif isinstance(message, protocol.HeartbeatReply):
+                    if message.ventilator_id != self.ventilator_id:
+                        log.info("sink: the ventilator restarted; telling it what is done")
+                        self.ventilator_id = message.ventilator_id
+                        send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
+                elif isinstance(message, protocol.TasksQuarantined):
+                    self.quarantined.update(message.failures)
+                elif isinstance(message, protocol.Shutdown):
+                    self._record(self._drain_acks(pull), send)
+                    self._finish(message.reason)
+                    return 0
+                else:
+                    self.dropped.drop(f"unexpected {type(message).__name__}")
+
+    def _start_job(self, config: JobConfig) -> None:
+        self.config = config
+        self.output = open_storage(config.output_uri, config.s3_endpoint_url)
+        self.manifest = Manifest(self.output, config.job_id, self.options.state_dir)
+        try:
+            entries = self.manifest.load()
+        except ManifestMismatch as error:
+            raise SinkError(str(error)) from None
+        log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
+
+    def _hello_done(self, send) -> None:
+        done = {task_id: entry.get("version", "") for task_id, entry in self.manifest.entries.items()}
+        send(protocol.SinkHello(self.sink_id, done))
+
+    def _drain_acks(self, pull: zmq.Socket) -> list[protocol.TaskAck]:
+        acks = []
+        for _ in range(10000):
+            try:
+                frame = pull.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            try:
+                message = protocol.decode(frame)
+            except protocol.ProtocolError as error:
+                self.dropped.drop(str(error))
+                continue
+            if not isinstance(message, protocol.TaskAck) or not isinstance(message.stats, dict):
+                self.dropped.drop(f"unexpected {type(message).__name__} on the ack socket")
+                continue
+            acks.append(message)
+        return acks
+
+    def _record(self, acks: list[protocol.TaskAck], send) -> None:
+        valid = []
+        for ack in acks:
+            if ack.job_id != self.config.job_id:
+                self.dropped.drop(f"ack for another job ({ack.job_id})")
+                continue
+            valid.append(ack)
+        if not valid:
+            return
+        fresh = {entry["task"] for entry in self.manifest.append([manifest_entry(ack) for ack in valid])}
+        documents = 0
+        for ack in valid:
+            if ack.task_id in fresh:
+                self.throughput.add(ack.worker_id, ack.stats)
+                documents += int(ack.stats.get("documents", 0) or 0)
+            else:
+                self.duplicates += 1
+        send(protocol.TasksDone([ack.task_id for ack in valid], documents))
+
+    def summary(self, reason: str) -> dict:
+        entries = list(self.manifest.entries.values()) if self.manifest else []
+        skipped: dict[str, int] = {}
+        for entry in entries:
+            for name, count in (entry.get("skipped") or {}).items():
+                skipped[name] = skipped.get(name, 0) + count
+        elapsed = time.monotonic() - self.throughput.started
+        return {
+            "job": self.config.job_id if self.config else None,
+            "reason": reason,
+            "tasks": len(entries),
+            "shards": sum(1 for e in entries if e.get("shard")),
+            "records": sum(e.get("records", 0) for e in entries),
+            "documents": sum(e.get("documents", 0) for e in entries),
+            "tokens": sum(e.get("tokens", 0) for e in entries),
+            "bytes_written": sum(e.get("bytes", 0) for e in entries),
+            "skipped_documents": skipped,
+            "quarantined": self.quarantined,
+            "this_run": {"seconds": round(elapsed, 3), **self.throughput.totals, "tasks": self.throughput.tasks,
+                         "duplicate_acks": self.duplicates},
+            "dropped_messages": dict(self.dropped.dropped),
+        }
+
+    def _finish(self, reason: str) -> None:
+        if self.manifest is None:
+            return
+        self.manifest.publish()
+        summary = self.summary(reason)
+        self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
+        log.info("sink: %s. %d tasks, %d shards, %d records, %d documents (skipped: %s), %d tokens, %.1f MB written; "
+                 "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
+                 summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,
+                 len(self.quarantined), summary["this_run"]["seconds"])

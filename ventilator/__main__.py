@@ -1,0 +1,3 @@
+from ventilator.cli import main
+
+main()

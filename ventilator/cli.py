@@ -1,0 +1,155 @@
+"""``python -m ventilator --data DIR --output OUT [--workers N] [job flags]``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from common import logs
+from common.config import BertParams
+from common.protocol import DEFAULT_MAX_MESSAGE_BYTES
+from common.tasks import parse_size
+from ventilator.job import JobError, JobOptions, prepare_job
+from ventilator.local import LocalFleet
+from ventilator.server import ServerOptions, VentilatorServer
+
+log = logging.getLogger("ventilator")
+
+EXIT_FAILED = 1
+EXIT_QUARANTINED = 3
+EXIT_INTERRUPTED = 130
+
+_defaults = BertParams()
+
+
+def _size(_ctx, _param, value):
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+@click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+                                 "help_option_names": ["-h", "--help"]})
+@click.option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
+              help="The corpus: WikiExtractor output (plain or --json), or BERT's text format (one sentence per line, blank line between documents).")
+@click.option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
+              help="Where shards and manifest.jsonl go.")
+@click.option("--vport", type=int, default=5557, show_envvar=True, help="Port workers and the sink connect to.")
+@click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
+@click.option("--sink", "sink_address", default="", metavar="HOST:PORT", show_envvar=True,
+              help="Use a sink started elsewhere (python -m sink); without it, a local sink is started.")
+@click.option("--sink-port", type=int, default=5558, show_envvar=True, help="Port of the sink started here.")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
+              help="Also start this many worker processes on this machine.")
+@click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
+              show_envvar=True, help="Input format; auto detects it from the first file.")
+@click.option("--segmenter", type=click.Choice(["auto", "blingfire", "line"]), default="auto", show_envvar=True,
+              help="How segments for next-sentence prediction are cut: blingfire sentences, or lines as they are. "
+                   "auto: lines for the text format (already one sentence per line), sentences otherwise.")
+@click.option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+              help="BERT vocab.txt (e.g. bert-base-uncased's). Or use --tokenizer.")
+@click.option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
+              help="A tokenizers tokenizer.json, or a local Hugging Face model directory.")
+@click.option("--do-lower-case/--no-do-lower-case", default=True, show_envvar=True,
+              help="Lower-case and strip accents (uncased models). Applies to --vocab-file.")
+@click.option("--do-whole-word-mask", is_flag=True, default=False, show_envvar=True,
+              help="Mask whole words (all their WordPieces) instead of single WordPieces.")
+@click.option("--max-seq-length", type=int, default=_defaults.max_seq_length, show_envvar=True)
+@click.option("--max-predictions-per-seq", type=int, default=_defaults.max_predictions_per_seq, show_envvar=True)
+@click.option("--masked-lm-prob", type=float, default=_defaults.masked_lm_prob, show_envvar=True)
+@click.option("--short-seq-prob", type=float, default=_defaults.short_seq_prob, show_envvar=True)
+@click.option("--dupe-factor", type=int, default=_defaults.dupe_factor, show_envvar=True,
+              help="Passes over each task's documents, each with different masks.")
+@click.option("--random-seed", type=int, default=_defaults.random_seed, show_envvar=True)
+@click.option("--task-size", default="8M", callback=_size, show_envvar=True,
+              help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
+@click.option("--gzip", "use_gzip", is_flag=True, default=False, show_envvar=True,
+              help="Write GZIP-compressed shards (TFRecordDataset(..., compression_type='GZIP')).")
+@click.option("--shared-fs", is_flag=True, default=False, show_envvar=True,
+              help="Workers can read --data themselves (same path): send byte ranges, not content. Implied for s3:// data.")
+@click.option("--s3-endpoint-url", default="", show_envvar=True,
+              help="For S3-compatible stores (credentials from the standard AWS chain).")
+@click.option("--lease-seconds", type=float, default=60.0, show_envvar=True,
+              help="A task whose worker sends no heartbeat for this long is handed to another.")
+@click.option("--heartbeat-seconds", type=float, default=5.0, show_envvar=True)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_envvar=True,
+              help="A task that fails this often is quarantined and reported; the run goes on.")
+@click.option("--report-seconds", type=float, default=10.0, show_envvar=True, help="Progress log interval.")
+@click.option("--state-dir", default="~/.cache/mlm-pipeline", show_envvar=True,
+              help="For the local sink: where it journals the manifest of an S3 output.")
+@click.option("-v", "--verbose", count=True, help="More logging.")
+def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, segmenter, vocab_file,
+         tokenizer, do_lower_case, do_whole_word_mask, max_seq_length, max_predictions_per_seq, masked_lm_prob,
+         short_seq_prob, dupe_factor, random_seed, task_size, use_gzip, shared_fs, s3_endpoint_url, lease_seconds,
+         heartbeat_seconds, max_attempts, report_seconds, state_dir, verbose) -> None:
+    """Cut a corpus into tasks and hand them to workers over ZeroMQ.
+
+    Serves the job (tokenizer, BERT parameters, output) to every worker and
+    sink that connects on --vport, leases tasks to workers, and exits 0 once
+    the sink has every task in OUT/manifest.jsonl.  Run the same command
+    again after a crash or Ctrl-C to resume.
+
+    One machine, everything: python -m ventilator --data DIR --output OUT
+    --vocab-file vocab.txt --workers 2
+    """
+    logs.configure(verbose)
+    bert = BertParams(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+                      masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+                      do_whole_word_mask=do_whole_word_mask, random_seed=random_seed)
+    options = JobOptions(
+        data=data, output=output, vocab_file=vocab_file, tokenizer=tokenizer, do_lower_case=do_lower_case,
+        corpus_format=corpus_format, segmenter=segmenter, bert=bert, task_size=task_size,
+        compression="gzip" if use_gzip else "", shared_fs=shared_fs,
+        s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
+        lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds)
+    try:
+        job = prepare_job(options)
+    except JobError as error:
+        click.echo(f"ventilator: error: {error}", err=True)
+        sys.exit(EXIT_FAILED)
+
+    fleet = LocalFleet()
+    verbosity = ["-v"] * verbose
+    if not sink_address:
+        fleet.start("sink", "sink", ["--port", str(sink_port), "--ventilator", f"127.0.0.1:{vport}",
+                                     "--state-dir", state_dir, *verbosity])
+    if workers:
+        fleet.start("workers", "worker", ["--ventilator", f"127.0.0.1:{vport}", "--processes", str(workers), *verbosity])
+
+    server_options = ServerOptions(bind_host=bind_host, port=vport, max_attempts=max_attempts,
+                                   report_seconds=report_seconds,
+                                   max_message_bytes=max(DEFAULT_MAX_MESSAGE_BYTES, 4 * task_size + (1 << 20)))
+    failure: list[str] = []
+
+    def child_failed() -> bool:
+        reason = fleet.failure()
+        if reason:
+            failure.append(reason)
+        return bool(reason)
+
+    server = VentilatorServer(job, server_options, should_stop=child_failed)
+    try:
+        result = server.run()
+    except BaseException:
+        fleet.terminate()
+        raise
+    if server.interrupted or failure:
+        fleet.terminate()  # SIGTERM: workers drain, the sink flushes
+    codes = fleet.wait(timeout=120)
+    if failure:
+        click.echo(f"ventilator: error: {failure[0]}", err=True)
+        sys.exit(EXIT_FAILED)
+    if server.interrupted:
+        click.echo(f"ventilator: {result.reason}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    bad = {name: code for name, code in codes.items() if code not in (0, None)}
+    if not result.completed:
+        click.echo(f"ventilator: error: {result.reason} (see the sink's summary)", err=True)
+        sys.exit(EXIT_QUARANTINED)
+    if bad:
+        click.echo(f"ventilator: error: local processes exited badly: {bad}", err=True)
+        sys.exit(EXIT_FAILED)
+    click.echo(f"ventilator: done: {result.reason}", err=True)

@@ -1,0 +1,168 @@
+"""Which task goes to whom, and when it comes back: leases, no sockets.
+
+A task is PENDING until leased to a worker.  The lease lasts while the
+worker's heartbeats list it; if they stop (the worker died, hung or lost the
+network) it expires and the task is PENDING again.  When the worker reports
+the shard written, the task is FINISHED: the sink still has to confirm it is
+in the manifest, and if that does not come in time (the sink died with the
+ack in its queue) the task is done again.  Only the sink's confirmation
+makes it DONE.  A task that fails ``max_attempts`` times is QUARANTINED.
+
+Every redelivery is safe because a task always yields the same shard under
+the same name, and the sink ignores acknowledgements it already has.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+from common.tasks import Task
+
+
+class State(enum.Enum):
+    PENDING = "pending"
+    LEASED = "leased"
+    FINISHED = "finished"
+    DONE = "done"
+    QUARANTINED = "quarantined"
+
+
+@dataclass
+class Entry:
+    task: Task
+    state: State = State.PENDING
+    worker: str = ""
+    deadline: float = 0.0
+    attempts: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Dispatcher:
+    def __init__(self, tasks: list[Task], lease_seconds: float, confirm_seconds: float, max_attempts: int):
+        self.lease_seconds = lease_seconds
+        self.confirm_seconds = confirm_seconds
+        self.max_attempts = max_attempts
+        self.entries: dict[str, Entry] = {}
+        for task in tasks:
+            self.entries.setdefault(task.task_id, Entry(task))
+        self._pending: deque[str] = deque(self.entries)
+        self.counts = {state: 0 for state in State}
+        self.counts[State.PENDING] = len(self.entries)
+        self.redeliveries = 0
+
+    # State changes --------------------------------------------------------
+    def _move(self, entry: Entry, state: State) -> None:
+        self.counts[entry.state] -= 1
+        self.counts[state] += 1
+        entry.state = state
+        if state is State.PENDING:
+            entry.worker = ""
+            self._pending.append(entry.task.task_id)
+
+    def mark_done(self, task_ids, versions: dict[str, str] | None = None) -> list[Entry]:
+        """The sink has these tasks (with these versions, on resume)."""
+        newly = []
+        for task_id in task_ids:
+            entry = self.entries.get(task_id)
+            if entry is None or entry.state in (State.DONE,):
+                continue
+            if versions is not None and versions.get(task_id) != entry.task.version:
+                continue  # the input changed since: do it again
+            self._move(entry, State.DONE)
+            newly.append(entry)
+        return newly
+
+    def lease(self, worker: str, now: float) -> Entry | None:
+        while self._pending:
+            entry = self.entries[self._pending.popleft()]
+            if entry.state is not State.PENDING:
+                continue  # claimed by a heartbeat or done meanwhile
+            entry.attempts += 1
+            entry.worker = worker
+            entry.deadline = now + self.lease_seconds
+            self._move(entry, State.LEASED)
+            if entry.attempts > 1:
+                self.redeliveries += 1
+            return entry
+        return None
+
+    def heartbeat(self, worker: str, held: list[str], now: float) -> None:
+        """Extend the worker's leases; adopt pending tasks it says it holds
+        (it got them from a previous ventilator)."""
+        for task_id in held:
+            entry = self.entries.get(task_id)
+            if entry is None:
+                continue
+            if entry.state is State.PENDING:
+                entry.attempts += 1
+                entry.worker = worker
+                self._move(entry, State.LEASED)
+            if entry.state is State.LEASED and entry.worker == worker:
+                entry.deadline = now + self.lease_seconds
+
+    def finished(self, worker: str, task_id: str, now: float) -> None:
+        entry = self.entries.get(task_id)
+        if entry is None or entry.state in (State.DONE, State.QUARANTINED, State.FINISHED):
+            return
+        entry.worker = worker
+        entry.deadline = now + self.confirm_seconds
+        self._move(entry, State.FINISHED)
+
+    def failed(self, worker: str, task_id: str, error: str, now: float) -> Entry | None:
+        """Record a failed attempt; returns the entry if it is now quarantined."""
+        entry = self.entries.get(task_id)
+        if entry is None or entry.state not in (State.LEASED, State.PENDING):
+            return None
+        if entry.state is State.LEASED and entry.worker != worker:
+            return None  # a stale report: someone else holds it now
+        entry.errors.append(error)
+        if entry.attempts >= self.max_attempts:
+            self._move(entry, State.QUARANTINED)
+            return entry
+        if entry.state is State.LEASED:
+            self._move(entry, State.PENDING)
+        return None
+
+    def returned(self, worker: str, task_ids: list[str]) -> None:
+        """Handed back unstarted: not an attempt."""
+        for task_id in task_ids:
+            entry = self.entries.get(task_id)
+            if entry is not None and entry.state is State.LEASED and entry.worker == worker:
+                entry.attempts -= 1
+                self._move(entry, State.PENDING)
+
+    def expire(self, now: float) -> tuple[list[Entry], list[Entry]]:
+        """Leases and confirmations past their deadline: (requeued, quarantined)."""
+        requeued, quarantined = [], []
+        for entry in self.entries.values():
+            if entry.state in (State.LEASED, State.FINISHED) and entry.deadline < now:
+                reason = "lease expired" if entry.state is State.LEASED else "sink never confirmed"
+                entry.errors.append(f"{reason} (worker {entry.worker})")
+                if entry.state is State.LEASED and entry.attempts >= self.max_attempts:
+                    self._move(entry, State.QUARANTINED)
+                    quarantined.append(entry)
+                else:
+                    self._move(entry, State.PENDING)
+                    requeued.append(entry)
+        return requeued, quarantined
+
+    # Questions ------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        return len(self.entries)
+
+    @property
+    def complete(self) -> bool:
+        return self.counts[State.DONE] + self.counts[State.QUARANTINED] == len(self.entries)
+
+    @property
+    def has_pending(self) -> bool:
+        return self.counts[State.PENDING] > 0
+
+    def quarantined(self) -> list[Entry]:
+        return [e for e in self.entries.values() if e.state is State.QUARANTINED]
+
+    def bytes_in(self, state: State) -> int:
+        return sum(e.task.length for e in self.entries.values() if e.state is state)

@@ -1,0 +1,272 @@
+"""The ventilator's event loop: one ROUTER socket, one owner.
+
+Workers and the sink connect with DEALER sockets.  A worker says Hello and
+gets the job (Welcome), then asks for tasks with credit; the ventilator
+leases it at most that many, so the first worker to connect cannot swallow
+the queue.  Nothing is handed out before the sink has said which tasks its
+manifest already holds, so a restarted run does not redo finished work.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+
+import zmq
+
+from common import protocol
+from common.formats import CorpusFormat
+from common.reading import read_task_content
+from common.transport import Counter, bind_endpoint, make_socket
+from ventilator.dispatcher import Dispatcher, Entry, State
+from ventilator.job import Job
+
+log = logging.getLogger("ventilator")
+
+
+@dataclass
+class Peer:
+    identity: bytes
+    role: str
+    name: str
+    last_seen: float
+    wanted: int = 0
+
+
+@dataclass
+class ServerOptions:
+    bind_host: str = "*"
+    port: int = 5557
+    max_attempts: int = 3
+    confirm_seconds: float = 120.0
+    report_seconds: float = 10.0
+    max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES
+
+
+@dataclass
+class RunResult:
+    completed: bool
+    reason: str
+    quarantined: list[Entry]
+
+
+class VentilatorServer:
+    def __init__(self, job: Job, options: ServerOptions, should_stop=lambda: False):
+        self.job = job
+        self.config = job.config
+        self.options = options
+        self.ventilator_id = uuid.uuid4().hex[:12]
+        self.dispatcher = Dispatcher(job.tasks, self.config.lease_seconds, options.confirm_seconds, options.max_attempts)
+        self.peers: dict[bytes, Peer] = {}
+        self.waiting: deque[bytes] = deque()  # workers with credit, in arrival order
+        self.sink: bytes | None = None
+        self.sink_ready = False
+        self.dropped = Counter("ventilator")
+        self.documents_done = 0
+        self.interrupted = False
+        self.should_stop = should_stop
+        self.format = CorpusFormat(self.config.corpus_format)
+        self._started = time.monotonic()
+        self._done_at_start = 0
+        self._welcome = protocol.encode(protocol.Welcome(self.config.to_wire(), self.ventilator_id))
+
+    # ------------------------------------------------------------------
+    def _on_signal(self, signum, _frame) -> None:
+        log.info("ventilator: %s, stopping (run the same command again to resume)", signal.Signals(signum).name)
+        self.interrupted = True
+
+    def run(self) -> RunResult:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        context = zmq.Context()
+        router = make_socket(context, zmq.ROUTER, max_message_bytes=self.options.max_message_bytes)
+        router.bind(bind_endpoint(self.options.bind_host, self.options.port))
+        log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
+                 self.ventilator_id, self.config.job_id, self.dispatcher.total,
+                 sum(t.length for t in self.job.tasks) / 1e6, self.config.data_uri, self.options.port)
+        try:
+            return self._loop(router)
+        finally:
+            router.close(linger=2000)
+            context.term()
+
+    def _loop(self, router: zmq.Socket) -> RunResult:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        last_housekeeping = 0.0
+        last_report = time.monotonic()
+        while True:
+            if self.interrupted or self.should_stop():
+                return RunResult(False, self._interrupted_reason(), self.dispatcher.quarantined())
+            if self.sink_ready and self.dispatcher.complete:
+                return self._finish(router)
+            for _ in range(1000):  # drain what is there, then housekeeping
+                if not poller.poll(timeout=0 if _ else 100):
+                    break
+                frames = router.recv_multipart()
+                self._receive(router, frames)
+            now = time.monotonic()
+            if now - last_housekeeping > 0.5:
+                self._expire(router, now)
+                last_housekeeping = now
+            self._dispatch(router, now)
+            if now - last_report > self.options.report_seconds:
+                self._report(now)
+                last_report = now
+
+    # Messages -----------------------------------------------------------
+    def _receive(self, router: zmq.Socket, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            self.dropped.drop(f"{len(frames) - 1} frames")
+            return
+        identity, frame = frames
+        try:
+            message = protocol.decode(frame)
+        except protocol.ProtocolError as error:
+            self.dropped.drop(str(error))
+            return
+        now = time.monotonic()
+        peer = self.peers.get(identity)
+        if peer is not None:
+            peer.last_seen = now
+        send = lambda reply: router.send_multipart([identity, protocol.encode(reply)])  # noqa: E731
+
+        if isinstance(message, protocol.Hello):
+            if message.role not in ("worker", "sink"):
+                self.dropped.drop(f"hello from role {message.role!r}")
+                return
+            self.peers[identity] = Peer(identity, message.role, message.peer_id, now)
+            router.send_multipart([identity, self._welcome])
+            log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
+            return
+        if peer is None:
+            self.dropped.drop(f"{type(message).__name__} before Hello")
+            return
+
+        if isinstance(message, protocol.Heartbeat):
+            if peer.role == "worker":
+                self.dispatcher.heartbeat(identity.decode(errors="replace"), message.held, now)
+            send(protocol.HeartbeatReply(self.ventilator_id))
+        elif isinstance(message, protocol.TaskRequest) and peer.role == "worker":
+            if message.credit > 0:
+                if peer.wanted == 0:
+                    self.waiting.append(identity)
+                peer.wanted += message.credit
+        elif isinstance(message, protocol.TaskFinished) and peer.role == "worker":
+            self.dispatcher.finished(identity.decode(errors="replace"), message.task_id, now)
+        elif isinstance(message, protocol.TaskFailed) and peer.role == "worker":
+            entry = self.dispatcher.failed(identity.decode(errors="replace"), message.task_id, message.error, now)
+            log.warning("task %s failed on %s: %s", message.task_id, peer.name, message.error)
+            if entry is not None:
+                self._quarantine(router, [entry])
+        elif isinstance(message, protocol.TaskReturned) and peer.role == "worker":
+            self.dispatcher.returned(identity.decode(errors="replace"), message.task_ids)
+        elif isinstance(message, protocol.SinkHello) and peer.role == "sink":
+            self.sink = identity
+            versions = {k: v for k, v in message.done.items() if isinstance(k, str) and isinstance(v, str)} \
+                if isinstance(message.done, dict) else {}
+            newly = self.dispatcher.mark_done(list(versions), versions)
+            if not self.sink_ready:
+                self._done_at_start = self.dispatcher.counts[State.DONE]
+                log.info("sink %s ready: %d of %d tasks already done", peer.name, len(newly), self.dispatcher.total)
+            self.sink_ready = True
+        elif isinstance(message, protocol.TasksDone) and peer.role == "sink":
+            self.dispatcher.mark_done(message.task_ids)
+            self.documents_done += message.documents
+        else:
+            self.dropped.drop(f"unexpected {type(message).__name__} from {peer.role}")
+
+    # Work ---------------------------------------------------------------
+    def _dispatch(self, router: zmq.Socket, now: float) -> None:
+        if not self.sink_ready:
+            return
+        stale_after = 3 * self.config.heartbeat_seconds + 5
+        silent: list[bytes] = []
+        while self.waiting and self.dispatcher.has_pending:
+            identity = self.waiting.popleft()
+            peer = self.peers.get(identity)
+            if peer is None or peer.wanted <= 0:
+                continue
+            if now - peer.last_seen > stale_after:
+                silent.append(identity)  # keep its credit, give it nothing now
+                continue
+            entry = self.dispatcher.lease(identity.decode(errors="replace"), now)
+            if entry is None:
+                self.waiting.appendleft(identity)
+                break
+            content = None
+            if self.config.read_mode == "ship":
+                try:
+                    content = read_task_content(self.job.input_storage, entry.task, self.format)
+                except Exception as error:  # the file vanished or changed since it was listed
+                    log.warning("task %s: cannot read it: %s", entry.task.key, error)
+                    quarantined = self.dispatcher.failed(entry.worker, entry.task.task_id,
+                                                         f"ventilator could not read it: {error}", now)
+                    if quarantined is not None:
+                        self._quarantine(router, [quarantined])
+                    self.waiting.appendleft(identity)
+                    continue
+            router.send_multipart([identity, protocol.encode(protocol.TaskAssignment(
+                entry.task.to_wire(), self.config.lease_seconds, entry.attempts, content))])
+            peer.wanted -= 1
+            if peer.wanted > 0:
+                self.waiting.append(identity)
+        self.waiting.extend(silent)
+
+    def _expire(self, router: zmq.Socket, now: float) -> None:
+        requeued, quarantined = self.dispatcher.expire(now)
+        for entry in requeued:
+            log.info("task %s back in the queue: %s", entry.task.key, entry.errors[-1])
+        if quarantined:
+            self._quarantine(router, quarantined)
+
+    def _quarantine(self, router: zmq.Socket, entries: list[Entry]) -> None:
+        failures = {}
+        for entry in entries:
+            log.error("task %s quarantined after %d attempts: %s", entry.task.key, entry.attempts,
+                      entry.errors[-1] if entry.errors else "")
+            failures[entry.task.task_id] = {
+                "source": entry.task.path, "start": entry.task.start, "end": entry.task.end,
+                "attempts": entry.attempts, "errors": entry.errors[-5:]}
+        if self.sink is not None:
+            router.send_multipart([self.sink, protocol.encode(protocol.TasksQuarantined(failures))])
+
+    def _broadcast(self, router: zmq.Socket, message, roles=("worker", "sink")) -> None:
+        frame = protocol.encode(message)
+        for peer in self.peers.values():
+            if peer.role in roles:
+                router.send_multipart([peer.identity, frame])
+
+    def _finish(self, router: zmq.Socket) -> RunResult:
+        quarantined = self.dispatcher.quarantined()
+        reason = "all tasks done" if not quarantined else f"{len(quarantined)} task(s) quarantined"
+        self._broadcast(router, protocol.Shutdown(f"job finished: {reason}"))
+        self._report(time.monotonic())
+        log.info("ventilator: job %s finished: %s", self.config.job_id, reason)
+        return RunResult(not quarantined, reason, quarantined)
+
+    def _interrupted_reason(self) -> str:
+        left = self.dispatcher.total - self.dispatcher.counts[State.DONE]
+        return f"interrupted with {left} of {self.dispatcher.total} tasks not done; run the same command to resume"
+
+    def _report(self, now: float) -> None:
+        d = self.dispatcher
+        done = d.counts[State.DONE]
+        elapsed = max(now - self._started, 1e-9)
+        done_now = done - self._done_at_start
+        bytes_total = sum(t.length for t in self.job.tasks)
+        bytes_done = d.bytes_in(State.DONE)
+        rate = done_now / elapsed
+        remaining = d.total - done - d.counts[State.QUARANTINED]
+        eta = f"{remaining / rate:.0f}s" if rate > 0 else "?"
+        log.info("progress: %d/%d tasks done (%d leased, %d awaiting the sink, %d quarantined), %.1f/%.1f MB, "
+                 "%d documents, %d workers, ETA %s%s", done, d.total, d.counts[State.LEASED], d.counts[State.FINISHED],
+                 d.counts[State.QUARANTINED], bytes_done / 1e6, bytes_total / 1e6, self.documents_done,
+                 sum(1 for p in self.peers.values() if p.role == "worker"), eta,
+                 f", {self.dropped.total} bad messages dropped" if self.dropped.total else "")

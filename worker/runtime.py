@@ -1,0 +1,293 @@
+"""A worker process: talks to the ventilator and the sink, computes shards.
+
+Two threads, each owning its sockets.  The main thread owns the DEALER to
+the ventilator and the PUSH to the sink: it asks for tasks (credit-based, so
+no worker swallows the queue), keeps its leases alive with heartbeats, and
+acknowledges finished shards.  The compute thread turns tasks into shards
+and hands results back over an inproc PAIR socket, so heartbeats flow while
+a long task computes.
+
+A task is acknowledged only after its shard is committed; the sink learns
+of it first (TaskAck), then the ventilator (TaskFinished).  If anything dies
+in between, the lease or the confirmation times out and the task is done
+again, into the same shard name with the same bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import zmq
+
+from common import protocol
+from common.config import JobConfig
+from common.formats import CorpusFormat
+from common.reading import read_task_content
+from common.storage import open_storage
+from common.tasks import Task
+from common.tokenization import Vocabulary
+from common.transport import Counter, endpoint, make_socket, new_identity, parse_address
+from worker.pipeline import ShardResult, TaskProcessor
+
+log = logging.getLogger("worker")
+
+
+@dataclass
+class WorkerOptions:
+    ventilator: str  # host:port
+    sink: str = ""  # host:port; default: from the job configuration
+    credit: int = 1  # tasks held at once (in progress + queued)
+    drain_seconds: float = 600.0
+
+
+@dataclass
+class _Job:
+    config: JobConfig
+    processor: TaskProcessor
+    input_storage: object | None
+    sink_endpoint: str
+
+
+@dataclass
+class _Outcome:
+    task: Task
+    result: ShardResult | None
+    error: str = ""
+
+
+class _Compute(threading.Thread):
+    """Processes tasks one at a time; posts outcomes and pings the PAIR socket."""
+
+    def __init__(self, context: zmq.Context, address: str):
+        super().__init__(name="compute", daemon=True)
+        self.context = context
+        self.address = address
+        self.inbox: queue.Queue = queue.Queue()
+        self.outbox: queue.Queue = queue.Queue()
+
+    def run(self) -> None:
+        notify = self.context.socket(zmq.PAIR)
+        notify.connect(self.address)
+        try:
+            while True:
+                item = self.inbox.get()
+                if item is None:
+                    return
+                job, task, content = item
+                self.outbox.put(self._process(job, task, content))
+                notify.send(b"")
+        finally:
+            notify.close()
+
+    @staticmethod
+    def _process(job: _Job, task: Task, content: bytes | None) -> _Outcome:
+        try:
+            started = time.perf_counter()
+            if content is None:
+                content = read_task_content(job.input_storage, task, CorpusFormat(job.config.corpus_format))
+            read_seconds = time.perf_counter() - started
+            return _Outcome(task, job.processor.process(task, content, read_seconds))
+        except Exception as error:  # a bad task must not kill the worker
+            log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
+            log.debug("%s", traceback.format_exc())
+            return _Outcome(task, None, f"{type(error).__name__}: {error}")
+
+
+@dataclass
+class _State:
+    job: _Job | None = None
+    ventilator_id: str = ""
+    introduced: bool = False  # the current ventilator has welcomed us
+    held: dict[str, Task] = field(default_factory=dict)  # leased to us, queued or computing
+    requested: int = 0  # credit asked for and not yet answered
+    last_hello: float = 0.0
+    last_heartbeat: float = 0.0
+
+
+class WorkerProcess:
+    def __init__(self, options: WorkerOptions):
+        self.options = options
+        self.worker_id = new_identity("worker")
+        self.draining = False
+        self.dropped = Counter("worker")
+        self.context = zmq.Context()
+        self.push: zmq.Socket | None = None
+        self.push_endpoint = ""
+
+    def _on_signal(self, signum, _frame) -> None:
+        if not self.draining:
+            log.info("%s: %s, draining (finishing the current task)", self.worker_id, signal.Signals(signum).name)
+        self.draining = True
+
+    def run(self) -> int:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        host, port = parse_address(self.options.ventilator, 5557)
+        dealer = make_socket(self.context, zmq.DEALER)
+        dealer.setsockopt(zmq.IDENTITY, self.worker_id.encode())
+        dealer.connect(endpoint(host, port))
+        pair = self.context.socket(zmq.PAIR)
+        pair_address = f"inproc://compute-{self.worker_id}"
+        pair.bind(pair_address)
+        compute = _Compute(self.context, pair_address)
+        compute.start()
+        try:
+            return self._loop(dealer, pair, compute, host)
+        finally:
+            compute.inbox.put(None)
+            dealer.close()
+            pair.close()
+            if self.push is not None:
+                self.push.close(linger=30000)  # deliver the last acks
+            compute.join(timeout=5)
+            self.context.term()
+
+    def _loop(self, dealer: zmq.Socket, pair: zmq.Socket, compute: _Compute, ventilator_host: str) -> int:
+        state = _State()
+        drain_deadline = None
+        poller = zmq.Poller()
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(pair, zmq.POLLIN)
+        send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
+
+        while True:
+            now = time.monotonic()
+            heartbeat_every = state.job.config.heartbeat_seconds if state.job else 1.0
+            if self.draining:
+                if drain_deadline is None:
+                    drain_deadline = now + self.options.drain_seconds
+                self._hand_back_queued(send, compute, state)
+                if not state.held:
+                    log.info("%s: drained, exiting", self.worker_id)
+                    return 0
+                if now > drain_deadline:
+                    log.warning("%s: drain timed out holding %d task(s); their leases will expire",
+                                self.worker_id, len(state.held))
+                    return 0
+
+            if not state.introduced and now - state.last_hello > heartbeat_every:
+                send(protocol.Hello(self.worker_id, socket.gethostname(), os.getpid(), "worker"))
+                state.last_hello = now
+            if state.introduced and now - state.last_heartbeat > heartbeat_every:
+                send(protocol.Heartbeat(sorted(state.held)))
+                state.last_heartbeat = now
+            if state.introduced and not self.draining:
+                wanted = self.options.credit - len(state.held) - state.requested
+                if wanted > 0:
+                    send(protocol.TaskRequest(wanted))
+                    state.requested += wanted
+
+            events = dict(poller.poll(timeout=200))
+            if pair in events:
+                pair.recv()
+                while not compute.outbox.empty():
+                    outcome = compute.outbox.get()
+                    self._report(send, state.job, outcome)
+                    state.held.pop(outcome.task.task_id, None)
+            if dealer in events:
+                try:
+                    message = protocol.decode(dealer.recv())
+                except protocol.ProtocolError as error:
+                    self.dropped.drop(str(error))
+                    continue
+                if self._handle(message, state, send, compute, ventilator_host):
+                    return 0
+
+    def _handle(self, message, state: _State, send, compute: _Compute, ventilator_host: str) -> bool:
+        """Act on one message from the ventilator; True means exit now."""
+        if isinstance(message, protocol.Welcome):
+            config = JobConfig.from_wire(message.config)
+            if state.job is None or state.job.config != config:
+                if state.held:
+                    log.warning("%s: a different job while holding tasks; finishing them first", self.worker_id)
+                state.job = self._prepare(config, ventilator_host)
+            state.ventilator_id = message.ventilator_id
+            state.introduced = True
+            state.requested = 0  # a new ventilator knows nothing of our credit
+            state.last_heartbeat = 0.0  # tell it at once which leases we hold
+        elif isinstance(message, protocol.TaskAssignment):
+            state.requested = max(0, state.requested - 1)
+            try:
+                task = Task.from_wire(message.task)
+            except (TypeError, ValueError) as error:
+                self.dropped.drop(f"bad task: {error}")
+                return False
+            if state.job is None or task.task_id in state.held:
+                return False
+            if self.draining:
+                send(protocol.TaskReturned([task.task_id]))
+                return False
+            state.held[task.task_id] = task
+            compute.inbox.put((state.job, task, message.content))
+        elif isinstance(message, protocol.HeartbeatReply):
+            if message.ventilator_id != state.ventilator_id:
+                log.info("%s: the ventilator restarted; introducing myself again", self.worker_id)
+                state.introduced = False
+                state.last_hello = 0.0
+        elif isinstance(message, protocol.Shutdown):
+            log.info("%s: ventilator says: %s", self.worker_id, message.reason)
+            self.draining = True
+            self._hand_back_queued(send, compute, state)
+            return not state.held
+        else:
+            self.dropped.drop(f"unexpected {type(message).__name__}")
+        return False
+
+    def _prepare(self, config: JobConfig, ventilator_host: str) -> _Job:
+        vocabulary = Vocabulary.from_json(config.tokenizer_json)
+        output = open_storage(config.output_uri, config.s3_endpoint_url)
+        input_storage = open_storage(config.data_uri, config.s3_endpoint_url) if config.read_mode == "range" else None
+        sink_host, sink_port = parse_address(self.options.sink or config.sink_address, 5558)
+        sink_endpoint = endpoint(sink_host or ventilator_host, sink_port)
+        log.info("%s: job %s, writing to %s, acknowledging to %s", self.worker_id, config.job_id,
+                 config.output_uri, sink_endpoint)
+        return _Job(config, TaskProcessor(config, vocabulary, output), input_storage, sink_endpoint)
+
+    def _sink_socket(self, sink_endpoint: str) -> zmq.Socket:
+        if self.push is not None and self.push_endpoint != sink_endpoint:
+            self.push.close(linger=30000)
+            self.push = None
+        if self.push is None:
+            self.push = make_socket(self.context, zmq.PUSH)
+            self.push.connect(sink_endpoint)
+            self.push_endpoint = sink_endpoint
+        return self.push
+
+    def _report(self, send, job: _Job | None, outcome: _Outcome) -> None:
+        task = outcome.task
+        if outcome.result is None or job is None:
+            send(protocol.TaskFailed(task.task_id, outcome.error or "no job"))
+            return
+        result = outcome.result
+        ack = protocol.TaskAck(
+            task_id=task.task_id, job_id=job.config.job_id, worker_id=self.worker_id, source=task.path,
+            start=task.start, end=task.end, version=task.version, shard=result.shard, records=result.records,
+            sha256=result.sha256, stats=result.stats.to_wire())
+        self._sink_socket(job.sink_endpoint).send(protocol.encode(ack))
+        send(protocol.TaskFinished(task.task_id))
+
+    @staticmethod
+    def _hand_back_queued(send, compute: _Compute, state: _State) -> None:
+        returned = []
+        while True:
+            try:
+                item = compute.inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                compute.inbox.put(None)
+                break
+            _job, task, _content = item
+            state.held.pop(task.task_id, None)
+            returned.append(task.task_id)
+        if returned:
+            send(protocol.TaskReturned(returned))
