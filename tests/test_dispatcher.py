@@ -1,0 +1,74 @@
+"""Leases: expiry, heartbeats, confirmation, quarantine, hand-back."""
+
+from common.tasks import Task
+from ventilator.dispatcher import Dispatcher, State
+
+
+def tasks(n):
+    return [Task(f"f{i}", 0, 10, 10, "v") for i in range(n)]
+
+
+def test_lease_expires_without_heartbeat_and_is_redelivered():
+    d = Dispatcher(tasks(1), lease_seconds=10, confirm_seconds=30, max_attempts=3)
+    entry = d.lease("w1", now=0)
+    assert d.lease("w2", now=0) is None
+    d.heartbeat("w1", [entry.task.task_id], now=8)  # alive and slow: keeps it
+    assert d.expire(now=15) == ([], [])
+    requeued, _ = d.expire(now=19)
+    assert requeued == [entry]
+    again = d.lease("w2", now=20)
+    assert again is entry and entry.attempts == 2 and d.redeliveries == 1
+
+
+def test_finished_waits_for_the_sink_then_done():
+    d = Dispatcher(tasks(2), 10, 30, 3)
+    first = d.lease("w", 0)
+    d.finished("w", first.task.task_id, 1)
+    assert first.state is State.FINISHED and not d.complete
+    requeued, _ = d.expire(32)  # the sink never confirmed: do it again
+    assert requeued == [first]
+    d.mark_done([t.task_id for t in tasks(2)])
+    assert d.complete
+
+
+def test_poison_task_is_quarantined_after_max_attempts():
+    d = Dispatcher(tasks(1), 10, 30, max_attempts=2)
+    e = d.lease("w1", 0)
+    assert d.failed("w1", e.task.task_id, "boom", 1) is None
+    e = d.lease("w2", 2)
+    assert d.failed("w2", e.task.task_id, "boom", 3) is e
+    assert e.state is State.QUARANTINED and d.complete
+
+
+def test_stale_failure_from_previous_holder_is_ignored():
+    d = Dispatcher(tasks(1), 10, 30, 3)
+    e = d.lease("w1", 0)
+    d.expire(11)
+    d.lease("w2", 12)
+    assert d.failed("w1", e.task.task_id, "late", 13) is None
+    assert e.state is State.LEASED and e.worker == "w2"
+
+
+def test_returned_tasks_do_not_count_as_attempts():
+    d = Dispatcher(tasks(1), 10, 30, 1)
+    e = d.lease("w1", 0)
+    d.returned("w1", [e.task.task_id])
+    assert e.state is State.PENDING and e.attempts == 0
+    assert d.lease("w2", 1) is e
+
+
+def test_heartbeat_adopts_tasks_held_from_a_previous_ventilator():
+    d = Dispatcher(tasks(3), 10, 30, 3)
+    held = tasks(3)[1].task_id
+    d.heartbeat("w1", [held], 0)
+    assert d.entries[held].state is State.LEASED
+    leased = [d.lease("w2", 0), d.lease("w2", 0), d.lease("w2", 0)]
+    assert held not in {e.task.task_id for e in leased if e}
+
+
+def test_resume_skips_done_tasks_only_when_the_version_matches():
+    ts = tasks(2)
+    d = Dispatcher(ts, 10, 30, 3)
+    d.mark_done([ts[0].task_id, ts[1].task_id], {ts[0].task_id: "v", ts[1].task_id: "old"})
+    assert d.entries[ts[0].task_id].state is State.DONE
+    assert d.entries[ts[1].task_id].state is State.PENDING

@@ -1,0 +1,67 @@
+import json
+import os
+
+import pytest
+
+from common.tokenization import TokenizerError, Vocabulary, bert_tokenizer_from_vocab, load_tokenizer
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def write_vocab(path, tokens):
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_missing_special_tokens_are_named(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "##s"])
+    with pytest.raises(TokenizerError, match=r"lacks \[MASK\]"):
+        Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab))
+
+
+def test_missing_vocab_file_is_a_clear_error(tmp_path):
+    with pytest.raises(TokenizerError, match="no such file"):
+        load_tokenizer(vocab_file=str(tmp_path / "nope.txt"))
+
+
+def test_wordpiece_like_bert(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", SPECIALS + ["the", "cafe", "un", "##aff", "##able", ",", "東"])
+    v = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab))
+    ids, lengths = v.encode_many(["The Café, unaffable 東", "", "[MASK]"])
+    tokens = [v.tokenizer.id_to_token(i) for i in ids.tolist()]
+    assert tokens[:7] == ["the", "cafe", ",", "un", "##aff", "##able", "東"]
+    assert lengths.tolist()[:2] == [7, 0]
+    # "[MASK]" in the text is text, not the special token (as in BERT).
+    assert v.mask_id not in ids.tolist()
+    assert v.is_continuation[v.tokenizer.token_to_id("##aff")] and not v.is_continuation[v.tokenizer.token_to_id("un")]
+
+
+def test_words_longer_than_200_chars_are_unknown_as_in_bert(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", SPECIALS + ["a", "##a"])
+    v = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab))
+    ids, _ = v.encode_many(["a" * 150, "a" * 201])
+    assert ids.tolist()[:150] == [v.tokenizer.token_to_id("a")] + [v.tokenizer.token_to_id("##a")] * 149
+    assert ids.tolist()[150:] == [v.unk_id]
+
+
+def test_tokenizer_json_and_model_directory(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", SPECIALS + ["hello", "world"])
+    tokenizer = bert_tokenizer_from_vocab(vocab, do_lower_case=True)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    from_json = Vocabulary.from_tokenizer(load_tokenizer(tokenizer_file=str(tmp_path / "tokenizer.json")))
+    assert from_json.encode_many(["Hello world"])[0].tolist() == [5, 6]
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    write_vocab(model_dir / "vocab.txt", SPECIALS + ["hello", "world"])
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    cased = Vocabulary.from_tokenizer(load_tokenizer(tokenizer_file=str(model_dir)))
+    assert cased.encode_many(["Hello world"])[0].tolist() == [cased.unk_id, 6]
+    # Shipped to workers as JSON: same ids on the other side.
+    assert Vocabulary.from_json(from_json.to_json()).encode_many(["hello"])[0].tolist() == [5]
+
+
+def test_not_wordpiece_is_refused():
+    from tokenizers import Tokenizer, models
+    tokenizer = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(SPECIALS + ["a"])}, merges=[]))
+    with pytest.raises(TokenizerError, match="continuation prefix"):
+        Vocabulary.from_tokenizer(tokenizer)
