@@ -59,14 +59,15 @@ class JobConfig:
 
     @property
     def job_id(self) -> str:
-        """Stable for the same input, tokenizer, parameters and output.
+        """Stable for the same input, tokenizer and parameters.
 
         It marks the manifest, so a restart with the same command resumes and
-        a different command cannot silently mix into an old output.
+        a different command cannot silently mix into an old output.  The
+        output location is not part of it: the manifest lives there, and an
+        output directory that was moved can still be resumed.
         """
         identity = {
             "data_uri": self.data_uri,
-            "output_uri": self.output_uri,
             "corpus_format": self.corpus_format,
             "segmenter": self.segmenter,
             "tokenizer": hashlib.sha256(self.tokenizer_json.encode()).hexdigest(),

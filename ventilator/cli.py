@@ -130,7 +130,7 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
             failure.append(reason)
         return bool(reason)
 
-    server = VentilatorServer(job, server_options, should_stop=child_failed)
+    server = VentilatorServer(job, server_options, should_stop=child_failed, peers_gone=fleet.all_exited)
     try:
         result = server.run()
     except BaseException:

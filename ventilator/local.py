@@ -20,6 +20,9 @@ class LocalFleet:
         log.info("starting %s: %s", name, " ".join(command[1:]))
         self.children[name] = subprocess.Popen(command)
 
+    def all_exited(self) -> bool:
+        return bool(self.children) and all(child.poll() is not None for child in self.children.values())
+
     def failure(self) -> str | None:
         """A one-line reason if a child has already exited with an error."""
         for name, child in self.children.items():

@@ -56,7 +56,7 @@ class RunResult:
 
 
 class VentilatorServer:
-    def __init__(self, job: Job, options: ServerOptions, should_stop=lambda: False):
+    def __init__(self, job: Job, options: ServerOptions, should_stop=lambda: False, peers_gone=lambda: False):
         self.job = job
         self.config = job.config
         self.options = options
@@ -70,6 +70,7 @@ class VentilatorServer:
         self.documents_done = 0
         self.interrupted = False
         self.should_stop = should_stop
+        self.peers_gone = peers_gone
         self.format = CorpusFormat(self.config.corpus_format)
         self._started = time.monotonic()
         self._done_at_start = 0
@@ -246,10 +247,22 @@ class VentilatorServer:
     def _finish(self, router: zmq.Socket) -> RunResult:
         quarantined = self.dispatcher.quarantined()
         reason = "all tasks done" if not quarantined else f"{len(quarantined)} task(s) quarantined"
-        self._broadcast(router, protocol.Shutdown(f"job finished: {reason}"))
+        shutdown = protocol.Shutdown(f"job finished: {reason}")
+        self._broadcast(router, shutdown)
         self._report(time.monotonic())
         log.info("ventilator: job %s finished: %s", self.config.job_id, reason)
+        self._answer_late_peers(router, protocol.encode(shutdown))
         return RunResult(not quarantined, reason, quarantined)
+
+    def _answer_late_peers(self, router: zmq.Socket, shutdown: bytes) -> None:
+        """Peers that were busy, or joined after the end, hear Shutdown on
+        their next message (a heartbeat at the latest)."""
+        deadline = time.monotonic() + 2 * self.config.heartbeat_seconds + 1
+        while time.monotonic() < deadline and not self.peers_gone():
+            if router.poll(timeout=100):
+                frames = router.recv_multipart()
+                if len(frames) == 2:
+                    router.send_multipart([frames[0], shutdown])
 
     def _interrupted_reason(self) -> str:
         left = self.dispatcher.total - self.dispatcher.counts[State.DONE]

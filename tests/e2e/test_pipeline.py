@@ -1,0 +1,134 @@
+"""The whole pipeline, as users run it: real processes over loopback TCP."""
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (VOCAB, WIKI, check_shards, free_ports, manifest, need_shared, python_module,
+                           run_ventilator, shard_digests)
+
+pytestmark = pytest.mark.e2e
+
+JOB = ["--vocab-file", VOCAB, "--dupe-factor", "2", "--task-size", "192K", "--report-seconds", "2"]
+
+
+@pytest.fixture(scope="module")
+def one_worker_run(tmp_path_factory):
+    need_shared()
+    output = tmp_path_factory.mktemp("one") / "out"
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+def test_one_and_three_workers_write_identical_shards(one_worker_run, tmp_path):
+    output = tmp_path / "out"
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    one = shard_digests(one_worker_run)
+    assert len(one) >= 10
+    assert shard_digests(output) == one
+    workers = {e["worker"] for e in manifest(output).values()}
+    assert len(workers) >= 2, "three workers shared the work"
+
+
+def test_tensorflow_reads_every_record(one_worker_run):
+    totals = check_shards(one_worker_run)
+    summary = json.loads((one_worker_run / "summary.json").read_text())
+    assert summary["records"] == totals["records"] > 3000
+    assert summary["documents"] == 103 and summary["skipped_documents"] == {}
+    assert 0.12 < totals["masked"] / totals["tokens"] < 0.16
+
+
+def test_shipping_and_shared_fs_give_the_same_output(one_worker_run, tmp_path):
+    output = tmp_path / "out"
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "2", "--shared-fs")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert shard_digests(output) == shard_digests(one_worker_run)
+
+
+def test_separately_started_roles(one_worker_run, tmp_path):
+    """The fleet shape: ventilator, sink and workers as separate commands."""
+    output = tmp_path / "out"
+    vport, sink_port = free_ports(2)
+    sink = python_module("sink", "--ventilator", f"127.0.0.1:{vport}", "--port", sink_port, "--bind-host", "127.0.0.1")
+    workers = [python_module("worker", "--ventilator", f"127.0.0.1:{vport}", "--processes", "1") for _ in range(2)]
+    time.sleep(1)  # workers and sink start first: they wait for the ventilator
+    ventilator = python_module("ventilator", "--data", WIKI, "--output", output, "--vport", vport, "--bind-host",
+                               "127.0.0.1", "--sink", f"127.0.0.1:{sink_port}", *JOB)
+    try:
+        out, _ = ventilator.communicate(timeout=300)
+        assert ventilator.returncode == 0, out[-3000:]
+        for process in [sink, *workers]:
+            process.wait(timeout=60)
+            assert process.returncode == 0, process.stdout.read()[-2000:]
+    finally:
+        for process in [ventilator, sink, *workers]:
+            if process.poll() is None:
+                process.kill()
+    assert shard_digests(output) == shard_digests(one_worker_run)
+
+
+def test_restart_resumes_without_redoing(one_worker_run, tmp_path):
+    output = tmp_path / "out"
+    shutil.copytree(one_worker_run, output)
+    # The manifest names shards by absolute path: rewrite to the copy.
+    lines = (output / "manifest.jsonl").read_text().replace(str(one_worker_run), str(output))
+    (output / "manifest.jsonl").write_text(lines)
+    before = {p.name: p.stat().st_mtime_ns for p in output.glob("part-*")}
+    started = time.monotonic()
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "already done" in result.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in output.glob("part-*")} == before
+    assert time.monotonic() - started < 60
+
+
+def test_gzip_shards(tmp_path):
+    need_shared()
+    output = tmp_path / "out"
+    result = run_ventilator(WIKI / "AA", output, "--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "512K",
+                            "--workers", "2", "--gzip")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all(p.name.endswith(".tfrecord.gz") for p in output.glob("part-*"))
+    totals = check_shards(output, compression="gzip")
+    assert totals["records"] > 500
+
+
+def test_whole_word_masking_and_other_lengths(tmp_path):
+    need_shared()
+    output = tmp_path / "out"
+    result = run_ventilator(WIKI / "AB", output, "--vocab-file", VOCAB, "--dupe-factor", "1", "--workers", "2",
+                            "--do-whole-word-mask", "--max-seq-length", "64", "--max-predictions-per-seq", "10",
+                            "--format", "wikiextractor", "--segmenter", "line")
+    assert result.returncode == 0, result.stderr[-3000:]
+    totals = check_shards(output, max_seq_length=64, max_predictions=10)
+    assert totals["records"] > 500
+
+
+def test_sigterm_stops_cleanly_and_the_same_command_resumes(one_worker_run, tmp_path):
+    output = tmp_path / "out"
+    vport, sink_port = free_ports(2)
+    args = ["--data", WIKI, "--output", output, "--vport", vport, "--sink-port", sink_port, "--bind-host", "127.0.0.1",
+            "--workers", "2", "--state-dir", tmp_path / "state", *JOB]
+    ventilator = python_module("ventilator", *args, "--task-size", "192K", start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (output / "manifest.jsonl").exists():
+        time.sleep(0.1)
+    while time.monotonic() < deadline and len((output / "manifest.jsonl").read_text().splitlines()) < 2:
+        time.sleep(0.05)
+    os.killpg(ventilator.pid, signal.SIGINT)  # Ctrl-C: the whole process group
+    out, _ = ventilator.communicate(timeout=120)
+    assert ventilator.returncode == 130, out[-3000:]
+    assert "Traceback" not in out
+    assert "resume" in out
+    done_before = len(manifest(output))
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{done_before} of" in result.stderr
+    assert shard_digests(output) == shard_digests(one_worker_run)
