@@ -54,6 +54,7 @@ def _ignored(relative_path: str) -> bool:
 class LocalStorage:
     def __init__(self, root: str):
         self.root = os.path.abspath(root)
+        self.unlisted: dict[str, str] = {}  # inputs that could not even be listed, with why
 
     def uri(self, name: str) -> str:
         return os.path.join(self.root, name)
@@ -73,7 +74,11 @@ class LocalStorage:
                 relative = os.path.relpath(full, self.root).replace(os.sep, "/")
                 if _ignored(relative):
                     continue
-                stat = os.stat(full)
+                try:
+                    stat = os.stat(full)
+                except OSError as error:  # a dangling link, a file removed meanwhile
+                    self.unlisted[relative] = f"cannot stat: {error.strerror}"
+                    continue
                 found.append(InputFile(relative, stat.st_size, f"{stat.st_size}-{stat.st_mtime_ns}"))
         found.sort(key=lambda f: f.path)
         return found

@@ -67,7 +67,7 @@ def shard_digests(output: Path) -> dict[str, str]:
 
 
 def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 128, max_predictions: int = 20,
-                 compression: str = "") -> dict:
+                 compression: str = "", cls_id: int = 101, sep_id: int = 102) -> dict:
     """Read every shard with TensorFlow and check BERT's invariants record by
     record; returns totals for further checks."""
     from tests.tf_reader import read_examples
@@ -87,10 +87,10 @@ def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 12
             ids, mask, segments = ex["input_ids"], ex["input_mask"], ex["segment_ids"]
             length = int(mask.sum())
             assert (mask[:length] == 1).all() and (mask[length:] == 0).all()
-            assert ids[0] == 101 and ids[length - 1] == 102 and (ids[length:] == 0).all()
+            assert ids[0] == cls_id and ids[length - 1] == sep_id and (ids[length:] == 0).all()
             assert (ids >= 0).all() and (ids < vocab_size).all()
             first_b = int(np.argmax(segments)) if segments.any() else length
-            assert ids[first_b - 1] == 102 and (segments[first_b:length] == 1).all()
+            assert ids[first_b - 1] == sep_id and (segments[first_b:length] == 1).all()
             count = int(ex["masked_lm_weights"].sum())
             assert 1 <= count <= max_predictions
             assert ex["next_sentence_labels"][0] in (0, 1)

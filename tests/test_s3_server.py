@@ -10,7 +10,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
-from s3_server import SCRIPT, S3Server, available
+from tests.s3_server import SCRIPT, S3Server, available
 
 pytestmark = pytest.mark.s3
 

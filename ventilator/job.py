@@ -105,6 +105,7 @@ def prepare_job(options: JobOptions) -> Job:
     except StorageError as error:
         raise JobError(str(error)) from None
     files, skipped = _readable(storage, listed)
+    skipped.update(getattr(storage, "unlisted", {}))
     for path, reason in skipped.items():
         log.warning("skipping input %s: %s", path or options.data, reason)
     if not files:

@@ -250,7 +250,15 @@ class Fleet:
                     "",
                 ]))
             run("ip", "netns", "exec", host.netns, SSHD, "-t", "-f", config)
-            run("ip", "netns", "exec", host.netns, SSHD, "-f", config, "-E", os.path.join(ssh_dir, "sshd.log"))
+            argv = ["ip", "netns", "exec", host.netns, SSHD, "-f", config, "-E", os.path.join(ssh_dir, "sshd.log")]
+            if self.owner_pid == os.getpid():
+                # In-process owner (the test): sshd stays our child (-D), so it and everything
+                # orphaned below it is reaped by us, not left as zombies under a PID 1 that may not reap.
+                become_subreaper()
+                subprocess.Popen([*argv, "-D"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+            else:
+                run(*argv)
         with open(self.known_hosts, "w") as f:
             f.write("\n".join(known) + "\n")
         deadline = time.monotonic() + 20
@@ -287,7 +295,26 @@ class Fleet:
                 problems.append(f"ip link del {self.bridge}: {proc.stderr.strip()}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(REGISTRY, f"{self.tag}.json"))
+        reap_children()
         return problems
+
+
+def become_subreaper() -> None:
+    """Orphans of our descendants become our children (Linux prctl PR_SET_CHILD_SUBREAPER)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def reap_children() -> None:
+    """Collect every child that has ended (sshd, orphaned supervisors) without blocking."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def list_netns() -> list[str]:
