@@ -166,7 +166,10 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
     ansible.play("init.yaml", "--limit", workers[-1].name,
                  "-e", "mlm_install_source=pip", "-e", "mlm_version=0.1.0",
                  "-e", f"mlm_install_dir={workers[-1].dir}/pinned",
-                 "-e", f"mlm_pip_extra_args='--no-deps --no-index --find-links {tmp_path / 'wheels'}'")
+                 # --ignore-installed: with system site-packages pip would take this machine's own
+                 # mlm-pipeline as "already satisfied" and install nothing into the new venv.
+                 "-e", f"mlm_pip_extra_args='--no-deps --ignore-installed --no-index "
+                       f"--find-links {tmp_path / 'wheels'}'")
     pinned = Path(workers[-1].dir, "pinned", "venv", "bin", "mlm-worker")
     assert pinned.exists()
 
