@@ -12,6 +12,7 @@ sink started on another machine picks up from the published copy.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -66,12 +67,13 @@ class Manifest:
     def __init__(self, storage, job_id: str, state_dir: str):
         self.storage = storage
         self.job_id = job_id
-        self.published = isinstance(storage, LocalStorage)
         if isinstance(storage, LocalStorage):
             os.makedirs(storage.root, exist_ok=True)
             self.path = storage.uri(MANIFEST_NAME)
         else:
-            directory = os.path.join(os.path.expanduser(state_dir), job_id)
+            # One journal per (output, job): the job id leaves the output out.
+            where = hashlib.sha256(storage.uri(MANIFEST_NAME).encode()).hexdigest()[:12]
+            directory = os.path.join(os.path.expanduser(state_dir), f"{job_id}-{where}")
             os.makedirs(directory, exist_ok=True)
             self.path = os.path.join(directory, MANIFEST_NAME)
         self.entries: dict[str, dict] = {}
@@ -99,6 +101,7 @@ class Manifest:
         for entry in entries:
             self.entries.setdefault(entry["task"], entry)
         self._handle = open(self.path, "ab")
+        self._dirty = bool(entries)  # publish at least once what the journal holds
         return self.entries
 
     def append(self, entries: list[dict]) -> list[dict]:

@@ -135,6 +135,19 @@ class LocalStorage:
             return []
         return sorted(os.listdir(self.root))
 
+    def remove_temporaries(self) -> int:
+        """Delete temporary shards left by writers that died (call when no
+        writer of this job can still be running: at the end of the job)."""
+        removed = 0
+        for name in self.list_outputs():
+            if name.startswith(".") and name.endswith(".tmp"):
+                try:
+                    os.unlink(self.uri(name))
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+        return removed
+
 
 def _fsync_directory(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -235,7 +248,7 @@ class S3Storage:
     def open_atomic(self, name: str) -> "AtomicWriter":
         from boto3.s3.transfer import TransferConfig
 
-        handle = tempfile.NamedTemporaryFile(prefix="mlm-shard-", suffix=".tmp", delete=False)
+        handle = tempfile.NamedTemporaryFile(prefix=f"{_SPOOL_PREFIX}{os.getpid()}-", suffix=".tmp", delete=False)
         transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024, multipart_chunksize=64 * 1024 * 1024)
 
         def commit() -> str:
@@ -273,6 +286,33 @@ class S3Storage:
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             names.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", []))
         return sorted(names)
+
+
+    def remove_temporaries(self) -> int:
+        """Nothing to do on the store: an unfinished upload never becomes an
+        object (abort leftover multipart uploads with a bucket lifecycle rule)."""
+        return 0
+
+
+#: Shards bound for S3 are spooled to local files named after the writer's pid.
+_SPOOL_PREFIX = "mlm-shard-"
+
+
+def remove_stale_spool_files() -> int:
+    """Spool files of worker processes that no longer exist (killed mid-task)."""
+    removed = 0
+    directory = tempfile.gettempdir()
+    for name in os.listdir(directory):
+        if not (name.startswith(_SPOOL_PREFIX) and name.endswith(".tmp")):
+            continue
+        pid = name[len(_SPOOL_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.unlink(os.path.join(directory, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 # --------------------------------------------------------------------------

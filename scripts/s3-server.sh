@@ -49,7 +49,7 @@ die() {  # die MESSAGE [LOGFILE]: one-line reason, then the log's tail, on stder
 }
 
 usage() {
-    echo "usage: $0 start DIR PORT | stop DIR" >&2
+    echo "usage: $0 start DIR PORT | stop DIR | gateway-stop DIR | gateway-start DIR" >&2
     exit 2
 }
 
@@ -317,6 +317,26 @@ cmd_stop() {
     rm -rf "$DIR"
 }
 
+# gateway-stop / gateway-start: an outage of the S3 endpoint only (connections
+# refused), with the cluster and its data kept, for fault-injection tests.
+cmd_gateway_stop() {
+    [[ -f $DIR/$MARKER ]] || die "$DIR was not created by $0"
+    local pid
+    pid=$(<"$DIR/run/$RGW_NAME.pid")
+    if is_ours "$pid"; then
+        kill -KILL "$pid"
+        while is_ours "$pid"; do sleep 0.1; done
+    fi
+}
+
+cmd_gateway_start() {
+    [[ -f $DIR/$MARKER ]] || die "$DIR was not created by $0"
+    alive "$RGW_NAME" && return 0
+    PORT=$(<"$DIR/port")
+    spawn "$RGW_NAME" radosgw --conf "$CONF" --name "$RGW_NAME" --foreground
+    wait_until "radosgw on http://127.0.0.1:$PORT/" "$RGW_NAME" "$DIR/log/$RGW_NAME.log" s3_answers
+}
+
 main() {
     (($# >= 2)) || usage
     local cmd=$1
@@ -335,6 +355,8 @@ main() {
             (($# == 2)) || usage
             cmd_stop
             ;;
+        gateway-stop) cmd_gateway_stop ;;
+        gateway-start) cmd_gateway_start ;;
         *) usage ;;
     esac
 }

@@ -7,6 +7,7 @@ import sys
 import click
 
 from common import logs
+from common.security import Curve
 from sink.server import SinkOptions, SinkServer
 
 
@@ -21,8 +22,10 @@ from sink.server import SinkOptions, SinkServer
 @click.option("--report-seconds", type=float, default=10.0, show_envvar=True, help="Throughput log interval.")
 @click.option("--publish-seconds", type=float, default=30.0, show_envvar=True,
               help="How often the manifest of an S3 output is uploaded.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+              help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds, verbose) -> None:
+def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds, curve_dir, verbose) -> None:
     """Collect workers' acknowledgements into OUT/manifest.jsonl.
 
     Every finished shard becomes one manifest line (task, shard URI, records,
@@ -32,5 +35,6 @@ def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds
     """
     logs.configure(verbose)
     options = SinkOptions(ventilator=ventilator, port=port, bind_host=bind_host, state_dir=state_dir,
-                          report_seconds=report_seconds, publish_seconds=publish_seconds)
+                          report_seconds=report_seconds, publish_seconds=publish_seconds,
+                          curve=Curve(curve_dir) if curve_dir else None)
     sys.exit(SinkServer(options).run())

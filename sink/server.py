@@ -22,6 +22,7 @@ import zmq
 from common import protocol
 from common.config import JobConfig
 from common.manifest import Manifest, ManifestMismatch
+from common.security import Curve
 from common.storage import open_storage
 from common.transport import Counter, bind_endpoint, endpoint, make_socket, new_identity, parse_address
 from sink.progress import Throughput
@@ -39,6 +40,7 @@ class SinkOptions:
     state_dir: str = "~/.cache/mlm-pipeline"
     report_seconds: float = 10.0
     publish_seconds: float = 30.0
+    curve: Curve | None = None
 
 
 class SinkError(Exception):
@@ -78,11 +80,17 @@ class SinkServer:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         context = zmq.Context()
+        curve = self.options.curve
+        authenticator = curve.start_authenticator(context) if curve else None
         pull = make_socket(context, zmq.PULL)
+        if curve:
+            curve.serve(pull)
         pull.bind(bind_endpoint(self.options.bind_host, self.options.port))
         host, port = parse_address(self.options.ventilator, 5557)
         dealer = make_socket(context, zmq.DEALER)
         dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
+        if curve:
+            curve.connect_as_client(dealer)
         dealer.connect(endpoint(host, port))
         log.info("sink %s: acknowledgements on port %d, ventilator %s:%d", self.sink_id, self.options.port, host, port)
         try:
@@ -95,6 +103,8 @@ class SinkServer:
                 self.manifest.close()
             pull.close(linger=0)
             dealer.close(linger=2000)
+            if authenticator is not None:
+                authenticator.stop()
             context.term()
 
     def _loop(self, pull: zmq.Socket, dealer: zmq.Socket) -> int:
@@ -154,7 +164,7 @@ class SinkServer:
                     self.quarantined.update(message.failures)
                 elif isinstance(message, protocol.Shutdown):
                     self._record(self._drain_acks(pull), send)
-                    self._finish(message.reason)
+                    self._finish(message.reason, job_over=True)
                     return 0
                 else:
                     self.dropped.drop(f"unexpected {type(message).__name__}")
@@ -233,10 +243,13 @@ class SinkServer:
             "dropped_messages": dict(self.dropped.dropped),
         }
 
-    def _finish(self, reason: str) -> None:
+    def _finish(self, reason: str, job_over: bool = False) -> None:
         if self.manifest is None:
             return
         self.manifest.publish()
+        removed = self.output.remove_temporaries() if job_over else 0
+        if removed:
+            log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
         summary = self.summary(reason)
         self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"

@@ -115,6 +115,13 @@ class S3Server:
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir = None
 
+    def gateway(self, action: str) -> None:
+        """'stop' or 'start' the S3 endpoint alone (an outage; data is kept)."""
+        proc = subprocess.run([str(SCRIPT), f"gateway-{action}", str(self.workdir)],
+                              capture_output=True, text=True, timeout=SCRIPT_TIMEOUT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"s3-server.sh gateway-{action} failed:\n{proc.stderr}")
+
     def _stop_quietly(self) -> None:
         """stop() while another error is being reported: don't mask it."""
         try:

@@ -10,6 +10,7 @@ import click
 from common import logs
 from common.config import BertParams
 from common.protocol import DEFAULT_MAX_MESSAGE_BYTES
+from common.security import Curve
 from common.tasks import parse_size
 from ventilator.job import JobError, JobOptions, prepare_job
 from ventilator.local import LocalFleet
@@ -80,11 +81,15 @@ def _size(_ctx, _param, value):
 @click.option("--report-seconds", type=float, default=10.0, show_envvar=True, help="Progress log interval.")
 @click.option("--state-dir", default="~/.cache/mlm-pipeline", show_envvar=True,
               help="For the local sink: where it journals the manifest of an S3 output.")
+@click.option("--confirm-seconds", type=float, default=120.0, show_envvar=True,
+              help="A finished task the sink has not confirmed within this time is done again.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+              help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, segmenter, vocab_file,
          tokenizer, do_lower_case, do_whole_word_mask, max_seq_length, max_predictions_per_seq, masked_lm_prob,
          short_seq_prob, dupe_factor, random_seed, task_size, use_gzip, shared_fs, s3_endpoint_url, lease_seconds,
-         heartbeat_seconds, max_attempts, report_seconds, state_dir, verbose) -> None:
+         heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, verbose) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -112,7 +117,7 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         sys.exit(EXIT_FAILED)
 
     fleet = LocalFleet()
-    verbosity = ["-v"] * verbose
+    verbosity = ["-v"] * verbose + (["--curve-dir", curve_dir] if curve_dir else [])
     if not sink_address:
         fleet.start("sink", "sink", ["--port", str(sink_port), "--ventilator", f"127.0.0.1:{vport}",
                                      "--state-dir", state_dir, *verbosity])
@@ -120,7 +125,8 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         fleet.start("workers", "worker", ["--ventilator", f"127.0.0.1:{vport}", "--processes", str(workers), *verbosity])
 
     server_options = ServerOptions(bind_host=bind_host, port=vport, max_attempts=max_attempts,
-                                   report_seconds=report_seconds,
+                                   report_seconds=report_seconds, confirm_seconds=confirm_seconds,
+                                   curve=Curve(curve_dir) if curve_dir else None,
                                    max_message_bytes=max(DEFAULT_MAX_MESSAGE_BYTES, 4 * task_size + (1 << 20)))
     failure: list[str] = []
 

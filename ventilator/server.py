@@ -22,6 +22,7 @@ import zmq
 from common import protocol
 from common.formats import CorpusFormat
 from common.reading import read_task_content
+from common.security import Curve
 from common.transport import Counter, bind_endpoint, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
@@ -46,6 +47,7 @@ class ServerOptions:
     confirm_seconds: float = 120.0
     report_seconds: float = 10.0
     max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES
+    curve: Curve | None = None
 
 
 @dataclass
@@ -86,7 +88,10 @@ class VentilatorServer:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         context = zmq.Context()
+        authenticator = self.options.curve.start_authenticator(context) if self.options.curve else None
         router = make_socket(context, zmq.ROUTER, max_message_bytes=self.options.max_message_bytes)
+        if self.options.curve:
+            self.options.curve.serve(router)
         router.bind(bind_endpoint(self.options.bind_host, self.options.port))
         log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
                  self.ventilator_id, self.config.job_id, self.dispatcher.total,
@@ -95,6 +100,8 @@ class VentilatorServer:
             return self._loop(router)
         finally:
             router.close(linger=2000)
+            if authenticator is not None:
+                authenticator.stop()
             context.term()
 
     def _loop(self, router: zmq.Socket) -> RunResult:

@@ -12,6 +12,7 @@ import time
 import click
 
 from common import logs
+from common.security import Curve
 from worker.runtime import WorkerOptions, WorkerProcess
 
 log = logging.getLogger("worker")
@@ -77,8 +78,11 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
               help="Tasks a process holds at once (in progress + queued); 1 balances load best.")
 @click.option("--drain-seconds", type=float, default=600.0, show_envvar=True,
               help="On SIGTERM, how long to keep working on the current task before exiting anyway.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+              help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds: float, verbose: int) -> None:
+def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds: float, curve_dir: str | None,
+         verbose: int) -> None:
     """Process tasks from a ventilator into TFRecord shards.
 
     Starts PROCESSES worker processes that each ask the ventilator for a
@@ -88,7 +92,8 @@ def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds:
     tasks are finished and acknowledged, queued ones handed back.
     """
     logs.configure(verbose)
-    options = WorkerOptions(ventilator=ventilator, sink=sink, credit=credit, drain_seconds=drain_seconds)
+    options = WorkerOptions(ventilator=ventilator, sink=sink, credit=credit, drain_seconds=drain_seconds,
+                            curve=Curve(curve_dir) if curve_dir else None)
     if processes == 1:
         sys.exit(WorkerProcess(options).run())
     sys.exit(supervise(options, processes, verbose))

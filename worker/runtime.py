@@ -31,7 +31,8 @@ from common import protocol
 from common.config import JobConfig
 from common.formats import CorpusFormat
 from common.reading import read_task_content
-from common.storage import open_storage
+from common.security import Curve
+from common.storage import open_storage, remove_stale_spool_files
 from common.tasks import Task
 from common.tokenization import Vocabulary
 from common.transport import Counter, endpoint, make_socket, new_identity, parse_address
@@ -46,6 +47,7 @@ class WorkerOptions:
     sink: str = ""  # host:port; default: from the job configuration
     credit: int = 1  # tasks held at once (in progress + queued)
     drain_seconds: float = 600.0
+    curve: Curve | None = None
 
 
 @dataclass
@@ -131,9 +133,14 @@ class WorkerProcess:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+        removed = remove_stale_spool_files()
+        if removed:
+            log.info("%s: removed %d spool file(s) of worker processes that died", self.worker_id, removed)
         host, port = parse_address(self.options.ventilator, 5557)
         dealer = make_socket(self.context, zmq.DEALER)
         dealer.setsockopt(zmq.IDENTITY, self.worker_id.encode())
+        if self.options.curve:
+            self.options.curve.connect_as_client(dealer)
         dealer.connect(endpoint(host, port))
         pair = self.context.socket(zmq.PAIR)
         pair_address = f"inproc://compute-{self.worker_id}"
@@ -258,6 +265,8 @@ class WorkerProcess:
             self.push = None
         if self.push is None:
             self.push = make_socket(self.context, zmq.PUSH)
+            if self.options.curve:
+                self.options.curve.connect_as_client(self.push)
             self.push.connect(sink_endpoint)
             self.push_endpoint = sink_endpoint
         return self.push

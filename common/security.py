@@ -1,0 +1,84 @@
+"""Optional CURVE encryption and authentication for every socket (zmq.auth).
+
+``mlm-keys DIR`` writes one key layout that all roles read with ``--curve-dir DIR``:
+
+  DIR/server.key, DIR/server.key_secret   the ventilator and the sink serve with it
+  DIR/client.key, DIR/client.key_secret   workers (and the sink, towards the ventilator)
+  DIR/authorized/*.key                    public keys allowed to connect
+
+Workers need only ``server.key`` and ``client.key_secret`` (copy those two to
+worker hosts, mode 0600); ``server.key_secret`` stays on the ventilator/sink
+host.  A peer whose public key is not in ``authorized/`` fails the CURVE
+handshake: it receives no task, no configuration, and nothing it sends is
+delivered.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import click
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+
+class SecurityError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Curve:
+    directory: str
+
+    def _path(self, *parts: str) -> str:
+        path = os.path.join(self.directory, *parts)
+        if not os.path.exists(path):
+            raise SecurityError(f"--curve-dir {self.directory}: {os.path.join(*parts)} is missing (run mlm-keys)")
+        return path
+
+    def serve(self, sock: zmq.Socket) -> None:
+        public, secret = zmq.auth.load_certificate(self._path("server.key_secret"))
+        sock.curve_secretkey = secret
+        sock.curve_publickey = public
+        sock.curve_server = True
+
+    def connect_as_client(self, sock: zmq.Socket, client_secret_file: str | None = None) -> None:
+        public, secret = zmq.auth.load_certificate(client_secret_file or self._path("client.key_secret"))
+        server_public, _ = zmq.auth.load_certificate(self._path("server.key"))
+        sock.curve_secretkey = secret
+        sock.curve_publickey = public
+        sock.curve_serverkey = server_public
+
+    def start_authenticator(self, context: zmq.Context) -> ThreadAuthenticator:
+        """ZAP handler for the context's server sockets: only authorized keys."""
+        authenticator = ThreadAuthenticator(context)
+        authenticator.start()
+        authenticator.configure_curve(domain="*", location=self._path("authorized"))
+        return authenticator
+
+
+def generate(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    authorized = os.path.join(directory, "authorized")
+    os.makedirs(authorized, exist_ok=True)
+    for name in ("server", "client"):
+        if not os.path.exists(os.path.join(directory, f"{name}.key_secret")):
+            zmq.auth.create_certificates(directory, name)
+        os.chmod(os.path.join(directory, f"{name}.key_secret"), 0o600)
+    shutil.copy(os.path.join(directory, "client.key"), os.path.join(authorized, "client.key"))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("directory", type=click.Path(file_okay=False))
+def main(directory: str) -> None:
+    """Generate CURVE key pairs for --curve-dir DIRECTORY (kept if present)."""
+    generate(directory)
+    click.echo(f"keys in {directory}: give workers server.key and client.key_secret; "
+               f"keep server.key_secret on the ventilator/sink host", err=True)
+
+
+if __name__ == "__main__":
+    main()
