@@ -106,10 +106,12 @@ class TaskFinished:
 
 @dataclass
 class TaskFailed:
-    """Counts as an attempt: after --max-attempts the task is quarantined."""
+    """Counts as an attempt: after --max-attempts the task is quarantined;
+    at once if ``permanent`` (retrying cannot help, e.g. the input changed)."""
 
     task_id: str
     error: str
+    permanent: bool = False
 
 
 @dataclass

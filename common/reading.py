@@ -22,14 +22,15 @@ _READ_AHEAD = 256 * 1024
 class _WindowReader:
     """read_at over one prefetched window, falling back to the storage."""
 
-    def __init__(self, read_at, start: int, data: bytes):
+    def __init__(self, read_at, start: int, data: bytes, reaches_end: bool):
         self._read_at = read_at
         self._start = start
         self._data = data
+        self._reaches_end = reaches_end  # the window holds the end of the file
 
     def __call__(self, offset: int, length: int) -> bytes:
         local = offset - self._start
-        if 0 <= local and local + length <= len(self._data):
+        if 0 <= local and (local + length <= len(self._data) or self._reaches_end):
             return self._data[local:local + length]
         return self._read_at(offset, length)
 
@@ -55,7 +56,7 @@ def read_task_content(storage, task: Task, fmt: CorpusFormat) -> bytes:
         window_start = max(0, task.start - 1)
         window_end = min(task.size, task.end + _READ_AHEAD)
         window = reader.read_at(window_start, window_end - window_start)
-        read_at = _WindowReader(reader.read_at, window_start, window)
+        read_at = _WindowReader(reader.read_at, window_start, window, window_end == task.size)
         first = boundary_at_or_after(fmt, read_at, task.start, task.size)
         last = boundary_at_or_after(fmt, read_at, task.end, task.size)
         if last <= first:

@@ -72,3 +72,21 @@ def test_resume_skips_done_tasks_only_when_the_version_matches():
     d.mark_done([ts[0].task_id, ts[1].task_id], {ts[0].task_id: "v", ts[1].task_id: "old"})
     assert d.entries[ts[0].task_id].state is State.DONE
     assert d.entries[ts[1].task_id].state is State.PENDING
+
+
+def test_permanent_failure_is_quarantined_at_once():
+    d = Dispatcher(tasks(1), 10, 30, max_attempts=5)
+    e = d.lease("w1", 0)
+    assert d.failed("w1", e.task.task_id, "VersionChanged: object changed", 1, permanent=True) is e
+    assert e.state is State.QUARANTINED and d.complete
+
+
+def test_a_task_whose_workers_keep_dying_is_quarantined_eventually():
+    d = Dispatcher(tasks(1), lease_seconds=1, confirm_seconds=30, max_attempts=2)
+    now = 0
+    for attempt in range(4):
+        e = d.lease(f"w{attempt}", now)
+        assert e is not None, attempt
+        now += 2
+        requeued, quarantined = d.expire(now)
+    assert quarantined == [e] and e.expiries == 4

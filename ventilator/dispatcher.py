@@ -6,7 +6,10 @@ network) it expires and the task is PENDING again.  When the worker reports
 the shard written, the task is FINISHED: the sink still has to confirm it is
 in the manifest, and if that does not come in time (the sink died with the
 ack in its queue) the task is done again.  Only the sink's confirmation
-makes it DONE.  A task that fails ``max_attempts`` times is QUARANTINED.
+makes it DONE.  A task that fails ``max_attempts`` times is QUARANTINED, and
+so is one whose lease expires ``2 * max_attempts`` times (a task that kills
+every worker it is given, say by running it out of memory; a worker lost to
+a preemption is more common than a poison task, hence the larger budget).
 
 Every redelivery is safe because a task always yields the same shard under
 the same name, and the sink ignores acknowledgements it already has.
@@ -36,6 +39,7 @@ class Entry:
     worker: str = ""
     deadline: float = 0.0
     attempts: int = 0
+    expiries: int = 0
     errors: list[str] = field(default_factory=list)
 
 
@@ -110,7 +114,7 @@ class Dispatcher:
         entry.deadline = now + self.confirm_seconds
         self._move(entry, State.FINISHED)
 
-    def failed(self, worker: str, task_id: str, error: str, now: float) -> Entry | None:
+    def failed(self, worker: str, task_id: str, error: str, now: float, permanent: bool = False) -> Entry | None:
         """Record a failed attempt; returns the entry if it is now quarantined."""
         entry = self.entries.get(task_id)
         if entry is None or entry.state not in (State.LEASED, State.PENDING):
@@ -118,7 +122,7 @@ class Dispatcher:
         if entry.state is State.LEASED and entry.worker != worker:
             return None  # a stale report: someone else holds it now
         entry.errors.append(error)
-        if entry.attempts >= self.max_attempts:
+        if permanent or entry.attempts >= self.max_attempts:
             self._move(entry, State.QUARANTINED)
             return entry
         if entry.state is State.LEASED:
@@ -140,7 +144,9 @@ class Dispatcher:
             if entry.state in (State.LEASED, State.FINISHED) and entry.deadline < now:
                 reason = "lease expired" if entry.state is State.LEASED else "sink never confirmed"
                 entry.errors.append(f"{reason} (worker {entry.worker})")
-                if entry.state is State.LEASED and entry.attempts >= self.max_attempts:
+                if entry.state is State.LEASED:
+                    entry.expiries += 1
+                if entry.state is State.LEASED and entry.expiries >= 2 * self.max_attempts:
                     self._move(entry, State.QUARANTINED)
                     quarantined.append(entry)
                 else:

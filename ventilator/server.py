@@ -23,6 +23,7 @@ from common import protocol
 from common.formats import CorpusFormat
 from common.reading import read_task_content
 from common.security import Curve
+from common.storage import VersionChanged
 from common.transport import Counter, bind_endpoint, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
@@ -154,7 +155,12 @@ class VentilatorServer:
             log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
             return
         if peer is None:
-            self.dropped.drop(f"{type(message).__name__} before Hello")
+            # A peer of a previous ventilator process: our id tells it we
+            # restarted, and it introduces itself again.
+            if isinstance(message, protocol.Heartbeat):
+                send(protocol.HeartbeatReply(self.ventilator_id))
+            else:
+                self.dropped.drop(f"{type(message).__name__} before Hello")
             return
 
         if isinstance(message, protocol.Heartbeat):
@@ -169,7 +175,8 @@ class VentilatorServer:
         elif isinstance(message, protocol.TaskFinished) and peer.role == "worker":
             self.dispatcher.finished(identity.decode(errors="replace"), message.task_id, now)
         elif isinstance(message, protocol.TaskFailed) and peer.role == "worker":
-            entry = self.dispatcher.failed(identity.decode(errors="replace"), message.task_id, message.error, now)
+            entry = self.dispatcher.failed(identity.decode(errors="replace"), message.task_id, message.error, now,
+                                           message.permanent)
             log.warning("task %s failed on %s: %s", message.task_id, peer.name, message.error)
             if entry is not None:
                 self._quarantine(router, [entry])
@@ -215,7 +222,8 @@ class VentilatorServer:
                 except Exception as error:  # the file vanished or changed since it was listed
                     log.warning("task %s: cannot read it: %s", entry.task.key, error)
                     quarantined = self.dispatcher.failed(entry.worker, entry.task.task_id,
-                                                         f"ventilator could not read it: {error}", now)
+                                                         f"ventilator could not read it: {error}", now,
+                                                         isinstance(error, VersionChanged))
                     if quarantined is not None:
                         self._quarantine(router, [quarantined])
                     self.waiting.appendleft(identity)

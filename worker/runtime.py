@@ -32,7 +32,7 @@ from common.config import JobConfig
 from common.formats import CorpusFormat
 from common.reading import read_task_content
 from common.security import Curve
-from common.storage import open_storage, remove_stale_spool_files
+from common.storage import VersionChanged, open_storage, remove_stale_spool_files
 from common.tasks import Task
 from common.tokenization import Vocabulary
 from common.transport import Counter, endpoint, make_socket, new_identity, parse_address
@@ -63,6 +63,7 @@ class _Outcome:
     task: Task
     result: ShardResult | None
     error: str = ""
+    permanent: bool = False
 
 
 class _Compute(threading.Thread):
@@ -100,7 +101,7 @@ class _Compute(threading.Thread):
         except Exception as error:  # a bad task must not kill the worker
             log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
             log.debug("%s", traceback.format_exc())
-            return _Outcome(task, None, f"{type(error).__name__}: {error}")
+            return _Outcome(task, None, f"{type(error).__name__}: {error}", isinstance(error, VersionChanged))
 
 
 @dataclass
@@ -236,7 +237,7 @@ class WorkerProcess:
             state.held[task.task_id] = task
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
-            if message.ventilator_id != state.ventilator_id:
+            if message.ventilator_id != state.ventilator_id and state.introduced:
                 log.info("%s: the ventilator restarted; introducing myself again", self.worker_id)
                 state.introduced = False
                 state.last_hello = 0.0
@@ -274,7 +275,7 @@ class WorkerProcess:
     def _report(self, send, job: _Job | None, outcome: _Outcome) -> None:
         task = outcome.task
         if outcome.result is None or job is None:
-            send(protocol.TaskFailed(task.task_id, outcome.error or "no job"))
+            send(protocol.TaskFailed(task.task_id, outcome.error or "no job", outcome.permanent))
             return
         result = outcome.result
         ack = protocol.TaskAck(

@@ -71,3 +71,92 @@ def test_corpus_on_s3_gives_the_same_output_as_local(s3, local_run, tmp_path):
                             "--s3-endpoint-url", s3.endpoint_url, env=s3.env())
     assert result.returncode == 0, result.stderr[-3000:]
     assert shard_digests(output) == shard_digests(local_run)
+
+
+def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
+    """Ranged GETs against the real server, split sizes from a few bytes to
+    more than the object, documents straddling every boundary."""
+    import random
+
+    from common.formats import CorpusFormat, ParseReport, parse_documents
+    from common.reading import read_task_content
+    from common.storage import S3Storage
+    from common.tasks import plan_tasks
+    from tests.test_formats import make_corpus
+
+    client = s3.client()
+    bucket = f"ranges-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    data, expected = make_corpus(CorpusFormat.WIKIEXTRACTOR, random.Random(9), documents=8)
+    client.put_object(Bucket=bucket, Key="c/wiki_00", Body=data)
+    import os
+    os.environ.update(s3.env())
+    storage = S3Storage(f"s3://{bucket}/c", s3.endpoint_url)
+    for task_size in (9, 100, 700, 10 ** 9):
+        found = []
+        for task in plan_tasks(storage.list_inputs(), task_size):
+            content = read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR)
+            found.extend([line for line in d.lines if line.strip()] for d in
+                         parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()))
+        assert found == expected, task_size
+
+
+def test_a_changed_object_fails_its_tasks_clearly(s3, tmp_path):
+    """Listed, then overwritten before a worker reads it: its tasks are
+    quarantined with the reason instead of mixing versions; the rest completes."""
+    from tests.cluster import Cluster
+
+    need_shared()
+    client = s3.client()
+    bucket = f"changing-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    for path in sorted(WIKI.rglob("wiki_*")):
+        client.upload_file(str(path), bucket, f"wiki/{path.relative_to(WIKI).as_posix()}")
+    c = Cluster(f"s3://{bucket}/wiki", tmp_path / "out", [*JOB, "--s3-endpoint-url", s3.endpoint_url], tmp_path,
+                env=s3.env())
+    try:
+        c.start_sink()
+        c.start_ventilator()  # lists the objects (and their ETags) now
+        deadline = __import__("time").monotonic() + 60
+        while "ready" not in c.log_text():
+            assert __import__("time").monotonic() < deadline, c.tail()
+            __import__("time").sleep(0.2)
+        changed = (WIKI / "AB" / "wiki_00").read_bytes().replace(b"the ", b"teh ")
+        client.put_object(Bucket=bucket, Key="wiki/AB/wiki_00", Body=changed)
+        c.start_worker()
+        c.start_worker()
+        assert c.wait() == 3, c.tail()  # exit status 3: tasks quarantined
+        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+        assert summary["quarantined"] and all(f["source"] == "AB/wiki_00" for f in summary["quarantined"].values())
+        assert all("changed since it was listed" in f["errors"][-1] for f in summary["quarantined"].values())
+        assert all(f["attempts"] == 1 for f in summary["quarantined"].values())
+        done_sources = {e["source"] for e in [json.loads(line) for line in
+                                              (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]}
+        assert done_sources == {"AA/wiki_00"}
+    finally:
+        c.close()
+
+
+def test_compressed_objects_are_whole_tasks(s3, tmp_path):
+    import bz2
+    import gzip
+
+    import zstandard
+
+    need_shared()
+    client = s3.client()
+    bucket = f"compressed-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="c/AA/wiki_00.gz", Body=gzip.compress((WIKI / "AA" / "wiki_00").read_bytes()))
+    client.put_object(Bucket=bucket, Key="c/AB/wiki_00.zst",
+                      Body=zstandard.ZstdCompressor().compress((WIKI / "AB" / "wiki_00").read_bytes()))
+    client.put_object(Bucket=bucket, Key="c/AC/small.bz2",
+                      Body=bz2.compress(b'<doc id="1" url="u" title="t">\nt\n\nOne sentence here. And another one.\n</doc>\n'))
+    output = tmp_path / "out"
+    result = run_ventilator(f"s3://{bucket}/c", output, *JOB, "--workers", "2", "--s3-endpoint-url", s3.endpoint_url,
+                            env=s3.env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((output / "summary.json").read_text())
+    assert summary["tasks"] == 3 and summary["documents"] == 104
+    from tests.helpers import check_shards
+    assert check_shards(output)["records"] > 1000

@@ -61,7 +61,8 @@ def test_kill_9_random_workers(clean, cluster, seed):
     total = len(manifest(clean))
     kills = 0
     for _ in range(4):
-        c.wait_for_progress(min(total - 1, c.progress() + rng.randint(1, 3)))
+        # Random points while work remains (as preemptions hit a running job).
+        c.wait_for_progress(min(total - 5, c.progress() + rng.randint(1, 3)))
         time.sleep(rng.uniform(0.0, 1.5))
         live = c.live_workers()
         if c.ventilator.poll() is not None or not live:
