@@ -209,13 +209,13 @@ class SpecialIds:
 class InstanceBatch:
     """run_pretraining.py's features for a batch of instances, zero-padded."""
 
-    input_ids: np.ndarray  # (n, max_seq_length) int64
+    input_ids: np.ndarray  # (n, max_seq_length) int32 (written as int64 features)
     input_mask: np.ndarray
     segment_ids: np.ndarray
-    masked_lm_positions: np.ndarray  # (n, max_predictions_per_seq) int64
+    masked_lm_positions: np.ndarray  # (n, max_predictions_per_seq) int32
     masked_lm_ids: np.ndarray
     masked_lm_weights: np.ndarray  # float32
-    next_sentence_labels: np.ndarray  # (n, 1) int64
+    next_sentence_labels: np.ndarray  # (n, 1) int32
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -244,7 +244,7 @@ def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, spec
     """Lay out ``[CLS] A [SEP] B [SEP]`` for every planned instance and mask them."""
     n = len(plan)
     length = params.max_seq_length
-    positions = np.arange(length, dtype=np.int64)[None, :]
+    positions = np.arange(length, dtype=np.int32)[None, :]
     a_length = plan.a_length[:, None]
     b_length = plan.b_length[:, None]
     sequence_length = plan.a_length + plan.b_length + 3
@@ -254,13 +254,13 @@ def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, spec
     in_b = (positions >= b_first) & (positions < b_first + b_length)
     source = np.where(in_a, plan.a_start[:, None] + positions - 1,
                       np.where(in_b, plan.b_start[:, None] + positions - b_first, 0))
-    original = np.where(in_a | in_b, tokens[source] if len(tokens) else 0, special.pad).astype(np.int64)
+    original = np.where(in_a | in_b, tokens[source] if len(tokens) else 0, special.pad).astype(np.int32)
     original[:, 0] = special.cls
     original[positions == a_length + 1] = special.sep
     original[positions == b_first + b_length] = special.sep
 
-    input_mask = (positions < sequence_length[:, None]).astype(np.int64)
-    segment_ids = ((positions >= b_first) & (positions < sequence_length[:, None])).astype(np.int64)
+    input_mask = (positions < sequence_length[:, None]).astype(np.int32)
+    segment_ids = ((positions >= b_first) & (positions < sequence_length[:, None])).astype(np.int32)
 
     candidates = in_a | in_b
     budget = num_to_predict(sequence_length, params)
@@ -269,42 +269,56 @@ def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, spec
     else:
         selected = _select_tokens(candidates, budget, rng)
 
+    # Selected positions in increasing order (BERT sorts by index): a
+    # position's rank among its row's selected ones is its column.
+    rows, columns = np.nonzero(selected)
+    rank = (np.cumsum(selected, axis=1, dtype=np.int32) - 1)[rows, columns]
+    labels = original[rows, columns]
+
     # 80% [MASK], 10% the original token, 10% a random vocabulary word.
-    replace_draw = rng.random((n, length))
-    keep_draw = rng.random((n, length))
-    random_words = rng.integers(0, special.vocab_size, size=(n, length))
-    replacement = np.where(replace_draw < 0.8, special.mask, np.where(keep_draw < 0.5, original, random_words))
-    input_ids = np.where(selected, replacement, original)
+    count = len(rows)
+    replace_draw = rng.random(count)
+    keep_draw = rng.random(count)
+    random_words = rng.integers(0, special.vocab_size, size=count)
+    input_ids = original.copy()
+    input_ids[rows, columns] = np.where(replace_draw < 0.8, special.mask,
+                                        np.where(keep_draw < 0.5, labels, random_words))
 
     predictions = params.max_predictions_per_seq
-    # Selected positions first, in increasing order (BERT sorts by index).
-    order = np.argsort(np.where(selected, positions, length + positions), axis=1, kind="stable")
-    width = min(predictions, length)
-    chosen = order[:, :width]
-    valid = np.take_along_axis(selected, chosen, axis=1)
-    masked_lm_positions = np.zeros((n, predictions), dtype=np.int64)
-    masked_lm_ids = np.zeros((n, predictions), dtype=np.int64)
+    masked_lm_positions = np.zeros((n, predictions), dtype=np.int32)
+    masked_lm_ids = np.zeros((n, predictions), dtype=np.int32)
     masked_lm_weights = np.zeros((n, predictions), dtype=np.float32)
-    masked_lm_positions[:, :width] = np.where(valid, chosen, 0)
-    masked_lm_ids[:, :width] = np.where(valid, np.take_along_axis(original, chosen, axis=1), 0)
-    masked_lm_weights[:, :width] = valid
+    masked_lm_positions[rows, rank] = columns
+    masked_lm_ids[rows, rank] = labels
+    masked_lm_weights[rows, rank] = 1.0
 
     return InstanceBatch(
-        input_ids=input_ids.astype(np.int64),
+        input_ids=input_ids,
         input_mask=input_mask,
         segment_ids=segment_ids,
         masked_lm_positions=masked_lm_positions,
         masked_lm_ids=masked_lm_ids,
         masked_lm_weights=masked_lm_weights,
-        next_sentence_labels=plan.is_random_next.astype(np.int64)[:, None],
+        next_sentence_labels=plan.is_random_next.astype(np.int32)[:, None],
     )
 
 
 def _select_tokens(candidates: np.ndarray, budget: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The first ``budget`` candidates of a uniform shuffle, per row."""
-    keys = np.where(candidates, rng.random(candidates.shape), np.inf)
-    rank = np.argsort(np.argsort(keys, axis=1, kind="stable"), axis=1, kind="stable")
-    return candidates & (rank < budget[:, None])
+    """A uniformly random subset of ``budget`` candidates per row (or all of
+    them if fewer): BERT's shuffle-then-take-the-first, drawn by sequential
+    selection sampling (Knuth's algorithm S), one numpy step per column."""
+    n, length = candidates.shape
+    need = budget.astype(np.int64).copy()
+    remaining = candidates.sum(axis=1).astype(np.int64)
+    draws = rng.random((n, length))
+    selected = np.zeros((n, length), dtype=bool)
+    for column in range(length):
+        candidate = candidates[:, column]
+        take = candidate & (draws[:, column] * remaining < need)
+        selected[:, column] = take
+        need -= take
+        remaining -= candidate
+    return selected
 
 
 def _select_whole_words(original: np.ndarray, candidates: np.ndarray, budget: np.ndarray,

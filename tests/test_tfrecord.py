@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from common.tfrecord import Ragged, ShardWriter, concat_rows, encode_examples, frame_records, varints
+from common.tfrecord import Ragged, ShardWriter, encode_examples, encode_records, frame_records, varints
 from tests.tf_reader import read_examples
 
 tf = pytest.importorskip("tensorflow")
@@ -38,19 +38,12 @@ def test_varints_match_protobuf():
     assert encoded.lengths.tolist() == [len(expected)]
 
 
-def test_concat_rows():
-    a = Ragged(np.frombuffer(b"abcdef", dtype=np.uint8), np.array([1, 0, 5]))
-    b = Ragged(np.frombuffer(b"XYZ", dtype=np.uint8), np.array([2, 1, 0]))
-    out = concat_rows([a, b])
-    assert out.data.tobytes() == b"aXYZbcdef"
-    assert out.lengths.tolist() == [3, 1, 5]
-
-
 @pytest.mark.parametrize("seq,pred,vocab", [(128, 20, 30522), (512, 80, 250000), (8, 2, 10)])
 def test_examples_parse_identically_in_tensorflow(tmp_path, seq, pred, vocab):
     rng = np.random.default_rng(seq)
     features = random_features(rng, 300, seq, pred, vocab)
-    framed = frame_records(encode_examples(features))
+    framed = encode_records(features)
+    assert framed == frame_records(encode_examples(features))  # the bulk framing equals the simple one
     path = tmp_path / "shard.tfrecord"
     path.write_bytes(framed)
     examples = read_examples(str(path), seq, pred)
@@ -86,7 +79,7 @@ def test_shard_writer_streams_batches(tmp_path, compression):
     batches = [random_features(rng, n, 32, 5, 30522) for n in (7, 0, 50)]
     for features in batches:
         if len(features["input_ids"]):
-            writer.write(frame_records(encode_examples(features)), len(features["input_ids"]))
+            writer.write(encode_records(features), len(features["input_ids"]))
     digest = writer.close()
     path = tmp_path / "shard"
     path.write_bytes(buffer.getvalue())

@@ -21,7 +21,7 @@ from common.formats import CorpusFormat, ParseReport, parse_documents
 from common.instances import (SpecialIds, TokenizedDocuments, build_batch, derive_seed, plan_instances)
 from common.sentences import Segmenter, split_segments
 from common.tasks import Task
-from common.tfrecord import ShardWriter, encode_examples, frame_records
+from common.tfrecord import ShardWriter, encode_records
 from common.tokenization import Vocabulary
 
 #: Instances masked and encoded per numpy batch: bounds memory per pass.
@@ -127,7 +127,7 @@ class TaskProcessor:
                 with stats.stage("mask"):
                     batch = build_batch(documents.tokens, part, params, self.special, mask_rng)
                 with stats.stage("serialize"):
-                    framed = frame_records(encode_examples(batch.features()))
+                    framed = encode_records(batch.features())
                 with stats.stage("write"):
                     writer.write(framed, len(batch))
                 stats.instances += len(batch)
