@@ -192,7 +192,8 @@ class S3Storage:
 
         self.bucket, self.prefix = split_s3_uri(uri)
         self.retry = retry or RetryPolicy()
-        config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+        # botocore retries quickly and silently; RetryPolicy waits longer and logs.
+        config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60)
         self.client = boto3.client("s3", endpoint_url=endpoint_url or None, config=config)
 
     def _key(self, name: str) -> str:

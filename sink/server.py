@@ -23,7 +23,7 @@ from common import protocol
 from common.config import JobConfig
 from common.manifest import Manifest, ManifestMismatch
 from common.security import Curve
-from common.storage import open_storage
+from common.storage import StorageError, open_storage
 from common.transport import Counter, bind_endpoint, endpoint, make_socket, new_identity, parse_address
 from sink.progress import Throughput
 
@@ -131,7 +131,10 @@ class SinkServer:
                 log.info("%s", self.throughput.line(now))
                 last_report = now
             if self.manifest is not None and now - last_publish > self.options.publish_seconds:
-                self.manifest.publish()
+                try:
+                    self.manifest.publish()
+                except StorageError as error:  # the journal is safe; publish again later
+                    log.warning("sink: could not publish the manifest yet: %s", error)
                 last_publish = now
 
             events = dict(poller.poll(timeout=200))

@@ -1,0 +1,252 @@
+"""The whole fleet on a real network: 4 hosts (network namespaces on a bridge,
+10.213.0.0/24, one sshd each), driven by the same playbooks over ssh.
+
+host0 runs the ventilator and its sink, host1-3 the workers; the job turns
+../shared/corpus/wiki into TFRecord shards in a local directory (the hosts
+share this machine's filesystem), and every shard is read back with
+TensorFlow. The playbooks run with mlm_process_manager=pidfile (these hosts
+have no systemd). Every playbook that should be idempotent is run twice and
+the second run must change nothing. Everything is torn down, also on failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fleet import fleetnet
+from tests.fleet.fleethelpers import ANSIBLE_DIR, ansible_env, ansible_tool, recap
+from tests.helpers import REPO, VOCAB
+from tests.helpers import WIKI as CORPUS
+from tests.tf_reader import read_examples
+
+pytestmark = pytest.mark.fleet
+
+MAX_SEQ_LENGTH = 128
+MAX_PREDICTIONS = 20
+HOSTS = 4
+
+
+def _skip_reasons() -> list[str]:
+    reasons = []
+    if not CORPUS.is_dir() or not VOCAB.is_file():
+        reasons.append(f"needs ../shared (corpus and vocabulary) beside the repository: {CORPUS.parents[1]} is absent")
+    problem = fleetnet.preflight()
+    if problem:
+        reasons.append(f"cannot create test hosts: {problem}")
+    for module in ("ventilator", "worker", "sink"):
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, timeout=120)
+        if proc.returncode != 0:
+            reasons.append(f"`python -m {module} --help` fails: the package is not installed or not ready")
+            break
+    return reasons
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    reasons = _skip_reasons()
+    if reasons:
+        pytest.skip("; ".join(reasons))
+    directory = tmp_path / "fleet"
+    python = sys.executable
+    created = fleetnet.up(str(directory), HOSTS, owner_pid=os.getpid(), python=python)
+    try:
+        yield created
+    finally:
+        problems = fleetnet.down(str(directory))
+        leftovers = [n for n in fleetnet.list_netns() if n.startswith(created.tag)]
+        assert not problems and not leftovers, f"teardown: {problems} {leftovers}"
+
+
+class Ansible:
+    def __init__(self, fleet: fleetnet.Fleet, tmp: Path):
+        self.fleet = fleet
+        self.env = ansible_env(tmp)
+        self.log = tmp / "ansible.log"
+        self.vars = tmp / "job-vars.yml"
+        job = {
+            "mlm_python": sys.executable,
+            # The hosts share this machine's filesystem: reuse its dependencies
+            # (tensorflow-free; pyzmq, tokenizers, ...) instead of downloading them.
+            "mlm_venv_site_packages": True,
+            "mlm_pip_extra_args": "--no-deps",
+            "mlm_wheel_dir": str(tmp / "wheels"),
+            "mlm_data": str(CORPUS),
+            "mlm_output": str(fleet.dir + "/out"),
+            "mlm_vocab_file": str(VOCAB),
+            "mlm_worker_processes": 1,
+            "mlm_stop_timeout": 60,
+            "mlm_wait_timeout": 240,
+            "mlm_job_args": {"dupe-factor": 1, "task-size": "256K", "max-seq-length": MAX_SEQ_LENGTH,
+                             "max-predictions-per-seq": MAX_PREDICTIONS, "random-seed": 12345},
+        }
+        if sys.prefix != sys.base_prefix:  # running in a venv: its site-packages hold the dependencies
+            job["mlm_venv_extra_site_dirs"] = [sysconfig.get_paths()["purelib"]]
+        self.vars.write_text(yaml.safe_dump(job))
+
+    def play(self, playbook: str, *extra: str, timeout: float = 300) -> dict[str, dict[str, int]]:
+        argv = [ansible_tool("ansible-playbook"), "-i", self.fleet.inventory_path, "-e", f"@{self.vars}",
+                *extra, playbook]
+        started = time.monotonic()
+        proc = subprocess.run(argv, cwd=ANSIBLE_DIR, capture_output=True, text=True, env=self.env, timeout=timeout)
+        with open(self.log, "a") as log:
+            log.write(f"\n===== {' '.join(argv[1:])} ({time.monotonic() - started:.1f}s, rc {proc.returncode})\n")
+            log.write(proc.stdout + proc.stderr)
+        assert proc.returncode == 0, f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n{self.logs()}"
+        counts = recap(proc.stdout)
+        assert counts, proc.stdout
+        assert all(c["unreachable"] == 0 and c["failed"] == 0 for c in counts.values()), proc.stdout
+        return counts
+
+    def logs(self) -> str:
+        """Tail of every service log on the hosts, for failure messages."""
+        parts = []
+        for host in self.fleet.hosts:
+            for log in sorted(Path(host.dir, "state", "procs").glob("*.log")):
+                parts.append(f"--- {host.name} {log.name}\n" + "\n".join(log.read_text().splitlines()[-15:]))
+        return "\n".join(parts)
+
+
+def _changed(counts: dict[str, dict[str, int]]) -> dict[str, int]:
+    return {host: c["changed"] for host, c in counts.items() if c["changed"]}
+
+
+def _status(host: fleetnet.Host, name: str) -> dict:
+    path = Path(host.dir, "state", "procs", f"{name}.json")
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_fleet_job_over_ssh(fleet, tmp_path):
+    ansible = Ansible(fleet, tmp_path)
+    ventilator, workers = fleet.hosts[0], fleet.hosts[1:]
+    worker_names = {h.name for h in workers}
+
+    # Reachable over the bridge with the generated key, and the inventory has the expected shape.
+    counts = ansible.play("ping.yaml")
+    assert {h.name for h in fleet.hosts} <= set(counts)
+
+    # Install from the local checkout; the second run changes nothing.
+    first = ansible.play("init.yaml")
+    assert all(first[h.name]["changed"] > 0 for h in fleet.hosts)
+    assert _changed(ansible.play("init.yaml")) == {}, "init.yaml is not idempotent"
+
+    # Workers start (no ventilator yet: they wait for it); the second run changes nothing.
+    assert set(_changed(ansible.play("working.yaml"))) == worker_names
+    assert _changed(ansible.play("working.yaml")) == {}, "working.yaml is not idempotent"
+    pids = {h.name: _status(h, "worker@1")["pid"] for h in workers}
+
+    # Graceful drain: SIGTERM, wait; the workers exit 0. Nothing left to stop the second time.
+    assert set(_changed(ansible.play("stopping.yaml"))) == worker_names
+    for host in workers:
+        status = _status(host, "worker@1")
+        assert status["state"] == "exited" and status["exit_code"] == 0, status
+        assert not fleetnet.pid_alive(pids[host.name])
+    assert _changed(ansible.play("stopping.yaml")) == {}, "stopping.yaml is not idempotent"
+
+    # The ventilator and its sink on host0; the second run changes nothing.
+    assert set(_changed(ansible.play("ventilating.yaml"))) == {ventilator.name}
+    assert _changed(ansible.play("ventilating.yaml")) == {}, "ventilating.yaml is not idempotent"
+
+    # Workers again: the job runs over the bridge; waiting.yaml checks everyone exited 0.
+    ansible.play("working.yaml")
+    ansible.play("waiting.yaml", timeout=400)
+    assert _status(ventilator, "ventilator")["exit_code"] == 0, ansible.logs()
+    # The finished job is not started again by a second run (-e mlm_rerun=true would).
+    assert _changed(ansible.play("ventilating.yaml")) == {}, "ventilating.yaml restarted a finished job"
+
+    # A pip requirement at a given version ("mlm-pipeline==0.1.0"), from a local find-links
+    # directory standing in for an index, into a fresh install dir on one host.
+    ansible.play("init.yaml", "--limit", workers[-1].name,
+                 "-e", "mlm_install_source=pip", "-e", "mlm_version=0.1.0",
+                 "-e", f"mlm_install_dir={workers[-1].dir}/pinned",
+                 # --ignore-installed: with system site-packages pip would take this machine's own
+                 # mlm-pipeline as "already satisfied" and install nothing into the new venv.
+                 "-e", f"mlm_pip_extra_args='--no-deps --ignore-installed --no-index "
+                       f"--find-links {tmp_path / 'wheels'}'")
+    pinned = Path(workers[-1].dir, "pinned", "venv", "bin", "mlm-worker")
+    assert pinned.exists()
+
+    check_output(fleet, ansible)
+
+
+def check_output(fleet: fleetnet.Fleet, ansible: Ansible) -> None:
+    out = Path(fleet.dir, "out")
+    manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines() if line.strip()]
+    shards = sorted(out.glob("*.tfrecord"))
+    assert manifest and shards
+    assert sorted(Path(m["shard"]).name for m in manifest) == [s.name for s in shards], \
+        "every shard is in the manifest, every manifest entry has its shard"
+    assert len({m["task"] for m in manifest}) == len(manifest)
+
+    # The work crossed the network: workers acknowledged to the ventilator host's bridge address,
+    # and more than one worker host wrote shards.
+    ventilator = fleet.hosts[0]
+    by_host = {}
+    for host in fleet.hosts[1:]:
+        log = Path(host.dir, "state", "procs", "worker@1.log").read_text()
+        assert f"tcp://{ventilator.address}:" in log or ventilator.address in log, log[-2000:]
+        by_host[host.name] = {m["task"] for m in manifest if m.get("worker") and m["worker"] in log}
+    if all("worker" in m for m in manifest):
+        assert sum(1 for tasks in by_host.values() if tasks) >= 2, f"one host did all the work: {by_host}"
+        assert set().union(*by_host.values()) == {m["task"] for m in manifest}
+
+    pytest.importorskip("tensorflow", reason="TensorFlow is needed to read the shards back")
+    vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
+    total = 0
+    for entry in manifest:
+        path = Path(entry["shard"])
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], path
+        records = 0
+        # tf.data.TFRecordDataset + tf.io.parse_single_example with run_pretraining.py's features
+        for ex in read_examples(str(path), MAX_SEQ_LENGTH, MAX_PREDICTIONS):
+            length = int(ex["input_mask"].sum())
+            assert 5 <= length <= MAX_SEQ_LENGTH
+            assert set(ex["input_mask"].tolist()) <= {0, 1}
+            assert (ex["input_ids"][length:] == 0).all() and (ex["input_ids"] < vocab_size).all()
+            assert set(ex["segment_ids"].tolist()) <= {0, 1}
+            assert ex["next_sentence_labels"][0] in (0, 1)
+            n_masked = int(ex["masked_lm_weights"].sum())
+            assert 1 <= n_masked <= MAX_PREDICTIONS
+            assert (ex["masked_lm_positions"][:n_masked] < length).all()
+            assert (ex["masked_lm_ids"][:n_masked] < vocab_size).all()
+            records += 1
+        assert records == entry["records"], f"{path}: {records} records, manifest says {entry['records']}"
+        total += records
+    assert total > 0
+    summary_path = Path(fleet.dir, "out", "summary.json")
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        if "records" in summary:
+            assert summary["records"] == total
+    print(f"fleet job: {len(manifest)} shards, {total} records, "
+          f"tasks per worker host: { {h: len(t) for h, t in by_host.items()} }")
+    assert re.search(r"exited with 0", Path(ventilator.dir, "state", "procs", "ventilator.log").read_text())
+
+
+def test_leftovers_of_a_dead_run_are_cleaned(tmp_path):
+    """A fleet whose owner died (a crashed test run) is removed by the next run's cleanup."""
+    problem = fleetnet.preflight()
+    if problem:
+        pytest.skip(f"cannot create test hosts: {problem}")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = fleetnet.up(str(tmp_path / "stale"), 2, owner_pid=dead.pid)
+    try:
+        assert stale.hosts[0].netns in fleetnet.list_netns()
+        with fleetnet.registry_lock():
+            removed = fleetnet.cleanup()
+        assert stale.tag in removed
+        assert not [n for n in fleetnet.list_netns() if n.startswith(stale.tag)]
+        assert stale.bridge not in fleetnet.list_bridges()
+    finally:
+        fleetnet.down(str(tmp_path / "stale"))
