@@ -27,10 +27,13 @@ import msgpack
 
 PROTOCOL_VERSION = 1
 
-#: Frames larger than this are refused by the socket itself (ZMQ_MAXMSGSIZE).
-#: A task shipped with its content is at most --task-size plus the rest of
-#: its last document, so the ventilator raises this with the task size.
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Inbound frames larger than this are refused by the socket itself
+#: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
+#: so face whoever connects: the ventilator's and the sink's, which only
+#: ever receive small messages.  Workers only connect to their ventilator and
+#: receive task content (up to --task-size plus the rest of a document), so
+#: theirs is unlimited.
+MAX_INBOUND_BYTES = 1024 * 1024
 
 
 class ProtocolError(ValueError):
@@ -58,6 +61,7 @@ class SinkHello:
 
     sink_id: str
     done: dict
+    last: bool = True  # big manifests come in several SinkHellos: dispatch after the last
 
 
 @dataclass

@@ -50,7 +50,7 @@ def new_identity(role: str) -> str:
     return f"{role}-{_socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES,
+def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = protocol.MAX_INBOUND_BYTES,
                 linger_ms: int = 2000) -> zmq.Socket:
     sock = context.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)

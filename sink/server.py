@@ -183,8 +183,11 @@ class SinkServer:
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 
     def _hello_done(self, send) -> None:
-        done = {task_id: entry.get("version", "") for task_id, entry in self.manifest.entries.items()}
-        send(protocol.SinkHello(self.sink_id, done))
+        done = [(task_id, entry.get("version", "")) for task_id, entry in self.manifest.entries.items()]
+        chunk = 5000  # ~300 KB a message, under the ventilator's inbound limit
+        for start in range(0, max(len(done), 1), chunk):
+            part = dict(done[start:start + chunk])
+            send(protocol.SinkHello(self.sink_id, part, start + chunk >= len(done)))
 
     def _drain_acks(self, pull: zmq.Socket) -> list[protocol.TaskAck]:
         acks = []

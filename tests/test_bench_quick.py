@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from bench.extras import installed
-from bench.run import ROWS
+from bench.run import ROWS, STAGE_NAMES, STAGE_ROWS
 from tests.helpers import REPO, need_shared
 
 pytestmark = pytest.mark.bench
@@ -27,13 +27,21 @@ def test_quick_benchmark_reports_every_row(tmp_path):
     assert markdown.read_text() in result.stdout
     cells = {}
     for line in result.stdout.splitlines():
-        if line.startswith("| ") and not line.startswith(("| Metric", "| ---")):
-            metric, value = [cell.strip() for cell in line.strip().strip("|").split("|")][:2]
-            cells[metric] = value
+        if line.startswith("| ") and not line.startswith(("| Metric", "| Worker |", "| ---")):
+            metric, *values = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            cells[metric] = values
+    number = re.compile(r"^[-+]?[\d,]*\.?\d+")
     for row in ROWS:
         assert row.metric in cells, f"row missing: {row.metric}"
-        value = cells[row.metric]
+        value = cells[row.metric][0]
         missing = [module for module in row.needs if not installed(module)]
         if missing and value.startswith("n/a"):
             continue  # an optional package is not installed here
-        assert re.match(r"^[-+]?[\d,]*\.?\d+", value), f"{row.metric}: no number in {value!r}"
+        assert number.match(value), f"{row.metric}: no number in {value!r}"
+    for tokenizer, _dupe, label in STAGE_ROWS:
+        assert label in cells, f"stage row missing: {label}"
+        values = cells[label]
+        assert len(values) == len(STAGE_NAMES)
+        if tokenizer == "fast" and not installed("nanotoken"):
+            continue
+        assert all(number.match(v) for v in values), f"{label}: {values}"

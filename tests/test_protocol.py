@@ -59,3 +59,10 @@ def test_random_bytes_and_truncations_only_raise_protocol_error():
         except protocol.ProtocolError:
             pass
     assert decoded < len(frames)
+
+
+def test_sink_hello_of_a_big_manifest_fits_the_inbound_limit():
+    """The sink sends its done set in chunks small enough for the ventilator's socket."""
+    from common.protocol import MAX_INBOUND_BYTES
+    chunk = {f"{i:020x}": f'"{i:032x}-12"' for i in range(5000)}
+    assert len(protocol.encode(protocol.SinkHello("sink-host-123-abcdef", chunk, False))) < MAX_INBOUND_BYTES

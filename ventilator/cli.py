@@ -9,7 +9,6 @@ import click
 
 from common import logs
 from common.config import BertParams
-from common.protocol import DEFAULT_MAX_MESSAGE_BYTES
 from common.security import Curve
 from common.tasks import parse_size
 from ventilator.job import JobError, JobOptions, prepare_job
@@ -126,8 +125,7 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
 
     server_options = ServerOptions(bind_host=bind_host, port=vport, max_attempts=max_attempts,
                                    report_seconds=report_seconds, confirm_seconds=confirm_seconds,
-                                   curve=Curve(curve_dir) if curve_dir else None,
-                                   max_message_bytes=max(DEFAULT_MAX_MESSAGE_BYTES, 4 * task_size + (1 << 20)))
+                                   curve=Curve(curve_dir) if curve_dir else None)
     failure: list[str] = []
 
     def child_failed() -> bool:

@@ -47,7 +47,7 @@ class ServerOptions:
     max_attempts: int = 3
     confirm_seconds: float = 120.0
     report_seconds: float = 10.0
-    max_message_bytes: int = protocol.DEFAULT_MAX_MESSAGE_BYTES
+    max_message_bytes: int = protocol.MAX_INBOUND_BYTES
     curve: Curve | None = None
 
 
@@ -186,11 +186,13 @@ class VentilatorServer:
             self.sink = identity
             versions = {k: v for k, v in message.done.items() if isinstance(k, str) and isinstance(v, str)} \
                 if isinstance(message.done, dict) else {}
-            newly = self.dispatcher.mark_done(list(versions), versions)
-            if not self.sink_ready:
-                self._done_at_start = self.dispatcher.counts[State.DONE]
-                log.info("sink %s ready: %d of %d tasks already done", peer.name, len(newly), self.dispatcher.total)
-            self.sink_ready = True
+            self.dispatcher.mark_done(list(versions), versions)
+            if message.last:
+                if not self.sink_ready:
+                    self._done_at_start = self.dispatcher.counts[State.DONE]
+                    log.info("sink %s ready: %d of %d tasks already done", peer.name, self._done_at_start,
+                             self.dispatcher.total)
+                self.sink_ready = True
         elif isinstance(message, protocol.TasksDone) and peer.role == "sink":
             self.dispatcher.mark_done(message.task_ids)
             self.documents_done += message.documents

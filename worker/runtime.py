@@ -138,7 +138,7 @@ class WorkerProcess:
         if removed:
             log.info("%s: removed %d spool file(s) of worker processes that died", self.worker_id, removed)
         host, port = parse_address(self.options.ventilator, 5557)
-        dealer = make_socket(self.context, zmq.DEALER)
+        dealer = make_socket(self.context, zmq.DEALER, max_message_bytes=-1)  # task content
         dealer.setsockopt(zmq.IDENTITY, self.worker_id.encode())
         if self.options.curve:
             self.options.curve.connect_as_client(dealer)

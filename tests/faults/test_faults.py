@@ -4,6 +4,7 @@ no extra files."""
 
 import json
 import random
+import sys
 import signal
 import socket
 import threading
@@ -30,7 +31,8 @@ def clean(tmp_path_factory):
     return output
 
 
-def assert_same_as_clean(output: Path, clean: Path) -> None:
+def assert_same_as_clean(output: Path, clean: Path) -> int:
+    """Returns the records checked (all present once, none extra)."""
     ours, reference = manifest(output), manifest(clean)  # manifest() fails on a task listed twice
     assert set(ours) == set(reference)
     for task, entry in reference.items():
@@ -38,6 +40,12 @@ def assert_same_as_clean(output: Path, clean: Path) -> None:
     assert shard_digests(output) == shard_digests(clean)
     extra = {p.name for p in output.iterdir()} - {p.name for p in clean.iterdir()}
     assert not extra, f"extra files: {extra}"
+    return sum(entry["records"] for entry in ours.values())
+
+
+def figure(text: str) -> None:
+    """A line for docs/reliability.md (shown with pytest -s)."""
+    print(f"\nFIGURE {text}", file=sys.stderr)
 
 
 @pytest.fixture
@@ -72,7 +80,8 @@ def test_kill_9_random_workers(clean, cluster, seed):
         c.start_worker()
     assert c.wait() == 0, c.tail()
     assert kills >= 2
-    assert_same_as_clean(c.output, clean)
+    records = assert_same_as_clean(c.output, clean)
+    figure(f"kill -9 workers, schedule seed {seed}: {kills} workers killed, {records} records, 0 lost, 0 duplicated")
 
 
 def test_kill_9_ventilator_and_restart(clean, cluster):
@@ -82,7 +91,8 @@ def test_kill_9_ventilator_and_restart(clean, cluster):
     time.sleep(1)
     c.start_ventilator()  # the same command
     assert c.wait() == 0, c.tail()
-    assert_same_as_clean(c.output, clean)
+    records = assert_same_as_clean(c.output, clean)
+    figure(f"kill -9 ventilator, restarted: {records} records, 0 lost, 0 duplicated")
 
 
 def test_kill_9_sink_and_restart(clean, cluster):
@@ -92,7 +102,8 @@ def test_kill_9_sink_and_restart(clean, cluster):
     time.sleep(2)  # acks pile up in the workers' queues meanwhile
     c.start_sink()
     assert c.wait() == 0, c.tail()
-    assert_same_as_clean(c.output, clean)
+    records = assert_same_as_clean(c.output, clean)
+    figure(f"kill -9 sink, restarted: {records} records, 0 lost, 0 duplicated")
 
 
 def test_sigterm_worker_mid_task_drains(clean, cluster):
@@ -105,7 +116,8 @@ def test_sigterm_worker_mid_task_drains(clean, cluster):
     assert time.monotonic() - started < 30
     assert c.wait() == 0, c.tail()
     assert "drained, exiting" in c.log_text()
-    assert_same_as_clean(c.output, clean)
+    records = assert_same_as_clean(c.output, clean)
+    figure(f"SIGTERM worker mid-task: exited 0 in {time.monotonic() - started:.1f}s, {records} records, 0 lost")
 
 
 def test_fuzzed_sockets_during_a_run(clean, cluster):
@@ -166,9 +178,11 @@ def test_fuzzed_sockets_during_a_run(clean, cluster):
     assert code == 0, c.tail()
     assert sent["zmq"] >= 1000 and sent["tcp"] >= 2
     assert "dropped a message" in c.log_text()
-    assert_same_as_clean(c.output, clean)
+    records = assert_same_as_clean(c.output, clean)
     summary = json.loads((c.output / "summary.json").read_text())
     assert sum(summary["dropped_messages"].values()) > 0
+    figure(f"fuzzing: {sent['zmq']} malformed ZeroMQ frames and {sent['tcp']} raw TCP garbage connections; "
+           f"sink dropped {sum(summary['dropped_messages'].values())}; {records} records, 0 lost")
 
 
 def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
@@ -205,7 +219,8 @@ def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
         outsider_logs = "\n".join(log.read_text() for log in c.logs if log.name.startswith(("intruder", "plain")))
         assert "job " not in outsider_logs, "an outsider received the job configuration"
         assert "forged" not in {e["task"] for e in manifest(c.output).values()}
-        assert_same_as_clean(c.output, clean)
+        records = assert_same_as_clean(c.output, clean)
+        figure(f"CURVE: 2 unauthorised workers got nothing, 50 forged acks ignored; {records} records from the authorised one")
     finally:
         for outsider in outsiders:
             outsider.kill()
@@ -229,11 +244,78 @@ def test_s3_endpoint_down_for_10_seconds(clean, s3, tmp_path):
         finally:
             s3.gateway("start")
         assert c.wait() == 0, c.tail()
-        assert "retrying" in c.log_text(), "the outage was not noticed"
+        retries = c.log_text().count("retrying")
+        assert retries, "the outage was not noticed"
     finally:
         c.close()
     download = tmp_path / "download"
     download.mkdir()
     for obj in client.list_objects_v2(Bucket=bucket, Prefix="run/")["Contents"]:
         client.download_file(bucket, obj["Key"], str(download / obj["Key"].split("/", 1)[1]))
-    assert_same_as_clean(download, clean)
+    records = assert_same_as_clean(download, clean)
+    figure(f"S3 endpoint down 10 s mid-run: {retries} retried requests, {records} records, 0 lost")
+
+
+def test_poison_task_is_quarantined_and_the_run_completes(tmp_path):
+    """With --shared-fs workers read the corpus; a file that vanishes after
+    planning fails on every worker: quarantined after --max-attempts, reported,
+    and everything else is written."""
+    import shutil
+
+    need_shared()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(WIKI, corpus)
+    c = Cluster(corpus, tmp_path / "out", [*JOB, "--shared-fs", "--max-attempts", "2"], tmp_path)
+    try:
+        c.start_sink()
+        c.start_ventilator()
+        deadline = time.monotonic() + 60
+        while "ready" not in c.log_text():
+            assert time.monotonic() < deadline, c.tail()
+            time.sleep(0.1)
+        (corpus / "AB" / "wiki_00").unlink()
+        c.start_worker()
+        c.start_worker()
+        assert c.wait() == 3, c.tail()
+        assert "ventilator: error: " in c.log_text() and "quarantined" in c.log_text()
+        summary = json.loads((c.output / "summary.json").read_text())
+        failures = summary["quarantined"]
+        assert failures and all(f["source"] == "AB/wiki_00" and f["attempts"] == 2 for f in failures.values())
+        assert all("No such file" in " ".join(f["errors"]) for f in failures.values())
+        assert {e["source"] for e in manifest(c.output).values()} == {"AA/wiki_00"}
+        figure(f"poison task: {len(failures)} tasks of a vanished file quarantined after 2 attempts; run completed")
+    finally:
+        c.close()
+
+
+def test_slow_worker_keeps_its_lease(tmp_path):
+    """Tasks that take several lease periods are not taken from a live
+    worker: heartbeats come from a thread that is not the computing one."""
+    need_shared()
+    job = ["--vocab-file", VOCAB, "--dupe-factor", "20", "--task-size", "4M",
+           "--lease-seconds", "0.8", "--heartbeat-seconds", "0.2"]
+    c = Cluster(WIKI, tmp_path / "out", job, tmp_path)
+    try:
+        c.start(workers=1)
+        assert c.wait() == 0, c.tail()
+        assert "back in the queue" not in c.log_text(), "a live worker was robbed of its task"
+        entries = manifest(c.output)
+        assert len(entries) == 2
+    finally:
+        c.close()
+
+
+def test_late_joiner_gets_work(tmp_path):
+    """Credit-based dispatch: the first worker holds one task at a time, so a
+    worker that connects later still finds work."""
+    need_shared()
+    c = Cluster(WIKI, tmp_path / "out", ["--vocab-file", VOCAB, "--dupe-factor", "3", "--task-size", "128K"], tmp_path)
+    try:
+        c.start(workers=1)
+        c.wait_for_progress(2)
+        c.start_worker()
+        assert c.wait() == 0, c.tail()
+        workers = [e["worker"] for e in manifest(c.output).values()]
+        assert len(set(workers)) == 2, "the late worker got nothing"
+    finally:
+        c.close()

@@ -1,0 +1,369 @@
+# The EC2 fleet of mlm-pipeline: one ventilator/sink instance and
+# number_of_worker worker instances, a security group that keeps the pipeline
+# ports inside the fleet, an instance role that can write only below the
+# output prefix, and (optionally) the VPC and the bucket.
+#
+# Names, tags, the IAM policy, user_data, command lines and the inventory come
+# from ./modules/fleet_config, which needs no provider and is covered by
+# `terraform test` there.
+
+module "fleet" {
+  source = "./modules/fleet_config"
+
+  fleet_name            = var.fleet_name
+  region                = var.region
+  partition             = data.aws_partition.current.partition
+  number_of_worker      = var.number_of_worker
+  worker_processes      = var.worker_processes
+  worker_vcpus          = data.aws_ec2_instance_type.worker.default_vcpus
+  ventilator_port       = var.ventilator_port
+  sink_port             = var.sink_port
+  bucket_name           = var.bucket_name
+  bucket_prefix         = var.bucket_prefix
+  package_spec          = var.package_spec
+  pip_extra_args        = var.pip_extra_args
+  start_workers_on_boot = var.start_workers_on_boot
+  data_dir              = var.data_dir
+  vocab_file            = var.vocab_file
+  job_args              = var.job_args
+  extra_tags            = var.tags
+
+  # Only the worker user_data and the inventory depend on these: the
+  # ventilator's own user_data and tags do not, so there is no cycle.
+  ventilator_private_ip = aws_instance.ventilator.private_ip
+  ventilator_public_ip  = aws_instance.ventilator.public_ip
+  workers               = [for w in aws_instance.worker : { private_ip = w.private_ip, public_ip = w.public_ip }]
+}
+
+data "aws_partition" "current" {}
+
+data "aws_availability_zones" "available" {
+  state = "available"
+}
+
+# ---------------------------------------------------------------- AMI: current Ubuntu LTS, by name
+
+data "aws_ec2_instance_type" "worker" {
+  instance_type = var.worker_instance_type
+}
+
+data "aws_ec2_instance_type" "ventilator" {
+  instance_type = var.ventilator_instance_type
+}
+
+locals {
+  # Graviton types get the arm64 image, the others amd64.
+  arch = {
+    worker     = contains(data.aws_ec2_instance_type.worker.supported_architectures, "arm64") ? "arm64" : "amd64"
+    ventilator = contains(data.aws_ec2_instance_type.ventilator.supported_architectures, "arm64") ? "arm64" : "amd64"
+  }
+}
+
+data "aws_ami" "ubuntu" {
+  for_each = toset(values(local.arch))
+
+  most_recent = true
+  owners      = ["099720109477"] # Canonical
+
+  filter {
+    name   = "name"
+    values = ["ubuntu/images/hvm-ssd*/ubuntu-*-${var.ubuntu_release}-${each.key}-server-*"]
+  }
+  filter {
+    name   = "architecture"
+    values = [each.key == "arm64" ? "arm64" : "x86_64"]
+  }
+  filter {
+    name   = "virtualization-type"
+    values = ["hvm"]
+  }
+  filter {
+    name   = "root-device-type"
+    values = ["ebs"]
+  }
+}
+
+# ---------------------------------------------------------------- network (optional VPC)
+
+locals {
+  create_vpc = var.subnet_id == null
+  az         = coalesce(var.availability_zone, data.aws_availability_zones.available.names[0])
+  subnet_id  = local.create_vpc ? aws_subnet.fleet[0].id : var.subnet_id
+  vpc_id     = local.create_vpc ? aws_vpc.fleet[0].id : data.aws_subnet.given[0].vpc_id
+}
+
+data "aws_subnet" "given" {
+  count = local.create_vpc ? 0 : 1
+  id    = var.subnet_id
+}
+
+resource "aws_vpc" "fleet" {
+  count = local.create_vpc ? 1 : 0
+
+  cidr_block           = var.vpc_cidr
+  enable_dns_support   = true
+  enable_dns_hostnames = true
+  tags                 = { Name = "${var.fleet_name}-vpc" }
+}
+
+resource "aws_internet_gateway" "fleet" {
+  count = local.create_vpc ? 1 : 0
+
+  vpc_id = aws_vpc.fleet[0].id
+  tags   = { Name = "${var.fleet_name}-igw" }
+}
+
+resource "aws_subnet" "fleet" {
+  count = local.create_vpc ? 1 : 0
+
+  vpc_id                  = aws_vpc.fleet[0].id
+  cidr_block              = cidrsubnet(var.vpc_cidr, 24 - tonumber(split("/", var.vpc_cidr)[1]), 0)
+  availability_zone       = local.az
+  map_public_ip_on_launch = var.associate_public_ip
+  tags                    = { Name = "${var.fleet_name}-subnet" }
+}
+
+resource "aws_route_table" "fleet" {
+  count = local.create_vpc ? 1 : 0
+
+  vpc_id = aws_vpc.fleet[0].id
+  route {
+    cidr_block = "0.0.0.0/0"
+    gateway_id = aws_internet_gateway.fleet[0].id
+  }
+  tags = { Name = "${var.fleet_name}-rt" }
+}
+
+resource "aws_route_table_association" "fleet" {
+  count = local.create_vpc ? 1 : 0
+
+  subnet_id      = aws_subnet.fleet[0].id
+  route_table_id = aws_route_table.fleet[0].id
+}
+
+# S3 traffic stays inside AWS (no NAT, no data transfer charge).
+resource "aws_vpc_endpoint" "s3" {
+  count = local.create_vpc ? 1 : 0
+
+  vpc_id            = aws_vpc.fleet[0].id
+  service_name      = "com.amazonaws.${var.region}.s3"
+  vpc_endpoint_type = "Gateway"
+  route_table_ids   = [aws_route_table.fleet[0].id]
+  tags              = { Name = "${var.fleet_name}-s3" }
+}
+
+# ---------------------------------------------------------------- security group
+
+resource "aws_security_group" "fleet" {
+  name_prefix = "${var.fleet_name}-fleet-"
+  description = "mlm-pipeline fleet ${var.fleet_name}: pipeline ports inside the group, ssh from admin_cidrs"
+  vpc_id      = local.vpc_id
+  tags        = { Name = "${var.fleet_name}-fleet" }
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+# ssh only from the admin CIDRs.
+resource "aws_vpc_security_group_ingress_rule" "ssh" {
+  for_each = toset(var.admin_cidrs)
+
+  security_group_id = aws_security_group.fleet.id
+  description       = "ssh from admin ${each.value}"
+  ip_protocol       = "tcp"
+  from_port         = 22
+  to_port           = 22
+  cidr_ipv4         = strcontains(each.value, ":") ? null : each.value
+  cidr_ipv6         = strcontains(each.value, ":") ? each.value : null
+}
+
+# The ventilator and sink ports only from members of the same group.
+resource "aws_vpc_security_group_ingress_rule" "pipeline" {
+  for_each = {
+    ventilator = var.ventilator_port
+    sink       = var.sink_port
+  }
+
+  security_group_id            = aws_security_group.fleet.id
+  description                  = "${each.key} port from the fleet only"
+  ip_protocol                  = "tcp"
+  from_port                    = each.value
+  to_port                      = each.value
+  referenced_security_group_id = aws_security_group.fleet.id
+}
+
+# Out: apt/pip at boot, S3, and the workers' connections to the ventilator/sink.
+resource "aws_vpc_security_group_egress_rule" "all" {
+  security_group_id = aws_security_group.fleet.id
+  description       = "all outbound"
+  ip_protocol       = "-1"
+  cidr_ipv4         = "0.0.0.0/0"
+}
+
+# ---------------------------------------------------------------- IAM: instance role, no access keys
+
+data "aws_iam_policy_document" "assume_ec2" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "fleet" {
+  name_prefix        = "${var.fleet_name}-fleet-"
+  description        = "mlm-pipeline fleet ${var.fleet_name}: write shards below ${module.fleet.output_uri}"
+  assume_role_policy = data.aws_iam_policy_document.assume_ec2.json
+}
+
+resource "aws_iam_role_policy" "shards" {
+  name   = "write-shards-under-prefix"
+  role   = aws_iam_role.fleet.id
+  policy = module.fleet.s3_policy_json
+}
+
+resource "aws_iam_instance_profile" "fleet" {
+  name_prefix = "${var.fleet_name}-fleet-"
+  role        = aws_iam_role.fleet.name
+}
+
+# ---------------------------------------------------------------- S3 bucket (optional)
+
+resource "aws_s3_bucket" "shards" {
+  count = var.create_bucket ? 1 : 0
+
+  bucket        = var.bucket_name
+  force_destroy = var.force_destroy_bucket
+}
+
+resource "aws_s3_bucket_public_access_block" "shards" {
+  count = var.create_bucket ? 1 : 0
+
+  bucket                  = aws_s3_bucket.shards[0].id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_ownership_controls" "shards" {
+  count = var.create_bucket ? 1 : 0
+
+  bucket = aws_s3_bucket.shards[0].id
+  rule {
+    object_ownership = "BucketOwnerEnforced"
+  }
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "shards" {
+  count = var.create_bucket ? 1 : 0
+
+  bucket = aws_s3_bucket.shards[0].id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm = "AES256"
+    }
+  }
+}
+
+# ---------------------------------------------------------------- ssh key (optional)
+
+resource "aws_key_pair" "fleet" {
+  count = var.ssh_public_key == null ? 0 : 1
+
+  key_name_prefix = "${var.fleet_name}-"
+  public_key      = var.ssh_public_key
+}
+
+locals {
+  key_name = var.ssh_public_key == null ? var.key_name : aws_key_pair.fleet[0].key_name
+}
+
+# ---------------------------------------------------------------- instances
+
+resource "aws_instance" "ventilator" {
+  ami                         = data.aws_ami.ubuntu[local.arch.ventilator].id
+  instance_type               = var.ventilator_instance_type
+  subnet_id                   = local.subnet_id
+  vpc_security_group_ids      = [aws_security_group.fleet.id]
+  iam_instance_profile        = aws_iam_instance_profile.fleet.name
+  key_name                    = local.key_name
+  associate_public_ip_address = var.associate_public_ip
+  user_data                   = module.fleet.ventilator_user_data
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required" # IMDSv2 only
+    http_put_response_hop_limit = 1
+  }
+
+  root_block_device {
+    volume_type           = "gp3"
+    volume_size           = var.ventilator_volume_size
+    encrypted             = true
+    delete_on_termination = true
+  }
+
+  tags = module.fleet.ventilator_tags
+
+  lifecycle {
+    # A newer Ubuntu image must not replace a running fleet.
+    ignore_changes = [ami]
+
+    precondition {
+      condition     = !(var.key_name != null && var.ssh_public_key != null)
+      error_message = "Set key_name (an existing key pair) or ssh_public_key (a new one), not both."
+    }
+    precondition {
+      condition     = var.ventilator_port != var.sink_port
+      error_message = "ventilator_port and sink_port must differ."
+    }
+  }
+}
+
+resource "aws_instance" "worker" {
+  count = var.number_of_worker
+
+  ami                         = data.aws_ami.ubuntu[local.arch.worker].id
+  instance_type               = var.worker_instance_type
+  subnet_id                   = local.subnet_id
+  vpc_security_group_ids      = [aws_security_group.fleet.id]
+  iam_instance_profile        = aws_iam_instance_profile.fleet.name
+  key_name                    = local.key_name
+  associate_public_ip_address = var.associate_public_ip
+  user_data                   = module.fleet.worker_user_data
+
+  dynamic "instance_market_options" {
+    for_each = var.use_spot ? [1] : []
+    content {
+      market_type = "spot"
+      spot_options {
+        max_price                      = var.spot_max_price
+        spot_instance_type             = "one-time"
+        instance_interruption_behavior = "terminate"
+      }
+    }
+  }
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required"
+    http_put_response_hop_limit = 1
+  }
+
+  root_block_device {
+    volume_type           = "gp3"
+    volume_size           = var.volume_size
+    encrypted             = true
+    delete_on_termination = true
+  }
+
+  tags = module.fleet.worker_tags[count.index]
+
+  lifecycle {
+    ignore_changes = [ami]
+  }
+}
