@@ -19,7 +19,7 @@ from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator, sh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
-JOB = ["--vocab-file", VOCAB, "--dupe-factor", "3", "--task-size", "96K"]
+JOB = ["--vocab-file", VOCAB, "--dupe-factor", "5", "--task-size", "64K"]
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +67,13 @@ def test_kill_9_random_workers(clean, cluster, seed):
     rng = random.Random(seed)
     c = cluster(workers=3)
     total = len(manifest(clean))
+    # Kill points: random progress points with work left after each (as
+    # preemptions hit a running job), a short random delay after each.
+    points = sorted(rng.sample(range(1, total - 6), 4))
     kills = 0
-    for _ in range(4):
-        # Random points while work remains (as preemptions hit a running job).
-        c.wait_for_progress(min(total - 5, c.progress() + rng.randint(1, 3)))
-        time.sleep(rng.uniform(0.0, 1.5))
+    for point in points:
+        c.wait_for_progress(point)
+        time.sleep(rng.uniform(0.0, 0.3))
         live = c.live_workers()
         if c.ventilator.poll() is not None or not live:
             break
@@ -79,7 +81,7 @@ def test_kill_9_random_workers(clean, cluster, seed):
         kills += 1
         c.start_worker()
     assert c.wait() == 0, c.tail()
-    assert kills >= 2
+    assert kills == 4
     records = assert_same_as_clean(c.output, clean)
     figure(f"kill -9 workers, schedule seed {seed}: {kills} workers killed, {records} records, 0 lost, 0 duplicated")
 
