@@ -9,6 +9,7 @@ workers' disks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ class JobConfig:
     lease_seconds: float = 60.0
     heartbeat_seconds: float = 5.0
 
-    @property
+    @functools.cached_property
     def job_id(self) -> str:
         """Stable for the same input, tokenizer and parameters.
 

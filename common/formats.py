@@ -133,6 +133,34 @@ def _is_doc_header(line: bytes) -> bool:
     return line.startswith(b"<doc") and line[4:5] in (b" ", b">", b"\t")
 
 
+def _next_doc_header(read_at: ReadAt, line_start: int, size: int) -> int:
+    """The first ``<doc`` header line at or after a line start, by
+    searching for ``\n<doc`` in chunks (not line by line: documents are
+    thousands of lines)."""
+    head = read_at(line_start, 5)
+    if _is_doc_header(head):
+        return line_start
+    position = line_start  # the byte before position is a newline (or position is 0)
+    overlap = b""
+    while position < size:
+        chunk = read_at(position, _SCAN_CHUNK)
+        if not chunk:
+            break
+        text = overlap + chunk
+        base = position - len(overlap)
+        start = 0
+        while True:
+            found = text.find(b"\n<doc", start)
+            if found < 0 or found + 6 > len(text):
+                break
+            if text[found + 5:found + 6] in (b" ", b">", b"\t"):
+                return base + found + 1
+            start = found + 1
+        overlap = text[-6:]
+        position += len(chunk)
+    return size
+
+
 def boundary_at_or_after(fmt: CorpusFormat, read_at: ReadAt, pos: int, size: int) -> int:
     """The first document boundary at or after ``pos`` (``size`` if none).
 
@@ -150,10 +178,7 @@ def boundary_at_or_after(fmt: CorpusFormat, read_at: ReadAt, pos: int, size: int
     if fmt is CorpusFormat.WIKIEXTRACTOR_JSON:
         return line_start
     if fmt is CorpusFormat.WIKIEXTRACTOR:
-        for offset, line in _iter_lines_from(read_at, line_start):
-            if _is_doc_header(line):
-                return offset
-        return size
+        return _next_doc_header(read_at, line_start, size)
     # BERT text: a boundary is a line start right after a blank line.
     previous_blank = _previous_line_is_blank(read_at, line_start)
     for offset, line in _iter_lines_from(read_at, line_start):

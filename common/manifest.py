@@ -76,7 +76,11 @@ class Manifest:
             directory = os.path.join(os.path.expanduser(state_dir), f"{job_id}-{where}")
             os.makedirs(directory, exist_ok=True)
             self.path = os.path.join(directory, MANIFEST_NAME)
-        self.entries: dict[str, dict] = {}
+        # Per task only its input version (a run may have millions of
+        # tasks); the statistics are kept as running totals.
+        self.done: dict[str, str] = {}
+        self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
+                       "skipped_documents": {}}
         self._handle = None
         self._dirty = False
 
@@ -99,18 +103,31 @@ class Manifest:
                 handle.truncate(good)
                 os.fsync(handle.fileno())
         for entry in entries:
-            self.entries.setdefault(entry["task"], entry)
+            if entry["task"] not in self.done:
+                self._count(entry)
         self._handle = open(self.path, "ab")
         self._dirty = bool(entries)  # publish at least once what the journal holds
-        return self.entries
+        return self.done
+
+    def _count(self, entry: dict) -> None:
+        self.done[entry["task"]] = entry.get("version", "")
+        totals = self.totals
+        totals["tasks"] += 1
+        totals["shards"] += 1 if entry.get("shard") else 0
+        totals["records"] += entry.get("records", 0)
+        totals["documents"] += entry.get("documents", 0)
+        totals["tokens"] += entry.get("tokens", 0)
+        totals["bytes_written"] += entry.get("bytes", 0)
+        for reason, count in (entry.get("skipped") or {}).items():
+            totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""
         fresh = []
         for entry in entries:
-            if entry["task"] in self.entries:
+            if entry["task"] in self.done:
                 continue
-            self.entries[entry["task"]] = entry
+            self._count(entry)
             fresh.append(entry)
         if fresh:
             self._handle.write(b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in fresh))

@@ -19,6 +19,7 @@ Sockets (see README, "Sockets"):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ def decode(frame: bytes):
     cls = MESSAGE_TYPES.get(payload.pop("t", None))
     if cls is None:
         raise ProtocolError("unknown message type")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name in payload:
@@ -206,6 +207,11 @@ def decode(frame: bytes):
     if payload:
         raise ProtocolError(f"{cls.__name__} has unknown fields {sorted(payload)}")
     return cls(**kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
 
 
 def _conforms(value, hint) -> bool:

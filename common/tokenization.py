@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -95,6 +95,10 @@ class Vocabulary:
     unk_id: int
     is_continuation: np.ndarray  # bool per id: starts with the continuation prefix
     continuation_prefix: str
+    #: nanotoken with exactly HF's ids (common/fast_wordpiece.py), made on
+    #: first use; None when it cannot reproduce this tokenizer (HF is used).
+    _fast: object = field(default=None, init=False, repr=False, compare=False)
+    _fast_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Tokenizer) -> "Vocabulary":
@@ -122,7 +126,19 @@ class Vocabulary:
         return self.tokenizer.to_str()
 
     def encode_many(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of many texts as one flat int32 array plus lengths."""
+        """Token ids of many texts as one flat int32 array plus lengths.
+
+        nanotoken when it reproduces this tokenizer exactly (checked against
+        HF when first made; MLM_FAST_WORDPIECE=0 turns it off), HF otherwise.
+        """
+        if not self._fast_checked:
+            self._fast_checked = True
+            if os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
+                from common.fast_wordpiece import make_fast_encoder
+
+                self._fast = make_fast_encoder(self.to_json())
+        if self._fast is not None:
+            return self._fast(texts)
         chunks: list[np.ndarray] = []
         lengths = np.zeros(len(texts), dtype=np.int64)
         for start in range(0, len(texts), _ENCODE_BATCH):

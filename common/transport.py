@@ -56,9 +56,13 @@ def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = pro
     sock.setsockopt(zmq.LINGER, linger_ms)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
     if kind in (zmq.DEALER, zmq.ROUTER, zmq.PUSH, zmq.PULL):
-        # TCP keepalive and ZMTP heartbeats notice dead peers behind NAT or
-        # a cut network, so reconnects happen.
+        # TCP keepalive notices dead peers behind NAT or a cut network, so
+        # reconnects happen.
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    if kind in (zmq.DEALER, zmq.ROUTER):
+        # ZMTP heartbeats too, but not on the ack path: libzmq 4.3 can assert
+        # or drop the connection when heartbeats meet a PULL queue that is
+        # full (zeromq/libzmq#3937); our own heartbeats cover the rest.
         sock.setsockopt(zmq.HEARTBEAT_IVL, 5000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 15000)
     if kind == zmq.ROUTER:

@@ -183,7 +183,7 @@ class SinkServer:
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 
     def _hello_done(self, send) -> None:
-        done = [(task_id, entry.get("version", "")) for task_id, entry in self.manifest.entries.items()]
+        done = list(self.manifest.done.items())
         chunk = 5000  # ~300 KB a message, under the ventilator's inbound limit
         for start in range(0, max(len(done), 1), chunk):
             part = dict(done[start:start + chunk])
@@ -227,22 +227,11 @@ class SinkServer:
         send(protocol.TasksDone([ack.task_id for ack in valid], documents))
 
     def summary(self, reason: str) -> dict:
-        entries = list(self.manifest.entries.values()) if self.manifest else []
-        skipped: dict[str, int] = {}
-        for entry in entries:
-            for name, count in (entry.get("skipped") or {}).items():
-                skipped[name] = skipped.get(name, 0) + count
         elapsed = time.monotonic() - self.throughput.started
         return {
             "job": self.config.job_id if self.config else None,
             "reason": reason,
-            "tasks": len(entries),
-            "shards": sum(1 for e in entries if e.get("shard")),
-            "records": sum(e.get("records", 0) for e in entries),
-            "documents": sum(e.get("documents", 0) for e in entries),
-            "tokens": sum(e.get("tokens", 0) for e in entries),
-            "bytes_written": sum(e.get("bytes", 0) for e in entries),
-            "skipped_documents": skipped,
+            **(self.manifest.totals if self.manifest else {}),
             "quarantined": self.quarantined,
             "this_run": {"seconds": round(elapsed, 3), **self.throughput.totals, "tasks": self.throughput.tasks,
                          "duplicate_acks": self.duplicates},

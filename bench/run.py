@@ -1,0 +1,553 @@
+"""``python -m bench.run [--quick] [--repeats N] [--scale N] [--markdown FILE]``
+
+Measures every role of the pipeline on ../shared's Wikipedia sample
+replicated to a larger input (document ids made unique), with the real
+BERT vocabulary and sequence length 128, and prints one markdown table:
+metric, median value over the repeats, target, and whether the median meets
+the target.  Meeting a target is information only: the exit status says
+whether every measurement ran, never whether it was fast enough.
+
+Ratios (worker vs tokenizer, 2 workers vs 1) are taken within each repeat,
+then their median reported.  Throughput per CPU-second uses CPU time
+(time.process_time, or psutil for other processes), so other work on the
+machine affects it less than wall time.  ``--quick`` runs everything on
+tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
+
+Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bench import corpus as corpora
+from bench.procs import REPO
+
+SHARED = REPO.parent / "shared"
+WIKI = SHARED / "corpus" / "wiki"
+VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
+
+#: google-research/bert's create_pretraining_data.py on this kind of machine (the issue's figures).
+BERT_SCRIPT_CPU_S_PER_MB = {1: 3.0, 10: 16.0}
+STAGE_NAMES = {"read": "read task", "parse": "parse documents", "split": "sentence split", "tokenize": "tokenize",
+               "plan": "build instances", "mask": "mask", "serialize": "serialize", "write": "write"}
+
+
+# --------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    metric: str
+    fmt: str = "{:.2f}"
+    target: str = ""
+    meets: Callable[[float], bool] | None = None
+    needs: tuple[str, ...] = ()  # optional packages this row needs
+
+
+#: Worker variants: the tokenizer behind encode_many.  "hf" is HF
+#: tokenizers (the worker's tokenizer when this was written); "fast" is
+#: common/fast_wordpiece.make_fast_encoder (nanotoken), exactly the same ids.
+TOKENIZERS = {"hf": "HF tokenizers", "fast": "nanotoken"}
+
+
+def _rows() -> list[Row]:
+    rows = [
+        Row("w_input_mb", "Worker input: one task of the replicated corpus (MB)", "{:.1f}"),
+    ]
+    for tok, label in TOKENIZERS.items():
+        needs = ("nanotoken",) if tok == "fast" else ()
+        rows.append(Row(f"tok_{tok}_mb_cpu", f"Tokenizer alone ({label}{', cold cache' if tok == 'fast' else ''}): "
+                        "input MB per CPU-s", needs=needs))
+        for dupe in (1, 10):
+            bert = BERT_SCRIPT_CPU_S_PER_MB[dupe]
+            rows += [
+                Row(f"w{dupe}_{tok}_mb_cpu", f"Worker d={dupe} ({label}), end to end: input MB per CPU-s",
+                    needs=needs),
+                Row(f"w{dupe}_{tok}_inst_cpu", f"Worker d={dupe} ({label}), end to end: instances per CPU-s",
+                    "{:,.0f}", needs=needs),
+                Row(f"w{dupe}_{tok}_cpu_mb", f"Worker d={dupe} ({label}), end to end: CPU-s per input MB", "{:.3f}",
+                    "≤ 0.5" if dupe == 10 else "", (lambda v: v <= 0.5) if dupe == 10 else None, needs=needs),
+                Row(f"w{dupe}_{tok}_vs_bert",
+                    f"Worker d={dupe} ({label}): speed-up vs google-research/bert's script (~{bert:g} CPU-s/MB)",
+                    "{:.1f}×", "≥ 30×" if dupe == 10 else "", (lambda v: v >= 30) if dupe == 10 else None,
+                    needs=needs),
+            ]
+        rows.append(Row(f"w1_{tok}_vs_tok", f"Worker d=1 ({label}) end to end / its tokenizer alone (same run)",
+                        "{:.1%}", "≥ 70%", lambda v: v >= 0.7, needs=needs))
+    rows += [
+        Row("w1_fast_vs_tok_hf", "Worker d=1 (nanotoken) end to end / HF tokenizer alone (same run)", "{:.0%}",
+            "≥ 70%", lambda v: v >= 0.7, needs=("nanotoken",)),
+        Row("fast_identical", "Shards written with nanotoken byte-identical to HF's (d=1, d=10)", "{:.0f}/2",
+            "2/2", lambda v: v == 2, needs=("nanotoken",)),
+        Row("out_bytes_inst", "Output bytes per instance (TFRecord)", "{:,.0f}"),
+        Row("out_gzip_bytes_inst", "Output bytes per instance (--gzip)", "{:,.0f}"),
+        Row("w1_gzip_mb_cpu", "Worker d=1 (HF tokenizers) with --gzip, end to end: input MB per CPU-s"),
+        # Ventilator
+        Row("v_input_mb", "Ventilator input: replicated corpus (MB)", "{:,.1f}"),
+        Row("v_ship_mb_s", "Ventilator alone, content shipped (default): MB/s handed out", "{:,.0f}", "≥ 500",
+            lambda v: v >= 500),
+        Row("v_ship_mb_cpu", "Ventilator alone, content shipped: MB per ventilator CPU-s", "{:,.0f}", "≥ 500",
+            lambda v: v >= 500),
+        Row("v_ship_tasks_s", "Ventilator alone, content shipped, ~1 MB tasks: tasks/s", "{:,.0f}"),
+        Row("v_range_mb_s", "Ventilator alone, --shared-fs (ranges only): MB/s handed out", "{:,.0f}", "≥ 500",
+            lambda v: v >= 500),
+        Row("v_range_mb_cpu", "Ventilator alone, --shared-fs: MB per ventilator CPU-s", "{:,.0f}", "≥ 500",
+            lambda v: v >= 500),
+        Row("v_range_tasks_s", "Ventilator alone, --shared-fs, ~1 MB tasks: tasks/s", "{:,.0f}"),
+        Row("v_small_tasks_s", "Ventilator alone, content shipped, small tasks: tasks/s", "{:,.0f}"),
+        Row("v_small_cpu_ms", "Ventilator alone, content shipped, small tasks: CPU ms per task", "{:.2f}"),
+        *[Row(f"v_cpu_per_worker_{tok}{dupe}", f"Ventilator CPU per worker ({label}) at d={dupe}, shipped: "
+              "% of a core", "{:.2f}%", needs=("nanotoken",) if tok == "fast" else ())
+          for tok, label in TOKENIZERS.items() for dupe in (10, 1)],
+        # Sink
+        Row("s_acks_s", "Sink alone under a flood of acks: acks/s", "{:,.0f}", "≥ 10,000", lambda v: v >= 10000),
+        Row("s_cpu_ms_ack", "Sink alone: CPU ms per ack", "{:.3f}"),
+        # Pipeline
+        Row("p_input_mb", "Pipeline input (MB)", "{:.1f}"),
+        Row("p1_mb_s", "Pipeline, 1 worker (d=10): steady-state input MB/s", "{:.2f}"),
+        Row("p2_mb_s", "Pipeline, 2 workers (d=10): steady-state input MB/s", "{:.2f}"),
+        Row("p_scaling", "Pipeline scaling, 2 workers / 1 worker (steady state, same run)", "{:.2f}×", "≥ 1.8×",
+            lambda v: v >= 1.8),
+        Row("p_scaling_wall", "Pipeline scaling, 2 workers / 1 worker (whole command's wall time)", "{:.2f}×"),
+        # Memory
+        Row("rss_small_mb", "Ventilator and sink RSS runs: smaller input (MB)", "{:,.1f}"),
+        Row("rss_big_mb", "Ventilator and sink RSS runs: larger input (MB)", "{:,.1f}"),
+        Row("rss_big_over_vent", "Larger input / ventilator peak RSS", "{:.1f}×", "≥ 10×", lambda v: v >= 10),
+        Row("rss_vent_small", "Peak RSS ventilator, smaller input (MB)", "{:.0f}", "≤ 200", lambda v: v <= 200),
+        Row("rss_vent_big", "Peak RSS ventilator, larger input (MB)", "{:.0f}", "≤ 200", lambda v: v <= 200),
+        Row("rss_vent_growth", "Peak RSS ventilator growth, smaller → larger input", "{:+.0%}", "flat (≤ +10%)",
+            lambda v: v <= 0.10),
+        Row("rss_sink_small", "Peak RSS sink, smaller input (MB)", "{:.0f}", "≤ 200", lambda v: v <= 200),
+        Row("rss_sink_big", "Peak RSS sink, larger input (MB)", "{:.0f}", "≤ 200", lambda v: v <= 200),
+        Row("rss_sink_growth", "Peak RSS sink growth, smaller → larger input", "{:+.0%}", "flat (≤ +10%)",
+            lambda v: v <= 0.10),
+        Row("rss_worker_small_mb", "Worker RSS runs (8 MiB tasks, d=1): smaller input (MB)", "{:,.1f}"),
+        Row("rss_worker_big_mb", "Worker RSS runs (8 MiB tasks, d=1): larger input (MB)", "{:,.1f}"),
+        Row("rss_worker_small", "Peak RSS per worker process, smaller input (MB)", "{:.0f}", "≤ 300",
+            lambda v: v <= 300),
+        Row("rss_worker_big", "Peak RSS per worker process, larger input (MB)", "{:.0f}", "≤ 300", lambda v: v <= 300),
+        Row("rss_worker_growth", "Peak RSS worker growth, smaller → larger input", "{:+.0%}", "flat (≤ +10%)",
+            lambda v: v <= 0.10),
+        # Extras
+        Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
+        Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
+        Row("worker_import_s", "python -c 'import worker.cli' (no TensorFlow): seconds", "{:.2f}"),
+        Row("worker_import_rss", "python -c 'import worker.cli': peak RSS (MB)", "{:.0f}"),
+        Row("split_blingfire", "Sentence split, Bling Fire: MB per CPU-s", "{:.1f}"),
+        Row("split_pysbd", "Sentence split, pysbd: MB per CPU-s", "{:.3f}", needs=("pysbd",)),
+        Row("split_ratio", "Sentence split, Bling Fire / pysbd", "{:,.0f}×", needs=("pysbd",)),
+        Row("cand_hf", "Tokenizer candidate HF tokenizers (encode_batch): MB per CPU-s", "{:.1f}"),
+        Row("cand_nanotoken_cold", "Tokenizer candidate nanotoken, cold cache: MB per CPU-s", "{:.1f}",
+            needs=("nanotoken",)),
+        Row("cand_nanotoken_warm", "Tokenizer candidate nanotoken, warm cache: MB per CPU-s", "{:.1f}",
+            needs=("nanotoken",)),
+        Row("cand_kitoken", "Tokenizer candidate kitoken (not exact): MB per CPU-s", "{:.1f}", needs=("kitoken",)),
+    ]
+    return rows
+
+
+ROWS = _rows()
+#: The stage table: one row per (tokenizer, dupe factor), CPU-s per input MB per stage.
+STAGE_ROWS = [(tok, dupe, f"Worker d={dupe} ({label})") for tok, label in TOKENIZERS.items() for dupe in (1, 10)]
+SECTIONS = ("worker", "ventilator", "sink", "pipeline", "rss", "extras")
+
+
+# --------------------------------------------------------------------------
+# Settings and results
+# --------------------------------------------------------------------------
+
+@dataclass
+class Settings:
+    quick: bool
+    repeats: int
+    worker_copies: int  # --scale: copies of the corpus in the worker's one task and the pipeline input
+    limit_per_file: int | None = None  # quick: source files cut to their first documents
+    vent_small: int = 20
+    vent_big: int = 200  # at least; raised until the input is 10× the ventilator's RSS
+    small_task: str = "64K"
+    flood_acks: int = 8000
+    pipe_task: str = "256K"
+    pipe_dupe: int = 10
+    rss_worker_copies: tuple[int, int] = (16, 48)
+    rss_worker_per_file: int = 8
+    pysbd_bytes: int = 200_000
+
+    @classmethod
+    def make(cls, quick: bool, repeats: int | None, scale: int | None) -> "Settings":
+        if quick:
+            return cls(quick=True, repeats=repeats or 1, worker_copies=scale or 1, limit_per_file=96_000,
+                       vent_small=2, vent_big=6, small_task="16K", flood_acks=600, pipe_task="48K", pipe_dupe=2,
+                       rss_worker_copies=(1, 2), rss_worker_per_file=1, pysbd_bytes=10_000)
+        return cls(quick=False, repeats=repeats or 3, worker_copies=scale or 4)
+
+
+@dataclass
+class Results:
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # section -> error
+
+    def add(self, key: str, value: float) -> None:
+        self.samples.setdefault(key, []).append(float(value))
+
+    def value(self, key: str) -> float | None:
+        values = self.samples.get(key)
+        return statistics.median(values) if values else None
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+MB = 1e6
+
+
+# --------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------
+
+def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.worker_bench import (STAGES, cpu_of, hf_encoder, load_vocabulary, processor, run_task, segments_of,
+                                    task_of, with_encoder)
+    from common.fast_wordpiece import make_fast_encoder
+
+    vocabulary = load_vocabulary(str(VOCAB))
+    encoders = {"hf": hf_encoder(vocabulary.tokenizer)}
+    fast = make_fast_encoder(vocabulary.to_json())
+    if fast is not None:
+        encoders["fast"] = fast
+    content = corpora.replicated_bytes(sources, s.worker_copies)
+    path = tmp / "worker-input" / "input.txt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    storage, task = task_of(path)
+    segments = segments_of(content)
+    megabytes = len(content) / MB
+    res.add("w_input_mb", megabytes)
+    out = tmp / "worker-out"
+
+    def cold():
+        if fast is not None:
+            fast.clear_cache()  # each task as if in a fresh process (the replicated input repeats its words)
+
+    def one(encoder, dupe, name, compression=""):
+        cold()
+        result = run_task(processor(with_encoder(vocabulary, encoder), out / name, dupe, compression), storage, task)
+        shutil.rmtree(out / name, ignore_errors=True)
+        return result
+
+    for repeat in range(s.repeats):
+        log(f"worker: repeat {repeat + 1}/{s.repeats} ({megabytes:.1f} MB task)")
+        alone, digests = {}, {}
+        for tok, encoder in encoders.items():
+            alone[tok] = megabytes / cpu_of(encoder, segments, before=cold)
+            res.add(f"tok_{tok}_mb_cpu", alone[tok])
+            for dupe in (1, 10):
+                run = one(encoder, dupe, f"{tok}{dupe}")
+                digests[tok, dupe] = run.sha256
+                res.add(f"w{dupe}_{tok}_mb_cpu", megabytes / run.cpu_seconds)
+                res.add(f"w{dupe}_{tok}_inst_cpu", run.instances / run.cpu_seconds)
+                res.add(f"w{dupe}_{tok}_cpu_mb", run.cpu_seconds / megabytes)
+                res.add(f"w{dupe}_{tok}_vs_bert", BERT_SCRIPT_CPU_S_PER_MB[dupe] / (run.cpu_seconds / megabytes))
+                for stage in STAGES:
+                    res.add(f"stage_{tok}{dupe}_{stage}", run.stage_cpu.get(stage, 0.0) / megabytes)
+                if dupe == 1:
+                    res.add(f"w1_{tok}_vs_tok", (megabytes / run.cpu_seconds) / alone[tok])
+                    if tok == "fast":
+                        res.add("w1_fast_vs_tok_hf", (megabytes / run.cpu_seconds) / alone["hf"])
+                if tok == "hf" and dupe == 10:
+                    res.add("out_bytes_inst", run.bytes_out / run.instances)
+        if "fast" in encoders:
+            res.add("fast_identical", sum(digests["fast", d] == digests["hf", d] for d in (1, 10)))
+        gz = one(encoders["hf"], 1, "gzip1", "gzip")
+        res.add("out_gzip_bytes_inst", gz.bytes_out / gz.instances)
+        res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)
+
+
+def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.roles import ventilator_alone
+
+    vocab = str(VOCAB)
+    runs = tmp / "runs"
+    small = corpora.replicate(sources, tmp / "v-small", s.vent_small)
+    log(f"ventilator: {small.bytes / MB:.0f} MB input (×{s.vent_small}), for memory at the smaller size")
+    first = ventilator_alone(small.root, runs / "v-small", vocab, shared_fs=False, task_size="8M")
+    shutil.rmtree(runs / "v-small")
+    per_copy = small.bytes / s.vent_small
+    copies = s.vent_big
+    if not s.quick:  # at least 10× the ventilator's memory (with a margin)
+        copies = max(copies, math.ceil(10 * 1.2 * first.peak_rss["ventilator"] / per_copy))
+    big = corpora.replicate(sources, tmp / "v-big", copies)
+    res.add("v_input_mb", big.bytes / MB)
+    log(f"ventilator: {big.bytes / MB:.0f} MB input (×{copies})")
+    peaks = {"ventilator": 0, "sink": 0}
+    for repeat in range(s.repeats):
+        log(f"ventilator: repeat {repeat + 1}/{s.repeats}")
+        for mode, shared_fs in (("ship", False), ("range", True)):
+            run = ventilator_alone(big.root, runs / f"v-{mode}-{repeat}", vocab, shared_fs=shared_fs, task_size="8M")
+            shutil.rmtree(runs / f"v-{mode}-{repeat}")
+            if run.tasks != big.files:
+                raise RuntimeError(f"ventilator {mode}: {run.tasks} tasks handed out, expected {big.files}")
+            res.add(f"v_{mode}_mb_s", run.bytes / MB / run.wall)
+            res.add(f"v_{mode}_mb_cpu", run.bytes / MB / max(run.cpu, 1e-6))
+            res.add(f"v_{mode}_tasks_s", run.tasks / run.wall)
+            for role in peaks:
+                peaks[role] = max(peaks[role], run.peak_rss[role])
+        run = ventilator_alone(small.root, runs / f"v-small-{repeat}", vocab, shared_fs=False, task_size=s.small_task)
+        shutil.rmtree(runs / f"v-small-{repeat}")
+        res.add("v_small_tasks_s", run.tasks / run.wall)
+        res.add("v_small_cpu_ms", run.cpu / run.tasks * 1000)
+    res.notes["v_small_tasks_s"] = f" ({s.small_task}B tasks)"
+    shutil.rmtree(big.root)
+    shutil.rmtree(small.root)
+    res.add("rss_small_mb", small.bytes / MB)
+    res.add("rss_big_mb", big.bytes / MB)
+    res.add("rss_big_over_vent", big.bytes / peaks["ventilator"])
+    for role, short in (("ventilator", "vent"), ("sink", "sink")):
+        res.add(f"rss_{short}_small", first.peak_rss[role] / MB)
+        res.add(f"rss_{short}_big", peaks[role] / MB)
+        res.add(f"rss_{short}_growth", peaks[role] / first.peak_rss[role] - 1)
+
+
+def derived_ventilator_rows(res: Results) -> None:
+    vent = res.value("v_ship_mb_cpu")
+    for tok in TOKENIZERS:
+        for dupe in (1, 10):
+            worker = res.value(f"w{dupe}_{tok}_mb_cpu")
+            if vent and worker:
+                res.add(f"v_cpu_per_worker_{tok}{dupe}", 100 * worker / vent)
+                res.notes[f"v_cpu_per_worker_{tok}{dupe}"] = f" (one core feeds ~{vent / worker:,.0f} workers)"
+
+
+def sink_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.roles import sink_flood
+
+    data = corpora.replicate(sources, tmp / "s-corpus", 1)
+    for repeat in range(s.repeats):
+        log(f"sink: repeat {repeat + 1}/{s.repeats}, {s.flood_acks} acks")
+        run = sink_flood(data.root, tmp / "runs" / f"s-{repeat}", str(VOCAB), s.flood_acks)
+        shutil.rmtree(tmp / "runs" / f"s-{repeat}")
+        res.add("s_acks_s", run.tasks / run.wall)
+        res.add("s_cpu_ms_ack", run.cpu / run.tasks * 1000)
+    shutil.rmtree(data.root)
+
+
+def pipeline_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.roles import pipeline
+
+    data = corpora.replicate(sources, tmp / "p-corpus", s.worker_copies)
+    res.add("p_input_mb", data.bytes / MB)
+    for repeat in range(s.repeats):
+        runs = {}
+        for workers in (1, 2):
+            log(f"pipeline: repeat {repeat + 1}/{s.repeats}, {workers} worker(s), {data.bytes / MB:.1f} MB")
+            work = tmp / "runs" / f"p{workers}-{repeat}"
+            runs[workers] = pipeline(data.root, work, str(VOCAB), workers, task_size=s.pipe_task,
+                                     dupe_factor=s.pipe_dupe)
+            shutil.rmtree(work)
+        res.add("p1_mb_s", runs[1].extra["steady_mb_s"])
+        res.add("p2_mb_s", runs[2].extra["steady_mb_s"])
+        res.add("p_scaling", runs[2].extra["steady_mb_s"] / runs[1].extra["steady_mb_s"])
+        res.add("p_scaling_wall", runs[1].wall / runs[2].wall)
+    for key in ("p1_mb_s", "p2_mb_s"):
+        res.notes[key] = f" ({s.pipe_task}B tasks)" if s.pipe_dupe == 10 else f" (d={s.pipe_dupe})"
+    shutil.rmtree(data.root)
+
+
+def rss_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.roles import pipeline
+
+    peaks = []
+    for copies in s.rss_worker_copies:
+        data = corpora.replicate(sources, tmp / f"r-corpus-{copies}", copies, per_file=s.rss_worker_per_file)
+        log(f"rss: 2 workers on {data.bytes / MB:.0f} MB ({data.files} files)")
+        work = tmp / "runs" / f"r-{copies}"
+        run = pipeline(data.root, work, str(VOCAB), 2, task_size="8M", dupe_factor=1)
+        shutil.rmtree(work)
+        shutil.rmtree(data.root)
+        peaks.append(run.peak_rss["worker"])
+        res.add("rss_worker_small_mb" if len(peaks) == 1 else "rss_worker_big_mb", data.bytes / MB)
+    res.add("rss_worker_small", peaks[0] / MB)
+    res.add("rss_worker_big", peaks[1] / MB)
+    res.add("rss_worker_growth", peaks[1] / peaks[0] - 1)
+
+
+def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench import extras
+    from bench.worker_bench import load_vocabulary, segments_of
+    from common.fast_wordpiece import make_fast_encoder
+    from common.formats import CorpusFormat, ParseReport, parse_documents
+
+    for repeat in range(s.repeats):
+        log(f"extras: imports, repeat {repeat + 1}/{s.repeats}")
+        if extras.installed("tensorflow"):
+            cost = extras.import_cost("import tensorflow")
+            res.add("tf_import_s", cost["seconds"])
+            res.add("tf_import_rss", cost["max_rss"] / MB)
+        cost = extras.import_cost("import worker.cli")
+        res.add("worker_import_s", cost["seconds"])
+        res.add("worker_import_rss", cost["max_rss"] / MB)
+
+    content = b"".join(data for _, data in sources)
+    documents = list(parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()))
+    paragraphs = extras.paragraphs_of(documents)
+    sample = extras.take_bytes(paragraphs, s.pysbd_bytes)
+    for repeat in range(s.repeats):
+        log(f"extras: sentence splitters, repeat {repeat + 1}/{s.repeats}")
+        blingfire = extras.text_bytes(paragraphs) / MB / extras.blingfire_cpu(paragraphs)
+        res.add("split_blingfire", blingfire)
+        if extras.installed("pysbd"):
+            pysbd = extras.text_bytes(sample) / MB / extras.pysbd_cpu(sample)
+            res.add("split_pysbd", pysbd)
+            res.add("split_ratio", blingfire / pysbd)
+
+    vocabulary = load_vocabulary(str(VOCAB))
+    segments = segments_of(content)
+    megabytes = sum(len(t.encode()) for t in segments) / MB
+    fast = make_fast_encoder(vocabulary.to_json())
+    kitoken = extras.kitoken_encoder(vocabulary.to_json()) if extras.installed("kitoken") else None
+    for repeat in range(s.repeats):
+        log(f"extras: tokenizer candidates, repeat {repeat + 1}/{s.repeats}")
+        cpu = time.process_time()
+        vocabulary.tokenizer.encode_batch(segments, add_special_tokens=False)
+        res.add("cand_hf", megabytes / (time.process_time() - cpu))
+        if fast is not None:
+            fast.clear_cache()
+            cpu = time.process_time()
+            fast(segments)
+            res.add("cand_nanotoken_cold", megabytes / (time.process_time() - cpu))
+            cpu = time.process_time()
+            fast(segments)
+            res.add("cand_nanotoken_warm", megabytes / (time.process_time() - cpu))
+        if kitoken is not None:
+            cpu = time.process_time()
+            kitoken(segments)
+            res.add("cand_kitoken", megabytes / (time.process_time() - cpu))
+    res.notes["cand_hf"] = f" ({megabytes:.1f} MB of segment text)"
+
+
+SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section, "sink": sink_section,
+                     "pipeline": pipeline_section, "rss": rss_section, "extras": extras_section}
+
+
+# --------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------
+
+def _section_of(key: str) -> str:
+    if key.startswith(("w", "tok", "out", "fast", "stage")) and not key.startswith("worker_"):
+        return "worker"
+    if key.startswith("v_"):
+        return "ventilator"
+    if key.startswith("s_"):
+        return "sink"
+    if key.startswith("p"):
+        return "pipeline"
+    if key.startswith("rss_worker"):
+        return "rss"
+    if key.startswith("rss"):
+        return "ventilator"
+    return "extras"
+
+
+def render(res: Results, s: Settings, command: str, elapsed: float, ran: list[str]) -> str:
+    from bench import extras
+
+    load = os.getloadavg()
+    lines = [
+        f"Command: `{command}`  ",
+        f"Machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), "
+        f"Python {platform.python_version()}, load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
+        f"{'quick mode (tiny inputs: numbers mean little)' if s.quick else 'full mode'}, "
+        f"median of {s.repeats} repeat(s), {elapsed:.0f} s in all.",
+        "",
+        "| Metric | Value | Target | Meets target |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in ROWS:
+        section = _section_of(row.key)
+        value = res.value(row.key)
+        if value is not None:
+            text = row.fmt.format(value) + res.notes.get(row.key, "")
+            verdict = ("yes" if row.meets(value) else "no") if row.meets else ""
+        elif section not in ran:
+            text, verdict = "not run (--only)", ""
+        elif section in res.errors:
+            text, verdict = f"error: {res.errors[section]}", ""
+        elif missing := [m for m in row.needs if not extras.installed(m)]:
+            text, verdict = f"n/a: {', '.join(missing)} not installed", ""
+        else:
+            text, verdict = "n/a", ""
+        lines.append(f"| {row.metric} | {text} | {row.target} | {verdict} |")
+    lines += ["", "Worker CPU by stage, CPU-s per input MB (share of the task's CPU):", "",
+              "| Worker | " + " | ".join(STAGE_NAMES.values()) + " |",
+              "| --- |" + " --- |" * len(STAGE_NAMES)]
+    for tok, dupe, label in STAGE_ROWS:
+        values = [res.value(f"stage_{tok}{dupe}_{stage}") for stage in STAGE_NAMES]
+        if any(v is None for v in values):
+            cells = ["n/a"] * len(values)
+        else:
+            total = sum(values) or 1.0
+            cells = [f"{v:.3f} ({v / total:.0%})" for v in values]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run",
+                                     description="Benchmark every role of the pipeline (docs/benchmarks.md).")
+    parser.add_argument("--quick", action="store_true", help="Tiny inputs, one repeat: checks the benchmark runs.")
+    parser.add_argument("--repeats", type=int, default=None, help="Repeats per measurement (median reported).")
+    parser.add_argument("--scale", type=int, default=None,
+                        help="Copies of the corpus in the worker's task and the pipeline's input (default 4: ~8 MB).")
+    parser.add_argument("--markdown", default=None, help="Also write the table to this file.")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"Sections to run, of {', '.join(SECTIONS)}.")
+    args = parser.parse_args(argv)
+    sections = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(unknown)}")
+    if not WIKI.is_dir() or not VOCAB.is_file():
+        print(f"bench: needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent",
+              file=sys.stderr)
+        return 2
+    settings = Settings.make(args.quick, args.repeats, args.scale)
+    command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = time.monotonic()
+    res = Results()
+    sources = corpora.load_sources(WIKI, settings.limit_per_file)
+    with tempfile.TemporaryDirectory(prefix="mlm-bench-") as tmp:
+        for name in SECTIONS:
+            if name not in sections:
+                continue
+            try:
+                SECTION_FUNCTIONS[name](settings, Path(tmp), res, sources)
+            except Exception as error:  # report it in the table, go on with the other sections
+                res.errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                log(f"{name} failed:\n{traceback.format_exc()}")
+            shutil.rmtree(Path(tmp) / "runs", ignore_errors=True)
+    derived_ventilator_rows(res)
+    table = render(res, settings, command.strip(), time.monotonic() - started, sections)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    return 1 if res.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

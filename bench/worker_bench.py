@@ -1,0 +1,137 @@
+"""The worker's compute, in this process: one task through TaskProcessor.
+
+The worker's TaskStats times each stage in wall-clock seconds; on a shared
+machine wall time includes time other processes ran, so for the benchmark
+the stage timer is wrapped to also record CPU seconds (time.process_time)
+per stage.  Nothing else of the worker changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.config import BertParams, JobConfig
+from common.formats import CorpusFormat, ParseReport, parse_documents
+from common.reading import read_task_content
+from common.sentences import Segmenter, split_segments
+from common.storage import LocalStorage
+from common.tasks import Task
+from common.tokenization import Vocabulary, load_tokenizer
+from worker import pipeline
+from worker.pipeline import TaskProcessor, TaskStats
+
+STAGES = pipeline.STAGES  # read, parse, split, tokenize, plan, mask, serialize, write
+
+
+@dataclass
+class TaskRun:
+    cpu_seconds: float  # read + process, CPU
+    stage_cpu: dict[str, float]
+    bytes_in: int
+    instances: int
+    bytes_out: int
+    sha256: str
+    extra: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def cpu_per_stage():
+    """TaskStats.stage also records CPU seconds per stage (in stats.cpu_by_stage)."""
+    original = TaskStats.stage
+
+    @contextlib.contextmanager
+    def stage(self, name):
+        cpu = time.process_time()
+        try:
+            with original(self, name):
+                yield
+        finally:
+            self.__dict__.setdefault("cpu_by_stage", defaultdict(float))[name] += time.process_time() - cpu
+
+    TaskStats.stage = stage
+    try:
+        yield
+    finally:
+        TaskStats.stage = original
+
+
+def load_vocabulary(vocab_file: str, do_lower_case: bool = True) -> Vocabulary:
+    return Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case))
+
+
+def processor(vocabulary: Vocabulary, output: Path, dupe_factor: int, compression: str = "") -> TaskProcessor:
+    config = JobConfig(data_uri="", output_uri=str(output), corpus_format="wikiextractor", segmenter="blingfire",
+                       tokenizer_json="", bert=BertParams(max_seq_length=128, dupe_factor=dupe_factor),
+                       compression=compression)
+    return TaskProcessor(config, vocabulary, LocalStorage(str(output)))
+
+
+def task_of(path: Path) -> tuple[LocalStorage, Task]:
+    """The whole file as one task (the benchmark's input file is one task's worth)."""
+    storage = LocalStorage(str(path.parent))
+    (listed,) = [f for f in storage.list_inputs() if f.path == path.name]
+    return storage, Task(listed.path, 0, listed.size, listed.size, listed.version)
+
+
+def run_task(proc: TaskProcessor, storage: LocalStorage, task: Task) -> TaskRun:
+    """Read the task from disk and process it, as a worker with --shared-fs does."""
+    with cpu_per_stage():
+        cpu = time.process_time()
+        wall = time.perf_counter()
+        content = read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR)
+        read_cpu = time.process_time() - cpu
+        result = proc.process(task, content, time.perf_counter() - wall)
+        total = time.process_time() - cpu
+    stage_cpu = dict.fromkeys(STAGES, 0.0)
+    stage_cpu.update(getattr(result.stats, "cpu_by_stage", {}))
+    stage_cpu["read"] = read_cpu
+    return TaskRun(total, stage_cpu, len(content), result.stats.instances, result.stats.bytes_out, result.sha256)
+
+
+def segments_of(content: bytes) -> list[str]:
+    """The texts the worker hands the tokenizer for this content."""
+    texts = []
+    for document in parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()):
+        texts.extend(split_segments(document.lines, Segmenter.BLINGFIRE))
+    return texts
+
+
+def hf_encoder(tokenizer, batch: int = 2048):
+    """Vocabulary.encode_many on HF tokenizers, as the worker had it when
+    this benchmark was written: the "hf" variant, whatever encode_many
+    becomes."""
+
+    def encode_many(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        chunks: list[np.ndarray] = []
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        for start in range(0, len(texts), batch):
+            for i, encoding in enumerate(tokenizer.encode_batch(texts[start:start + batch], add_special_tokens=False)):
+                ids = encoding.ids
+                lengths[start + i] = len(ids)
+                if ids:
+                    chunks.append(np.asarray(ids, dtype=np.int32))
+        return (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)), lengths
+
+    return encode_many
+
+
+def with_encoder(vocabulary: Vocabulary, encoder) -> Vocabulary:
+    """A copy of ``vocabulary`` whose encode_many is ``encoder``."""
+    copy = dataclasses.replace(vocabulary)
+    copy.encode_many = encoder
+    return copy
+
+
+def cpu_of(function, *args, before=None) -> float:
+    if before is not None:
+        before()
+    cpu = time.process_time()
+    function(*args)
+    return time.process_time() - cpu

@@ -1,0 +1,47 @@
+"""The benchmark runs (quick mode, tiny inputs) and reports every row.
+
+No timing is asserted: a slow machine must not fail CI.  What this catches
+is the benchmark rotting: a role's command line, the protocol or the
+worker's stage names changing under it.
+"""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from bench.extras import installed
+from bench.run import ROWS, STAGE_NAMES, STAGE_ROWS
+from tests.helpers import REPO, need_shared
+
+pytestmark = pytest.mark.bench
+
+
+def test_quick_benchmark_reports_every_row(tmp_path):
+    need_shared()
+    markdown = tmp_path / "bench.md"
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--markdown", str(markdown)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert markdown.read_text() in result.stdout
+    cells = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("| ") and not line.startswith(("| Metric", "| Worker |", "| ---")):
+            metric, *values = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            cells[metric] = values
+    number = re.compile(r"^[-+]?[\d,]*\.?\d+")
+    for row in ROWS:
+        assert row.metric in cells, f"row missing: {row.metric}"
+        value = cells[row.metric][0]
+        missing = [module for module in row.needs if not installed(module)]
+        if missing and value.startswith("n/a"):
+            continue  # an optional package is not installed here
+        assert number.match(value), f"{row.metric}: no number in {value!r}"
+    for tokenizer, _dupe, label in STAGE_ROWS:
+        assert label in cells, f"stage row missing: {label}"
+        values = cells[label]
+        assert len(values) == len(STAGE_NAMES)
+        if tokenizer == "fast" and not installed("nanotoken"):
+            continue
+        assert all(number.match(v) for v in values), f"{label}: {values}"
