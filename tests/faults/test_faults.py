@@ -321,3 +321,30 @@ def test_late_joiner_gets_work(tmp_path):
         assert len(set(workers)) == 2, "the late worker got nothing"
     finally:
         c.close()
+
+
+@pytest.mark.s3
+def test_s3_throttling_and_server_errors_are_retried(clean, s3, tmp_path):
+    """Every third S3 request answered 503 SlowDown or 500 InternalError."""
+    import uuid
+
+    from tests.faulty_proxy import FaultyProxy
+
+    client = s3.client()
+    bucket = f"throttled-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    with FaultyProxy(s3.endpoint_url, fail_every=3) as proxy:
+        c = Cluster(WIKI, f"s3://{bucket}/run", [*JOB, "--s3-endpoint-url", proxy.url], tmp_path, env=s3.env())
+        try:
+            c.start(workers=2)
+            assert c.wait() == 0, c.tail()
+        finally:
+            c.close()
+        assert proxy.failed >= 10
+    download = tmp_path / "download"
+    download.mkdir()
+    for obj in client.list_objects_v2(Bucket=bucket, Prefix="run/")["Contents"]:
+        client.download_file(bucket, obj["Key"], str(download / obj["Key"].split("/", 1)[1]))
+    records = assert_same_as_clean(download, clean)
+    figure(f"S3 answering every 3rd request 503 SlowDown / 500 InternalError: {proxy.failed} failed requests "
+           f"retried, {records} records, 0 lost")
