@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from bench.procs import free_ports  # noqa: F401  (one helper for tests and benchmarks)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -22,18 +23,6 @@ VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
 def need_shared() -> None:
     if not WIKI.is_dir() or not VOCAB.is_file():
         pytest.skip(f"needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent")
-
-
-def free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def python_module(module: str, *args: str, **kwargs) -> subprocess.Popen:

@@ -43,6 +43,13 @@ def assert_same_as_clean(output: Path, clean: Path) -> int:
     return sum(entry["records"] for entry in ours.values())
 
 
+def download_prefix(client, bucket: str, prefix: str, target: Path) -> Path:
+    target.mkdir()
+    for obj in client.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]:
+        client.download_file(bucket, obj["Key"], str(target / obj["Key"][len(prefix):]))
+    return target
+
+
 def figure(text: str) -> None:
     """A line for docs/reliability.md (shown with pytest -s)."""
     print(f"\nFIGURE {text}", file=sys.stderr)
@@ -250,11 +257,7 @@ def test_s3_endpoint_down_for_10_seconds(clean, s3, tmp_path):
         assert retries, "the outage was not noticed"
     finally:
         c.close()
-    download = tmp_path / "download"
-    download.mkdir()
-    for obj in client.list_objects_v2(Bucket=bucket, Prefix="run/")["Contents"]:
-        client.download_file(bucket, obj["Key"], str(download / obj["Key"].split("/", 1)[1]))
-    records = assert_same_as_clean(download, clean)
+    records = assert_same_as_clean(download_prefix(client, bucket, "run/", tmp_path / "download"), clean)
     figure(f"S3 endpoint down 10 s mid-run: {retries} retried requests, {records} records, 0 lost")
 
 
@@ -341,10 +344,6 @@ def test_s3_throttling_and_server_errors_are_retried(clean, s3, tmp_path):
         finally:
             c.close()
         assert proxy.failed >= 10
-    download = tmp_path / "download"
-    download.mkdir()
-    for obj in client.list_objects_v2(Bucket=bucket, Prefix="run/")["Contents"]:
-        client.download_file(bucket, obj["Key"], str(download / obj["Key"].split("/", 1)[1]))
-    records = assert_same_as_clean(download, clean)
+    records = assert_same_as_clean(download_prefix(client, bucket, "run/", tmp_path / "download"), clean)
     figure(f"S3 answering every 3rd request 503 SlowDown / 500 InternalError: {proxy.failed} failed requests "
            f"retried, {records} records, 0 lost")
