@@ -40,8 +40,9 @@ class Throughput:
 
     def line(self, now: float | None = None) -> str:
         overall, per_worker = self.rates(now)
-        workers = ", ".join(f"{name.split('-')[1] if '-' in name else name}/{name.split('-')[2] if name.count('-') >= 2 else ''}"
-                            f" {rates['documents']:.0f} doc/s" for name, rates in sorted(per_worker.items()))
+        # Worker ids are worker-HOST-PID-RANDOM: show HOST-PID.
+        workers = ", ".join(f"{name.removeprefix('worker-').rsplit('-', 1)[0]} {rates['documents']:.0f} doc/s "
+                            f"{rates['bytes_in'] / 1e6:.2f} MB/s" for name, rates in sorted(per_worker.items()))
         return (f"throughput: {overall['documents']:.0f} documents/s, {overall['tokens']:.0f} tokens/s, "
                 f"{overall['instances']:.0f} instances/s, {overall['bytes_in'] / 1e6:.2f} MB/s in; "
                 f"{self.tasks} tasks acknowledged; per worker: {workers or '-'}")

@@ -48,17 +48,14 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
     children = [start() for _ in range(processes)]
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    finished_ok = 0
     while children:
         time.sleep(0.2)
-        for index, process in enumerate(list(children)):
+        for process in list(children):
             if process.is_alive():
                 continue
             process.join()
             children.remove(process)
-            if process.exitcode == 0:
-                finished_ok += 1
-            elif not draining:
+            if process.exitcode != 0 and not draining:
                 log.warning("worker process %d exited with %s; starting another in %.0fs",
                             process.pid, process.exitcode, RESTART_DELAY_SECONDS)
                 time.sleep(RESTART_DELAY_SECONDS)
