@@ -48,6 +48,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
     children = [start() for _ in range(processes)]
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    job_over = False  # a process exited 0: the job finished, restart nobody
     while children:
         time.sleep(0.2)
         for process in list(children):
@@ -55,7 +56,8 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
                 continue
             process.join()
             children.remove(process)
-            if process.exitcode != 0 and not draining:
+            job_over = job_over or process.exitcode == 0
+            if process.exitcode != 0 and not (draining or job_over):
                 log.warning("worker process %d exited with %s; starting another in %.0fs",
                             process.pid, process.exitcode, RESTART_DELAY_SECONDS)
                 time.sleep(RESTART_DELAY_SECONDS)
