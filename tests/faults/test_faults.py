@@ -347,3 +347,27 @@ def test_s3_throttling_and_server_errors_are_retried(clean, s3, tmp_path):
     records = assert_same_as_clean(download_prefix(client, bucket, "run/", tmp_path / "download"), clean)
     figure(f"S3 answering every 3rd request 503 SlowDown / 500 InternalError: {proxy.failed} failed requests "
            f"retried, {records} records, 0 lost")
+
+
+def test_supervisor_replaces_a_killed_worker_process(clean, tmp_path):
+    """One `python -m worker --processes 2` (the fleet's shape): a child
+    killed with -9 is started again by its supervisor."""
+    import psutil
+
+    c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
+    try:
+        c.start_sink()
+        supervisor = c.start_worker("--processes", "2")
+        c.start_ventilator()
+        c.wait_for_progress(4)
+        children = psutil.Process(supervisor.pid).children()
+        workers = [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+        assert len(workers) == 2
+        workers[0].kill()
+        assert c.wait() == 0, c.tail()
+        assert supervisor.wait(timeout=60) == 0
+        assert "starting another" in c.log_text()
+        records = assert_same_as_clean(c.output, clean)
+        figure(f"kill -9 one of a supervisor's 2 worker processes: replaced; {records} records, 0 lost")
+    finally:
+        c.close()
