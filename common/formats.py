@@ -268,6 +268,11 @@ def parse_json_lines(data: bytes, base_offset: int, report: ParseReport) -> Iter
         if not isinstance(body, str):
             report.skip("json_without_text")
             continue
+        try:
+            body.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
+            report.skip("invalid_unicode")
+            continue
         yield Document(base_offset + line_offset, body.split("\n"))
 
 

@@ -110,11 +110,12 @@ def test_invalid_utf8_and_binary_documents_are_skipped_not_fatal():
 
 
 def test_json_lines_bad_records():
-    data = b'{"text": "a\\nb"}\nnot json\n{"title": "no text"}\n\n[1,2]\n{"text": "c"}\n'
+    data = (b'{"text": "a\\nb"}\nnot json\n{"title": "no text"}\n\n[1,2]\n{"text": "c"}\n'
+            b'{"text": "lone \\ud800 surrogate"}\n')
     report = ParseReport()
     documents = list(parse_documents(CorpusFormat.WIKIEXTRACTOR_JSON, data, 0, report))
     assert [d.lines for d in documents] == [["a", "b"], ["c"]]
-    assert report.skipped == {"malformed_json": 1, "json_without_text": 2}
+    assert report.skipped == {"malformed_json": 1, "json_without_text": 2, "invalid_unicode": 1}
 
 
 def test_bert_text_unicode_blank_line_separates_documents():
