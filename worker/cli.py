@@ -70,7 +70,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
 @click.option("--ventilator", required=True, metavar="HOST:PORT", show_envvar=True,
               help="Where the ventilator listens (its --vport). Everything else, including the tokenizer, comes from it.")
 @click.option("--processes", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_envvar=True,
-              help="Worker processes on this host (one core each).")
+              show_default="this host's cores", help="Worker processes on this host (one core each).")
 @click.option("--sink", default="", metavar="HOST:PORT", show_envvar=True,
               help="Override the sink address the ventilator hands out.")
 @click.option("--credit", type=click.IntRange(min=1), default=1, show_envvar=True,
