@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from common.tfrecord import Ragged, ShardWriter, encode_examples, encode_records, frame_records, varints
+from common.tfrecord import ShardWriter, encode_examples, encode_records, frame_records, varints
 from tests.tf_reader import read_examples
 
 tf = pytest.importorskip("tensorflow")
