@@ -269,6 +269,23 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "shards" {
   }
 }
 
+# A worker killed mid-upload leaves an unfinished multipart upload: it never
+# becomes an object (the shard is redone under the same key), but its parts
+# are billed until aborted.
+resource "aws_s3_bucket_lifecycle_configuration" "shards" {
+  count = var.create_bucket ? 1 : 0
+
+  bucket = aws_s3_bucket.shards[0].id
+  rule {
+    id     = "abort-incomplete-multipart-uploads"
+    status = "Enabled"
+    filter {}
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 1
+    }
+  }
+}
+
 # ---------------------------------------------------------------- ssh key (optional)
 
 resource "aws_key_pair" "fleet" {

@@ -243,6 +243,15 @@ def test_optional_bucket_blocks_public_access(resources):
     assert not [k for k in resources if k.startswith(("aws_s3_bucket_policy.", "aws_s3_bucket_acl."))]
 
 
+def test_optional_bucket_aborts_incomplete_multipart_uploads(resources):
+    lifecycle = resources["aws_s3_bucket_lifecycle_configuration.shards"]
+    assert lifecycle["count"] == "${var.create_bucket ? 1 : 0}"
+    rule = lifecycle["rule"][0] if isinstance(lifecycle["rule"], list) else lifecycle["rule"]
+    abort = rule["abort_incomplete_multipart_upload"]
+    abort = abort[0] if isinstance(abort, list) else abort
+    assert rule["status"] == "Enabled" and abort["days_after_initiation"] >= 1
+
+
 def test_ami_from_data_source_not_hard_coded(root):
     ami = blocks(root, "data")["aws_ami.ubuntu"]
     assert ami["owners"] == ["099720109477"]  # Canonical
