@@ -115,6 +115,14 @@ class S3Server:
         shutil.rmtree(self.workdir, ignore_errors=True)
         self.workdir = None
 
+    def new_bucket(self, prefix: str) -> str:
+        """Create a bucket with a unique name (tests share one server)."""
+        import uuid
+
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
     def gateway(self, action: str) -> None:
         """'stop' or 'start' the S3 endpoint alone (an outage; data is kept)."""
         proc = subprocess.run([str(SCRIPT), f"gateway-{action}", str(self.workdir)],

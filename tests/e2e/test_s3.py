@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import uuid
 
 import pytest
 
@@ -35,8 +34,7 @@ def download_all(client, bucket, prefix, target):
 
 def test_output_to_s3(s3, local_run, tmp_path):
     client = s3.client()
-    bucket = f"out-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("out")
     result = run_ventilator(WIKI, f"s3://{bucket}/bert/run1", *JOB, "--workers", "2",
                             "--s3-endpoint-url", s3.endpoint_url, env=s3.env())
     assert result.returncode == 0, result.stderr[-3000:]
@@ -62,8 +60,7 @@ def test_output_to_s3(s3, local_run, tmp_path):
 def test_corpus_on_s3_gives_the_same_output_as_local(s3, local_run, tmp_path):
     """Workers read byte ranges of the objects themselves (the ventilator does not read them)."""
     client = s3.client()
-    bucket = f"corpus-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("corpus")
     for path in sorted(WIKI.rglob("wiki_*")):
         client.upload_file(str(path), bucket, f"wiki/{path.relative_to(WIKI).as_posix()}")
     output = tmp_path / "out"
@@ -85,8 +82,7 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
     from tests.test_formats import make_corpus
 
     client = s3.client()
-    bucket = f"ranges-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("ranges")
     data, expected = make_corpus(CorpusFormat.WIKIEXTRACTOR, random.Random(9), documents=8)
     client.put_object(Bucket=bucket, Key="c/wiki_00", Body=data)
     import os
@@ -108,8 +104,7 @@ def test_a_changed_object_fails_its_tasks_clearly(s3, tmp_path):
 
     need_shared()
     client = s3.client()
-    bucket = f"changing-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("changing")
     for path in sorted(WIKI.rglob("wiki_*")):
         client.upload_file(str(path), bucket, f"wiki/{path.relative_to(WIKI).as_posix()}")
     c = Cluster(f"s3://{bucket}/wiki", tmp_path / "out", [*JOB, "--s3-endpoint-url", s3.endpoint_url], tmp_path,
@@ -145,8 +140,7 @@ def test_compressed_objects_are_whole_tasks(s3, tmp_path):
 
     need_shared()
     client = s3.client()
-    bucket = f"compressed-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("compressed")
     client.put_object(Bucket=bucket, Key="c/AA/wiki_00.gz", Body=gzip.compress((WIKI / "AA" / "wiki_00").read_bytes()))
     client.put_object(Bucket=bucket, Key="c/AB/wiki_00.zst",
                       Body=zstandard.ZstdCompressor().compress((WIKI / "AB" / "wiki_00").read_bytes()))

@@ -238,11 +238,8 @@ def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
 
 @pytest.mark.s3
 def test_s3_endpoint_down_for_10_seconds(clean, s3, tmp_path):
-    import uuid
-
     client = s3.client()
-    bucket = f"outage-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("outage")
     c = Cluster(WIKI, f"s3://{bucket}/run", [*JOB, "--s3-endpoint-url", s3.endpoint_url], tmp_path, env=s3.env())
     try:
         c.start(workers=2)
@@ -329,13 +326,10 @@ def test_late_joiner_gets_work(tmp_path):
 @pytest.mark.s3
 def test_s3_throttling_and_server_errors_are_retried(clean, s3, tmp_path):
     """Every third S3 request answered 503 SlowDown or 500 InternalError."""
-    import uuid
-
     from tests.faulty_proxy import FaultyProxy
 
     client = s3.client()
-    bucket = f"throttled-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
+    bucket = s3.new_bucket("throttled")
     with FaultyProxy(s3.endpoint_url, fail_every=3) as proxy:
         c = Cluster(WIKI, f"s3://{bucket}/run", [*JOB, "--s3-endpoint-url", proxy.url], tmp_path, env=s3.env())
         try:
