@@ -162,28 +162,33 @@ def pipeline(data: Path, work: Path, vocab: str, workers: int, *, task_size: str
         finally:
             stop([ventilator])
     run = RoleRun(wall=wall, bytes=sum(b for _, b in arrivals), tasks=len(arrivals))
-    run.extra["steady_mb_s"] = steady_rate(arrivals, workers) / 1e6
+    steady = steady_rate(arrivals, workers)
+    # A run too short for a slope (the quick mode's tiny input) falls back to
+    # the whole-run rate, start-up included, and says so.
+    run.extra["steady_measured"] = steady is not None
+    run.extra["steady_mb_s"] = (steady if steady is not None else run.bytes / wall) / 1e6
     run.peak_rss = {role: watcher.peak_rss(role) for role in ("ventilator", "sink", "worker")}
     run.extra["summary"] = json.loads((work / "out" / "summary.json").read_text())
     return run
 
 
-def steady_rate(arrivals: list[tuple[float, int]], workers: int) -> float:
+def steady_rate(arrivals: list[tuple[float, int]], workers: int) -> float | None:
     """Bytes per second once every worker is busy: the least-squares slope of
     bytes done against time, leaving out the first ``workers`` tasks (each
-    worker's first task includes its start-up)."""
+    worker's first task includes its start-up). None when the run was too
+    short to tell: fewer than three completions seen at distinct times."""
     points = []
     done = 0
     for index, (moment, size) in enumerate(sorted(arrivals)):
         done += size
         if index >= workers - 1:
             points.append((moment, done))
-    if len(points) < 3:
-        return 0.0
+    if len({t for t, _ in points}) < 3:
+        return None
     mean_t = sum(t for t, _ in points) / len(points)
     mean_b = sum(b for _, b in points) / len(points)
     spread = sum((t - mean_t) ** 2 for t, _ in points)
-    return sum((t - mean_t) * (b - mean_b) for t, b in points) / spread if spread > 0 else 0.0
+    return sum((t - mean_t) * (b - mean_b) for t, b in points) / spread
 
 
 def _lines(path: Path) -> int:

@@ -352,6 +352,7 @@ def pipeline_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     data = corpora.replicate(sources, tmp / "p-corpus", s.worker_copies)
     res.add("p_input_mb", data.bytes / MB)
+    whole_run = False
     for repeat in range(s.repeats):
         runs = {}
         for workers in (1, 2):
@@ -364,8 +365,11 @@ def pipeline_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add("p2_mb_s", runs[2].extra["steady_mb_s"])
         res.add("p_scaling", runs[2].extra["steady_mb_s"] / runs[1].extra["steady_mb_s"])
         res.add("p_scaling_wall", runs[1].wall / runs[2].wall)
+        whole_run |= not all(run.extra["steady_measured"] for run in runs.values())
     for key in ("p1_mb_s", "p2_mb_s"):
         res.notes[key] = f" ({s.pipe_task}B tasks)" if s.pipe_dupe == 10 else f" (d={s.pipe_dupe})"
+        if whole_run:
+            res.notes[key] += " (whole run: too short for a steady state)"
     shutil.rmtree(data.root)
 
 

@@ -45,3 +45,20 @@ def test_quick_benchmark_reports_every_row(tmp_path):
         if tokenizer == "fast" and not installed("nanotoken"):
             continue
         assert all(number.match(v) for v in values), f"{label}: {values}"
+
+
+def test_steady_rate_is_the_slope_after_start_up():
+    from bench.roles import steady_rate
+
+    # One worker: the first task carries start-up, then 1 MB every second.
+    arrivals = [(5.0, 10**6)] + [(5.0 + i, 10**6) for i in range(1, 6)]
+    assert steady_rate(arrivals, workers=1) == pytest.approx(1e6)
+
+
+def test_steady_rate_is_unknown_for_a_run_too_short_to_tell():
+    from bench.roles import steady_rate
+
+    # Every completion seen in one or two polls: no slope, never a zero rate.
+    assert steady_rate([(1.0, 100)] * 5, workers=1) is None
+    assert steady_rate([(1.0, 100), (1.0, 100), (2.0, 100)], workers=1) is None
+    assert steady_rate([], workers=2) is None
