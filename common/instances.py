@@ -63,6 +63,22 @@ class TokenizedDocuments:
                 document_offsets.append(len(segment_offsets) - 1)
         return cls(np.asarray(tokens, dtype=np.int32), segment_offsets, document_offsets)
 
+    @classmethod
+    def from_segments(cls, tokens: np.ndarray, segment_lengths: np.ndarray,
+                      segments_per_document: np.ndarray) -> tuple["TokenizedDocuments", int]:
+        """From a tokenizer's flat output: drops segments without a token and
+        then documents without a segment; returns how many documents were dropped."""
+        segment_lengths = np.asarray(segment_lengths, dtype=np.int64)
+        segments_per_document = np.asarray(segments_per_document, dtype=np.int64)
+        document_of = np.repeat(np.arange(len(segments_per_document)), segments_per_document)
+        kept = segment_lengths > 0
+        kept_per_document = np.bincount(document_of[kept], minlength=len(segments_per_document))
+        usable = kept_per_document[kept_per_document > 0]
+        segment_offsets = np.concatenate([[0], np.cumsum(segment_lengths[kept])])
+        document_offsets = np.concatenate([[0], np.cumsum(usable)])
+        documents = cls(tokens, segment_offsets.tolist(), document_offsets.tolist())
+        return documents, len(segments_per_document) - len(usable)
+
 
 @dataclass
 class InstancePlan:
@@ -243,27 +259,29 @@ def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, spec
                 rng: np.random.Generator) -> InstanceBatch:
     """Lay out ``[CLS] A [SEP] B [SEP]`` for every planned instance and mask them."""
     n = len(plan)
-    length = params.max_seq_length
-    positions = np.arange(length, dtype=np.int32)[None, :]
-    a_length = plan.a_length[:, None]
-    b_length = plan.b_length[:, None]
-    sequence_length = plan.a_length + plan.b_length + 3
+    positions = np.arange(params.max_seq_length, dtype=np.int32)
+    rows_index = np.arange(n)
+    # Per-row scalars as (n, 1) int32 columns: every (n, length) step below
+    # then runs on int32 or bool, never int64.
+    a_length = plan.a_length.astype(np.int32)[:, None]
+    b_first = a_length + 2
+    sequence_length = b_first + plan.b_length.astype(np.int32)[:, None] + 1
 
     in_a = (positions >= 1) & (positions <= a_length)
-    b_first = a_length + 2
-    in_b = (positions >= b_first) & (positions < b_first + b_length)
-    source = np.where(in_a, plan.a_start[:, None] + positions - 1,
-                      np.where(in_b, plan.b_start[:, None] + positions - b_first, 0))
-    original = np.where(in_a | in_b, tokens[source] if len(tokens) else 0, special.pad).astype(np.int32)
-    original[:, 0] = special.cls
-    original[positions == a_length + 1] = special.sep
-    original[positions == b_first + b_length] = special.sep
-
-    input_mask = (positions < sequence_length[:, None]).astype(np.int32)
-    segment_ids = ((positions >= b_first) & (positions < sequence_length[:, None])).astype(np.int32)
-
+    in_b = (positions >= b_first) & (positions < sequence_length - 1)
     candidates = in_a | in_b
-    budget = num_to_predict(sequence_length, params)
+    # Position p of a row reads token (offset + p): A's offset before B, B's from there on.
+    offset = np.where(positions < b_first, plan.a_start[:, None] - 1, plan.b_start[:, None] - b_first)
+    source = np.where(candidates, offset + positions, 0)
+    original = np.where(candidates, tokens[source] if len(tokens) else 0, special.pad).astype(np.int32)
+    original[:, 0] = special.cls
+    original[rows_index, a_length[:, 0] + 1] = special.sep
+    original[rows_index, sequence_length[:, 0] - 1] = special.sep
+
+    input_mask = (positions < sequence_length).astype(np.int32)
+    segment_ids = ((positions >= b_first) & (positions < sequence_length)).astype(np.int32)
+
+    budget = num_to_predict(sequence_length[:, 0], params)
     if params.do_whole_word_mask:
         selected = _select_whole_words(original, candidates, budget, special, rng)
     else:
@@ -272,7 +290,8 @@ def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, spec
     # Selected positions in increasing order (BERT sorts by index): a
     # position's rank among its row's selected ones is its column.
     rows, columns = np.nonzero(selected)
-    rank = (np.cumsum(selected, axis=1, dtype=np.int32) - 1)[rows, columns]
+    per_row = np.bincount(rows, minlength=n)
+    rank = np.arange(len(rows)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
     labels = original[rows, columns]
 
     # 80% [MASK], 10% the original token, 10% a random vocabulary word.

@@ -31,6 +31,22 @@ def single_token_documents(rng: random.Random, count: int) -> list[list[list[int
     return [[[next(next_id)] for _ in range(rng.randint(1, 300))] for _ in range(count)]
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_from_tokenizer_output_drops_empty_segments_and_documents(seed):
+    rng = random.Random(seed)
+    documents = [[[rng.randint(10, 99) for _ in range(rng.choice([0, 0, 1, 5]))]
+                  for _ in range(rng.randint(0, 4))] for _ in range(rng.randint(0, 30))]
+    segments = [segment for document in documents for segment in document]
+    tokens = np.asarray([t for segment in segments for t in segment], dtype=np.int32)
+    built, dropped = TokenizedDocuments.from_segments(tokens, [len(s) for s in segments],
+                                                      [len(d) for d in documents])
+    expected = TokenizedDocuments.from_lists(documents)
+    assert built.tokens.tolist() == expected.tokens.tolist()
+    assert built.segment_offsets == expected.segment_offsets
+    assert built.document_offsets == expected.document_offsets
+    assert dropped == sum(1 for document in documents if not any(document))
+
+
 # --------------------------------------------------------------------------
 # Planning: BERT's control flow
 # --------------------------------------------------------------------------

@@ -23,8 +23,13 @@ def random_features(rng, n, seq, pred, vocab):
     }
 
 
-def test_varints_match_protobuf():
-    values = np.array([[0, 1, 127, 128, 300, 16383, 16384, 2 ** 21, 2 ** 28 + 5, 2 ** 35 - 1]])
+@pytest.mark.parametrize("values", [
+    [0, 1, 127, 128, 300, 16383, 16384, 2 ** 21, 2 ** 28 + 5, 2 ** 35 - 1],  # computed digit by digit
+    [0, 1, 127, 128, 300, 16383, 16384, 30521, 2 ** 20 - 1],  # token ids: looked up in a table
+    [0, 5, 127],  # one byte each
+], ids=["arithmetic", "table", "bytes"])
+def test_varints_match_protobuf(values):
+    values = np.array([values])
     encoded = varints(values)
     expected = b""
     for v in values[0].tolist():

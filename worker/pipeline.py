@@ -94,26 +94,14 @@ class TaskProcessor:
         with stats.stage("tokenize"):
             flat_texts = [segment for segments in segmented for segment in segments]
             ids, lengths = self.vocabulary.encode_many(flat_texts)
-            segment_offsets = [0]
-            document_offsets = [0]
-            position = 0
-            total = 0
-            for segments in segmented:
-                for _ in segments:
-                    length = int(lengths[position])
-                    position += 1
-                    if length:
-                        total += length
-                        segment_offsets.append(total)
-                if len(segment_offsets) - 1 > document_offsets[-1]:
-                    document_offsets.append(len(segment_offsets) - 1)
-                else:
-                    report.skip("no_usable_sentence")
+            tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented])
+        if unusable:
+            report.skip("no_usable_sentence", unusable)
         stats.skipped = report.skipped
-        stats.documents = len(document_offsets) - 1
-        stats.segments = len(segment_offsets) - 1
-        stats.tokens = int(total)
-        return TokenizedDocuments(ids, segment_offsets, document_offsets)
+        stats.documents = tokenized.num_documents
+        stats.segments = len(tokenized.segment_offsets) - 1
+        stats.tokens = len(ids)
+        return tokenized
 
     def write_instances(self, task: Task, documents: TokenizedDocuments, writer: ShardWriter, stats: TaskStats) -> None:
         params = self.params
