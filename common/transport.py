@@ -45,6 +45,17 @@ def bind_endpoint(host: str, port: int) -> str:
     return f"tcp://{host or '*'}:{port}"
 
 
+class ListenError(Exception):
+    """A port could not be listened on: a one-line error for the user, not a traceback."""
+
+
+def listen(sock: zmq.Socket, host: str, port: int) -> None:
+    try:
+        sock.bind(bind_endpoint(host, port))
+    except zmq.ZMQError as error:
+        raise ListenError(f"cannot listen on {host or '*'}:{port}: {error}") from None
+
+
 def new_identity(role: str) -> str:
     """A readable, unique name for this process: role, host, pid, random."""
     return f"{role}-{_socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

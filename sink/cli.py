@@ -24,8 +24,11 @@ from sink.server import SinkOptions, SinkServer
               help="How often the manifest of an S3 output is uploaded.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
+@click.option("--metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
+              help="Serve Prometheus metrics (manifest totals, throughput, stage times) on this port.  [default: off]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds, curve_dir, verbose) -> None:
+def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds, curve_dir, metrics_port,
+         verbose) -> None:
     """Collect workers' acknowledgements into OUT/manifest.jsonl.
 
     Every finished shard becomes one manifest line (task, shard URI, records,
@@ -36,5 +39,5 @@ def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds
     logs.configure(verbose)
     options = SinkOptions(ventilator=ventilator, port=port, bind_host=bind_host, state_dir=state_dir,
                           report_seconds=report_seconds, publish_seconds=publish_seconds,
-                          curve=Curve(curve_dir) if curve_dir else None)
+                          curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port)
     sys.exit(SinkServer(options).run())

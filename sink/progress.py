@@ -1,7 +1,12 @@
-"""Live throughput over a sliding window, overall and per worker."""
+"""Live throughput over a sliding window, overall and per worker.
+
+Read by the sink's loop (log lines) and by the metrics thread (scrapes), so
+every access holds the lock.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict, deque
 
@@ -12,31 +17,46 @@ class Throughput:
     def __init__(self, window_seconds: float = 30.0):
         self.window = window_seconds
         self._events: deque[tuple[float, str, tuple]] = deque()
+        self._lock = threading.Lock()
         self.totals = dict.fromkeys(_FIELDS, 0)
+        self.stage_seconds: dict[str, float] = defaultdict(float)  # workers' time per stage, summed
         self.tasks = 0
         self.started = time.monotonic()
 
     def add(self, worker: str, stats: dict, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         values = tuple(int(stats.get(name, 0) or 0) for name in _FIELDS)
-        self._events.append((now, worker, values))
-        for name, value in zip(_FIELDS, values):
-            self.totals[name] += value
-        self.tasks += 1
+        seconds = stats.get("seconds")
+        with self._lock:
+            self._events.append((now, worker, values))
+            for name, value in zip(_FIELDS, values):
+                self.totals[name] += value
+            if isinstance(seconds, dict):
+                for stage, value in seconds.items():
+                    if isinstance(stage, str) and isinstance(value, (int, float)):
+                        self.stage_seconds[stage] += value
+            self.tasks += 1
 
     def rates(self, now: float | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """Per-second rates over the window: overall, and per worker."""
         now = time.monotonic() if now is None else now
-        while self._events and self._events[0][0] < now - self.window:
-            self._events.popleft()
+        with self._lock:
+            while self._events and self._events[0][0] < now - self.window:
+                self._events.popleft()
+            events = list(self._events)
         span = max(min(self.window, now - self.started), 1e-9)
         overall = dict.fromkeys(_FIELDS, 0.0)
         per_worker: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(_FIELDS, 0.0))
-        for _, worker, values in self._events:
+        for _, worker, values in events:
             for name, value in zip(_FIELDS, values):
                 overall[name] += value / span
                 per_worker[worker][name] += value / span
         return overall, dict(per_worker)
+
+    def snapshot(self) -> tuple[int, dict[str, int], dict[str, float]]:
+        """Tasks, totals and stage seconds, consistent with each other."""
+        with self._lock:
+            return self.tasks, dict(self.totals), dict(self.stage_seconds)
 
     def line(self, now: float | None = None) -> str:
         overall, per_worker = self.rates(now)

@@ -22,9 +22,10 @@ import zmq
 from common import protocol
 from common.config import JobConfig
 from common.manifest import Manifest, ManifestMismatch
+from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.storage import StorageError, open_storage
-from common.transport import Counter, bind_endpoint, endpoint, make_socket, new_identity, parse_address
+from common.transport import Counter, ListenError, endpoint, listen, make_socket, new_identity, parse_address
 from sink.progress import Throughput
 
 log = logging.getLogger("sink")
@@ -41,6 +42,7 @@ class SinkOptions:
     report_seconds: float = 10.0
     publish_seconds: float = 30.0
     curve: Curve | None = None
+    metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
 
 
 class SinkError(Exception):
@@ -85,20 +87,26 @@ class SinkServer:
         pull = make_socket(context, zmq.PULL)
         if curve:
             curve.serve(pull)
-        pull.bind(bind_endpoint(self.options.bind_host, self.options.port))
         host, port = parse_address(self.options.ventilator, 5557)
         dealer = make_socket(context, zmq.DEALER)
         dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
         if curve:
             curve.connect_as_client(dealer)
-        dealer.connect(endpoint(host, port))
-        log.info("sink %s: acknowledgements on port %d, ventilator %s:%d", self.sink_id, self.options.port, host, port)
+        metrics = None
         try:
+            listen(pull, self.options.bind_host, self.options.port)
+            dealer.connect(endpoint(host, port))
+            log.info("sink %s: acknowledgements on port %d, ventilator %s:%d", self.sink_id, self.options.port,
+                     host, port)
+            if self.options.metrics_port is not None:
+                metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             return self._loop(pull, dealer)
-        except SinkError as error:
+        except (SinkError, ListenError) as error:
             log.error("sink: %s", error)
             return 1
         finally:
+            if metrics is not None:
+                metrics.close()
             if self.manifest is not None:
                 self.manifest.close()
             pull.close(linger=0)
@@ -226,14 +234,42 @@ class SinkServer:
                 self.duplicates += 1
         send(protocol.TasksDone([ack.task_id for ack in valid], documents))
 
+    def metrics(self):
+        """What Prometheus scrapes (see common/metrics.py): the manifest's
+        totals (the whole job, earlier runs included), then this run's."""
+        manifest = self.manifest
+        totals = dict(manifest.totals) if manifest is not None else {}
+        for name, key, documentation in (
+                ("mlm_sink_tasks", "tasks", "Tasks in the manifest."),
+                ("mlm_sink_shards", "shards", "Shards in the manifest."),
+                ("mlm_sink_records", "records", "TFRecord records (instances) in the manifest's shards."),
+                ("mlm_sink_documents", "documents", "Documents turned into instances."),
+                ("mlm_sink_tokens", "tokens", "Tokens of those documents."),
+                ("mlm_sink_output_bytes", "bytes_written", "Bytes of the manifest's shards.")):
+            yield counter(name, documentation, totals.get(key, 0))
+        yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
+                      labels=dict(totals.get("skipped_documents", {})), label="reason")
+        overall, per_worker = self.throughput.rates()
+        yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
+                    labels=overall, label="quantity")
+        yield gauge("mlm_sink_worker_input_bytes_rate", "Input bytes per second over the last 30 s, per worker.",
+                    labels={worker: rates["bytes_in"] for worker, rates in per_worker.items()}, label="worker")
+        _tasks, _totals, stage_seconds = self.throughput.snapshot()
+        yield counter("mlm_sink_worker_stage_seconds", "Workers' wall seconds per stage, summed over this run's tasks.",
+                      labels=stage_seconds, label="stage")
+        yield counter("mlm_sink_duplicate_acks", "Acknowledgements of tasks already in the manifest.", self.duplicates)
+        yield gauge("mlm_sink_quarantined_tasks", "Tasks the ventilator gave up on.", len(self.quarantined))
+        yield counter("mlm_sink_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
+
     def summary(self, reason: str) -> dict:
         elapsed = time.monotonic() - self.throughput.started
+        tasks, totals, _stage_seconds = self.throughput.snapshot()
         return {
             "job": self.config.job_id if self.config else None,
             "reason": reason,
             **(self.manifest.totals if self.manifest else {}),
             "quarantined": self.quarantined,
-            "this_run": {"seconds": round(elapsed, 3), **self.throughput.totals, "tasks": self.throughput.tasks,
+            "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
                          "duplicate_acks": self.duplicates},
             "dropped_messages": dict(self.dropped.dropped),
         }

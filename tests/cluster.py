@@ -42,10 +42,10 @@ class Cluster:
             "--sink", f"127.0.0.1:{self.sink_port}", "--report-seconds", "2", *FAST_LEASES, *self.curve,
             *self.job_args])
 
-    def start_sink(self) -> None:
+    def start_sink(self, *extra) -> None:
         self.sink = self._start("sink", "sink", [
             "--ventilator", f"127.0.0.1:{self.vport}", "--port", self.sink_port, "--bind-host", "127.0.0.1",
-            "--state-dir", self.workdir / "state", "--publish-seconds", "1", *self.curve])
+            "--state-dir", self.workdir / "state", "--publish-seconds", "1", *self.curve, *extra])
 
     def start_worker(self, *extra) -> subprocess.Popen:
         worker = self._start("worker", "worker", ["--ventilator", f"127.0.0.1:{self.vport}", "--processes", "1",

@@ -11,6 +11,7 @@ from common import logs
 from common.config import BertParams
 from common.security import Curve
 from common.tasks import parse_size
+from common.transport import ListenError
 from ventilator.job import JobError, JobOptions, prepare_job
 from ventilator.local import LocalFleet
 from ventilator.server import ServerOptions, VentilatorServer
@@ -84,11 +85,16 @@ def _size(_ctx, _param, value):
               help="A finished task the sink has not confirmed within this time is done again.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
+@click.option("--metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
+              help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
+@click.option("--sink-metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
+              help="The same for the sink started here (its --metrics-port).  [default: off]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, segmenter, vocab_file,
          tokenizer, do_lower_case, do_whole_word_mask, max_seq_length, max_predictions_per_seq, masked_lm_prob,
          short_seq_prob, dupe_factor, random_seed, task_size, use_gzip, shared_fs, s3_endpoint_url, lease_seconds,
-         heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, verbose) -> None:
+         heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port,
+         sink_metrics_port, verbose) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -118,14 +124,15 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     fleet = LocalFleet()
     verbosity = ["-v"] * verbose + (["--curve-dir", curve_dir] if curve_dir else [])
     if not sink_address:
+        metrics = [] if sink_metrics_port is None else ["--metrics-port", str(sink_metrics_port)]
         fleet.start("sink", "sink", ["--port", str(sink_port), "--ventilator", f"127.0.0.1:{vport}",
-                                     "--state-dir", state_dir, *verbosity])
+                                     "--state-dir", state_dir, *metrics, *verbosity])
     if workers:
         fleet.start("workers", "worker", ["--ventilator", f"127.0.0.1:{vport}", "--processes", str(workers), *verbosity])
 
     server_options = ServerOptions(bind_host=bind_host, port=vport, max_attempts=max_attempts,
                                    report_seconds=report_seconds, confirm_seconds=confirm_seconds,
-                                   curve=Curve(curve_dir) if curve_dir else None)
+                                   curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port)
     failure: list[str] = []
 
     def child_failed() -> bool:
@@ -137,6 +144,11 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     server = VentilatorServer(job, server_options, should_stop=child_failed, peers_gone=fleet.all_exited)
     try:
         result = server.run()
+    except ListenError as error:
+        fleet.terminate()
+        fleet.wait(timeout=30)
+        click.echo(f"ventilator: error: {error}", err=True)
+        sys.exit(EXIT_FAILED)
     except BaseException:
         fleet.terminate()
         raise

@@ -4,6 +4,7 @@ a sink (unless --sink points at one) and ``--workers N`` worker processes."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -18,7 +19,10 @@ class LocalFleet:
     def start(self, name: str, module: str, args: list[str]) -> None:
         command = [sys.executable, "-m", module, *args]
         log.info("starting %s: %s", name, " ".join(command[1:]))
-        self.children[name] = subprocess.Popen(command)
+        # The ventilator's own metrics port is not the children's: two
+        # processes cannot listen on it.
+        env = {key: value for key, value in os.environ.items() if key != "MLM_METRICS_PORT"}
+        self.children[name] = subprocess.Popen(command, env=env)
 
     def all_exited(self) -> bool:
         return bool(self.children) and all(child.poll() is not None for child in self.children.values())

@@ -21,10 +21,11 @@ import zmq
 
 from common import protocol
 from common.formats import CorpusFormat
+from common.metrics import MetricsServer, counter, gauge
 from common.reading import read_task_content
 from common.security import Curve
 from common.storage import VersionChanged
-from common.transport import Counter, bind_endpoint, make_socket
+from common.transport import Counter, listen, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
 
@@ -49,6 +50,7 @@ class ServerOptions:
     report_seconds: float = 10.0
     max_message_bytes: int = protocol.MAX_INBOUND_BYTES
     curve: Curve | None = None
+    metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
 
 
 @dataclass
@@ -77,6 +79,7 @@ class VentilatorServer:
         self.format = CorpusFormat(self.config.corpus_format)
         self._started = time.monotonic()
         self._done_at_start = 0
+        self.input_bytes = sum(task.length for task in job.tasks)
         self._welcome = protocol.encode(protocol.Welcome(self.config.to_wire(), self.ventilator_id))
 
     # ------------------------------------------------------------------
@@ -93,13 +96,18 @@ class VentilatorServer:
         router = make_socket(context, zmq.ROUTER, max_message_bytes=self.options.max_message_bytes)
         if self.options.curve:
             self.options.curve.serve(router)
-        router.bind(bind_endpoint(self.options.bind_host, self.options.port))
-        log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
-                 self.ventilator_id, self.config.job_id, self.dispatcher.total,
-                 sum(t.length for t in self.job.tasks) / 1e6, self.config.data_uri, self.options.port)
+        metrics = None
         try:
+            listen(router, self.options.bind_host, self.options.port)
+            log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
+                     self.ventilator_id, self.config.job_id, self.dispatcher.total,
+                     self.input_bytes / 1e6, self.config.data_uri, self.options.port)
+            if self.options.metrics_port is not None:
+                metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             return self._loop(router)
         finally:
+            if metrics is not None:
+                metrics.close()
             router.close(linger=2000)
             if authenticator is not None:
                 authenticator.stop()
@@ -281,6 +289,25 @@ class VentilatorServer:
                 if len(frames) == 2:
                     router.send_multipart([frames[0], shutdown])
 
+    def metrics(self):
+        """What Prometheus scrapes (see common/metrics.py)."""
+        d = self.dispatcher
+        yield gauge("mlm_ventilator_tasks", "Tasks of the job by state: pending, leased to a worker, finished "
+                    "(awaiting the sink's confirmation), done, quarantined.",
+                    labels={state.name.lower(): count for state, count in dict(d.counts).items()}, label="state")
+        yield gauge("mlm_ventilator_input_bytes", "Input bytes of all the job's tasks.", self.input_bytes)
+        yield gauge("mlm_ventilator_input_bytes_done", "Input bytes of the tasks done.", d.bytes_in(State.DONE))
+        yield counter("mlm_ventilator_documents", "Documents in tasks confirmed done by this process.",
+                      self.documents_done)
+        yield counter("mlm_ventilator_redeliveries", "Tasks handed out again after a lease expired or a failure.",
+                      d.redeliveries)
+        yield gauge("mlm_ventilator_workers", "Worker processes connected.",
+                    sum(1 for peer in list(self.peers.values()) if peer.role == "worker"))
+        yield gauge("mlm_ventilator_sink_ready", "1 once the sink has said which tasks are done.",
+                    int(self.sink_ready))
+        yield counter("mlm_ventilator_dropped_messages", "Malformed or unexpected messages dropped.",
+                      self.dropped.total)
+
     def _interrupted_reason(self) -> str:
         left = self.dispatcher.total - self.dispatcher.counts[State.DONE]
         return f"interrupted with {left} of {self.dispatcher.total} tasks not done; run the same command to resume"
@@ -290,13 +317,12 @@ class VentilatorServer:
         done = d.counts[State.DONE]
         elapsed = max(now - self._started, 1e-9)
         done_now = done - self._done_at_start
-        bytes_total = sum(t.length for t in self.job.tasks)
         bytes_done = d.bytes_in(State.DONE)
         rate = done_now / elapsed
         remaining = d.total - done - d.counts[State.QUARANTINED]
         eta = f"{remaining / rate:.0f}s" if rate > 0 else "?"
         log.info("progress: %d/%d tasks done (%d leased, %d awaiting the sink, %d quarantined), %.1f/%.1f MB, "
                  "%d documents, %d workers, ETA %s%s", done, d.total, d.counts[State.LEASED], d.counts[State.FINISHED],
-                 d.counts[State.QUARANTINED], bytes_done / 1e6, bytes_total / 1e6, self.documents_done,
+                 d.counts[State.QUARANTINED], bytes_done / 1e6, self.input_bytes / 1e6, self.documents_done,
                  sum(1 for p in self.peers.values() if p.role == "worker"), eta,
                  f", {self.dropped.total} bad messages dropped" if self.dropped.total else "")
