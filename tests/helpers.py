@@ -7,10 +7,12 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.procs import free_ports  # noqa: F401  (one helper for tests and benchmarks)
 
@@ -91,3 +93,11 @@ def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 12
     assert on_disk == names, "shards on disk and in the manifest differ"
     assert not list(Path(output).glob(".*.tmp")), "temporary files left behind"
     return totals
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} from http://127.0.0.1:PORT/metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}

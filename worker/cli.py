@@ -79,9 +79,12 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
               help="On SIGTERM, how long to keep working on the current task before exiting anyway.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
+@click.option("--idle-exit-seconds", type=click.FloatRange(min=0), default=None, show_envvar=True,
+              help="Exit 0 after this long without hearing from a ventilator (none started yet, or its job "
+                   "ended before this worker joined).  [default: wait for one]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds: float, curve_dir: str | None,
-         verbose: int) -> None:
+         idle_exit_seconds: float | None, verbose: int) -> None:
     """Process tasks from a ventilator into TFRecord shards.
 
     Starts PROCESSES worker processes that each ask the ventilator for a
@@ -92,7 +95,7 @@ def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds:
     """
     logs.configure(verbose)
     options = WorkerOptions(ventilator=ventilator, sink=sink, credit=credit, drain_seconds=drain_seconds,
-                            curve=Curve(curve_dir) if curve_dir else None)
+                            curve=Curve(curve_dir) if curve_dir else None, idle_exit_seconds=idle_exit_seconds)
     if processes == 1:
         sys.exit(WorkerProcess(options).run())
     sys.exit(supervise(options, processes, verbose))

@@ -48,6 +48,7 @@ class WorkerOptions:
     credit: int = 1  # tasks held at once (in progress + queued)
     drain_seconds: float = 600.0
     curve: Curve | None = None
+    idle_exit_seconds: float | None = None  # exit 0 after this long without a ventilator (None: wait forever)
 
 
 @dataclass
@@ -113,6 +114,7 @@ class _State:
     requested: int = 0  # credit asked for and not yet answered
     last_hello: float = 0.0
     last_heartbeat: float = 0.0
+    last_contact: float = field(default_factory=time.monotonic)  # last message from a ventilator
 
 
 class WorkerProcess:
@@ -182,6 +184,13 @@ class WorkerProcess:
                                 self.worker_id, len(state.held))
                     return 0
 
+            idle = self.options.idle_exit_seconds
+            if idle is not None and state.job is not None:
+                idle = max(idle, 3 * heartbeat_every)  # a live ventilator answers every heartbeat
+            if idle is not None and not state.held and now - state.last_contact > idle:
+                log.info("%s: no ventilator for %.0fs, exiting", self.worker_id, now - state.last_contact)
+                return 0
+
             if not state.introduced and now - state.last_hello > heartbeat_every:
                 send(protocol.Hello(self.worker_id, socket.gethostname(), os.getpid(), "worker"))
                 state.last_hello = now
@@ -207,6 +216,7 @@ class WorkerProcess:
                 except protocol.ProtocolError as error:
                     self.dropped.drop(str(error))
                     continue
+                state.last_contact = now
                 if self._handle(message, state, send, compute, ventilator_host):
                     return 0
 

@@ -6,25 +6,15 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.cluster import Cluster
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared
+from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, scrape
 
 pytestmark = pytest.mark.e2e
 
 JOB = ["--vocab-file", VOCAB, "--dupe-factor", "2", "--task-size", "64K"]
-
-
-def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """{(sample name, sorted labels): value} from http://127.0.0.1:PORT/metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def wait_for(condition, what: str, timeout: float = 60):

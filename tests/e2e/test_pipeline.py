@@ -131,3 +131,15 @@ def test_sigterm_stops_cleanly_and_the_same_command_resumes(one_worker_run, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{done_before} of" in result.stderr
     assert shard_digests(output) == shard_digests(one_worker_run)
+
+
+def test_idle_worker_exits_without_a_ventilator():
+    (port,) = free_ports(1)
+    started = time.monotonic()
+    worker = python_module("worker", "--ventilator", f"127.0.0.1:{port}", "--processes", "1",
+                           "--idle-exit-seconds", "1")
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out[-2000:]
+    assert "no ventilator for" in out
+    assert time.monotonic() - started < 30
+

@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from tests.cluster import Cluster
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.helpers import VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, scrape, shard_digests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -365,3 +365,37 @@ def test_supervisor_replaces_a_killed_worker_process(clean, tmp_path):
         figure(f"kill -9 one of a supervisor's 2 worker processes: replaced; {records} records, 0 lost")
     finally:
         c.close()
+
+
+def test_idle_exit_waits_out_a_lease_at_the_tail(clean, tmp_path):
+    """A worker with a tiny --idle-exit-seconds, left alone at the tail of
+    the job while a frozen worker holds the last task, keeps waiting (the
+    ventilator answers its heartbeats), takes the task when its lease
+    expires, and finishes the job."""
+    ventilator_metrics = free_ports(1)[0]
+    c = Cluster(WIKI, tmp_path / "out", [*JOB, "--metrics-port", ventilator_metrics], tmp_path)
+    frozen = None
+    try:
+        c.start_sink()
+        c.start_ventilator()
+        for _attempt in range(5):  # freeze a worker while it holds a task
+            frozen = c.start_worker()
+            c.wait_for_progress(c.progress() + 1)
+            frozen.send_signal(signal.SIGSTOP)
+            time.sleep(0.5)
+            leased = scrape(ventilator_metrics)[("mlm_ventilator_tasks", (("state", "leased"),))]
+            if leased == 1:
+                break
+            frozen.kill()
+            frozen.wait()
+        else:
+            pytest.fail("could not freeze a worker holding a task")
+        idle = c.start_worker("--idle-exit-seconds", "0.3")
+        assert c.ventilator.wait(timeout=120) == 0, c.tail()
+        assert idle.wait(timeout=60) == 0
+        assert "no ventilator for" not in c.log_text()
+    finally:
+        if frozen is not None:
+            frozen.kill()
+        c.close()
+    assert_same_as_clean(tmp_path / "out", clean)
