@@ -10,8 +10,14 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import zstandard
 
 from common.formats import CorpusFormat, boundary_at_or_after
+from common.storage import VersionChanged
 from common.tasks import Task
 
 #: Read ahead past the range's end, so finding the next boundary rarely
@@ -35,17 +41,70 @@ class _WindowReader:
         return self._read_at(offset, length)
 
 
-def decompress(data: bytes, compression: str) -> bytes:
-    if compression == "gzip":
-        return gzip.decompress(data)
-    if compression == "bz2":
-        return bz2.decompress(data)
-    if compression == "zstd":
-        import zstandard
+#: A compressed input is one task, decompressed whole in memory: past this
+#: size it is refused (split it, or decompress it so that it splits into
+#: byte ranges) rather than risk the host's memory.
+MAX_DECOMPRESSED_BYTES = 1 << 30
 
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
-            return reader.read()
+
+class UnreadableInput(Exception):
+    """The task's input can never be read as it is (corrupt or oversized
+    compressed data): another attempt, on any worker, would fail the same way."""
+
+
+def is_permanent(error: Exception) -> bool:
+    """Failures that quarantine a task at once instead of after --max-attempts."""
+    return isinstance(error, (UnreadableInput, VersionChanged))
+
+
+def _read_all(reader: BinaryIO) -> Iterator[bytes]:
+    with reader:
+        while chunk := reader.read(1 << 20):
+            yield chunk
+
+
+def _zstd_frames(data: bytes) -> Iterator[bytes]:
+    """Every frame, fed in small pieces so that each output stays small; a
+    stream reader would end quietly at a truncated frame, this does not."""
+    context = zstandard.ZstdDecompressor()
+    frame = context.decompressobj()
+    in_frame = False
+    for start in range(0, len(data), 1 << 14):
+        piece = data[start:start + (1 << 14)]
+        while piece:
+            yield frame.decompress(piece)
+            in_frame = not frame.eof
+            piece = b""
+            if frame.eof:  # the next frame starts in what is left
+                piece, frame = frame.unused_data, context.decompressobj()
+    if in_frame:
+        raise EOFError("the last frame is truncated")
+
+
+def _chunks(data: bytes, compression: str) -> Iterator[bytes]:
+    if compression == "gzip":
+        return _read_all(gzip.GzipFile(fileobj=io.BytesIO(data)))  # every member, like gzip -d
+    if compression == "bz2":
+        return _read_all(bz2.BZ2File(io.BytesIO(data)))  # every stream
+    if compression == "zstd":
+        return _zstd_frames(data)
     raise ValueError(f"unknown compression {compression!r}")
+
+
+def decompress(data: bytes, compression: str, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """All of a compressed object, up to ``limit`` bytes."""
+    out = []
+    size = 0
+    try:
+        for chunk in _chunks(data, compression):
+            size += len(chunk)
+            if size > limit:
+                raise UnreadableInput(f"{compression} data expands past {limit:,} bytes, more than one task may "
+                                      "hold: split the file, or decompress it so it splits into byte ranges")
+            out.append(chunk)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as error:
+        raise UnreadableInput(f"corrupt {compression} data: {error}") from None
+    return b"".join(out)
 
 
 def read_task_content(storage, task: Task, fmt: CorpusFormat) -> bytes:

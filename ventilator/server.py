@@ -22,9 +22,8 @@ import zmq
 from common import protocol
 from common.formats import CorpusFormat
 from common.metrics import MetricsServer, counter, gauge
-from common.reading import read_task_content
+from common.reading import is_permanent, read_task_content
 from common.security import Curve
-from common.storage import VersionChanged
 from common.transport import Counter, listen, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
@@ -233,7 +232,7 @@ class VentilatorServer:
                     log.warning("task %s: cannot read it: %s", entry.task.key, error)
                     quarantined = self.dispatcher.failed(entry.worker, entry.task.task_id,
                                                          f"ventilator could not read it: {error}", now,
-                                                         isinstance(error, VersionChanged))
+                                                         is_permanent(error))
                     if quarantined is not None:
                         self._quarantine(router, [quarantined])
                     self.waiting.appendleft(identity)

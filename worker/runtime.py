@@ -30,9 +30,9 @@ import zmq
 from common import protocol
 from common.config import JobConfig
 from common.formats import CorpusFormat
-from common.reading import read_task_content
+from common.reading import is_permanent, read_task_content
 from common.security import Curve
-from common.storage import VersionChanged, open_storage, remove_stale_spool_files
+from common.storage import open_storage, remove_stale_spool_files
 from common.tasks import Task
 from common.tokenization import Vocabulary
 from common.transport import Counter, endpoint, make_socket, new_identity, parse_address
@@ -102,7 +102,7 @@ class _Compute(threading.Thread):
         except Exception as error:  # a bad task must not kill the worker
             log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
             log.debug("%s", traceback.format_exc())
-            return _Outcome(task, None, f"{type(error).__name__}: {error}", isinstance(error, VersionChanged))
+            return _Outcome(task, None, f"{type(error).__name__}: {error}", is_permanent(error))
 
 
 @dataclass

@@ -113,3 +113,31 @@ def test_readme_quick_start(tmp_path):
     totals = check_shards(tmp_path / "mlm-out", vocab_size=len(vocab), cls_id=vocab.index("[CLS]"),
                           sep_id=vocab.index("[SEP]"))
     assert totals["records"] > 50
+
+
+@pytest.mark.parametrize("reader", ["ventilator", "worker"])
+def test_corrupt_compressed_file_is_quarantined_at_once(tmp_path, reader):
+    """Corrupt data fails the same way on every attempt: the task is
+    quarantined on its first (read by the ventilator when it ships content,
+    by the worker with --shared-fs), and everything else is written."""
+    import gzip
+
+    need_shared()
+    paragraphs = real_paragraphs()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "plain").write_text("".join(doc(i, paragraphs[i]) for i in range(3)), encoding="utf-8")
+    (corpus / "good.gz").write_bytes(gzip.compress("".join(doc(i, paragraphs[i]) for i in range(3, 6)).encode()))
+    broken = gzip.compress("".join(doc(i, paragraphs[i]) for i in range(6, 9)).encode())
+    (corpus / "truncated.gz").write_bytes(broken[:len(broken) // 2])
+    output = tmp_path / "out"
+    args = ["--shared-fs"] if reader == "worker" else []
+    result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--dupe-factor", "1", "--workers", "2", *args)
+    assert result.returncode == 3, result.stderr[-3000:]
+    summary = json.loads((output / "summary.json").read_text())
+    (failure,) = summary["quarantined"].values()
+    assert failure["source"] == "truncated.gz" and failure["attempts"] == 1
+    assert "corrupt gzip data" in " ".join(failure["errors"])
+    assert summary["documents"] == 6
+    assert {entry["source"] for entry in map(json.loads, (output / "manifest.jsonl").read_text().splitlines())} \
+        == {"plain", "good.gz"}
