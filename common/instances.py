@@ -261,8 +261,7 @@ def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, spec
     n = len(plan)
     positions = np.arange(params.max_seq_length, dtype=np.int32)
     rows_index = np.arange(n)
-    # Per-row scalars as (n, 1) int32 columns: every (n, length) step below
-    # then runs on int32 or bool, never int64.
+    # Per-row scalars as (n, 1) columns, broadcast against the positions.
     a_length = plan.a_length.astype(np.int32)[:, None]
     b_first = a_length + 2
     sequence_length = b_first + plan.b_length.astype(np.int32)[:, None] + 1
