@@ -23,26 +23,26 @@ log = logging.getLogger(__name__)
 __all__ = ["MetricsServer", "counter", "gauge"]
 
 
-def counter(name: str, documentation: str, value: float | None = None, *,
-            labels: dict[str, float] | None = None, label: str = "") -> CounterMetricFamily:
-    """A counter, either one value or one value per ``label`` value."""
+def _family(kind, name: str, documentation: str, value: float | None, labels: dict[str, float] | None,
+            label: str):
     if labels is None:
-        return CounterMetricFamily(name, documentation, value=value)
-    family = CounterMetricFamily(name, documentation, labels=[label])
+        return kind(name, documentation, value=value)
+    family = kind(name, documentation, labels=[label])
     for key, number in sorted(labels.items()):
         family.add_metric([key], number)
     return family
+
+
+def counter(name: str, documentation: str, value: float | None = None, *,
+            labels: dict[str, float] | None = None, label: str = "") -> CounterMetricFamily:
+    """A counter, either one value or one value per ``label`` value."""
+    return _family(CounterMetricFamily, name, documentation, value, labels, label)
 
 
 def gauge(name: str, documentation: str, value: float | None = None, *,
           labels: dict[str, float] | None = None, label: str = "") -> GaugeMetricFamily:
     """A gauge, either one value or one value per ``label`` value."""
-    if labels is None:
-        return GaugeMetricFamily(name, documentation, value=value)
-    family = GaugeMetricFamily(name, documentation, labels=[label])
-    for key, number in sorted(labels.items()):
-        family.add_metric([key], number)
-    return family
+    return _family(GaugeMetricFamily, name, documentation, value, labels, label)
 
 
 class _Collector:
