@@ -19,11 +19,13 @@ Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, extr
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -141,8 +143,14 @@ def _rows() -> list[Row]:
         Row("rss_worker_small", "Peak RSS per worker process, smaller input (MB)", "{:.0f}", "≤ 300",
             lambda v: v <= 300),
         Row("rss_worker_big", "Peak RSS per worker process, larger input (MB)", "{:.0f}", "≤ 300", lambda v: v <= 300),
-        Row("rss_worker_growth", "Peak RSS worker growth, smaller → larger input", "{:+.0%}", "flat (≤ +10%)",
-            lambda v: v <= 0.10),
+        Row("rss_worker_growth", "Peak RSS worker growth, smaller → larger input (2 processes; noisy)", "{:+.0%}"),
+        Row("rss_series_tasks", "One worker process, tasks in a row (8 MiB, d=1)", "{:.0f}"),
+        Row("rss_series_first", "One worker process: peak RSS after its first task (MB)", "{:.0f}"),
+        Row("rss_series_warm", "One worker process: peak RSS after its first tasks (MB)", "{:.0f}"),
+        Row("rss_series_last", "One worker process: peak RSS after its last task (MB)", "{:.0f}", "≤ 300",
+            lambda v: v <= 300),
+        Row("rss_series_growth", "One worker process: peak RSS growth from there to the last task", "{:+.0%}",
+            "flat (≤ +10%)", lambda v: v <= 0.10),
         # Extras
         Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
         Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
@@ -185,6 +193,7 @@ class Settings:
     pipe_dupe: int = 10
     rss_worker_copies: tuple[int, int] = (16, 48)
     rss_worker_per_file: int = 8
+    rss_series_copies: int = 96  # 12 groups of 8 copies: 24 tasks of ~8 MiB
     pysbd_bytes: int = 200_000
 
     @classmethod
@@ -192,7 +201,8 @@ class Settings:
         if quick:
             return cls(quick=True, repeats=repeats or 1, worker_copies=scale or 1, limit_per_file=96_000,
                        vent_small=2, vent_big=6, small_task="16K", flood_acks=600, pipe_task="48K", pipe_dupe=2,
-                       rss_worker_copies=(1, 2), rss_worker_per_file=1, pysbd_bytes=10_000)
+                       rss_worker_copies=(1, 2), rss_worker_per_file=1, rss_series_copies=2,
+                       pysbd_bytes=10_000)
         return cls(quick=False, repeats=repeats or 3, worker_copies=scale or 4)
 
 
@@ -390,6 +400,20 @@ def rss_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("rss_worker_big", peaks[1] / MB)
     res.add("rss_worker_growth", peaks[1] / peaks[0] - 1)
 
+    data = corpora.replicate(sources, tmp / "r-series", s.rss_series_copies, per_file=s.rss_worker_per_file)
+    log(f"rss: one worker process, {data.files} tasks in a row ({data.bytes / MB:.0f} MB)")
+    result = subprocess.run([sys.executable, "-m", "bench.worker_memory", str(data.root), str(VOCAB)],
+                            capture_output=True, text=True, check=True, timeout=1800)
+    shutil.rmtree(data.root)
+    series = json.loads(result.stdout.strip().splitlines()[-1])
+    warm = min(2, len(series) - 1)  # after the first tasks: caches filled, arenas grown
+    res.add("rss_series_tasks", len(series))
+    res.add("rss_series_first", series[0] / MB)
+    res.add("rss_series_warm", series[warm] / MB)
+    res.notes["rss_series_warm"] = f" (after task {warm + 1})"
+    res.add("rss_series_last", series[-1] / MB)
+    res.add("rss_series_growth", series[-1] / series[warm] - 1)
+
 
 def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import extras
@@ -462,7 +486,7 @@ def _section_of(key: str) -> str:
         return "sink"
     if key.startswith("p"):
         return "pipeline"
-    if key.startswith("rss_worker"):
+    if key.startswith(("rss_worker", "rss_series")):
         return "rss"
     if key.startswith("rss"):
         return "ventilator"
