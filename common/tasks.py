@@ -49,7 +49,7 @@ class InputFile:
     version: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     path: str
     start: int

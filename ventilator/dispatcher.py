@@ -32,7 +32,7 @@ class State(enum.Enum):
     QUARANTINED = "quarantined"
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     task: Task
     state: State = State.PENDING
