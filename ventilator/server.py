@@ -288,6 +288,10 @@ class VentilatorServer:
                 if len(frames) == 2:
                     router.send_multipart([frames[0], shutdown])
 
+    @property
+    def worker_count(self) -> int:
+        return sum(1 for peer in list(self.peers.values()) if peer.role == "worker")
+
     def metrics(self):
         """What Prometheus scrapes (see common/metrics.py)."""
         d = self.dispatcher
@@ -301,7 +305,7 @@ class VentilatorServer:
         yield counter("mlm_ventilator_redeliveries", "Tasks handed out again after a lease expired or a failure.",
                       d.redeliveries)
         yield gauge("mlm_ventilator_workers", "Worker processes connected.",
-                    sum(1 for peer in list(self.peers.values()) if peer.role == "worker"))
+                    self.worker_count)
         yield gauge("mlm_ventilator_sink_ready", "1 once the sink has said which tasks are done.",
                     int(self.sink_ready))
         yield counter("mlm_ventilator_dropped_messages", "Malformed or unexpected messages dropped.",
@@ -323,5 +327,5 @@ class VentilatorServer:
         log.info("progress: %d/%d tasks done (%d leased, %d awaiting the sink, %d quarantined), %.1f/%.1f MB, "
                  "%d documents, %d workers, ETA %s%s", done, d.total, d.counts[State.LEASED], d.counts[State.FINISHED],
                  d.counts[State.QUARANTINED], bytes_done / 1e6, self.input_bytes / 1e6, self.documents_done,
-                 sum(1 for p in self.peers.values() if p.role == "worker"), eta,
+                 self.worker_count, eta,
                  f", {self.dropped.total} bad messages dropped" if self.dropped.total else "")
