@@ -113,6 +113,8 @@ def test_readme_quick_start(tmp_path):
     totals = check_shards(tmp_path / "mlm-out", vocab_size=len(vocab), cls_id=vocab.index("[CLS]"),
                           sep_id=vocab.index("[SEP]"))
     assert totals["records"] > 50
+    summary = json.loads((tmp_path / "mlm-out" / "summary.json").read_text())
+    assert summary["documents"] == 14 and summary["skipped_documents"] == {}, "the example corpus is clean"
 
 
 @pytest.mark.parametrize("reader", ["ventilator", "worker"])
