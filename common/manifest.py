@@ -57,10 +57,20 @@ def check_job(entries: list[dict], job_id: str, where: str) -> None:
                 f"or settings); use another --output, or remove the old output first")
 
 
+def read_published(storage) -> tuple[list[dict], int] | None:
+    """The published manifest's entries, and how many bytes at its end are
+    not complete lines (a sink stopped mid-write); None if there is none."""
+    data = storage.get_bytes(MANIFEST_NAME)
+    if data is None:
+        return None
+    entries, good = _parse_lines(data)
+    return entries, len(data) - good
+
+
 def read_entries(storage) -> list[dict]:
     """The published manifest's entries (for checks before a run starts)."""
-    data = storage.get_bytes(MANIFEST_NAME)
-    return _parse_lines(data)[0] if data else []
+    published = read_published(storage)
+    return published[0] if published else []
 
 
 class Manifest:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import BinaryIO
@@ -249,6 +250,31 @@ def encode_records(features: dict[str, np.ndarray]) -> bytes:
                             dtype="<u4", count=rows)
     out[(record_end - 4)[:, None] + np.arange(4)] = data_crcs.view(np.uint8).reshape(rows, 4)
     return out.tobytes()
+
+
+class CorruptShard(ValueError):
+    """A TFRecord file whose framing or checksums are wrong."""
+
+
+def read_records(data: bytes) -> Iterator[memoryview]:
+    """The records of a TFRecord file, each length and data CRC checked as
+    TensorFlow's reader checks them."""
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        if len(view) - offset < 12:
+            raise CorruptShard(f"truncated record header at byte {offset}")
+        length, length_crc = struct.unpack_from("<QI", view, offset)
+        if _masked_crc(view[offset:offset + 8]) != length_crc:
+            raise CorruptShard(f"bad length checksum at byte {offset}")
+        end = offset + 12 + length
+        if end + 4 > len(view):
+            raise CorruptShard(f"truncated record at byte {offset}")
+        body = view[offset + 12:end]
+        if _masked_crc(body) != struct.unpack_from("<I", view, end)[0]:
+            raise CorruptShard(f"bad data checksum in the record at byte {offset}")
+        yield body
+        offset = end + 4
 
 
 def frame_records(records: Ragged) -> bytes:

@@ -5,7 +5,8 @@ import io
 import numpy as np
 import pytest
 
-from common.tfrecord import ShardWriter, encode_examples, encode_records, frame_records, varints
+from common.tfrecord import (CorruptShard, ShardWriter, encode_examples, encode_records, frame_records, read_records,
+                             varints)
 from tests.tf_reader import read_examples
 
 tf = pytest.importorskip("tensorflow")
@@ -93,3 +94,21 @@ def test_shard_writer_streams_batches(tmp_path, compression):
     import hashlib
     assert hashlib.sha256(buffer.getvalue()).hexdigest() == digest
     np.testing.assert_array_equal(examples[-1]["input_ids"], batches[-1]["input_ids"][-1])
+
+
+def test_read_records_checks_framing_like_tensorflow():
+    features = random_features(np.random.default_rng(4), 30, 16, 3, 30522)
+    framed = encode_records(features)
+    records = encode_examples(features)
+    assert b"".join(bytes(r) for r in read_records(framed)) == records.data.tobytes()
+    assert [len(r) for r in read_records(framed)] == records.lengths.tolist()
+    length = int(records.lengths[0])
+    cases = {
+        "bad length checksum at byte 0": framed[:8] + bytes([framed[8] ^ 1]) + framed[9:],
+        "bad data checksum in the record at byte 0": framed[:12] + bytes([framed[12] ^ 1]) + framed[13:],
+        f"truncated record at byte {16 + length}": framed[:16 + length + 20],
+        f"truncated record header at byte {16 + length}": framed[:16 + length + 5],
+    }
+    for message, damaged in cases.items():
+        with pytest.raises(CorruptShard, match=message):
+            list(read_records(damaged))

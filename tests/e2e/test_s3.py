@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator, shard_digests
+from tests.helpers import VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.tf_reader import read_examples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.s3]
@@ -55,6 +55,12 @@ def test_output_to_s3(s3, local_run, tmp_path):
     # Objects are private.
     acl = client.get_object_acl(Bucket=bucket, Key=f"bert/run1/{names[-1]}")
     assert not [g for g in acl["Grants"] if "AllUsers" in str(g.get("Grantee", {}))]
+    # mlm-verify reads the shards back from S3 itself.
+    verified = python_module("sink.verify", f"s3://{bucket}/bert/run1", "--s3-endpoint-url", s3.endpoint_url,
+                             env=s3.env())
+    out, _ = verified.communicate(timeout=120)
+    assert verified.returncode == 0, out
+    assert f"{sum(e['records'] for e in entries):,} records" in out and "all match the manifest" in out
 
 
 def test_corpus_on_s3_gives_the_same_output_as_local(s3, local_run, tmp_path):
