@@ -18,6 +18,7 @@ module "fleet" {
   worker_vcpus          = data.aws_ec2_instance_type.worker.default_vcpus
   ventilator_port       = var.ventilator_port
   sink_port             = var.sink_port
+  metrics_port          = var.metrics_port
   bucket_name           = var.bucket_name
   bucket_prefix         = var.bucket_prefix
   package_spec          = var.package_spec
@@ -193,6 +194,22 @@ resource "aws_vpc_security_group_ingress_rule" "pipeline" {
   referenced_security_group_id = aws_security_group.fleet.id
 }
 
+# The ventilator's and sink's Prometheus metrics only from the monitoring CIDRs.
+resource "aws_vpc_security_group_ingress_rule" "metrics" {
+  for_each = var.metrics_port == 0 ? {} : {
+    for pair in setproduct(var.monitoring_cidrs, [var.metrics_port, var.metrics_port + 1]) :
+    "${pair[0]} ${pair[1]}" => { cidr = pair[0], port = pair[1] }
+  }
+
+  security_group_id = aws_security_group.fleet.id
+  description       = "metrics port ${each.value.port} from ${each.value.cidr}"
+  ip_protocol       = "tcp"
+  from_port         = each.value.port
+  to_port           = each.value.port
+  cidr_ipv4         = strcontains(each.value.cidr, ":") ? null : each.value.cidr
+  cidr_ipv6         = strcontains(each.value.cidr, ":") ? each.value.cidr : null
+}
+
 # Out: apt/pip at boot, S3, and the workers' connections to the ventilator/sink.
 resource "aws_vpc_security_group_egress_rule" "all" {
   security_group_id = aws_security_group.fleet.id
@@ -337,6 +354,10 @@ resource "aws_instance" "ventilator" {
     precondition {
       condition     = var.ventilator_port != var.sink_port
       error_message = "ventilator_port and sink_port must differ."
+    }
+    precondition {
+      condition     = var.metrics_port == 0 || length(setintersection([var.metrics_port, var.metrics_port + 1], [var.ventilator_port, var.sink_port])) == 0
+      error_message = "metrics_port and metrics_port + 1 must differ from ventilator_port and sink_port."
     }
   }
 }

@@ -272,6 +272,32 @@ variable "sink_port" {
   }
 }
 
+variable "metrics_port" {
+  description = "Prometheus metrics of the ventilator on this port (--metrics-port) and of its sink on the next one (--sink-metrics-port); 0 = no metrics. Reachable only from monitoring_cidrs."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.metrics_port == 0 || (var.metrics_port >= 1024 && var.metrics_port <= 65534)
+    error_message = "metrics_port must be 0 (no metrics) or in 1024-65534 (the sink's metrics use the next port)."
+  }
+}
+
+variable "monitoring_cidrs" {
+  description = "CIDRs of your Prometheus, allowed to scrape the metrics ports (plain HTTP, no authentication). Empty: reach them through an ssh tunnel."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.monitoring_cidrs : can(cidrhost(c, 0))])
+    error_message = "monitoring_cidrs must be a list of CIDRs such as [\"10.0.0.0/16\"]."
+  }
+  validation {
+    condition     = !anytrue([for c in var.monitoring_cidrs : endswith(c, "/0")])
+    error_message = "monitoring_cidrs must not open the metrics to the whole internet (/0)."
+  }
+}
+
 variable "data_dir" {
   description = "Corpus for the ventilator (--data): a directory on the ventilator instance or an s3:// URI (the role then gets read-only access to it)."
   type        = string

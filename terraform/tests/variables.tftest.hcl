@@ -100,6 +100,30 @@ run "ports" {
   expect_failures = [var.ventilator_port, var.sink_port]
 }
 
+run "metrics_port" {
+  command = plan
+  variables {
+    metrics_port = 80
+  }
+  expect_failures = [var.metrics_port]
+}
+
+run "metrics_never_open_to_the_world" {
+  command = plan
+  variables {
+    monitoring_cidrs = ["10.0.0.0/16", "0.0.0.0/0"]
+  }
+  expect_failures = [var.monitoring_cidrs]
+}
+
+run "monitoring_cidr_must_be_a_cidr" {
+  command = plan
+  variables {
+    monitoring_cidrs = ["prometheus"]
+  }
+  expect_failures = [var.monitoring_cidrs]
+}
+
 run "volume_size" {
   command = plan
   variables {

@@ -182,6 +182,12 @@ def test_security_group_never_opens_pipeline_ports_to_the_world(resources):
             assert rule.get("referenced_security_group_id") == "${aws_security_group.fleet.id}", \
                 f"{name}: pipeline ports only from the fleet's own security group"
             assert not any(k in rule for k in ("cidr_ipv4", "cidr_ipv6", "prefix_list_id")), name
+        elif name == "aws_vpc_security_group_ingress_rule.metrics":
+            # Both metrics ports, from the monitoring CIDRs only (validated: never /0), none when off.
+            assert "setproduct(var.monitoring_cidrs, [var.metrics_port, var.metrics_port + 1])" in for_each, for_each
+            assert "var.metrics_port == 0 ? {}" in for_each, for_each
+            assert ports == {"${each.value.port}"}
+            assert "each.value.cidr" in rule["cidr_ipv4"] and "each.value.cidr" in rule["cidr_ipv6"]
         else:
             assert ports == {"22"}, f"{name}: the only CIDR-based ingress is ssh"
             assert rule.get("for_each") == "${toset(var.admin_cidrs)}", f"{name}: ssh only from admin_cidrs"

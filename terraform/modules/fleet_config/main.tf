@@ -94,6 +94,7 @@ locals {
     "--output ${local.output_uri}",
     "--vport ${var.ventilator_port}",
     "--sink-port ${var.sink_port}",
+    var.metrics_port == 0 ? "" : "--metrics-port ${var.metrics_port} --sink-metrics-port ${var.metrics_port + 1}",
     var.vocab_file == null ? "" : "--vocab-file ${var.vocab_file}",
   ]))
   ventilator_command_full = "${local.ventilator_command}${local.job_flags}"

@@ -66,6 +66,10 @@ output "ventilator_command" {
     condition     = var.ventilator_port != var.sink_port
     error_message = "ventilator_port and sink_port must differ."
   }
+  precondition {
+    condition     = var.metrics_port == 0 || length(setintersection([var.metrics_port, var.metrics_port + 1], [var.ventilator_port, var.sink_port])) == 0
+    error_message = "metrics_port and metrics_port + 1 must differ from ventilator_port and sink_port."
+  }
 }
 
 output "worker_command" {

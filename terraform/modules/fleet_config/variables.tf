@@ -68,6 +68,17 @@ variable "sink_port" {
   }
 }
 
+variable "metrics_port" {
+  description = "Prometheus metrics of the ventilator on this port and of its sink on the next one; 0 = none."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.metrics_port == 0 || (var.metrics_port >= 1024 && var.metrics_port <= 65534)
+    error_message = "metrics_port must be 0 or in 1024-65534."
+  }
+}
+
 variable "bucket_name" {
   description = "S3 bucket that receives the shards."
   type        = string

@@ -214,6 +214,33 @@ run "commands" {
   }
 }
 
+run "metrics_ports" {
+  command = apply
+  variables {
+    metrics_port = 9101
+  }
+  assert {
+    condition     = strcontains(output.ventilator_command, " --sink-port 5558 --metrics-port 9101 --sink-metrics-port 9102")
+    error_message = "metrics on metrics_port (ventilator) and the next port (sink): ${output.ventilator_command}"
+  }
+}
+
+run "no_metrics_by_default" {
+  command = apply
+  assert {
+    condition     = !strcontains(output.ventilator_command, "metrics")
+    error_message = "metrics are off unless metrics_port is set: ${output.ventilator_command}"
+  }
+}
+
+run "metrics_ports_must_not_collide" {
+  command = plan
+  variables {
+    metrics_port = 5556
+  }
+  expect_failures = [output.ventilator_command]
+}
+
 run "ports_must_differ" {
   command = plan
   variables {
