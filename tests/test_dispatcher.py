@@ -90,3 +90,40 @@ def test_a_task_whose_workers_keep_dying_is_quarantined_eventually():
         now += 2
         requeued, quarantined = d.expire(now)
     assert quarantined == [e] and e.expiries == 4
+
+
+def test_counts_and_bytes_per_state_follow_random_events():
+    """The per-state counts and input bytes kept as tasks move agree with
+    the entries themselves, whatever happens."""
+    import random
+
+    rng = random.Random(5)
+    planned = [Task(f"f{i % 3}", i * 100, i * 100 + rng.randint(1, 99), 10_000, "v") for i in range(40)]
+    d = Dispatcher(planned, lease_seconds=5, confirm_seconds=5, max_attempts=3)
+    now = 0.0
+    workers = ["w1", "w2", "w3"]
+    for _ in range(2000):
+        now += rng.random()
+        held = [e for e in d.entries.values() if e.state is State.LEASED]
+        finished = [e for e in d.entries.values() if e.state is State.FINISHED]
+        action = rng.randrange(6)
+        if action == 0:
+            d.lease(rng.choice(workers), now)
+        elif action == 1 and held:
+            entry = rng.choice(held)
+            d.finished(entry.worker, entry.task.task_id, now)
+        elif action == 2 and held:
+            entry = rng.choice(held)
+            d.failed(entry.worker, entry.task.task_id, "boom", now, permanent=rng.random() < 0.1)
+        elif action == 3 and finished:
+            d.mark_done([rng.choice(finished).task.task_id])
+        elif action == 4:
+            d.expire(now)
+        elif action == 5 and held:
+            entry = rng.choice(held)
+            d.returned(entry.worker, [entry.task.task_id])
+        for state in State:
+            members = [e for e in d.entries.values() if e.state is state]
+            assert d.counts[state] == len(members)
+            assert d.bytes_in(state) == sum(e.task.length for e in members)
+    assert d.counts[State.DONE] > 5 and d.counts[State.QUARANTINED] > 0  # the walk went places

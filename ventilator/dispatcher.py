@@ -54,12 +54,16 @@ class Dispatcher:
         self._pending: deque[str] = deque(self.entries)
         self.counts = {state: 0 for state in State}
         self.counts[State.PENDING] = len(self.entries)
+        self._bytes = {state: 0 for state in State}  # input bytes of the tasks in each state
+        self._bytes[State.PENDING] = sum(entry.task.length for entry in self.entries.values())
         self.redeliveries = 0
 
     # State changes --------------------------------------------------------
     def _move(self, entry: Entry, state: State) -> None:
         self.counts[entry.state] -= 1
         self.counts[state] += 1
+        self._bytes[entry.state] -= entry.task.length
+        self._bytes[state] += entry.task.length
         entry.state = state
         if state is State.PENDING:
             entry.worker = ""
@@ -171,4 +175,4 @@ class Dispatcher:
         return [e for e in self.entries.values() if e.state is State.QUARANTINED]
 
     def bytes_in(self, state: State) -> int:
-        return sum(e.task.length for e in self.entries.values() if e.state is state)
+        return self._bytes[state]
