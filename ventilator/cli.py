@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 
@@ -14,10 +15,12 @@ from common.tasks import parse_size
 from common.transport import ListenError
 from ventilator.job import JobError, JobOptions, prepare_job
 from ventilator.local import LocalFleet
+from ventilator.display import TerminalDisplay
 from ventilator.server import ServerOptions, VentilatorServer
 
 log = logging.getLogger("ventilator")
 
+EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_QUARANTINED = 3
 EXIT_INTERRUPTED = 130
@@ -89,12 +92,15 @@ def _size(_ctx, _param, value):
               help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
 @click.option("--sink-metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
               help="The same for the sink started here (its --metrics-port).  [default: off]")
+@click.option("--progress/--no-progress", default=None, show_envvar=True,
+              help="A progress bar, with every local process's log lines above it.  [default: when stderr is a "
+                   "terminal]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, segmenter, vocab_file,
          tokenizer, do_lower_case, do_whole_word_mask, max_seq_length, max_predictions_per_seq, masked_lm_prob,
          short_seq_prob, dupe_factor, random_seed, task_size, use_gzip, shared_fs, s3_endpoint_url, lease_seconds,
          heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port,
-         sink_metrics_port, verbose) -> None:
+         sink_metrics_port, progress, verbose) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -121,18 +127,34 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         click.echo(f"ventilator: error: {error}", err=True)
         sys.exit(EXIT_FAILED)
 
+    show_progress = sys.stderr.isatty() if progress is None else progress
+    display = TerminalDisplay(len(job.tasks), sum(task.length for task in job.tasks)) if show_progress else None
+    relay = display.print_line if display is not None else None
+    if display is not None:
+        logs.route_to(display.print_line)
+
     fleet = LocalFleet()
     verbosity = ["-v"] * verbose + (["--curve-dir", curve_dir] if curve_dir else [])
     if not sink_address:
         metrics = [] if sink_metrics_port is None else ["--metrics-port", str(sink_metrics_port)]
         fleet.start("sink", "sink", ["--port", str(sink_port), "--ventilator", f"127.0.0.1:{vport}",
-                                     "--state-dir", state_dir, *metrics, *verbosity])
+                                     "--state-dir", state_dir, *metrics, *verbosity], relay)
     if workers:
-        fleet.start("workers", "worker", ["--ventilator", f"127.0.0.1:{vport}", "--processes", str(workers), *verbosity])
+        fleet.start("workers", "worker", ["--ventilator", f"127.0.0.1:{vport}", "--processes", str(workers),
+                                          *verbosity], relay)
 
     server_options = ServerOptions(bind_host=bind_host, port=vport, max_attempts=max_attempts,
                                    report_seconds=report_seconds, confirm_seconds=confirm_seconds,
-                                   curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port)
+                                   curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port,
+                                   on_progress=display.update if display is not None else None)
+    with display if display is not None else contextlib.nullcontext():
+        code, message = _run(job, server_options, fleet)
+    click.echo(f"ventilator: {message}", err=True)
+    sys.exit(code)
+
+
+def _run(job, server_options: ServerOptions, fleet: LocalFleet) -> tuple[int, str]:
+    """Run the job to its end; the exit status and its one-line reason."""
     failure: list[str] = []
 
     def child_failed() -> bool:
@@ -147,8 +169,7 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     except ListenError as error:
         fleet.terminate()
         fleet.wait(timeout=30)
-        click.echo(f"ventilator: error: {error}", err=True)
-        sys.exit(EXIT_FAILED)
+        return EXIT_FAILED, f"error: {error}"
     except BaseException:
         fleet.terminate()
         raise
@@ -156,16 +177,12 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         fleet.terminate()  # SIGTERM: workers drain, the sink flushes
     codes = fleet.wait(timeout=120)
     if failure:
-        click.echo(f"ventilator: error: {failure[0]}", err=True)
-        sys.exit(EXIT_FAILED)
+        return EXIT_FAILED, f"error: {failure[0]}"
     if server.interrupted:
-        click.echo(f"ventilator: {result.reason}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED, result.reason
     bad = {name: code for name, code in codes.items() if code not in (0, None)}
     if not result.completed:
-        click.echo(f"ventilator: error: {result.reason} (see the sink's summary)", err=True)
-        sys.exit(EXIT_QUARANTINED)
+        return EXIT_QUARANTINED, f"error: {result.reason} (see the sink's summary)"
     if bad:
-        click.echo(f"ventilator: error: local processes exited badly: {bad}", err=True)
-        sys.exit(EXIT_FAILED)
-    click.echo(f"ventilator: done: {result.reason}", err=True)
+        return EXIT_FAILED, f"error: local processes exited badly: {bad}"
+    return EXIT_OK, f"done: {result.reason}"

@@ -7,7 +7,9 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 log = logging.getLogger("ventilator")
 
@@ -15,14 +17,25 @@ log = logging.getLogger("ventilator")
 class LocalFleet:
     def __init__(self):
         self.children: dict[str, subprocess.Popen] = {}
+        self._relays: list[threading.Thread] = []
 
-    def start(self, name: str, module: str, args: list[str]) -> None:
+    def start(self, name: str, module: str, args: list[str], relay: Callable[[str], None] | None = None) -> None:
+        """Start ``python -m module args``; with ``relay``, its output lines
+        go there (the terminal display) instead of straight to the terminal."""
         command = [sys.executable, "-m", module, *args]
         log.info("starting %s: %s", name, " ".join(command[1:]))
         # The ventilator's own metrics port is not the children's: two
         # processes cannot listen on it.
         env = {key: value for key, value in os.environ.items() if key != "MLM_METRICS_PORT"}
-        self.children[name] = subprocess.Popen(command, env=env)
+        if relay is None:
+            self.children[name] = subprocess.Popen(command, env=env)
+            return
+        child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 errors="replace", bufsize=1)
+        self.children[name] = child
+        thread = threading.Thread(target=_relay_lines, args=(child.stdout, relay), name=f"relay-{name}", daemon=True)
+        thread.start()
+        self._relays.append(thread)
 
     def all_exited(self) -> bool:
         return bool(self.children) and all(child.poll() is not None for child in self.children.values())
@@ -44,6 +57,8 @@ class LocalFleet:
             except subprocess.TimeoutExpired:
                 pass
         self.terminate()
+        for thread in self._relays:  # the children's last lines
+            thread.join(timeout=5)
         return {name: child.returncode for name, child in self.children.items()}
 
     def terminate(self, grace: float = 30.0) -> None:
@@ -56,3 +71,9 @@ class LocalFleet:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+def _relay_lines(stream, relay: Callable[[str], None]) -> None:
+    with stream:
+        for line in stream:
+            relay(line.rstrip("\n"))

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import zmq
@@ -50,6 +51,7 @@ class ServerOptions:
     max_message_bytes: int = protocol.MAX_INBOUND_BYTES
     curve: Curve | None = None
     metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
+    on_progress: Callable[[int, int], None] | None = None  # (tasks done, their input bytes), a few times a second
 
 
 @dataclass
@@ -115,12 +117,13 @@ class VentilatorServer:
     def _loop(self, router: zmq.Socket) -> RunResult:
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
-        last_housekeeping = 0.0
+        last_housekeeping = last_progress = 0.0
         last_report = time.monotonic()
         while True:
             if self.interrupted or self.should_stop():
                 return RunResult(False, self._interrupted_reason(), self.dispatcher.quarantined())
             if self.sink_ready and self.dispatcher.complete:
+                self._show_progress()
                 return self._finish(router)
             for _ in range(1000):  # drain what is there, then housekeeping
                 if not poller.poll(timeout=0 if _ else 100):
@@ -135,6 +138,9 @@ class VentilatorServer:
             if now - last_report > self.options.report_seconds:
                 self._report(now)
                 last_report = now
+            if self.options.on_progress is not None and now - last_progress > 0.2:
+                self._show_progress()
+                last_progress = now
 
     # Messages -----------------------------------------------------------
     def _receive(self, router: zmq.Socket, frames: list[bytes]) -> None:
@@ -287,6 +293,10 @@ class VentilatorServer:
                 frames = router.recv_multipart()
                 if len(frames) == 2:
                     router.send_multipart([frames[0], shutdown])
+
+    def _show_progress(self) -> None:
+        if self.options.on_progress is not None:
+            self.options.on_progress(self.dispatcher.counts[State.DONE], self.dispatcher.bytes_in(State.DONE))
 
     @property
     def worker_count(self) -> int:
