@@ -155,55 +155,53 @@ def plan_instances(documents: TokenizedDocuments, params: BertParams, rng: rando
             target_seq_length = rng.randint(2, max_num_tokens)
 
         chunk_start = first_segment
-        current_length = 0
-        i = first_segment
-        while i < end_segment:
-            current_length += segment_offsets[i + 1] - segment_offsets[i]
-            if i == end_segment - 1 or current_length >= target_seq_length:
-                chunk_size = i - chunk_start + 1
-                a_end = 1 if chunk_size < 2 else rng.randint(1, chunk_size - 1)
-                a_start = segment_offsets[chunk_start]
-                a_length = segment_offsets[chunk_start + a_end] - a_start
+        while chunk_start < end_segment:
+            # BERT adds segments until the chunk reaches the target length or
+            # the document ends: the chunk's last segment, by bisection.
+            i = bisect.bisect_left(segment_offsets, segment_offsets[chunk_start] + target_seq_length,
+                                   chunk_start + 1, end_segment) - 1
+            chunk_size = i - chunk_start + 1
+            a_end = 1 if chunk_size < 2 else rng.randint(1, chunk_size - 1)
+            a_start = segment_offsets[chunk_start]
+            a_length = segment_offsets[chunk_start + a_end] - a_start
 
-                if chunk_size == 1 or rng.random() < 0.5:
-                    is_random = True
-                    target_b_length = target_seq_length - a_length
-                    for _ in range(10):
-                        random_document = rng.randint(0, num_documents - 1)
-                        if random_document != document_index:
-                            break
-                    random_first = document_offsets[random_document]
-                    random_end = document_offsets[random_document + 1]
-                    random_start = random_first + rng.randint(0, random_end - random_first - 1)
-                    b_start = segment_offsets[random_start]
-                    # Segments from random_start until B reaches its target
-                    # (at least one segment, at most to the document's end).
-                    last = bisect.bisect_left(segment_offsets, b_start + target_b_length,
-                                              random_start + 1, random_end)
-                    b_length = segment_offsets[last] - b_start
-                    # Put the unused segments back.
-                    i -= chunk_size - a_end
-                else:
-                    is_random = False
-                    b_start = segment_offsets[chunk_start + a_end]
-                    b_length = segment_offsets[i + 1] - b_start
+            if chunk_size == 1 or rng.random() < 0.5:
+                is_random = True
+                target_b_length = target_seq_length - a_length
+                for _ in range(10):
+                    random_document = rng.randint(0, num_documents - 1)
+                    if random_document != document_index:
+                        break
+                random_first = document_offsets[random_document]
+                random_end = document_offsets[random_document + 1]
+                random_start = random_first + rng.randint(0, random_end - random_first - 1)
+                b_start = segment_offsets[random_start]
+                # Segments from random_start until B reaches its target
+                # (at least one segment, at most to the document's end).
+                last = bisect.bisect_left(segment_offsets, b_start + target_b_length,
+                                          random_start + 1, random_end)
+                b_length = segment_offsets[last] - b_start
+                # Put the unused segments back.
+                i -= chunk_size - a_end
+            else:
+                is_random = False
+                b_start = segment_offsets[chunk_start + a_end]
+                b_length = segment_offsets[i + 1] - b_start
 
-                from_a, from_b = truncation_counts(a_length, b_length, max_num_tokens)
-                if from_a:
-                    a_start += _heads(rng, from_a)
-                    a_length -= from_a
-                if from_b:
-                    b_start += _heads(rng, from_b)
-                    b_length -= from_b
+            from_a, from_b = truncation_counts(a_length, b_length, max_num_tokens)
+            if from_a:
+                a_start += _heads(rng, from_a)
+                a_length -= from_a
+            if from_b:
+                b_start += _heads(rng, from_b)
+                b_length -= from_b
 
-                a_starts.append(a_start)
-                a_lengths.append(a_length)
-                b_starts.append(b_start)
-                b_lengths.append(b_length)
-                random_next.append(is_random)
-                chunk_start = i + 1
-                current_length = 0
-            i += 1
+            a_starts.append(a_start)
+            a_lengths.append(a_length)
+            b_starts.append(b_start)
+            b_lengths.append(b_length)
+            random_next.append(is_random)
+            chunk_start = i + 1
 
     return InstancePlan(
         np.asarray(a_starts, dtype=np.int64), np.asarray(a_lengths, dtype=np.int64),
