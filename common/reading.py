@@ -63,14 +63,19 @@ def _read_all(reader: BinaryIO) -> Iterator[bytes]:
             yield chunk
 
 
+#: zstd input fed per call: its output stays under ~32 MiB even for data
+#: made to expand (an all-zero block of 128 KiB takes a few bytes).
+_ZSTD_PIECE = 1024
+
+
 def _zstd_frames(data: bytes) -> Iterator[bytes]:
     """Every frame, fed in small pieces so that each output stays small; a
     stream reader would end quietly at a truncated frame, this does not."""
     context = zstandard.ZstdDecompressor()
     frame = context.decompressobj()
     in_frame = False
-    for start in range(0, len(data), 1 << 14):
-        piece = data[start:start + (1 << 14)]
+    for start in range(0, len(data), _ZSTD_PIECE):
+        piece = data[start:start + _ZSTD_PIECE]
         while piece:
             yield frame.decompress(piece)
             in_frame = not frame.eof

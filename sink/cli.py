@@ -24,7 +24,7 @@ from sink.server import SinkOptions, SinkServer
               help="How often the manifest of an S3 output is uploaded.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
-@click.option("--metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
               help="Serve Prometheus metrics (manifest totals, throughput, stage times) on this port.  [default: off]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds, curve_dir, metrics_port,

@@ -88,9 +88,9 @@ def _size(_ctx, _param, value):
               help="A finished task the sink has not confirmed within this time is done again.")
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
-@click.option("--metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
               help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
-@click.option("--sink-metrics-port", type=click.IntRange(min=0), default=None, show_envvar=True,
+@click.option("--sink-metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
               help="The same for the sink started here (its --metrics-port).  [default: off]")
 @click.option("--progress/--no-progress", default=None, show_envvar=True,
               help="A progress bar, with every local process's log lines above it.  [default: when stderr is a "
@@ -121,6 +121,10 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         compression="gzip" if use_gzip else "", shared_fs=shared_fs,
         s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
         lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds)
+    if sink_address and sink_metrics_port is not None:
+        click.echo("ventilator: error: --sink-metrics-port is for the sink this command starts; with --sink, "
+                   "give that sink its own --metrics-port", err=True)
+        sys.exit(EXIT_FAILED)
     try:
         job = prepare_job(options)
     except JobError as error:
@@ -137,8 +141,9 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     verbosity = ["-v"] * verbose + (["--curve-dir", curve_dir] if curve_dir else [])
     if not sink_address:
         metrics = [] if sink_metrics_port is None else ["--metrics-port", str(sink_metrics_port)]
-        fleet.start("sink", "sink", ["--port", str(sink_port), "--ventilator", f"127.0.0.1:{vport}",
-                                     "--state-dir", state_dir, *metrics, *verbosity], relay)
+        fleet.start("sink", "sink", ["--port", str(sink_port), "--bind-host", bind_host,
+                                     "--ventilator", f"127.0.0.1:{vport}", "--state-dir", state_dir, *metrics,
+                                     *verbosity], relay)
     if workers:
         fleet.start("workers", "worker", ["--ventilator", f"127.0.0.1:{vport}", "--processes", str(workers),
                                           *verbosity], relay)

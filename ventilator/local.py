@@ -74,6 +74,11 @@ class LocalFleet:
 
 
 def _relay_lines(stream, relay: Callable[[str], None]) -> None:
+    """Until the child closes its output; a line that cannot be shown is
+    dropped, never left to fill the pipe and stall the child."""
     with stream:
         for line in stream:
-            relay(line.rstrip("\n"))
+            try:
+                relay(line.rstrip("\n"))
+            except Exception:  # noqa: BLE001
+                pass

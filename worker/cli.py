@@ -80,8 +80,8 @@ def supervise(options: WorkerOptions, processes: int, verbose: int) -> int:
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("--idle-exit-seconds", type=click.FloatRange(min=0), default=None, show_envvar=True,
-              help="Exit 0 after this long without hearing from a ventilator (none started yet, or its job "
-                   "ended before this worker joined).  [default: wait for one]")
+              help="Exit 0 after this long (at least three heartbeats) without hearing from a ventilator (none "
+                   "started yet, or its job ended before this worker joined).  [default: wait for one]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds: float, curve_dir: str | None,
          idle_exit_seconds: float | None, verbose: int) -> None:

@@ -185,8 +185,8 @@ class WorkerProcess:
                     return 0
 
             idle = self.options.idle_exit_seconds
-            if idle is not None and state.job is not None:
-                idle = max(idle, 3 * heartbeat_every)  # a live ventilator answers every heartbeat
+            if idle is not None:
+                idle = max(idle, 3 * heartbeat_every)  # a live ventilator answers every hello and heartbeat
             if idle is not None and not state.held and now - state.last_contact > idle:
                 log.info("%s: no ventilator for %.0fs, exiting", self.worker_id, now - state.last_contact)
                 return 0

@@ -74,3 +74,22 @@ def test_no_bar_when_not_a_terminal(tmp_path):
     assert BAR not in result.stderr and "ventilator: progress:" in result.stderr
     forced = run_ventilator(WIKI, tmp_path / "forced", *JOB, "--progress")
     assert forced.returncode == 0 and f"{BAR}" in forced.stderr
+
+
+def test_local_processes_output_goes_through_the_relay():
+    """What the display shows of the sink and workers: their lines, through
+    the relay, even when showing one fails."""
+    from ventilator.local import LocalFleet
+
+    lines = []
+
+    def relay(line: str) -> None:
+        if "--ventilator" in line and not lines:
+            raise RuntimeError("a display that fails once")
+        lines.append(line)
+
+    fleet = LocalFleet()
+    fleet.start("worker-help", "worker", ["--help"], relay)
+    assert fleet.wait(timeout=60) == {"worker-help": 0}
+    assert any(line.startswith("Usage:") for line in lines)
+    assert any("--idle-exit-seconds" in line for line in lines)

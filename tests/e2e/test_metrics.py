@@ -106,3 +106,35 @@ def test_a_busy_port_is_a_one_line_error(tmp_path, role):
     assert result.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{metrics_port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_sink_started_here_serves_its_metrics(tmp_path):
+    """--sink-metrics-port reaches the sink the one-machine command starts
+    (on --bind-host); with --sink it is refused, not ignored."""
+    need_shared()
+    vport, sink_port, metrics_port = free_ports(3)
+    ventilator = subprocess.Popen([sys.executable, "-m", "ventilator", *map(str, [
+        "--data", WIKI, "--output", tmp_path / "out", "--vocab-file", VOCAB, "--vport", vport, "--sink-port",
+        sink_port, "--bind-host", "127.0.0.1", "--state-dir", tmp_path / "state", "--sink-metrics-port",
+        metrics_port])], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:  # no worker: the job waits, and the sink's metrics say so
+        sink = wait_for(lambda: scrape(metrics_port), "the sink's metrics")
+        assert sink[("mlm_sink_tasks_total", ())] == 0
+    finally:
+        ventilator.send_signal(signal.SIGINT)
+        out, _ = ventilator.communicate(timeout=120)
+    assert ventilator.returncode == 130, out[-2000:]
+
+    refused = subprocess.run([sys.executable, "-m", "ventilator", "--data", str(WIKI), "--output",
+                              str(tmp_path / "other"), "--vocab-file", str(VOCAB), "--sink", "127.0.0.1:1",
+                              "--sink-metrics-port", str(metrics_port)], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 1 and "--sink-metrics-port is for the sink this command starts" in refused.stderr
+
+
+@pytest.mark.parametrize("role", ["ventilator", "sink"])
+def test_a_port_out_of_range_is_a_usage_error(role):
+    required = ["--data", "x", "--output", "y"] if role == "ventilator" else ["--ventilator", "127.0.0.1:1"]
+    result = subprocess.run([sys.executable, "-m", role, *required, "--metrics-port", "70000"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "70000 is not in the range" in result.stderr
