@@ -66,8 +66,9 @@ def load_vocabulary(vocab_file: str, do_lower_case: bool = True) -> Vocabulary:
     return Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case))
 
 
-def processor(vocabulary: Vocabulary, output: Path, dupe_factor: int, compression: str = "") -> TaskProcessor:
-    config = JobConfig(data_uri="", output_uri=str(output), corpus_format="wikiextractor", segmenter="blingfire",
+def processor(vocabulary: Vocabulary, output: Path, dupe_factor: int, compression: str = "",
+              segmenter: Segmenter = Segmenter.BLINGFIRE) -> TaskProcessor:
+    config = JobConfig(data_uri="", output_uri=str(output), corpus_format="wikiextractor", segmenter=segmenter.value,
                        tokenizer_json="", bert=BertParams(max_seq_length=128, dupe_factor=dupe_factor),
                        compression=compression)
     return TaskProcessor(config, vocabulary, LocalStorage(str(output)))
@@ -95,12 +96,14 @@ def run_task(proc: TaskProcessor, storage: LocalStorage, task: Task) -> TaskRun:
     return TaskRun(total, stage_cpu, len(content), result.stats.instances, result.stats.bytes_out, result.sha256)
 
 
-def segments_of(content: bytes) -> list[str]:
-    """The texts the worker hands the tokenizer for this content."""
-    texts = []
-    for document in parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()):
-        texts.extend(split_segments(document.lines, Segmenter.BLINGFIRE))
-    return texts
+def documents_of(content: bytes) -> list[list[str]]:
+    """Each document's lines, as the worker parses them."""
+    return [document.lines for document in parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport())]
+
+
+def split_all(documents: list[list[str]], segmenter: Segmenter = Segmenter.BLINGFIRE) -> list[str]:
+    """The texts the worker hands the tokenizer for these documents."""
+    return [segment for lines in documents for segment in split_segments(lines, segmenter)]
 
 
 def hf_encoder(tokenizer, batch: int = 2048):

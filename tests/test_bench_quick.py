@@ -42,7 +42,7 @@ def test_quick_benchmark_reports_every_row(tmp_path):
         assert label in cells, f"stage row missing: {label}"
         values = cells[label]
         assert len(values) == len(STAGE_NAMES)
-        if tokenizer == "fast" and not installed("nanotoken"):
+        if tokenizer.startswith("fast") and not installed("nanotoken"):
             continue
         assert all(number.match(v) for v in values), f"{label}: {values}"
 
