@@ -18,7 +18,6 @@ Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, extr
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -33,6 +32,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import click
 
 from bench import corpus as corpora
 from bench.procs import REPO
@@ -556,26 +557,26 @@ def render(res: Results, s: Settings, command: str, elapsed: float, ran: list[st
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.run",
-                                     description="Benchmark every role of the pipeline (docs/benchmarks.md).")
-    parser.add_argument("--quick", action="store_true", help="Tiny inputs, one repeat: checks the benchmark runs.")
-    parser.add_argument("--repeats", type=int, default=None, help="Repeats per measurement (median reported).")
-    parser.add_argument("--scale", type=int, default=None,
-                        help="Copies of the corpus in the worker's task and the pipeline's input (default 4: ~8 MB).")
-    parser.add_argument("--markdown", default=None, help="Also write the table to this file.")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"Sections to run, of {', '.join(SECTIONS)}.")
-    args = parser.parse_args(argv)
-    sections = [name.strip() for name in args.only.split(",") if name.strip()]
+@click.command(context_settings={"help_option_names": ["-h", "--help"]},
+               help="Benchmark every role of the pipeline (docs/benchmarks.md).")
+@click.option("--quick", is_flag=True, help="Tiny inputs, one repeat: checks the benchmark runs.")
+@click.option("--repeats", type=click.IntRange(min=1), default=None, help="Repeats per measurement (median reported).")
+@click.option("--scale", type=click.IntRange(min=1), default=None,
+              help="Copies of the corpus in the worker's task and the pipeline's input (default 4: ~8 MB).")
+@click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Also write the table to this file.")
+@click.option("--only", default=",".join(SECTIONS), show_default=True, help="Sections to run, comma-separated.")
+@click.pass_context
+def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None, markdown: str | None,
+         only: str) -> None:
+    sections = [name.strip() for name in only.split(",") if name.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        parser.error(f"unknown section(s): {', '.join(unknown)}")
+        raise click.BadParameter(f"unknown section(s): {', '.join(unknown)}; of {', '.join(SECTIONS)}",
+                                 param_hint="--only")
     if not WIKI.is_dir() or not VOCAB.is_file():
-        print(f"bench: needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent",
-              file=sys.stderr)
-        return 2
-    settings = Settings.make(args.quick, args.repeats, args.scale)
-    command = "python -m bench.run " + " ".join(argv if argv is not None else sys.argv[1:])
+        raise click.ClickException(f"needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent")
+    settings = Settings.make(quick, repeats, scale)
+    command = "python -m bench.run " + " ".join(sys.argv[1:])
     started = time.monotonic()
     res = Results()
     sources = corpora.load_sources(WIKI, settings.limit_per_file)
@@ -592,10 +593,10 @@ def main(argv: list[str] | None = None) -> int:
     derived_ventilator_rows(res)
     table = render(res, settings, command.strip(), time.monotonic() - started, sections)
     print(table)
-    if args.markdown:
-        Path(args.markdown).write_text(table)
-    return 1 if res.errors else 0
+    if markdown:
+        Path(markdown).write_text(table)
+    ctx.exit(1 if res.errors else 0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(prog_name="python -m bench.run")

@@ -12,12 +12,13 @@ Every file of CORPUS_DIR is one task, processed in order as a worker with
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+
+import click
 
 from bench.procs import vm_hwm
 from bench.worker_bench import load_vocabulary, processor, run_task
@@ -25,17 +26,16 @@ from common.storage import LocalStorage
 from common.tasks import Task
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.worker_memory", description=__doc__.splitlines()[0])
-    parser.add_argument("corpus", type=Path)
-    parser.add_argument("vocab")
-    parser.add_argument("--dupe-factor", type=int, default=1)
-    args = parser.parse_args(argv)
-    storage = LocalStorage(str(args.corpus))
+@click.command(help=__doc__.splitlines()[0])
+@click.argument("corpus", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("vocab", type=click.Path(exists=True, dir_okay=False))
+@click.option("--dupe-factor", type=click.IntRange(min=1), default=1, show_default=True)
+def main(corpus: Path, vocab: str, dupe_factor: int) -> None:
+    storage = LocalStorage(str(corpus))
     tasks = [Task(f.path, 0, f.size, f.size, f.version) for f in sorted(storage.list_inputs(), key=lambda f: f.path)]
     out = Path(tempfile.mkdtemp(prefix="worker-memory-"))
     try:
-        proc = processor(load_vocabulary(args.vocab), out, args.dupe_factor)
+        proc = processor(load_vocabulary(vocab), out, dupe_factor)
         peaks = []
         for task in tasks:
             run_task(proc, storage, task)
@@ -48,4 +48,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="python -m bench.worker_memory")
