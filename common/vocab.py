@@ -48,7 +48,8 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.option("--output", required=True, type=click.Path(dir_okay=False), help="vocab.txt to write (one token per line).")
 @click.option("--vocab-size", type=click.IntRange(min=10), default=8000)
 @click.option("--do-lower-case/--no-do-lower-case", default=True)
-@click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto")
+@click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
+              envvar="MLM_VOCAB_FORMAT")
 def main(data: str, output: str, vocab_size: int, do_lower_case: bool, corpus_format: str) -> None:
     """Train a BERT WordPiece vocabulary (vocab.txt) on a corpus."""
     tokens = train_vocabulary(corpus_lines(data, corpus_format), vocab_size, do_lower_case)

@@ -43,13 +43,13 @@ def _size(_ctx, _param, value):
               help="Where shards and manifest.jsonl go.")
 @click.option("--vport", type=int, default=5557, show_envvar=True, help="Port workers and the sink connect to.")
 @click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
-@click.option("--sink", "sink_address", default="", metavar="HOST:PORT", show_envvar=True,
+@click.option("--sink", "sink_address", default="", metavar="HOST:PORT", envvar="MLM_SINK", show_envvar=True,
               help="Use a sink started elsewhere (python -m sink); without it, a local sink is started.")
 @click.option("--sink-port", type=int, default=5558, show_envvar=True, help="Port of the sink started here.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
               help="Also start this many worker processes on this machine.")
 @click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
-              show_envvar=True, help="Input format; auto detects it from the first file.")
+              envvar="MLM_FORMAT", show_envvar=True, help="Input format; auto detects it from the first file.")
 @click.option("--segmenter", type=click.Choice(["auto", "blingfire", "line"]), default="auto", show_envvar=True,
               help="How segments for next-sentence prediction are cut: blingfire sentences, or lines as they are. "
                    "auto: lines for the text format (already one sentence per line), sentences otherwise.")
@@ -70,7 +70,7 @@ def _size(_ctx, _param, value):
 @click.option("--random-seed", type=int, default=_defaults.random_seed, show_envvar=True)
 @click.option("--task-size", default="8M", callback=_size, show_envvar=True,
               help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
-@click.option("--gzip", "use_gzip", is_flag=True, default=False, show_envvar=True,
+@click.option("--gzip", "use_gzip", is_flag=True, default=False, envvar="MLM_GZIP", show_envvar=True,
               help="Write GZIP-compressed shards (TFRecordDataset(..., compression_type='GZIP')).")
 @click.option("--shared-fs", is_flag=True, default=False, show_envvar=True,
               help="Workers can read --data themselves (same path): send byte ranges, not content. Implied for s3:// data.")

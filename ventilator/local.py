@@ -24,9 +24,11 @@ class LocalFleet:
         go there (the terminal display) instead of straight to the terminal."""
         command = [sys.executable, "-m", module, *args]
         log.info("starting %s: %s", name, " ".join(command[1:]))
-        # The ventilator's own metrics port is not the children's: two
-        # processes cannot listen on it.
-        env = {key: value for key, value in os.environ.items() if key != "MLM_METRICS_PORT"}
+        # Children get every setting on their command line.  The MLM_*
+        # variables meant for this command are not theirs: MLM_METRICS_PORT
+        # would make two processes listen on one port, MLM_SINK would send a
+        # local worker's acknowledgements to another sink.
+        env = {key: value for key, value in os.environ.items() if not key.startswith("MLM_")}
         if relay is None:
             self.children[name] = subprocess.Popen(command, env=env)
             return
