@@ -99,7 +99,11 @@ class Heartbeat:
 
 @dataclass
 class HeartbeatReply:
+    """``known`` is False when the ventilator does not know the sender (it
+    restarted, or forgot a peer silent for long): the sender says Hello again."""
+
     ventilator_id: str
+    known: bool = True
 
 
 @dataclass

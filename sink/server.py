@@ -167,8 +167,9 @@ class SinkServer:
                         self._record(early_acks, send)
                         early_acks = []
                 elif isinstance(message, protocol.HeartbeatReply):
-                    if message.ventilator_id != self.ventilator_id:
-                        log.info("sink: the ventilator restarted; telling it what is done")
+                    if not message.known or message.ventilator_id != self.ventilator_id:
+                        log.info("sink: the ventilator does not know this sink (it restarted); telling it what is "
+                                 "done")
                         self.ventilator_id = message.ventilator_id
                         send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
                 elif isinstance(message, protocol.TasksQuarantined):

@@ -168,11 +168,10 @@ class VentilatorServer:
             log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
             return
         if peer is None:
-            # A peer of a previous ventilator process: our id tells it we
-            # restarted, and it introduces itself again.
-            if isinstance(message, protocol.Heartbeat):
-                send(protocol.HeartbeatReply(self.ventilator_id))
-            else:
+            # A peer of a previous ventilator process, or one forgotten after
+            # a long silence: told so, it introduces itself again.
+            send(protocol.HeartbeatReply(self.ventilator_id, known=False))
+            if not isinstance(message, protocol.Heartbeat):
                 self.dropped.drop(f"{type(message).__name__} before Hello")
             return
 
@@ -216,7 +215,7 @@ class VentilatorServer:
     def _dispatch(self, router: zmq.Socket, now: float) -> None:
         if not self.sink_ready:
             return
-        stale_after = 3 * self.config.heartbeat_seconds + 5
+        stale_after = self._stale_after
         silent: list[bytes] = []
         while self.waiting and self.dispatcher.has_pending:
             identity = self.waiting.popleft()
@@ -250,7 +249,27 @@ class VentilatorServer:
                 self.waiting.append(identity)
         self.waiting.extend(silent)
 
+    @property
+    def _stale_after(self) -> float:
+        """Silence after which a peer counts as gone for now (three missed heartbeats)."""
+        return 3 * self.config.heartbeat_seconds + 5
+
+    def _forget_silent_workers(self, now: float) -> None:
+        """Workers that died (spot instances come and go) would otherwise stay
+        in the peer table and the dispatch queue for the whole job.  Their
+        leases have long expired; one that was only frozen is told it is
+        unknown on its next message and says Hello again."""
+        forget_after = 2 * max(self.config.lease_seconds, self._stale_after)
+        gone = [identity for identity, peer in self.peers.items()
+                if peer.role == "worker" and now - peer.last_seen > forget_after]
+        for identity in gone:
+            peer = self.peers.pop(identity)
+            log.info("worker %s silent for %.0fs: forgotten", peer.name, now - peer.last_seen)
+        if gone:
+            self.waiting = deque(identity for identity in self.waiting if identity in self.peers)
+
     def _expire(self, router: zmq.Socket, now: float) -> None:
+        self._forget_silent_workers(now)
         requeued, quarantined = self.dispatcher.expire(now)
         for entry in requeued:
             log.info("task %s back in the queue: %s", entry.task.key, entry.errors[-1])
@@ -300,7 +319,10 @@ class VentilatorServer:
 
     @property
     def worker_count(self) -> int:
-        return sum(1 for peer in list(self.peers.values()) if peer.role == "worker")
+        """Workers heard from within the last three heartbeats."""
+        now, stale_after = time.monotonic(), self._stale_after
+        return sum(1 for peer in list(self.peers.values())
+                   if peer.role == "worker" and now - peer.last_seen <= stale_after)
 
     def metrics(self):
         """What Prometheus scrapes (see common/metrics.py)."""
@@ -314,7 +336,7 @@ class VentilatorServer:
                       self.documents_done)
         yield counter("mlm_ventilator_redeliveries", "Tasks handed out again after a lease expired or a failure.",
                       d.redeliveries)
-        yield gauge("mlm_ventilator_workers", "Worker processes connected.",
+        yield gauge("mlm_ventilator_workers", "Worker processes heard from within the last three heartbeats.",
                     self.worker_count)
         yield gauge("mlm_ventilator_sink_ready", "1 once the sink has said which tasks are done.",
                     int(self.sink_ready))

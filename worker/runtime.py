@@ -247,8 +247,9 @@ class WorkerProcess:
             state.held[task.task_id] = task
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
-            if message.ventilator_id != state.ventilator_id and state.introduced:
-                log.info("%s: the ventilator restarted; introducing myself again", self.worker_id)
+            if (not message.known or message.ventilator_id != state.ventilator_id) and state.introduced:
+                log.info("%s: the ventilator does not know me (it restarted, or I was silent too long); "
+                         "introducing myself again", self.worker_id)
                 state.introduced = False
                 state.last_hello = 0.0
         elif isinstance(message, protocol.Shutdown):

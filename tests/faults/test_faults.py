@@ -399,3 +399,34 @@ def test_idle_exit_waits_out_a_lease_at_the_tail(clean, tmp_path):
             frozen.kill()
         c.close()
     assert_same_as_clean(tmp_path / "out", clean)
+
+
+def test_a_worker_silent_for_long_is_forgotten_and_rejoins(clean, tmp_path):
+    """A worker frozen past two leases is no longer counted, then forgotten
+    (dead spot instances must not pile up in the ventilator); thawed, it is
+    told it is unknown, says Hello again and finishes the job alone."""
+    ventilator_metrics = free_ports(1)[0]
+    c = Cluster(WIKI, tmp_path / "out", [*JOB, "--metrics-port", ventilator_metrics], tmp_path)
+    try:
+        c.start_sink()
+        c.start_ventilator()
+        worker = c.start_worker()
+        c.wait_for_progress(1)
+        assert scrape(ventilator_metrics)[("mlm_ventilator_workers", ())] == 1
+        worker.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 60
+            while scrape(ventilator_metrics)[("mlm_ventilator_workers", ())] != 0:
+                assert time.monotonic() < deadline, "a frozen worker is still counted"
+                time.sleep(0.5)
+            while "forgotten" not in c.log_text():  # 2 × max(lease 3 s, 3 heartbeats + 5 s) = 13 s of silence
+                assert time.monotonic() < deadline, c.tail()
+                time.sleep(0.5)
+        finally:
+            worker.send_signal(signal.SIGCONT)
+        assert c.wait(timeout=300) == 0, c.tail()
+        assert worker.returncode == 0
+        assert "introducing myself again" in c.log_text()
+    finally:
+        c.close()
+    assert_same_as_clean(tmp_path / "out", clean)
