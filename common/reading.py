@@ -3,6 +3,7 @@
 Used by workers that read the corpus themselves (S3, or ``--shared-fs``)
 and by the ventilator when it ships content to workers that cannot see the
 corpus; both get the same bytes, so the output is the same either way.
+Compressed inputs are decompressed by the worker in both cases.
 """
 
 from __future__ import annotations
@@ -112,10 +113,16 @@ def decompress(data: bytes, compression: str, limit: int = MAX_DECOMPRESSED_BYTE
     return b"".join(out)
 
 
-def read_task_content(storage, task: Task, fmt: CorpusFormat) -> bytes:
-    """The bytes of every document that begins in ``[task.start, task.end)``."""
+def read_task_bytes(storage, task: Task, fmt: CorpusFormat) -> bytes:
+    """What a task needs from storage: a compressed object whole, else the
+    bytes of every document that begins in ``[task.start, task.end)``.
+
+    This is what the ventilator ships: compressed data stays compressed on
+    the wire, and its decompression costs the worker, not the ventilator's
+    event loop.
+    """
     if task.compression:
-        return decompress(storage.read_all(task.path, task.version), task.compression)
+        return storage.read_all(task.path, task.version)
     with storage.open_reader(task.path, task.version) as reader:
         window_start = max(0, task.start - 1)
         window_end = min(task.size, task.end + _READ_AHEAD)
@@ -126,3 +133,13 @@ def read_task_content(storage, task: Task, fmt: CorpusFormat) -> bytes:
         if last <= first:
             return b""
         return read_at(first, last - first)
+
+
+def task_content(task: Task, data: bytes) -> bytes:
+    """The task's documents from :func:`read_task_bytes`' result."""
+    return decompress(data, task.compression) if task.compression else data
+
+
+def read_task_content(storage, task: Task, fmt: CorpusFormat) -> bytes:
+    """The task's documents, read from storage."""
+    return task_content(task, read_task_bytes(storage, task, fmt))

@@ -49,3 +49,24 @@ def test_which_failures_are_permanent():
     assert is_permanent(VersionChanged("x"))
     assert not is_permanent(OSError("connection reset"))
     assert not is_permanent(FileNotFoundError("gone"))
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSORS))
+def test_compressed_tasks_travel_compressed(tmp_path, compression):
+    """What the ventilator ships for a compressed file is the file as it is;
+    the worker decompresses it, whether shipped or read itself."""
+    from common.formats import CorpusFormat
+    from common.reading import read_task_bytes, read_task_content, task_content
+    from common.storage import LocalStorage
+    from common.tasks import plan_tasks
+
+    suffix = {"gzip": ".gz", "bz2": ".bz2", "zstd": ".zst"}[compression]
+    data = COMPRESSORS[compression](b"".join(PARTS))
+    (tmp_path / f"wiki_00{suffix}").write_bytes(data)
+    storage = LocalStorage(str(tmp_path))
+    (task,) = plan_tasks(storage.list_inputs(), 1 << 20)
+    assert task.compression == compression
+    shipped = read_task_bytes(storage, task, CorpusFormat.WIKIEXTRACTOR)
+    assert shipped == data
+    assert task_content(task, shipped) == read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR) \
+        == b"".join(PARTS)

@@ -23,7 +23,7 @@ import zmq
 from common import protocol
 from common.formats import CorpusFormat
 from common.metrics import MetricsServer, counter, gauge
-from common.reading import is_permanent, read_task_content
+from common.reading import is_permanent, read_task_bytes
 from common.security import Curve
 from common.transport import Counter, listen, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
@@ -232,7 +232,7 @@ class VentilatorServer:
             content = None
             if self.config.read_mode == "ship":
                 try:
-                    content = read_task_content(self.job.input_storage, entry.task, self.format)
+                    content = read_task_bytes(self.job.input_storage, entry.task, self.format)
                 except Exception as error:  # the file vanished or changed since it was listed
                     log.warning("task %s: cannot read it: %s", entry.task.key, error)
                     quarantined = self.dispatcher.failed(entry.worker, entry.task.task_id,

@@ -30,7 +30,7 @@ import zmq
 from common import protocol
 from common.config import JobConfig
 from common.formats import CorpusFormat
-from common.reading import is_permanent, read_task_content
+from common.reading import is_permanent, read_task_bytes, task_content
 from common.security import Curve
 from common.storage import open_storage, remove_stale_spool_files
 from common.tasks import Task
@@ -95,8 +95,9 @@ class _Compute(threading.Thread):
     def _process(job: _Job, task: Task, content: bytes | None) -> _Outcome:
         try:
             started = time.perf_counter()
-            if content is None:
-                content = read_task_content(job.input_storage, task, CorpusFormat(job.config.corpus_format))
+            if content is None:  # not shipped: read it here
+                content = read_task_bytes(job.input_storage, task, CorpusFormat(job.config.corpus_format))
+            content = task_content(task, content)
             read_seconds = time.perf_counter() - started
             return _Outcome(task, job.processor.process(task, content, read_seconds))
         except Exception as error:  # a bad task must not kill the worker

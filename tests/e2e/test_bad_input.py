@@ -120,8 +120,9 @@ def test_readme_quick_start(tmp_path):
 @pytest.mark.parametrize("reader", ["ventilator", "worker"])
 def test_corrupt_compressed_file_is_quarantined_at_once(tmp_path, reader):
     """Corrupt data fails the same way on every attempt: the task is
-    quarantined on its first (read by the ventilator when it ships content,
-    by the worker with --shared-fs), and everything else is written."""
+    quarantined on its first (shipped compressed by the ventilator, or read
+    by the worker with --shared-fs; the worker decompresses either way), and
+    everything else is written."""
     import gzip
 
     need_shared()
