@@ -39,12 +39,12 @@ from common.transport import endpoint, make_socket, new_identity, parse_address
 
 def ack_frames(config: JobConfig, data: str, task_size: int, worker_id: str) -> list[bytes]:
     tasks = list(plan_tasks(LocalStorage(data).list_inputs(), task_size))
-    stats = {"documents": 1, "skipped": {}, "segments": 10, "tokens": 300, "instances": 5, "bytes_in": 0,
-             "bytes_out": 4000, "seconds": {"tokenize": 0.01}, "cpu_seconds": 0.01}
+    stats = dict(documents=1, segments=10, tokens=300, instances=5, bytes_out=4000, seconds={"tokenize": 0.01},
+                 cpu_seconds=0.01)
     return [protocol.encode(protocol.TaskAck(
         task_id=t.task_id, job_id=config.job_id, worker_id=worker_id, source=t.path, start=t.start, end=t.end,
         version=t.version, shard=f"/nowhere/part-{t.task_id}.tfrecord", records=5, sha256="0" * 64,
-        stats={**stats, "bytes_in": t.length})) for t in tasks]
+        stats=protocol.AckStats(**stats, bytes_in=t.length))) for t in tasks]
 
 
 class _Lines:
@@ -79,7 +79,7 @@ def main(ventilator: str, data: str, task_size: str, manifest: str | None, windo
         if dealer.poll(timeout=1000):
             message = protocol.decode(dealer.recv())
             if isinstance(message, protocol.Welcome):
-                config = JobConfig.from_wire(message.config)
+                config = message.config
     if config is None:
         raise SystemExit("flood: no Welcome from the ventilator")
     frames = ack_frames(config, data, parse_size(task_size), identity)

@@ -56,7 +56,7 @@ def run(ventilator: str, credit: int, report: str | None, timeout: float) -> int
             message = protocol.decode(dealer.recv())
             if isinstance(message, protocol.Welcome):
                 if config is None:
-                    config = JobConfig.from_wire(message.config)
+                    config = message.config
                     job_id = config.job_id
                     sink_host, sink_port = parse_address(config.sink_address, 5558)
                     push = make_socket(context, zmq.PUSH, linger_ms=10000)
@@ -71,7 +71,7 @@ def run(ventilator: str, credit: int, report: str | None, timeout: float) -> int
                 push.send(protocol.encode(protocol.TaskAck(
                     task_id=task.task_id, job_id=job_id, worker_id=identity, source=task.path, start=task.start,
                     end=task.end, version=task.version, shard="", records=0, sha256="",
-                    stats={"documents": 0, "bytes_in": size, "instances": 0, "tokens": 0, "bytes_out": 0})))
+                    stats=protocol.AckStats(bytes_in=size))))
                 send(protocol.TaskFinished(task.task_id))
                 send(protocol.TaskRequest(1))
                 tasks += 1

@@ -77,12 +77,3 @@ class JobConfig:
         }
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
-
-    def to_wire(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_wire(cls, data: dict) -> "JobConfig":
-        fields = dict(data)
-        fields["bert"] = BertParams(**fields["bert"])
-        return cls(**fields)

@@ -133,18 +133,19 @@ class Manifest:
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""
-        fresh = []
+        fresh: dict[str, dict] = {}
         for entry in entries:
-            if entry["task"] in self.done:
-                continue
-            self._count(entry)
-            fresh.append(entry)
+            if entry["task"] not in self.done:
+                fresh.setdefault(entry["task"], entry)
         if fresh:
-            self._handle.write(b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in fresh))
+            lines = b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in fresh.values())
+            self._handle.write(lines)
             self._handle.flush()
             os.fsync(self._handle.fileno())
             self._dirty = True
-        return fresh
+        for entry in fresh.values():  # done only once it is on disk
+            self._count(entry)
+        return list(fresh.values())
 
     def publish(self) -> None:
         """Copy the journal to the output (S3 only; a local manifest is the output)."""

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from common.config import JobConfig
+
 PROTOCOL_VERSION = 1
 
 #: Inbound frames larger than this are refused by the socket itself
@@ -61,15 +63,16 @@ class SinkHello:
     (task id -> input version, so tasks of a changed input are redone)."""
 
     sink_id: str
-    done: dict
+    done: dict[str, str]
     last: bool = True  # big manifests come in several SinkHellos: dispatch after the last
 
 
 @dataclass
 class Welcome:
-    """The job configuration (a :class:`common.config.JobConfig` as a map)."""
+    """The job: a peer of another version, whose JobConfig has other fields,
+    gets a ProtocolError naming them instead of a half-understood job."""
 
-    config: dict
+    config: JobConfig
     ventilator_id: str
 
 
@@ -131,6 +134,21 @@ class TaskReturned:
 
 
 @dataclass
+class AckStats:
+    """A task's statistics as the sink receives them (the worker's TaskStats)."""
+
+    documents: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> documents
+    segments: int = 0
+    tokens: int = 0
+    instances: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
+    cpu_seconds: float = 0.0
+
+
+@dataclass
 class TaskAck:
     """Worker to sink: a task's shard is complete, with its statistics."""
 
@@ -144,7 +162,7 @@ class TaskAck:
     shard: str  # URI, or "" when the task produced no instance
     records: int
     sha256: str
-    stats: dict
+    stats: AckStats
 
 
 @dataclass
@@ -156,10 +174,21 @@ class TasksDone:
 
 
 @dataclass
+class Quarantine:
+    """Why a task will not be retried (the sink's summary.json lists these)."""
+
+    source: str
+    start: int
+    end: int
+    attempts: int
+    errors: list[str]  # the last few
+
+
+@dataclass
 class TasksQuarantined:
     """Ventilator to sink: these tasks failed too often and will not be retried."""
 
-    failures: dict  # task_id -> {"source":..., "start":..., "end":..., "error":..., "attempts":...}
+    failures: dict[str, Quarantine]  # task id -> why
 
 
 @dataclass
@@ -185,7 +214,12 @@ def encode(message) -> bytes:
 
 
 def decode(frame: bytes):
-    """The message in ``frame``; raises ProtocolError for anything else."""
+    """The message in ``frame``; raises ProtocolError for anything else.
+
+    Every field is checked against its type hint, nested messages and maps
+    included, so the receiving loop never meets a wrongly typed value deep
+    inside a message it has already started acting on.
+    """
     try:
         payload = msgpack.unpackb(frame, raw=False, strict_map_key=True)
     except Exception as error:  # msgpack raises several unrelated types
@@ -198,18 +232,21 @@ def decode(frame: bytes):
     cls = MESSAGE_TYPES.get(payload.pop("t", None))
     if cls is None:
         raise ProtocolError("unknown message type")
+    return _from_map(cls, payload, cls.__name__)
+
+
+def _from_map(cls: type, payload: dict, where: str):
     hints = _hints(cls)
     kwargs = {}
+    unknown = set(payload)
     for f in dataclasses.fields(cls):
         if f.name in payload:
-            value = payload.pop(f.name)
-            if not _conforms(value, hints[f.name]):
-                raise ProtocolError(f"{cls.__name__}.{f.name} has the wrong type")
-            kwargs[f.name] = value
+            kwargs[f.name] = _checked(payload[f.name], hints[f.name], f"{where}.{f.name}")
+            unknown.discard(f.name)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProtocolError(f"{cls.__name__} lacks {f.name}")
-    if payload:
-        raise ProtocolError(f"{cls.__name__} has unknown fields {sorted(payload)}")
+            raise ProtocolError(f"{where} lacks {f.name}")
+    if unknown:
+        raise ProtocolError(f"{where} has unknown fields {sorted(map(str, unknown))}")
     return cls(**kwargs)
 
 
@@ -218,17 +255,35 @@ def _hints(cls: type) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _conforms(value, hint) -> bool:
+def _checked(value, hint, where: str):
+    """``value`` as ``hint`` says (nested dataclasses built from their maps)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_conforms(value, option) for option in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        return isinstance(value, list) and all(_conforms(v, item) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint)
+        for option in typing.get_args(hint):
+            try:
+                return _checked(value, option, where)
+            except ProtocolError:
+                continue
+    elif hint is type(None):
+        if value is None:
+            return None
+    elif dataclasses.is_dataclass(hint):
+        if isinstance(value, dict):
+            return _from_map(hint, value, where)
+    elif origin is list:
+        if isinstance(value, list):
+            (item,) = typing.get_args(hint)
+            return [_checked(v, item, where) for v in value]
+    elif origin is dict:
+        if isinstance(value, dict):
+            key_hint, value_hint = typing.get_args(hint)
+            return {_checked(k, key_hint, where): _checked(v, value_hint, where) for k, v in value.items()}
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(value, hint):
+        return value
+    raise ProtocolError(f"{where} has the wrong type")

@@ -10,6 +10,8 @@ import threading
 import time
 from collections import defaultdict, deque
 
+from common.protocol import AckStats
+
 _FIELDS = ("documents", "tokens", "instances", "bytes_in")
 
 
@@ -23,18 +25,15 @@ class Throughput:
         self.tasks = 0
         self.started = time.monotonic()
 
-    def add(self, worker: str, stats: dict, now: float | None = None) -> None:
+    def add(self, worker: str, stats: AckStats, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        values = tuple(int(stats.get(name, 0) or 0) for name in _FIELDS)
-        seconds = stats.get("seconds")
+        values = tuple(getattr(stats, name) for name in _FIELDS)
         with self._lock:
             self._events.append((now, worker, values))
             for name, value in zip(_FIELDS, values):
                 self.totals[name] += value
-            if isinstance(seconds, dict):
-                for stage, value in seconds.items():
-                    if isinstance(stage, str) and isinstance(value, (int, float)):
-                        self.stage_seconds[stage] += value
+            for stage, value in stats.seconds.items():
+                self.stage_seconds[stage] += value
             self.tasks += 1
 
     def rates(self, now: float | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:

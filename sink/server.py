@@ -8,6 +8,7 @@ lease expired) are confirmed again but not listed twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -54,8 +55,8 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
     return {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
         "version": ack.version, "shard": ack.shard, "records": ack.records, "sha256": ack.sha256,
-        "documents": stats.get("documents", 0), "skipped": stats.get("skipped", {}),
-        "tokens": stats.get("tokens", 0), "bytes": stats.get("bytes_out", 0), "worker": ack.worker_id,
+        "documents": stats.documents, "skipped": stats.skipped, "tokens": stats.tokens, "bytes": stats.bytes_out,
+        "worker": ack.worker_id,
     }
 
 
@@ -70,7 +71,7 @@ class SinkServer:
         self.manifest: Manifest | None = None
         self.output = None
         self.ventilator_id = ""
-        self.quarantined: dict[str, dict] = {}
+        self.quarantined: dict[str, protocol.Quarantine] = {}
         self.duplicates = 0
 
     def _on_signal(self, signum, _frame) -> None:
@@ -160,7 +161,7 @@ class SinkServer:
                     continue
                 if isinstance(message, protocol.Welcome):
                     if self.config is None:
-                        self._start_job(JobConfig.from_wire(message.config))
+                        self._start_job(message.config)
                     self.ventilator_id = message.ventilator_id
                     self._hello_done(send)
                     if early_acks:
@@ -210,7 +211,7 @@ class SinkServer:
             except protocol.ProtocolError as error:
                 self.dropped.drop(str(error))
                 continue
-            if not isinstance(message, protocol.TaskAck) or not isinstance(message.stats, dict):
+            if not isinstance(message, protocol.TaskAck):
                 self.dropped.drop(f"unexpected {type(message).__name__} on the ack socket")
                 continue
             acks.append(message)
@@ -230,7 +231,7 @@ class SinkServer:
         for ack in valid:
             if ack.task_id in fresh:
                 self.throughput.add(ack.worker_id, ack.stats)
-                documents += int(ack.stats.get("documents", 0) or 0)
+                documents += ack.stats.documents
             else:
                 self.duplicates += 1
         send(protocol.TasksDone([ack.task_id for ack in valid], documents))
@@ -269,7 +270,7 @@ class SinkServer:
             "job": self.config.job_id if self.config else None,
             "reason": reason,
             **(self.manifest.totals if self.manifest else {}),
-            "quarantined": self.quarantined,
+            "quarantined": {task: dataclasses.asdict(why) for task, why in self.quarantined.items()},
             "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
                          "duplicate_acks": self.duplicates},
             "dropped_messages": dict(self.dropped.dropped),

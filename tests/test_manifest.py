@@ -36,3 +36,23 @@ def test_another_jobs_manifest_is_refused(tmp_path):
     manifest.close()
     with pytest.raises(ManifestMismatch, match="another job"):
         Manifest(storage, "j2", str(tmp_path / "state")).load()
+
+
+def test_a_task_is_done_only_once_its_line_is_on_disk(tmp_path):
+    """A failed write (disk full) must not leave the task counted as done:
+    the sink would confirm it to the ventilator and it would never be redone."""
+    import errno
+
+    class FullDisk:
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    manifest = Manifest(LocalStorage(str(tmp_path)), "j1", str(tmp_path / "state"))
+    manifest.load()
+    real, manifest._handle = manifest._handle, FullDisk()
+    with pytest.raises(OSError):
+        manifest.append([entry("a")])
+    assert "a" not in manifest.done and manifest.totals["tasks"] == 0
+    manifest._handle = real
+    assert [e["task"] for e in manifest.append([entry("a")])] == ["a"]
+    manifest.close()

@@ -81,7 +81,7 @@ class VentilatorServer:
         self._started = time.monotonic()
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
-        self._welcome = protocol.encode(protocol.Welcome(self.config.to_wire(), self.ventilator_id))
+        self._welcome = protocol.encode(protocol.Welcome(self.config, self.ventilator_id))
 
     # ------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -196,9 +196,7 @@ class VentilatorServer:
             self.dispatcher.returned(identity.decode(errors="replace"), message.task_ids)
         elif isinstance(message, protocol.SinkHello) and peer.role == "sink":
             self.sink = identity
-            versions = {k: v for k, v in message.done.items() if isinstance(k, str) and isinstance(v, str)} \
-                if isinstance(message.done, dict) else {}
-            self.dispatcher.mark_done(list(versions), versions)
+            self.dispatcher.mark_done(list(message.done), message.done)
             if message.last:
                 if not self.sink_ready:
                     self._done_at_start = self.dispatcher.counts[State.DONE]
@@ -281,9 +279,8 @@ class VentilatorServer:
         for entry in entries:
             log.error("task %s quarantined after %d attempts: %s", entry.task.key, entry.attempts,
                       entry.errors[-1] if entry.errors else "")
-            failures[entry.task.task_id] = {
-                "source": entry.task.path, "start": entry.task.start, "end": entry.task.end,
-                "attempts": entry.attempts, "errors": entry.errors[-5:]}
+            failures[entry.task.task_id] = protocol.Quarantine(entry.task.path, entry.task.start, entry.task.end,
+                                                               entry.attempts, entry.errors[-5:])
         if self.sink is not None:
             router.send_multipart([self.sink, protocol.encode(protocol.TasksQuarantined(failures))])
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from common.config import JobConfig
 from common.formats import CorpusFormat, ParseReport, parse_documents
+from common.protocol import AckStats
 from common.instances import (SpecialIds, TokenizedDocuments, build_batch, derive_seed, plan_instances)
 from common.sentences import Segmenter, split_segments
 from common.tasks import Task
@@ -42,18 +43,12 @@ class TaskStats:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu_seconds: float = 0.0
 
-    def to_wire(self) -> dict:
-        return {
-            "documents": self.documents,
-            "skipped": dict(self.skipped),
-            "segments": self.segments,
-            "tokens": self.tokens,
-            "instances": self.instances,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
-            "seconds": {stage: round(value, 6) for stage, value in self.seconds.items()},
-            "cpu_seconds": round(self.cpu_seconds, 6),
-        }
+    def to_wire(self) -> AckStats:
+        return AckStats(documents=self.documents, skipped=dict(self.skipped), segments=self.segments,
+                        tokens=self.tokens, instances=self.instances, bytes_in=self.bytes_in,
+                        bytes_out=self.bytes_out,
+                        seconds={stage: round(value, 6) for stage, value in self.seconds.items()},
+                        cpu_seconds=round(self.cpu_seconds, 6))
 
     @contextmanager
     def stage(self, name: str):

@@ -224,7 +224,7 @@ class WorkerProcess:
     def _handle(self, message, state: _State, send, compute: _Compute, ventilator_host: str) -> bool:
         """Act on one message from the ventilator; True means exit now."""
         if isinstance(message, protocol.Welcome):
-            config = JobConfig.from_wire(message.config)
+            config = message.config
             if state.job is None or state.job.config != config:
                 if state.held:
                     log.warning("%s: a different job while holding tasks; finishing them first", self.worker_id)

@@ -217,7 +217,8 @@ def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
         context = zmq.Context()
         push = context.socket(zmq.PUSH)
         push.connect(f"tcp://127.0.0.1:{c.sink_port}")
-        forged = protocol.TaskAck("forged", "job", "intruder", "x", 0, 1, "v", "/etc/passwd", 1, "0" * 64, {})
+        forged = protocol.TaskAck("forged", "job", "intruder", "x", 0, 1, "v", "/etc/passwd", 1, "0" * 64,
+                                  protocol.AckStats())
         for _ in range(50):
             push.send(protocol.encode(forged), zmq.NOBLOCK)
         assert c.wait() == 0, c.tail()
