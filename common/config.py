@@ -57,6 +57,16 @@ class JobConfig:
     sink_address: str = ""  # "host:port"; an empty host means the ventilator's host
     lease_seconds: float = 60.0
     heartbeat_seconds: float = 5.0
+    task_size: int = 0  # the --task-size the tasks were cut with
+    inputs_digest: str = ""  # sha256 of the input listing: every file's path, size and version
+
+    @staticmethod
+    def digest_inputs(files) -> str:
+        """What ``inputs_digest`` holds for these InputFiles."""
+        listing = hashlib.sha256()
+        for f in sorted(files, key=lambda f: f.path):
+            listing.update(f"{f.path}\x00{f.size}\x00{f.version}\n".encode())
+        return listing.hexdigest()
 
     @functools.cached_property
     def job_id(self) -> str:
@@ -64,8 +74,12 @@ class JobConfig:
 
         It marks the manifest, so a restart with the same command resumes and
         a different command cannot silently mix into an old output.  The
-        output location is not part of it: the manifest lives there, and an
-        output directory that was moved can still be resumed.
+        task size is part of it (tasks cut otherwise would cover the same
+        documents under other names: a resume would write them twice), and so
+        is every input file's version (an output holds one snapshot of the
+        corpus: a changed file would leave shards of its old ranges beside
+        the new ones).  The output location is not: the manifest lives there,
+        and an output directory that was moved can still be resumed.
         """
         identity = {
             "data_uri": self.data_uri,
@@ -74,6 +88,8 @@ class JobConfig:
             "tokenizer": hashlib.sha256(self.tokenizer_json.encode()).hexdigest(),
             "bert": dataclasses.asdict(self.bert),
             "compression": self.compression,
+            "task_size": self.task_size,
+            "inputs": self.inputs_digest,
         }
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

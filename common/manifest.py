@@ -53,8 +53,9 @@ def check_job(entries: list[dict], job_id: str, where: str) -> None:
     for entry in entries:
         if entry.get("job") != job_id:
             raise ManifestMismatch(
-                f"{where} belongs to another job ({entry.get('job')}, this one is {job_id}: different input "
-                f"or settings); use another --output, or remove the old output first")
+                f"{where} belongs to another job ({entry.get('job')}, this one is {job_id}: the corpus changed "
+                f"since, or the settings differ, --task-size included); use another --output, or remove the old "
+                f"output first")
 
 
 def read_published(storage) -> tuple[list[dict], int] | None:

@@ -63,6 +63,7 @@ class SinkHello:
     (task id -> input version, so tasks of a changed input are redone)."""
 
     sink_id: str
+    job_id: str  # the job of that manifest: a sink still on another job must not mark ours done
     done: dict[str, str]
     last: bool = True  # big manifests come in several SinkHellos: dispatch after the last
 

@@ -160,7 +160,14 @@ class SinkServer:
                     self.dropped.drop(str(error))
                     continue
                 if isinstance(message, protocol.Welcome):
-                    if self.config is None:
+                    if self.config is not None and message.config != self.config:
+                        # A new ventilator with another job: close this one's books first.
+                        log.info("sink: the ventilator now runs job %s (was %s)", message.config.job_id,
+                                 self.config.job_id)
+                        self._finish("another job started")
+                        self.manifest.close()
+                        self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
+                    if self.config is None or message.config != self.config:
                         self._start_job(message.config)
                     self.ventilator_id = message.ventilator_id
                     self._hello_done(send)
@@ -197,7 +204,7 @@ class SinkServer:
         chunk = 5000  # ~300 KB a message, under the ventilator's inbound limit
         for start in range(0, max(len(done), 1), chunk):
             part = dict(done[start:start + chunk])
-            send(protocol.SinkHello(self.sink_id, part, start + chunk >= len(done)))
+            send(protocol.SinkHello(self.sink_id, self.config.job_id, part, start + chunk >= len(done)))
 
     def _drain_acks(self, pull: zmq.Socket) -> list[protocol.TaskAck]:
         acks = []

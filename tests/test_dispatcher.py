@@ -127,3 +127,39 @@ def test_counts_and_bytes_per_state_follow_random_events():
             assert d.counts[state] == len(members)
             assert d.bytes_in(state) == sum(e.task.length for e in members)
     assert d.counts[State.DONE] > 5 and d.counts[State.QUARANTINED] > 0  # the walk went places
+
+
+def test_preemptions_and_lost_confirmations_are_not_failures():
+    """Two leases that ran out and one finish the sink never confirmed, then
+    one real failure: still far from --max-attempts failures."""
+    (only,) = tasks(1)
+    d = Dispatcher([only], lease_seconds=1, confirm_seconds=1, max_attempts=3)
+    now = 0.0
+    for _ in range(2):
+        d.lease("w", now)
+        now += 5
+        d.expire(now)
+    d.lease("w", now)
+    d.finished("w", only.task_id, now)
+    now += 5
+    d.expire(now)
+    d.lease("w", now)
+    assert d.failed("w", only.task_id, "transient S3 error", now) is None
+    assert d.entries[only.task_id].state is State.PENDING
+    for attempt in range(2):  # the third failure quarantines it
+        d.lease("w", now)
+        quarantined = d.failed("w", only.task_id, "S3 error", now)
+    assert quarantined is not None and quarantined.failures == 3 and quarantined.attempts == 6
+
+
+def test_a_new_sink_without_some_done_tasks_gets_them_done_again():
+    """A sink restarted elsewhere from an older published manifest: what the
+    old sink confirmed after that is done again, not left out of the output."""
+    all_tasks = tasks(4)
+    d = Dispatcher(all_tasks, lease_seconds=10, confirm_seconds=10, max_attempts=3)
+    d.mark_done([t.task_id for t in all_tasks], {t.task_id: t.version for t in all_tasks})
+    assert d.complete
+    undone = d.keep_only_done({t.task_id: t.version for t in all_tasks[:2]})
+    assert sorted(e.task.task_id for e in undone) == sorted(t.task_id for t in all_tasks[2:])
+    assert d.counts[State.DONE] == 2 and d.counts[State.PENDING] == 2 and not d.complete
+    assert d.lease("w", 0.0).task.task_id in {t.task_id for t in all_tasks[2:]}

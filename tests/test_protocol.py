@@ -14,7 +14,7 @@ STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds=
 def test_round_trip_every_message_type():
     samples = [
         protocol.Hello("w1", "host", 12, "worker"),
-        protocol.SinkHello("s", {"t1": "v1"}),
+        protocol.SinkHello("s", "j", {"t1": "v1"}),
         protocol.Welcome(JobConfig("s3://b/c", "/out", "wikiextractor", "blingfire", "{}"), "v"),
         protocol.TaskRequest(2),
         protocol.TaskAssignment(["p", 0, 10, 10, "v", ""], 60.0, 1, b"bytes"),
@@ -62,7 +62,7 @@ def _welcome(**config_changes) -> dict:
     (_welcome(shuffle=True), r"Welcome.config has unknown fields \['shuffle'\]"),
     (_welcome(bert={"dupe_factor": "2"}), "Welcome.config.bert.dupe_factor has the wrong type"),
     (_welcome(tokenizer_json=None), "Welcome.config.tokenizer_json has the wrong type"),
-    ({"v": 1, "t": "SinkHello", "sink_id": "s", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
+    ({"v": 1, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
     ({"v": 1, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
 ])
 def test_nested_fields_are_checked_too(payload, reason):
@@ -111,4 +111,4 @@ def test_sink_hello_of_a_big_manifest_fits_the_inbound_limit():
     """The sink sends its done set in chunks small enough for the ventilator's socket."""
     from common.protocol import MAX_INBOUND_BYTES
     chunk = {f"{i:020x}": f'"{i:032x}-12"' for i in range(5000)}
-    assert len(protocol.encode(protocol.SinkHello("sink-host-123-abcdef", chunk, False))) < MAX_INBOUND_BYTES
+    assert len(protocol.encode(protocol.SinkHello("sink-host-123-abcdef", "0123456789abcdef", chunk, False))) < MAX_INBOUND_BYTES

@@ -7,7 +7,8 @@ the shard written, the task is FINISHED: the sink still has to confirm it is
 in the manifest, and if that does not come in time (the sink died with the
 ack in its queue) the task is done again.  Only the sink's confirmation
 makes it DONE.  A task that fails ``max_attempts`` times is QUARANTINED, and
-so is one whose lease expires ``2 * max_attempts`` times (a task that kills
+so is one whose lease expires ``2 * max_attempts`` times (counted apart:
+leases that ended any other way are not failures) (a task that kills
 every worker it is given, say by running it out of memory; a worker lost to
 a preemption is more common than a poison task, hence the larger budget).
 
@@ -38,8 +39,9 @@ class Entry:
     state: State = State.PENDING
     worker: str = ""
     deadline: float = 0.0
-    attempts: int = 0
-    expiries: int = 0
+    attempts: int = 0  # leases
+    failures: int = 0  # reported by a worker
+    expiries: int = 0  # leases that ran out
     errors: list[str] = field(default_factory=list)
 
 
@@ -81,6 +83,17 @@ class Dispatcher:
             self._move(entry, State.DONE)
             newly.append(entry)
         return newly
+
+    def keep_only_done(self, done: dict[str, str]) -> list[Entry]:
+        """A sink (re)introduced itself with everything its manifest holds:
+        tasks DONE here but not there (a sink restarted elsewhere, from a
+        manifest published before its last confirmations) are done again."""
+        undone = []
+        for entry in self.entries.values():
+            if entry.state is State.DONE and done.get(entry.task.task_id) != entry.task.version:
+                self._move(entry, State.PENDING)
+                undone.append(entry)
+        return undone
 
     def lease(self, worker: str, now: float) -> Entry | None:
         while self._pending:
@@ -126,7 +139,8 @@ class Dispatcher:
         if entry.state is State.LEASED and entry.worker != worker:
             return None  # a stale report: someone else holds it now
         entry.errors.append(error)
-        if permanent or entry.attempts >= self.max_attempts:
+        entry.failures += 1
+        if permanent or entry.failures >= self.max_attempts:
             self._move(entry, State.QUARANTINED)
             return entry
         if entry.state is State.LEASED:

@@ -135,6 +135,8 @@ def prepare_job(options: JobOptions) -> Job:
         sink_address=options.sink_address,
         lease_seconds=options.lease_seconds,
         heartbeat_seconds=options.heartbeat_seconds,
+        task_size=options.task_size,
+        inputs_digest=JobConfig.digest_inputs(files),
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:

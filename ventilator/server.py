@@ -71,6 +71,7 @@ class VentilatorServer:
         self.peers: dict[bytes, Peer] = {}
         self.waiting: deque[bytes] = deque()  # workers with credit, in arrival order
         self.sink: bytes | None = None
+        self._sink_done: dict[str, str] = {}  # the sink's manifest, while its SinkHellos arrive
         self.sink_ready = False
         self.dropped = Counter("ventilator")
         self.documents_done = 0
@@ -164,6 +165,8 @@ class VentilatorServer:
                 self.dropped.drop(f"hello from role {message.role!r}")
                 return
             self.peers[identity] = Peer(identity, message.role, message.peer_id, now)
+            if message.role == "sink":
+                self._sink_done = {}  # its SinkHellos follow
             router.send_multipart([identity, self._welcome])
             log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
             return
@@ -195,9 +198,21 @@ class VentilatorServer:
         elif isinstance(message, protocol.TaskReturned) and peer.role == "worker":
             self.dispatcher.returned(identity.decode(errors="replace"), message.task_ids)
         elif isinstance(message, protocol.SinkHello) and peer.role == "sink":
+            if message.job_id != self.config.job_id:
+                log.error("sink %s is on job %s, not %s: restart it", peer.name, message.job_id, self.config.job_id)
+                return
             self.sink = identity
             self.dispatcher.mark_done(list(message.done), message.done)
+            self._sink_done.update(message.done)
             if message.last:
+                undone = self.dispatcher.keep_only_done(self._sink_done)
+                self._sink_done = {}
+                if undone:
+                    log.warning("sink %s does not have %d task(s) a sink confirmed before: doing them again",
+                                peer.name, len(undone))
+                quarantined = self.dispatcher.quarantined()
+                if quarantined:  # a new sink has not heard of them
+                    self._quarantine(router, quarantined, announce=False)
                 if not self.sink_ready:
                     self._done_at_start = self.dispatcher.counts[State.DONE]
                     log.info("sink %s ready: %d of %d tasks already done", peer.name, self._done_at_start,
@@ -274,11 +289,12 @@ class VentilatorServer:
         if quarantined:
             self._quarantine(router, quarantined)
 
-    def _quarantine(self, router: zmq.Socket, entries: list[Entry]) -> None:
+    def _quarantine(self, router: zmq.Socket, entries: list[Entry], announce: bool = True) -> None:
         failures = {}
         for entry in entries:
-            log.error("task %s quarantined after %d attempts: %s", entry.task.key, entry.attempts,
-                      entry.errors[-1] if entry.errors else "")
+            if announce:
+                log.error("task %s quarantined after %d attempts: %s", entry.task.key, entry.attempts,
+                          entry.errors[-1] if entry.errors else "")
             failures[entry.task.task_id] = protocol.Quarantine(entry.task.path, entry.task.start, entry.task.end,
                                                                entry.attempts, entry.errors[-5:])
         if self.sink is not None:

@@ -61,6 +61,7 @@ class _Job:
 
 @dataclass
 class _Outcome:
+    job: _Job  # the job the task was computed for, which may no longer be the ventilator's
     task: Task
     result: ShardResult | None
     error: str = ""
@@ -99,11 +100,11 @@ class _Compute(threading.Thread):
                 content = read_task_bytes(job.input_storage, task, CorpusFormat(job.config.corpus_format))
             content = task_content(task, content)
             read_seconds = time.perf_counter() - started
-            return _Outcome(task, job.processor.process(task, content, read_seconds))
+            return _Outcome(job, task, job.processor.process(task, content, read_seconds))
         except Exception as error:  # a bad task must not kill the worker
             log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
             log.debug("%s", traceback.format_exc())
-            return _Outcome(task, None, f"{type(error).__name__}: {error}", is_permanent(error))
+            return _Outcome(job, task, None, f"{type(error).__name__}: {error}", is_permanent(error))
 
 
 @dataclass
@@ -111,7 +112,7 @@ class _State:
     job: _Job | None = None
     ventilator_id: str = ""
     introduced: bool = False  # the current ventilator has welcomed us
-    held: dict[str, Task] = field(default_factory=dict)  # leased to us, queued or computing
+    held: dict[str, str] = field(default_factory=dict)  # task id -> its job id: leased to us, queued or computing
     requested: int = 0  # credit asked for and not yet answered
     last_hello: float = 0.0
     last_heartbeat: float = 0.0
@@ -196,7 +197,9 @@ class WorkerProcess:
                 send(protocol.Hello(self.worker_id, socket.gethostname(), os.getpid(), "worker"))
                 state.last_hello = now
             if state.introduced and now - state.last_heartbeat > heartbeat_every:
-                send(protocol.Heartbeat(sorted(state.held)))
+                # Only this job's tasks: a task id of an earlier job may name the same range of another job.
+                current = state.job.config.job_id if state.job else ""
+                send(protocol.Heartbeat(sorted(t for t, job_id in state.held.items() if job_id == current)))
                 state.last_heartbeat = now
             if state.introduced and not self.draining:
                 wanted = self.options.credit - len(state.held) - state.requested
@@ -245,7 +248,7 @@ class WorkerProcess:
             if self.draining:
                 send(protocol.TaskReturned([task.task_id]))
                 return False
-            state.held[task.task_id] = task
+            state.held[task.task_id] = state.job.config.job_id
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
             if (not message.known or message.ventilator_id != state.ventilator_id) and state.introduced:
@@ -284,10 +287,14 @@ class WorkerProcess:
             self.push_endpoint = sink_endpoint
         return self.push
 
-    def _report(self, send, job: _Job | None, outcome: _Outcome) -> None:
-        task = outcome.task
-        if outcome.result is None or job is None:
-            send(protocol.TaskFailed(task.task_id, outcome.error or "no job", outcome.permanent))
+    def _report(self, send, current: _Job | None, outcome: _Outcome) -> None:
+        """Acknowledge to the sink of the task's own job; tell the ventilator
+        only if it still runs that job (a new ventilator may run another)."""
+        task, job = outcome.task, outcome.job
+        same_job = current is not None and current.config.job_id == job.config.job_id
+        if outcome.result is None:
+            if same_job:
+                send(protocol.TaskFailed(task.task_id, outcome.error, outcome.permanent))
             return
         result = outcome.result
         ack = protocol.TaskAck(
@@ -295,7 +302,11 @@ class WorkerProcess:
             start=task.start, end=task.end, version=task.version, shard=result.shard, records=result.records,
             sha256=result.sha256, stats=result.stats.to_wire())
         self._sink_socket(job.sink_endpoint).send(protocol.encode(ack))
-        send(protocol.TaskFinished(task.task_id))
+        if same_job:
+            send(protocol.TaskFinished(task.task_id))
+        else:
+            log.info("%s: task %s of the earlier job %s done and acknowledged to its sink", self.worker_id,
+                     task.task_id, job.config.job_id)
 
     @staticmethod
     def _hand_back_queued(send, compute: _Compute, state: _State) -> None:

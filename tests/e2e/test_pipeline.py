@@ -145,3 +145,25 @@ def test_idle_worker_exits_without_a_ventilator():
     assert "no ventilator for" in out
     assert time.monotonic() - started < 30
 
+
+
+def test_an_output_is_one_job_over_one_snapshot_of_the_corpus(tmp_path):
+    """Resuming with another --task-size, or after the corpus changed, would
+    write documents twice (tasks cut otherwise, or a file's old ranges next
+    to its new ones): it is refused with a clear error, nothing written."""
+    need_shared()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(WIKI / "AA", corpus)
+    output = tmp_path / "out"
+    job = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--workers", "1"]
+    assert run_ventilator(corpus, output, *job, "--task-size", "512K").returncode == 0
+    before = shard_digests(output)
+
+    other_size = run_ventilator(corpus, output, *job, "--task-size", "256K")
+    assert other_size.returncode == 1
+    assert "belongs to another job" in other_size.stderr and "--task-size" in other_size.stderr
+
+    (corpus / "wiki_00").write_bytes((corpus / "wiki_00").read_bytes().replace(b"the ", b"teh "))
+    changed = run_ventilator(corpus, output, *job, "--task-size", "512K")
+    assert changed.returncode == 1 and "the corpus changed" in changed.stderr
+    assert shard_digests(output) == before
