@@ -431,3 +431,27 @@ def test_a_worker_silent_for_long_is_forgotten_and_rejoins(clean, tmp_path):
     finally:
         c.close()
     assert_same_as_clean(tmp_path / "out", clean)
+
+
+def test_a_new_job_on_a_running_fleet(clean, tmp_path):
+    """The ventilator of job A is killed and job B (other output, other
+    parameters) is started on the same sink and workers: the sink closes A's
+    books and takes B's manifest, the workers' unfinished A tasks never count
+    for B, and B's output is exactly a clean run of B."""
+    need_shared()
+    job_b = ["--vocab-file", VOCAB, "--dupe-factor", "2", "--task-size", "64K"]
+    clean_b = tmp_path / "clean-b"
+    assert run_ventilator(WIKI, clean_b, *job_b, "--workers", "2").returncode == 0
+    c = Cluster(WIKI, tmp_path / "out-a", JOB, tmp_path)
+    try:
+        c.start(workers=2)
+        c.wait_for_progress(3)
+        c.kill(c.ventilator)
+        c.output, c.job_args = tmp_path / "out-b", [str(a) for a in job_b]
+        c.start_ventilator()
+        assert c.ventilator.wait(timeout=300) == 0, c.tail()
+        assert "the ventilator now runs job" in c.log_text()
+    finally:
+        c.close()
+    assert_same_as_clean(tmp_path / "out-b", clean_b)
+    assert {e["job"] for e in manifest(tmp_path / "out-a").values()} != {e["job"] for e in manifest(clean_b).values()}
