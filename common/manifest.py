@@ -113,12 +113,32 @@ class Manifest:
             with open(self.path, "r+b") as handle:
                 handle.truncate(good)
                 os.fsync(handle.fileno())
+        entries = self._without_missing_shards(entries)
         for entry in entries:
             if entry["task"] not in self.done:
                 self._count(entry)
         self._handle = open(self.path, "ab")
         self._dirty = bool(entries)  # publish at least once what the journal holds
         return self.done
+
+    def _without_missing_shards(self, entries: list[dict]) -> list[dict]:
+        """The shards are the truth: a line whose shard is gone (the output
+        was deleted, while an S3 job's journal stayed on this host) no longer
+        makes its task done, so the task is written again."""
+        if not entries:
+            return entries
+        present = set(self.storage.list_outputs())
+        kept = [e for e in entries if not e.get("shard") or e["shard"].rsplit("/", 1)[-1] in present]
+        if len(kept) < len(entries):
+            log.warning("manifest %s: %d of %d shards it lists are gone from %s; their tasks will be done again",
+                        self.path, len(entries) - len(kept), len(entries), self.storage.uri(""))
+            temporary = f"{self.path}.rewrite"
+            with open(temporary, "wb") as handle:
+                handle.write(b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in kept))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+        return kept
 
     def _count(self, entry: dict) -> None:
         self.done[entry["task"]] = entry.get("version", "")

@@ -283,10 +283,8 @@ class S3Storage:
     def list_outputs(self) -> list[str]:
         paginator = self.client.get_paginator("list_objects_v2")
         prefix = f"{self.prefix}/" if self.prefix else ""
-        names = []
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-            names.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", []))
-        return sorted(names)
+        pages = self.retry.run("list", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=prefix)))
+        return sorted(obj["Key"][len(prefix):] for page in pages for obj in page.get("Contents", []))
 
 
     def remove_temporaries(self) -> int:

@@ -11,6 +11,8 @@ def entry(task, job="j1"):
 
 
 def test_append_is_idempotent_and_survives_a_torn_line(tmp_path):
+    for task in "abc":
+        (tmp_path / f"{task}.tfrecord").write_bytes(b"shard")
     storage = LocalStorage(str(tmp_path))
     manifest = Manifest(storage, "j1", str(tmp_path / "state"))
     manifest.load()
@@ -56,3 +58,20 @@ def test_a_task_is_done_only_once_its_line_is_on_disk(tmp_path):
     manifest._handle = real
     assert [e["task"] for e in manifest.append([entry("a")])] == ["a"]
     manifest.close()
+
+
+def test_lines_whose_shard_is_gone_no_longer_count_as_done(tmp_path):
+    storage = LocalStorage(str(tmp_path))
+    manifest = Manifest(storage, "j1", str(tmp_path / "state"))
+    manifest.load()
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.tfrecord").write_bytes(b"shard")
+    empty = {**entry("e"), "shard": "", "records": 0}  # a task with no instance has no shard to lose
+    manifest.append([entry("a"), entry("b"), empty])
+    manifest.close()
+    (tmp_path / "b.tfrecord").unlink()
+    reopened = Manifest(storage, "j1", str(tmp_path / "state"))
+    assert sorted(reopened.load()) == ["a", "e"]
+    assert reopened.totals["tasks"] == 2
+    reopened.close()
+    assert [json.loads(line)["task"] for line in (tmp_path / MANIFEST_NAME).read_text().splitlines()] == ["a", "e"]

@@ -160,3 +160,21 @@ def test_compressed_objects_are_whole_tasks(s3, tmp_path):
     assert summary["tasks"] == 3 and summary["documents"] == 104
     from tests.helpers import check_shards
     assert check_shards(output)["records"] > 1000
+
+
+def test_a_deleted_output_is_written_again(s3, local_run, tmp_path):
+    """The S3 output is removed (as the 'another job' error suggests) while
+    the sink's journal stays on this host: the same command writes every
+    shard again instead of calling the job done from the journal."""
+    client = s3.client()
+    bucket = s3.new_bucket("again")
+    output = f"s3://{bucket}/bert/run"
+    args = [*JOB, "--workers", "2", "--s3-endpoint-url", s3.endpoint_url]
+    assert run_ventilator(WIKI, output, *args, env=s3.env()).returncode == 0
+    for obj in client.list_objects_v2(Bucket=bucket, Prefix="bert/run/")["Contents"]:
+        client.delete_object(Bucket=bucket, Key=obj["Key"])
+    again = run_ventilator(WIKI, output, *args, env=s3.env())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "their tasks will be done again" in again.stderr
+    download_all(client, bucket, "bert/run/", tmp_path / "dl")
+    assert shard_digests(tmp_path / "dl") == shard_digests(local_run)
