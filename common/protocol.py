@@ -96,9 +96,14 @@ class TaskAssignment:
 
 @dataclass
 class Heartbeat:
-    """Keeps the sender's leases alive; ``held`` lists the tasks it works on."""
+    """Keeps the sender's leases alive; ``held`` lists the tasks it works on.
+
+    ``awaiting`` restates how many tasks the worker asked for and has not
+    received: an assignment lost with a dropped connection would otherwise
+    leave its credit spent on both sides, and the worker idle for good."""
 
     held: list[str] = field(default_factory=list)
+    awaiting: int | None = None  # None from the sink
 
 
 @dataclass

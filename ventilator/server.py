@@ -181,6 +181,11 @@ class VentilatorServer:
         if isinstance(message, protocol.Heartbeat):
             if peer.role == "worker":
                 self.dispatcher.heartbeat(identity.decode(errors="replace"), message.held, now)
+                if message.awaiting is not None and message.awaiting > peer.wanted:
+                    # Assignments lost on the way (or still in flight: then it gets one extra, held in its queue).
+                    if peer.wanted == 0:
+                        self.waiting.append(identity)
+                    peer.wanted = message.awaiting
             send(protocol.HeartbeatReply(self.ventilator_id))
         elif isinstance(message, protocol.TaskRequest) and peer.role == "worker":
             if message.credit > 0:

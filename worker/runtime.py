@@ -199,7 +199,8 @@ class WorkerProcess:
             if state.introduced and now - state.last_heartbeat > heartbeat_every:
                 # Only this job's tasks: a task id of an earlier job may name the same range of another job.
                 current = state.job.config.job_id if state.job else ""
-                send(protocol.Heartbeat(sorted(t for t, job_id in state.held.items() if job_id == current)))
+                send(protocol.Heartbeat(sorted(t for t, job_id in state.held.items() if job_id == current),
+                                        0 if self.draining else state.requested))
                 state.last_heartbeat = now
             if state.introduced and not self.draining:
                 wanted = self.options.credit - len(state.held) - state.requested

@@ -455,3 +455,54 @@ def test_a_new_job_on_a_running_fleet(clean, tmp_path):
         c.close()
     assert_same_as_clean(tmp_path / "out-b", clean_b)
     assert {e["job"] for e in manifest(tmp_path / "out-a").values()} != {e["job"] for e in manifest(clean_b).values()}
+
+
+def test_a_lost_assignment_does_not_leave_its_worker_idle(clean, tmp_path):
+    """A worker whose TaskAssignment was lost (a dropped connection: the
+    ventilator's ROUTER discards it) restates in its heartbeat what it still
+    awaits, and gets another task; here the worker is this test, speaking
+    the protocol over a real socket to the real ventilator."""
+    from common import protocol
+
+    c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
+    context = zmq.Context()
+    dealer = context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.IDENTITY, b"worker-test-lost")
+    try:
+        c.start_sink()
+        c.start_ventilator()
+        dealer.connect(f"tcp://127.0.0.1:{c.vport}")
+
+        def next_message(timeout_ms: int):
+            if not dealer.poll(timeout_ms):
+                return None
+            return protocol.decode(dealer.recv())
+
+        deadline = time.monotonic() + 60
+        welcome = None
+        while welcome is None:
+            assert time.monotonic() < deadline, c.tail()
+            dealer.send(protocol.encode(protocol.Hello("worker-test-lost", "here", 1, "worker")))
+            welcome = next_message(1000)
+        assert isinstance(welcome, protocol.Welcome)
+        dealer.send(protocol.encode(protocol.TaskRequest(1)))
+
+        def assignment(timeout: float):
+            until = time.monotonic() + timeout
+            while time.monotonic() < until:
+                message = next_message(200)
+                if isinstance(message, protocol.TaskAssignment):
+                    return message
+            return None
+
+        first = assignment(30)
+        assert first is not None, c.tail()
+        # "Lost": the worker never saw it.  Without a restated credit nothing more comes.
+        assert assignment(1.5) is None
+        dealer.send(protocol.encode(protocol.Heartbeat([], awaiting=1)))
+        second = assignment(10)
+        assert second is not None, "the restated credit brought no task"
+    finally:
+        dealer.close(linger=0)
+        context.term()
+        c.close()
