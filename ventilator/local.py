@@ -3,8 +3,10 @@ a sink (unless --sink points at one) and ``--workers N`` worker processes."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +14,26 @@ import time
 from collections.abc import Callable
 
 log = logging.getLogger("ventilator")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminated_with_parent() -> Callable[[], None] | None:
+    """For Popen's preexec_fn on Linux: the child gets SIGTERM (workers drain,
+    the sink flushes) when this command dies, even by kill -9, instead of
+    living on and holding the ports the next run needs."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_death_signal
 
 
 class LocalFleet:
@@ -29,11 +51,12 @@ class LocalFleet:
         # would make two processes listen on one port, MLM_SINK would send a
         # local worker's acknowledgements to another sink.
         env = {key: value for key, value in os.environ.items() if not key.startswith("MLM_")}
+        preexec = _terminated_with_parent()
         if relay is None:
-            self.children[name] = subprocess.Popen(command, env=env)
+            self.children[name] = subprocess.Popen(command, env=env, preexec_fn=preexec)
             return
         child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 errors="replace", bufsize=1)
+                                 errors="replace", bufsize=1, preexec_fn=preexec)
         self.children[name] = child
         thread = threading.Thread(target=_relay_lines, args=(child.stdout, relay), name=f"relay-{name}", daemon=True)
         thread.start()

@@ -167,3 +167,26 @@ def test_an_output_is_one_job_over_one_snapshot_of_the_corpus(tmp_path):
     changed = run_ventilator(corpus, output, *job, "--task-size", "512K")
     assert changed.returncode == 1 and "the corpus changed" in changed.stderr
     assert shard_digests(output) == before
+
+
+def test_local_processes_end_with_a_killed_command(tmp_path):
+    """kill -9 of the one-machine command: its sink and workers get SIGTERM
+    and exit, instead of holding the ports the next run needs."""
+    import psutil
+
+    need_shared()
+    vport, sink_port = free_ports(2)
+    command = python_module("ventilator", "--data", WIKI, "--output", tmp_path / "out", "--vocab-file", VOCAB,
+                            "--vport", vport, "--sink-port", sink_port, "--bind-host", "127.0.0.1", "--state-dir",
+                            tmp_path / "state", "--workers", "2", "--dupe-factor", "20", "--task-size", "64K")
+    parent = psutil.Process(command.pid)
+    deadline = time.monotonic() + 60
+    while len(children := parent.children(recursive=True)) < 4:  # the sink, the worker supervisor, 2 workers
+        assert time.monotonic() < deadline and command.poll() is None, command.stdout.read()[-2000:]
+        time.sleep(0.2)
+    command.kill()
+    command.wait()
+    gone, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, f"still running after the command died: {[p.cmdline() for p in alive]}"
+    again = run_ventilator(WIKI, tmp_path / "again", "--vocab-file", VOCAB, "--dupe-factor", "1", "--workers", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
