@@ -127,8 +127,7 @@ class SinkServer:
         while True:
             now = time.monotonic()
             if self.stopping:
-                self._finish("stopped by signal")
-                return 0
+                return self._finish("stopped by signal")
             heartbeat_every = self.config.heartbeat_seconds if self.config else 1.0
             if self.config is None and now - last_hello > 1.0:
                 send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
@@ -184,8 +183,7 @@ class SinkServer:
                     self.quarantined.update(message.failures)
                 elif isinstance(message, protocol.Shutdown):
                     self._record(self._drain_acks(pull), send)
-                    self._finish(message.reason, job_over=True)
-                    return 0
+                    return self._finish(message.reason, job_over=True)
                 else:
                     self.dropped.drop(f"unexpected {type(message).__name__}")
 
@@ -283,17 +281,26 @@ class SinkServer:
             "dropped_messages": dict(self.dropped.dropped),
         }
 
-    def _finish(self, reason: str, job_over: bool = False) -> None:
+    def _finish(self, reason: str, job_over: bool = False) -> int:
+        """Publish the manifest and the summary; the exit status (1 if the
+        output store would not take them: the journal still holds every line)."""
         if self.manifest is None:
-            return
-        self.manifest.publish()
-        removed = self.output.remove_temporaries() if job_over else 0
-        if removed:
-            log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
+            return 0
         summary = self.summary(reason)
-        self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
+        try:
+            self.manifest.publish()
+            removed = self.output.remove_temporaries() if job_over else 0
+            if removed:
+                log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
+            self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
+        except StorageError as error:
+            log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "
+                      "line: once the store is back, run the ventilator's command again (same --state-dir): it "
+                      "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)
+            return 1
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
         log.info("sink: %s. %d tasks, %d shards, %d records, %d documents (skipped: %s), %d tokens, %.1f MB written; "
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,
                  len(self.quarantined), summary["this_run"]["seconds"])
+        return 0
