@@ -14,13 +14,30 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Protocol
 
 from common.tasks import InputFile
 
 log = logging.getLogger(__name__)
 
 _IGNORED_PREFIXES = (".", "_")
+
+
+class Storage(Protocol):
+    """What the roles need of a place holding a corpus or an output:
+    :class:`LocalStorage` and :class:`S3Storage` are the two."""
+
+    unlisted: dict[str, str]  # inputs that could not even be listed, with why
+
+    def uri(self, name: str) -> str: ...
+    def list_inputs(self) -> list[InputFile]: ...
+    def open_reader(self, relative: str, version: str) -> "RangeReader": ...
+    def read_all(self, relative: str, version: str) -> bytes: ...
+    def open_atomic(self, name: str) -> "AtomicWriter": ...
+    def put_bytes(self, name: str, data: bytes) -> str: ...
+    def get_bytes(self, name: str) -> bytes | None: ...
+    def list_outputs(self) -> list[str]: ...
+    def remove_temporaries(self) -> int: ...
 
 
 class StorageError(Exception):
@@ -192,6 +209,7 @@ class S3Storage:
 
         self.bucket, self.prefix = split_s3_uri(uri)
         self.retry = retry or RetryPolicy()
+        self.unlisted: dict[str, str] = {}  # a listing is all or nothing on S3
         # botocore retries quickly and silently; RetryPolicy waits longer and logs.
         config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60)
         self.client = boto3.client("s3", endpoint_url=endpoint_url or None, config=config)
@@ -369,7 +387,7 @@ class AtomicWriter:
             self.abort()
 
 
-def open_storage(uri: str, endpoint_url: str | None = None):
+def open_storage(uri: str, endpoint_url: str | None = None) -> Storage:
     """LocalStorage for a path, S3Storage for ``s3://bucket/prefix``."""
     if is_s3(uri):
         return S3Storage(uri, endpoint_url)

@@ -19,6 +19,11 @@ from common import protocol
 log = logging.getLogger(__name__)
 
 
+#: Default ports: workers and the sink connect to the ventilator's, workers
+#: push acknowledgements to the sink's.
+VENTILATOR_PORT = 5557
+SINK_PORT = 5558
+
 def parse_address(text: str, default_port: int | None = None) -> tuple[str, int]:
     """'host:port', ':port' (host left empty) or 'host' with a default port."""
     host, sep, port = text.rpartition(":")
@@ -81,7 +86,7 @@ def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = pro
     return sock
 
 
-class Counter:
+class DroppedMessages:
     """Counts messages dropped as malformed, logging the first few of each kind."""
 
     def __init__(self, role: str):

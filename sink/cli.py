@@ -8,6 +8,7 @@ import click
 
 from common import logs
 from common.security import Curve
+from common.transport import SINK_PORT
 from sink.server import SinkOptions, SinkServer
 
 
@@ -15,7 +16,7 @@ from sink.server import SinkOptions, SinkServer
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--ventilator", required=True, metavar="HOST:PORT", show_envvar=True,
               help="The ventilator's --vport; the sink learns the job (output, manifest) from it.")
-@click.option("--port", type=int, default=5558, show_envvar=True, help="Port workers push acknowledgements to.")
+@click.option("--port", type=int, default=SINK_PORT, show_envvar=True, help="Port workers push acknowledgements to.")
 @click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
 @click.option("--state-dir", default="~/.cache/mlm-pipeline", show_envvar=True,
               help="Where the manifest of an S3 output is journaled before it is published to S3.")

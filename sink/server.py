@@ -26,7 +26,8 @@ from common.manifest import Manifest, ManifestMismatch
 from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.storage import StorageError, open_storage
-from common.transport import Counter, ListenError, endpoint, listen, make_socket, new_identity, parse_address
+from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
+                              new_identity, parse_address)
 from sink.progress import Throughput
 
 log = logging.getLogger("sink")
@@ -37,7 +38,7 @@ SUMMARY_NAME = "summary.json"
 @dataclass
 class SinkOptions:
     ventilator: str
-    port: int = 5558
+    port: int = SINK_PORT
     bind_host: str = "*"
     state_dir: str = "~/.cache/mlm-pipeline"
     report_seconds: float = 10.0
@@ -65,7 +66,7 @@ class SinkServer:
         self.options = options
         self.sink_id = new_identity("sink")
         self.stopping = False
-        self.dropped = Counter("sink")
+        self.dropped = DroppedMessages("sink")
         self.throughput = Throughput()
         self.config: JobConfig | None = None
         self.manifest: Manifest | None = None
@@ -88,7 +89,7 @@ class SinkServer:
         pull = make_socket(context, zmq.PULL)
         if curve:
             curve.serve(pull)
-        host, port = parse_address(self.options.ventilator, 5557)
+        host, port = parse_address(self.options.ventilator, VENTILATOR_PORT)
         dealer = make_socket(context, zmq.DEALER)
         dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
         if curve:

@@ -9,10 +9,10 @@ import sys
 import click
 
 from common import logs
-from common.config import BertParams
+from common.config import BertParams, JobConfig
 from common.security import Curve
 from common.tasks import parse_size
-from common.transport import ListenError
+from common.transport import SINK_PORT, VENTILATOR_PORT, ListenError
 from ventilator.job import JobError, JobOptions, prepare_job
 from ventilator.local import LocalFleet
 from ventilator.display import TerminalDisplay
@@ -41,11 +41,11 @@ def _size(_ctx, _param, value):
               help="The corpus: WikiExtractor output (plain or --json), or BERT's text format (one sentence per line, blank line between documents).")
 @click.option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
               help="Where shards and manifest.jsonl go.")
-@click.option("--vport", type=int, default=5557, show_envvar=True, help="Port workers and the sink connect to.")
+@click.option("--vport", type=int, default=VENTILATOR_PORT, show_envvar=True, help="Port workers and the sink connect to.")
 @click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
 @click.option("--sink", "sink_address", default="", metavar="HOST:PORT", envvar="MLM_SINK", show_envvar=True,
               help="Use a sink started elsewhere (python -m sink); without it, a local sink is started.")
-@click.option("--sink-port", type=int, default=5558, show_envvar=True, help="Port of the sink started here.")
+@click.option("--sink-port", type=int, default=SINK_PORT, show_envvar=True, help="Port of the sink started here.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
               help="Also start this many worker processes on this machine.")
 @click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
@@ -76,9 +76,9 @@ def _size(_ctx, _param, value):
               help="Workers can read --data themselves (same path): send byte ranges, not content. Implied for s3:// data.")
 @click.option("--s3-endpoint-url", default="", show_envvar=True,
               help="For S3-compatible stores (credentials from the standard AWS chain).")
-@click.option("--lease-seconds", type=float, default=60.0, show_envvar=True,
+@click.option("--lease-seconds", type=float, default=JobConfig.lease_seconds, show_envvar=True,
               help="A task whose worker sends no heartbeat for this long is handed to another.")
-@click.option("--heartbeat-seconds", type=float, default=5.0, show_envvar=True)
+@click.option("--heartbeat-seconds", type=float, default=JobConfig.heartbeat_seconds, show_envvar=True)
 @click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_envvar=True,
               help="A task that fails this often is quarantined and reported; the run goes on.")
 @click.option("--report-seconds", type=float, default=10.0, show_envvar=True, help="Progress log interval.")

@@ -15,7 +15,7 @@ from common.formats import CorpusFormat
 from common.manifest import check_job, read_entries
 from common.reading import decompress
 from common.sentences import Segmenter
-from common.storage import LocalStorage, StorageError, is_s3, open_storage
+from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
 from common.tasks import InputFile, Task, compression_of, plan_tasks
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer
 
@@ -41,8 +41,8 @@ class JobOptions:
     shared_fs: bool = False
     s3_endpoint_url: str = ""
     sink_address: str = ""
-    lease_seconds: float = 60.0
-    heartbeat_seconds: float = 5.0
+    lease_seconds: float = JobConfig.lease_seconds
+    heartbeat_seconds: float = JobConfig.heartbeat_seconds
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Job:
     tasks: list[Task]
     inputs: list[InputFile]
     skipped_inputs: dict[str, str]  # path -> reason
-    input_storage: object
+    input_storage: Storage
 
 
 def _detect_format(storage, files: list[InputFile]) -> CorpusFormat:
@@ -105,7 +105,7 @@ def prepare_job(options: JobOptions) -> Job:
     except StorageError as error:
         raise JobError(str(error)) from None
     files, skipped = _readable(storage, listed)
-    skipped.update(getattr(storage, "unlisted", {}))
+    skipped.update(storage.unlisted)
     for path, reason in skipped.items():
         log.warning("skipping input %s: %s", path or options.data, reason)
     if not files:

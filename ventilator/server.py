@@ -25,7 +25,7 @@ from common.formats import CorpusFormat
 from common.metrics import MetricsServer, counter, gauge
 from common.reading import is_permanent, read_task_bytes
 from common.security import Curve
-from common.transport import Counter, listen, make_socket
+from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
 
@@ -44,7 +44,7 @@ class Peer:
 @dataclass
 class ServerOptions:
     bind_host: str = "*"
-    port: int = 5557
+    port: int = VENTILATOR_PORT
     max_attempts: int = 3
     confirm_seconds: float = 120.0
     report_seconds: float = 10.0
@@ -73,7 +73,7 @@ class VentilatorServer:
         self.sink: bytes | None = None
         self._sink_done: dict[str, str] = {}  # the sink's manifest, while its SinkHellos arrive
         self.sink_ready = False
-        self.dropped = Counter("ventilator")
+        self.dropped = DroppedMessages("ventilator")
         self.documents_done = 0
         self.interrupted = False
         self.should_stop = should_stop

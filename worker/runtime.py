@@ -32,10 +32,11 @@ from common.config import JobConfig
 from common.formats import CorpusFormat
 from common.reading import is_permanent, read_task_bytes, task_content
 from common.security import Curve
-from common.storage import open_storage, remove_stale_spool_files
+from common.storage import Storage, open_storage, remove_stale_spool_files
 from common.tasks import Task
 from common.tokenization import Vocabulary
-from common.transport import Counter, endpoint, make_socket, new_identity, parse_address
+from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, endpoint, make_socket, new_identity,
+                              parse_address)
 from worker.pipeline import ShardResult, TaskProcessor
 
 log = logging.getLogger("worker")
@@ -55,7 +56,7 @@ class WorkerOptions:
 class _Job:
     config: JobConfig
     processor: TaskProcessor
-    input_storage: object | None
+    input_storage: Storage | None
     sink_endpoint: str
 
 
@@ -124,7 +125,7 @@ class WorkerProcess:
         self.options = options
         self.worker_id = new_identity("worker")
         self.draining = False
-        self.dropped = Counter("worker")
+        self.dropped = DroppedMessages("worker")
         self.context = zmq.Context()
         self.push: zmq.Socket | None = None
         self.push_endpoint = ""
@@ -141,7 +142,7 @@ class WorkerProcess:
         removed = remove_stale_spool_files()
         if removed:
             log.info("%s: removed %d spool file(s) of worker processes that died", self.worker_id, removed)
-        host, port = parse_address(self.options.ventilator, 5557)
+        host, port = parse_address(self.options.ventilator, VENTILATOR_PORT)
         dealer = make_socket(self.context, zmq.DEALER, max_message_bytes=-1)  # task content
         dealer.setsockopt(zmq.IDENTITY, self.worker_id.encode())
         if self.options.curve:
@@ -270,7 +271,7 @@ class WorkerProcess:
         vocabulary = Vocabulary.from_json(config.tokenizer_json)
         output = open_storage(config.output_uri, config.s3_endpoint_url)
         input_storage = open_storage(config.data_uri, config.s3_endpoint_url) if config.read_mode == "range" else None
-        sink_host, sink_port = parse_address(self.options.sink or config.sink_address, 5558)
+        sink_host, sink_port = parse_address(self.options.sink or config.sink_address, SINK_PORT)
         sink_endpoint = endpoint(sink_host or ventilator_host, sink_port)
         log.info("%s: job %s, writing to %s, acknowledging to %s", self.worker_id, config.job_id,
                  config.output_uri, sink_endpoint)
