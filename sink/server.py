@@ -33,6 +33,7 @@ from sink.progress import Throughput
 log = logging.getLogger("sink")
 
 SUMMARY_NAME = "summary.json"
+ACK_BATCH = 1000
 
 
 @dataclass
@@ -206,8 +207,10 @@ class SinkServer:
             send(protocol.SinkHello(self.sink_id, self.config.job_id, part, start + chunk >= len(done)))
 
     def _drain_acks(self, pull: zmq.Socket) -> list[protocol.TaskAck]:
+        """Up to ACK_BATCH waiting acknowledgements: one fsync for them all,
+        and the sink's memory bounded by the batch, not by the job."""
         acks = []
-        for _ in range(10000):
+        for _ in range(ACK_BATCH):
             try:
                 frame = pull.recv(zmq.NOBLOCK)
             except zmq.Again:
