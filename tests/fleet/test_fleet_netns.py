@@ -178,9 +178,25 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
 
     check_output(fleet, ansible)
 
+    # A second job with the sink as its own service (mlm_separate_sink): the ventilator is
+    # told where it is, the sink's own unit runs, and the output is as complete as the first.
+    second = ["-e", "mlm_separate_sink=true", "-e", f"mlm_output={fleet.dir}/out-separate-sink",
+              "-e", '{"mlm_sink_extra_args": ["--publish-seconds", "5"]}']
+    assert set(_changed(ansible.play("ventilating.yaml", *second))) == {ventilator.name}
+    sink = _status(ventilator, "sink")
+    assert sink["argv"][-2:] == ["--publish-seconds", "5"] and "mlm-sink" in sink["argv"][0]
+    vent_argv = _status(ventilator, "ventilator")["argv"]
+    assert vent_argv[vent_argv.index("--sink") + 1].endswith(":5558") and "--sink-port" not in vent_argv
+    ansible.play("working.yaml")
+    ansible.play("waiting.yaml", timeout=400)
+    assert _status(ventilator, "ventilator")["exit_code"] == 0, ansible.logs()
+    sink_log = Path(ventilator.dir, "state", "procs", "sink.log").read_text()
+    assert "all tasks done" in sink_log, sink_log[-2000:]
+    check_output(fleet, ansible, Path(fleet.dir, "out-separate-sink"))
 
-def check_output(fleet: fleetnet.Fleet, ansible: Ansible) -> None:
-    out = Path(fleet.dir, "out")
+
+def check_output(fleet: fleetnet.Fleet, ansible: Ansible, out: Path | None = None) -> None:
+    out = out or Path(fleet.dir, "out")
     manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines() if line.strip()]
     shards = sorted(out.glob("*.tfrecord"))
     assert manifest and shards
@@ -223,7 +239,7 @@ def check_output(fleet: fleetnet.Fleet, ansible: Ansible) -> None:
         assert records == entry["records"], f"{path}: {records} records, manifest says {entry['records']}"
         total += records
     assert total > 0
-    summary_path = Path(fleet.dir, "out", "summary.json")
+    summary_path = out / "summary.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
         if "records" in summary:
