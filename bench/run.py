@@ -327,8 +327,16 @@ def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("v_input_mb", big.bytes / MB)
     log(f"ventilator: {big.bytes / MB:.0f} MB input (×{copies})")
     peaks = {"ventilator": 0, "sink": 0}
+    small_peaks = dict(first.peak_rss)  # a peak is a maximum: both sizes get as many runs to show theirs
     for repeat in range(s.repeats):
         log(f"ventilator: repeat {repeat + 1}/{s.repeats}")
+        for mode, shared_fs in (("ship", False), ("range", True)):
+            if repeat == 0 and mode == "ship":
+                continue  # that is `first`
+            again = ventilator_alone(small.root, runs / f"v-small-{mode}-{repeat}", vocab, shared_fs=shared_fs,
+                                     task_size="8M")
+            shutil.rmtree(runs / f"v-small-{mode}-{repeat}")
+            small_peaks = {role: max(small_peaks[role], again.peak_rss[role]) for role in small_peaks}
         for mode, shared_fs in (("ship", False), ("range", True)):
             run = ventilator_alone(big.root, runs / f"v-{mode}-{repeat}", vocab, shared_fs=shared_fs, task_size="8M")
             shutil.rmtree(runs / f"v-{mode}-{repeat}")
@@ -350,9 +358,9 @@ def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("rss_big_mb", big.bytes / MB)
     res.add("rss_big_over_vent", big.bytes / peaks["ventilator"])
     for role, short in (("ventilator", "vent"), ("sink", "sink")):
-        res.add(f"rss_{short}_small", first.peak_rss[role] / MB)
+        res.add(f"rss_{short}_small", small_peaks[role] / MB)
         res.add(f"rss_{short}_big", peaks[role] / MB)
-        res.add(f"rss_{short}_growth", peaks[role] / first.peak_rss[role] - 1)
+        res.add(f"rss_{short}_growth", peaks[role] / small_peaks[role] - 1)
 
 
 def derived_ventilator_rows(res: Results) -> None:
