@@ -28,7 +28,7 @@ import msgpack
 
 from common.config import JobConfig
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 #: Inbound frames larger than this are refused by the socket itself
 #: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and

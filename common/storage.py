@@ -301,8 +301,11 @@ class S3Storage:
     def list_outputs(self) -> list[str]:
         paginator = self.client.get_paginator("list_objects_v2")
         prefix = f"{self.prefix}/" if self.prefix else ""
-        pages = self.retry.run("list", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=prefix)))
-        return sorted(obj["Key"][len(prefix):] for page in pages for obj in page.get("Contents", []))
+
+        def names() -> list[str]:  # keys only: a page's metadata is dropped as soon as it is read
+            return [obj["Key"][len(prefix):] for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix)
+                    for obj in page.get("Contents", [])]
+        return sorted(self.retry.run("list", names))
 
 
     def remove_temporaries(self) -> int:

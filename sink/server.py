@@ -52,6 +52,11 @@ class SinkError(Exception):
     pass
 
 
+def _books(config: JobConfig) -> tuple:
+    """What makes another manifest: the job, and where its output goes."""
+    return config.job_id, config.output_uri, config.s3_endpoint_url
+
+
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
     return {
@@ -124,6 +129,7 @@ class SinkServer:
         poller.register(dealer, zmq.POLLIN)
         send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
         early_acks: list[protocol.TaskAck] = []
+        introduced = False  # a Welcome answered our last Hello
         last_hello = last_heartbeat = 0.0
         last_report = last_publish = time.monotonic()
         while True:
@@ -131,7 +137,7 @@ class SinkServer:
             if self.stopping:
                 return self._finish("stopped by signal")
             heartbeat_every = self.config.heartbeat_seconds if self.config else 1.0
-            if self.config is None and now - last_hello > 1.0:
+            if not introduced and now - last_hello > 1.0:
                 send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
                 last_hello = now
             if self.config is not None and now - last_heartbeat > heartbeat_every:
@@ -161,26 +167,31 @@ class SinkServer:
                     self.dropped.drop(str(error))
                     continue
                 if isinstance(message, protocol.Welcome):
-                    if self.config is not None and message.config != self.config:
+                    introduced = True
+                    if self.config is not None and _books(message.config) != _books(self.config):
                         # A new ventilator with another job: close this one's books first.
                         log.info("sink: the ventilator now runs job %s (was %s)", message.config.job_id,
                                  self.config.job_id)
                         self._finish("another job started")
                         self.manifest.close()
+                        self.manifest = None
                         self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
-                    if self.config is None or message.config != self.config:
+                    if self.manifest is None:
                         self._start_job(message.config)
+                    self.config = message.config  # the same job may come with other lease settings
                     self.ventilator_id = message.ventilator_id
                     self._hello_done(send)
                     if early_acks:
                         self._record(early_acks, send)
                         early_acks = []
                 elif isinstance(message, protocol.HeartbeatReply):
-                    if not message.known or message.ventilator_id != self.ventilator_id:
+                    # Every message the ventilator had queued before our Hello reached it is answered
+                    # "unknown": one Hello (repeated each second until welcomed) is enough.
+                    if introduced and (not message.known or message.ventilator_id != self.ventilator_id):
                         log.info("sink: the ventilator does not know this sink (it restarted); telling it what is "
                                  "done")
-                        self.ventilator_id = message.ventilator_id
-                        send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
+                        introduced = False
+                        last_hello = 0.0
                 elif isinstance(message, protocol.TasksQuarantined):
                     self.quarantined.update(message.failures)
                 elif isinstance(message, protocol.Shutdown):
@@ -195,7 +206,7 @@ class SinkServer:
         self.manifest = Manifest(self.output, config.job_id, self.options.state_dir)
         try:
             entries = self.manifest.load()
-        except ManifestMismatch as error:
+        except (ManifestMismatch, StorageError) as error:
             raise SinkError(str(error)) from None
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 

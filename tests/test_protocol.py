@@ -37,7 +37,7 @@ def test_round_trip_every_message_type():
 
 
 def _ack(**changes) -> dict:
-    fields = {"v": 1, "t": "TaskAck", "task_id": "t", "job_id": "j", "worker_id": "w", "source": "p", "start": 0,
+    fields = {"v": 2, "t": "TaskAck", "task_id": "t", "job_id": "j", "worker_id": "w", "source": "p", "start": 0,
               "end": 1, "version": "v", "shard": "s", "records": 3, "sha256": "abc",
               "stats": {"documents": 1, "skipped": {"empty": 2}, "seconds": {"tokenize": 0.5}}}
     fields.update(changes)
@@ -48,7 +48,7 @@ def _welcome(**config_changes) -> dict:
     config = {"data_uri": "d", "output_uri": "o", "corpus_format": "text", "segmenter": "line",
               "tokenizer_json": "{}", "bert": {"dupe_factor": 2}}
     config.update(config_changes)
-    return {"v": 1, "t": "Welcome", "config": config, "ventilator_id": "v"}
+    return {"v": 2, "t": "Welcome", "config": config, "ventilator_id": "v"}
 
 
 @pytest.mark.parametrize("payload,reason", [
@@ -62,8 +62,8 @@ def _welcome(**config_changes) -> dict:
     (_welcome(shuffle=True), r"Welcome.config has unknown fields \['shuffle'\]"),
     (_welcome(bert={"dupe_factor": "2"}), "Welcome.config.bert.dupe_factor has the wrong type"),
     (_welcome(tokenizer_json=None), "Welcome.config.tokenizer_json has the wrong type"),
-    ({"v": 1, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
-    ({"v": 1, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
+    ({"v": 2, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
+    ({"v": 2, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
 ])
 def test_nested_fields_are_checked_too(payload, reason):
     """A peer of another version, or a broken one, is refused at decode: a
@@ -78,11 +78,11 @@ def test_nested_fields_are_checked_too(payload, reason):
 @pytest.mark.parametrize("payload,reason", [
     ({"v": 99, "t": "TaskRequest", "credit": 1}, "version"),
     ({"t": "TaskRequest", "credit": 1}, "version"),
-    ({"v": 1, "t": "Nope"}, "unknown"),
-    ({"v": 1, "t": "TaskRequest", "credit": "1"}, "wrong type"),
-    ({"v": 1, "t": "TaskRequest", "credit": True}, "wrong type"),
-    ({"v": 1, "t": "TaskRequest"}, "lacks"),
-    ({"v": 1, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
+    ({"v": 2, "t": "Nope"}, "unknown"),
+    ({"v": 2, "t": "TaskRequest", "credit": "1"}, "wrong type"),
+    ({"v": 2, "t": "TaskRequest", "credit": True}, "wrong type"),
+    ({"v": 2, "t": "TaskRequest"}, "lacks"),
+    ({"v": 2, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
     ([1, 2, 3], "not a map"),
 ])
 def test_malformed_messages_are_rejected(payload, reason):

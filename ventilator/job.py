@@ -136,7 +136,7 @@ def prepare_job(options: JobOptions) -> Job:
         lease_seconds=options.lease_seconds,
         heartbeat_seconds=options.heartbeat_seconds,
         task_size=options.task_size,
-        inputs_digest=JobConfig.digest_inputs(files),
+        inputs_digest=JobConfig.digest_inputs(listed),  # readable or not: a passing read error is no new corpus
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:

@@ -17,6 +17,9 @@ log = logging.getLogger("ventilator")
 
 _PR_SET_PDEATHSIG = 1
 
+#: MLM_* variables that are not options: they reach the children.
+_INHERITED = {"MLM_FAST_WORDPIECE"}
+
 
 def _terminated_with_parent() -> Callable[[], None] | None:
     """For Popen's preexec_fn on Linux: the child gets SIGTERM (workers drain,
@@ -47,10 +50,11 @@ class LocalFleet:
         command = [sys.executable, "-m", module, *args]
         log.info("starting %s: %s", name, " ".join(command[1:]))
         # Children get every setting on their command line.  The MLM_*
-        # variables meant for this command are not theirs: MLM_METRICS_PORT
+        # options meant for this command are not theirs: MLM_METRICS_PORT
         # would make two processes listen on one port, MLM_SINK would send a
         # local worker's acknowledgements to another sink.
-        env = {key: value for key, value in os.environ.items() if not key.startswith("MLM_")}
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("MLM_") or key in _INHERITED}
         preexec = _terminated_with_parent()
         if relay is None:
             self.children[name] = subprocess.Popen(command, env=env, preexec_fn=preexec)

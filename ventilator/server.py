@@ -31,6 +31,10 @@ from ventilator.job import Job
 
 log = logging.getLogger("ventilator")
 
+#: TasksQuarantined frames: at most 100 tasks of 5 errors of 1,000 characters (~500 KB).
+QUARANTINE_BATCH = 100
+QUARANTINE_ERROR_CHARS = 1000
+
 
 @dataclass
 class Peer:
@@ -207,9 +211,11 @@ class VentilatorServer:
                 log.error("sink %s is on job %s, not %s: restart it", peer.name, message.job_id, self.config.job_id)
                 return
             self.sink = identity
-            self.dispatcher.mark_done(list(message.done), message.done)
             self._sink_done.update(message.done)
             if message.last:
+                # All chunks first: marking each as it came could make the job look complete
+                # between two of them, before tasks the sink lacks are put back.
+                self.dispatcher.mark_done(list(self._sink_done), self._sink_done)
                 undone = self.dispatcher.keep_only_done(self._sink_done)
                 self._sink_done = {}
                 if undone:
@@ -300,10 +306,16 @@ class VentilatorServer:
             if announce:
                 log.error("task %s quarantined after %d attempts: %s", entry.task.key, entry.attempts,
                           entry.errors[-1] if entry.errors else "")
+            errors = [error[:QUARANTINE_ERROR_CHARS] for error in entry.errors[-5:]]
             failures[entry.task.task_id] = protocol.Quarantine(entry.task.path, entry.task.start, entry.task.end,
-                                                               entry.attempts, entry.errors[-5:])
-        if self.sink is not None:
-            router.send_multipart([self.sink, protocol.encode(protocol.TasksQuarantined(failures))])
+                                                               entry.attempts, errors)
+        if self.sink is None:
+            return
+        # In frames well under the sink's inbound limit, however many tasks there are.
+        items = list(failures.items())
+        for start in range(0, len(items), QUARANTINE_BATCH):
+            part = dict(items[start:start + QUARANTINE_BATCH])
+            router.send_multipart([self.sink, protocol.encode(protocol.TasksQuarantined(part))])
 
     def _broadcast(self, router: zmq.Socket, message, roles=("worker", "sink")) -> None:
         frame = protocol.encode(message)

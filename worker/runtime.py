@@ -113,7 +113,9 @@ class _State:
     job: _Job | None = None
     ventilator_id: str = ""
     introduced: bool = False  # the current ventilator has welcomed us
-    held: dict[str, str] = field(default_factory=dict)  # task id -> its job id: leased to us, queued or computing
+    # (job id, task id) leased to us, queued or computing: task ids name byte ranges, so two jobs on one
+    # corpus share them.
+    held: set[tuple[str, str]] = field(default_factory=set)
     requested: int = 0  # credit asked for and not yet answered
     last_hello: float = 0.0
     last_heartbeat: float = 0.0
@@ -200,7 +202,7 @@ class WorkerProcess:
             if state.introduced and now - state.last_heartbeat > heartbeat_every:
                 # Only this job's tasks: a task id of an earlier job may name the same range of another job.
                 current = state.job.config.job_id if state.job else ""
-                send(protocol.Heartbeat(sorted(t for t, job_id in state.held.items() if job_id == current),
+                send(protocol.Heartbeat(sorted(task_id for job_id, task_id in state.held if job_id == current),
                                         0 if self.draining else state.requested))
                 state.last_heartbeat = now
             if state.introduced and not self.draining:
@@ -215,7 +217,7 @@ class WorkerProcess:
                 while not compute.outbox.empty():
                     outcome = compute.outbox.get()
                     self._report(send, state.job, outcome)
-                    state.held.pop(outcome.task.task_id, None)
+                    state.held.discard((outcome.job.config.job_id, outcome.task.task_id))
             if dealer in events:
                 try:
                     message = protocol.decode(dealer.recv())
@@ -245,12 +247,12 @@ class WorkerProcess:
             except (TypeError, ValueError) as error:
                 self.dropped.drop(f"bad task: {error}")
                 return False
-            if state.job is None or task.task_id in state.held:
+            if state.job is None or (state.job.config.job_id, task.task_id) in state.held:
                 return False
             if self.draining:
                 send(protocol.TaskReturned([task.task_id]))
                 return False
-            state.held[task.task_id] = state.job.config.job_id
+            state.held.add((state.job.config.job_id, task.task_id))
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
             if (not message.known or message.ventilator_id != state.ventilator_id) and state.introduced:
@@ -294,6 +296,8 @@ class WorkerProcess:
         only if it still runs that job (a new ventilator may run another)."""
         task, job = outcome.task, outcome.job
         same_job = current is not None and current.config.job_id == job.config.job_id
+        if same_job:
+            job = current  # its sink may have moved with a restarted ventilator
         if outcome.result is None:
             if same_job:
                 send(protocol.TaskFailed(task.task_id, outcome.error, outcome.permanent))
@@ -321,8 +325,9 @@ class WorkerProcess:
             if item is None:
                 compute.inbox.put(None)
                 break
-            _job, task, _content = item
-            state.held.pop(task.task_id, None)
-            returned.append(task.task_id)
+            job, task, _content = item
+            state.held.discard((job.config.job_id, task.task_id))
+            if state.job is not None and job.config.job_id == state.job.config.job_id:
+                returned.append(task.task_id)  # a task of an earlier job has no one to go back to
         if returned:
             send(protocol.TaskReturned(returned))

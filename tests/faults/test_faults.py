@@ -144,13 +144,15 @@ def test_fuzzed_sockets_during_a_run(clean, cluster):
         push = context.socket(zmq.PUSH)
         push.connect(f"tcp://127.0.0.1:{c.sink_port}")
         import msgpack
+
+        from common.protocol import PROTOCOL_VERSION as v
         templates = [
             lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64))),
-            lambda: msgpack.packb({"v": 1, "t": "TaskAck", "task_id": 5}),
-            lambda: msgpack.packb({"v": 2, "t": "Hello"}),
-            lambda: msgpack.packb({"v": 1, "t": "TaskFinished", "task_id": "x" * rng.randint(0, 30)}),
-            lambda: msgpack.packb({"v": 1, "t": "Heartbeat", "held": ["nope"]}),
-            lambda: msgpack.packb({"v": 1, "t": "SinkHello", "sink_id": "evil", "done": []}),
+            lambda: msgpack.packb({"v": v, "t": "TaskAck", "task_id": 5}),
+            lambda: msgpack.packb({"v": v + 1, "t": "Hello"}),
+            lambda: msgpack.packb({"v": v, "t": "TaskFinished", "task_id": "x" * rng.randint(0, 30)}),
+            lambda: msgpack.packb({"v": v, "t": "Heartbeat", "held": ["nope"]}),
+            lambda: msgpack.packb({"v": v, "t": "SinkHello", "sink_id": "evil", "done": []}),
             lambda: msgpack.packb([1, 2, 3])[:rng.randint(0, 3)],
             lambda: b"\x00" * (rng.randint(1, 2_000_000) if rng.random() < 0.02 else rng.randint(1, 300)),
         ]
@@ -504,5 +506,49 @@ def test_a_lost_assignment_does_not_leave_its_worker_idle(clean, tmp_path):
         assert second is not None, "the restated credit brought no task"
     finally:
         dealer.close(linger=0)
+        context.term()
+        c.close()
+
+
+def test_a_sink_reintroducing_itself_in_chunks_is_heard_out(tmp_path):
+    """A sink that says Hello again sends its done set in several SinkHellos:
+    the ventilator must not call the job complete on a chunk that happens to
+    cover every task before the last chunk has been heard; here the sink is
+    this test, speaking the protocol to the real ventilator."""
+    from common import protocol
+    from common.storage import LocalStorage
+    from common.tasks import parse_size, plan_tasks
+
+    need_shared()
+    c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
+    context = zmq.Context()
+    sink = context.socket(zmq.DEALER)
+    sink.setsockopt(zmq.IDENTITY, b"sink-test-chunks")
+    done = {t.task_id: t.version for t in plan_tasks(LocalStorage(str(WIKI)).list_inputs(), parse_size("64K"))}
+
+    def introduce(chunks: list[tuple[dict, bool]], pause: float = 0.0):
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, c.tail()
+            sink.send(protocol.encode(protocol.Hello("sink-test-chunks", "here", 1, "sink")))
+            if sink.poll(1000) and isinstance(welcome := protocol.decode(sink.recv()), protocol.Welcome):
+                break
+        for part, last in chunks:
+            sink.send(protocol.encode(protocol.SinkHello("sink-test-chunks", welcome.config.job_id, part, last)))
+            time.sleep(pause)
+
+    try:
+        c.start_ventilator()
+        sink.connect(f"tcp://127.0.0.1:{c.vport}")
+        introduce([({}, True)])  # ready, nothing done yet
+        introduce([(done, False)], pause=2.0)  # every task, but more is to come
+        assert c.ventilator.poll() is None, "the job was called complete before the sink's last SinkHello"
+        introduce([({}, True)])  # ...and the sink's full done set turns out to be empty
+        time.sleep(1.0)
+        assert c.ventilator.poll() is None, "tasks the sink does not have were left as done"
+        introduce([(done, True)])
+        assert c.ventilator.wait(timeout=60) == 0, c.tail()
+    finally:
+        sink.close(linger=0)
         context.term()
         c.close()
