@@ -153,12 +153,12 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
         assert not fleetnet.pid_alive(pids[host.name])
     assert _changed(ansible.play("stopping.yaml")) == {}, "stopping.yaml is not idempotent"
 
-    # The ventilator and its sink on host0; the second run changes nothing.
+    # Workers again, waiting for a ventilator (so that every host is up when the tasks come);
+    # then the ventilator and its sink on host0 (the second run changes nothing), and the job
+    # runs over the bridge; waiting.yaml checks everyone exited 0.
+    ansible.play("working.yaml")
     assert set(_changed(ansible.play("ventilating.yaml"))) == {ventilator.name}
     assert _changed(ansible.play("ventilating.yaml")) == {}, "ventilating.yaml is not idempotent"
-
-    # Workers again: the job runs over the bridge; waiting.yaml checks everyone exited 0.
-    ansible.play("working.yaml")
     ansible.play("waiting.yaml", timeout=400)
     assert _status(ventilator, "ventilator")["exit_code"] == 0, ansible.logs()
     # The finished job is not started again by a second run (-e mlm_rerun=true would).
@@ -182,12 +182,12 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
     # told where it is, the sink's own unit runs, and the output is as complete as the first.
     second = ["-e", "mlm_separate_sink=true", "-e", f"mlm_output={fleet.dir}/out-separate-sink",
               "-e", '{"mlm_sink_extra_args": ["--publish-seconds", "5"]}']
+    ansible.play("working.yaml")
     assert set(_changed(ansible.play("ventilating.yaml", *second))) == {ventilator.name}
     sink = _status(ventilator, "sink")
     assert sink["argv"][-2:] == ["--publish-seconds", "5"] and "mlm-sink" in sink["argv"][0]
     vent_argv = _status(ventilator, "ventilator")["argv"]
     assert vent_argv[vent_argv.index("--sink") + 1].endswith(":5558") and "--sink-port" not in vent_argv
-    ansible.play("working.yaml")
     ansible.play("waiting.yaml", timeout=400)
     assert _status(ventilator, "ventilator")["exit_code"] == 0, ansible.logs()
     sink_log = Path(ventilator.dir, "state", "procs", "sink.log").read_text()
@@ -213,8 +213,8 @@ def check_output(fleet: fleetnet.Fleet, ansible: Ansible, out: Path | None = Non
         assert f"tcp://{ventilator.address}:" in log or ventilator.address in log, log[-2000:]
         by_host[host.name] = {m["task"] for m in manifest if m.get("worker") and m["worker"] in log}
     if all("worker" in m for m in manifest):
-        assert sum(1 for tasks in by_host.values() if tasks) >= 2, f"one host did all the work: {by_host}"
         assert set().union(*by_host.values()) == {m["task"] for m in manifest}
+        assert sum(1 for tasks in by_host.values() if tasks) >= 2, f"one host did all the work: {by_host}"
 
     pytest.importorskip("tensorflow", reason="TensorFlow is needed to read the shards back")
     vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
