@@ -44,11 +44,11 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM_VOCAB", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--data", required=True, type=click.Path(exists=True), help="Corpus directory or file (any supported format).")
-@click.option("--output", required=True, type=click.Path(dir_okay=False), help="vocab.txt to write (one token per line).")
-@click.option("--vocab-size", type=click.IntRange(min=10), default=8000)
-@click.option("--do-lower-case/--no-do-lower-case", default=True)
-@click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
+@click.option("--data", show_envvar=True, required=True, type=click.Path(exists=True), help="Corpus directory or file (any supported format).")
+@click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False), help="vocab.txt to write (one token per line).")
+@click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
+@click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=True)
+@click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
               envvar="MLM_VOCAB_FORMAT")
 def main(data: str, output: str, vocab_size: int, do_lower_case: bool, corpus_format: str) -> None:
     """Train a BERT WordPiece vocabulary (vocab.txt) on a corpus."""
