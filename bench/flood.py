@@ -31,6 +31,7 @@ import click
 import zmq
 
 from common import protocol
+from common.writers import ShardFile
 from common.config import JobConfig
 from common.storage import LocalStorage
 from common.tasks import parse_size, plan_tasks
@@ -43,7 +44,7 @@ def ack_frames(config: JobConfig, data: str, task_size: int, worker_id: str) -> 
                  cpu_seconds=0.01)
     return [protocol.encode(protocol.TaskAck(
         task_id=t.task_id, job_id=config.job_id, worker_id=worker_id, source=t.path, start=t.start, end=t.end,
-        version=t.version, shard=f"/nowhere/part-{t.task_id}.tfrecord", records=5, sha256="0" * 64,
+        version=t.version, shards=[ShardFile(f"part-{t.task_id}.tfrecord", 5, "0" * 64, 4000)], records=5,
         stats=protocol.AckStats(**stats, bytes_in=t.length))) for t in tasks]
 
 

@@ -70,7 +70,7 @@ def run(ventilator: str, credit: int, report: str | None, timeout: float) -> int
                 last = now
                 push.send(protocol.encode(protocol.TaskAck(
                     task_id=task.task_id, job_id=job_id, worker_id=identity, source=task.path, start=task.start,
-                    end=task.end, version=task.version, shard="", records=0, sha256="",
+                    end=task.end, version=task.version, shards=[], records=0,
                     stats=protocol.AckStats(bytes_in=size))))
                 send(protocol.TaskFinished(task.task_id))
                 send(protocol.TaskRequest(1))

@@ -45,7 +45,7 @@ VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
 #: google-research/bert's create_pretraining_data.py on this kind of machine (the issue's figures).
 BERT_SCRIPT_CPU_S_PER_MB = {1: 3.0, 10: 16.0}
 STAGE_NAMES = {"read": "read task", "parse": "parse documents", "split": "sentence split", "tokenize": "tokenize",
-               "plan": "build instances", "mask": "mask", "serialize": "serialize", "write": "write"}
+               "build": "build records (objective)", "write": "encode and write (writer)"}
 
 
 # --------------------------------------------------------------------------
@@ -241,7 +241,7 @@ MB = 1e6
 def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench.worker_bench import (STAGES, cpu_of, documents_of, hf_encoder, load_vocabulary, processor, run_task,
                                     split_all, task_of, with_encoder)
-    from common.fast_wordpiece import make_fast_encoder
+    from common.tokenization.fast_wordpiece import make_fast_encoder
     from common.sentences import Segmenter
 
     vocabulary = load_vocabulary(str(VOCAB))
@@ -447,8 +447,9 @@ def rss_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import extras
     from bench.worker_bench import documents_of, load_vocabulary, split_all
-    from common.fast_wordpiece import make_fast_encoder
-    from common.formats import CorpusFormat, ParseReport, parse_documents
+    from bench.worker_bench import WIKIEXTRACTOR
+    from common.readers import ParseReport
+    from common.tokenization.fast_wordpiece import make_fast_encoder
 
     for repeat in range(s.repeats):
         log(f"extras: imports, repeat {repeat + 1}/{s.repeats}")
@@ -461,7 +462,7 @@ def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add("worker_import_rss", cost["max_rss"] / MB)
 
     content = b"".join(data for _, data in sources)
-    documents = list(parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()))
+    documents = list(WIKIEXTRACTOR.parse(content, 0, ParseReport()))
     paragraphs = extras.paragraphs_of(documents)
     sample = extras.take_bytes(paragraphs, s.pysbd_bytes)
     for repeat in range(s.repeats):

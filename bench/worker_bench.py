@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.config import BertParams, JobConfig
-from common.formats import CorpusFormat, ParseReport, parse_documents
-from common.reading import read_task_content
+from common.config import JobConfig
+from common.params import Component
+from common.readers import ParseReport, reader_named
 from common.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
 from common.tasks import Task
@@ -27,7 +27,8 @@ from common.tokenization import Vocabulary, load_tokenizer
 from worker import pipeline
 from worker.pipeline import TaskProcessor, TaskStats
 
-STAGES = pipeline.STAGES  # read, parse, split, tokenize, plan, mask, serialize, write
+STAGES = pipeline.STAGES  # read, parse, split, tokenize, build, write
+WIKIEXTRACTOR = reader_named("wikiextractor")()
 
 
 @dataclass
@@ -67,10 +68,16 @@ def load_vocabulary(vocab_file: str, do_lower_case: bool = True) -> Vocabulary:
 
 
 def processor(vocabulary: Vocabulary, output: Path, dupe_factor: int, compression: str = "",
-              segmenter: Segmenter = Segmenter.BLINGFIRE) -> TaskProcessor:
-    config = JobConfig(data_uri="", output_uri=str(output), corpus_format="wikiextractor", segmenter=segmenter.value,
-                       tokenizer_json="", bert=BertParams(max_seq_length=128, dupe_factor=dupe_factor),
-                       compression=compression)
+              segmenter: Segmenter = Segmenter.BLINGFIRE, objective: str = "bert", objective_params: dict | None = None,
+              output_format: str = "tfrecord", writer_params: dict | None = None) -> TaskProcessor:
+    """A worker's TaskProcessor for WikiExtractor input; BERT at seq 128 unless told otherwise."""
+    if objective_params is None:
+        objective_params = {"max_seq_length": 128, "dupe_factor": dupe_factor}
+    if writer_params is None:
+        writer_params = {"gzip": compression == "gzip"} if output_format == "tfrecord" else {}
+    config = JobConfig(data_uri="", output_uri=str(output), reader=Component("wikiextractor"),
+                       segmenter=segmenter.value, tokenizer_json="",
+                       objective=Component(objective, objective_params), writer=Component(output_format, writer_params))
     return TaskProcessor(config, vocabulary, LocalStorage(str(output)))
 
 
@@ -86,19 +93,20 @@ def run_task(proc: TaskProcessor, storage: LocalStorage, task: Task) -> TaskRun:
     with cpu_per_stage():
         cpu = time.process_time()
         wall = time.perf_counter()
-        content = read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR)
+        content = WIKIEXTRACTOR.read(storage, task)
         read_cpu = time.process_time() - cpu
         result = proc.process(task, content, time.perf_counter() - wall)
         total = time.process_time() - cpu
     stage_cpu = dict.fromkeys(STAGES, 0.0)
     stage_cpu.update(getattr(result.stats, "cpu_by_stage", {}))
     stage_cpu["read"] = read_cpu
-    return TaskRun(total, stage_cpu, len(content), result.stats.instances, result.stats.bytes_out, result.sha256)
+    return TaskRun(total, stage_cpu, len(content), result.stats.instances, result.stats.bytes_out,
+                   result.files[0].sha256 if result.files else "")
 
 
 def documents_of(content: bytes) -> list[list[str]]:
     """Each document's lines, as the worker parses them."""
-    return [document.lines for document in parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport())]
+    return [document.lines for document in WIKIEXTRACTOR.parse(content, 0, ParseReport())]
 
 
 def split_all(documents: list[list[str]], segmenter: Segmenter = Segmenter.BLINGFIRE) -> list[str]:

@@ -14,44 +14,24 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class BertParams:
-    """google-research/bert's create_pretraining_data.py flags, same names."""
-
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 10
-    do_whole_word_mask: bool = False
-    random_seed: int = 12345
-
-    def validate(self) -> None:
-        """Raise ValueError with a one-line reason for settings BERT cannot use."""
-        if self.max_seq_length < 5:
-            raise ValueError("--max-seq-length must be at least 5 ([CLS] A [SEP] B [SEP] with A and B non-empty)")
-        if self.max_predictions_per_seq < 1:
-            raise ValueError("--max-predictions-per-seq must be at least 1")
-        if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ValueError("--masked-lm-prob must be in (0, 1]")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError("--short-seq-prob must be in [0, 1]")
-        if self.dupe_factor < 1:
-            raise ValueError("--dupe-factor must be at least 1")
+from common.params import Component
 
 
 @dataclass(frozen=True)
 class JobConfig:
-    """One job: input, tokenizer, BERT parameters, output and delivery settings."""
+    """One job: input, tokenizer, objective, output and delivery settings.
+
+    The reader, the objective and the writer are :class:`Component` s (a
+    name and its parameters), so the job, and the wire that carries it,
+    are the same whatever components run."""
 
     data_uri: str
     output_uri: str
-    corpus_format: str
+    reader: Component
     segmenter: str
     tokenizer_json: str
-    bert: BertParams = field(default_factory=BertParams)
-    compression: str = ""  # "" or "gzip"
+    objective: Component = field(default_factory=lambda: Component("bert"))
+    writer: Component = field(default_factory=lambda: Component("tfrecord"))
     read_mode: str = "ship"  # "ship": the ventilator sends bytes; "range": workers read
     s3_endpoint_url: str = ""
     sink_address: str = ""  # "host:port"; an empty host means the ventilator's host
@@ -83,11 +63,11 @@ class JobConfig:
         """
         identity = {
             "data_uri": self.data_uri,
-            "corpus_format": self.corpus_format,
+            "reader": dataclasses.asdict(self.reader),
             "segmenter": self.segmenter,
             "tokenizer": hashlib.sha256(self.tokenizer_json.encode()).hexdigest(),
-            "bert": dataclasses.asdict(self.bert),
-            "compression": self.compression,
+            "objective": dataclasses.asdict(self.objective),
+            "writer": dataclasses.asdict(self.writer),
             "task_size": self.task_size,
             "inputs": self.inputs_digest,
         }

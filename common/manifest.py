@@ -49,6 +49,12 @@ def _parse_lines(data: bytes) -> tuple[list[dict], int]:
     return entries, good
 
 
+def shard_files(entry: dict) -> list[dict]:
+    """The files a manifest line lists: each has name (relative to the
+    output root), records, sha256 and bytes."""
+    return entry.get("shards") or []
+
+
 def check_job(entries: list[dict], job_id: str, where: str) -> None:
     for entry in entries:
         if entry.get("job") != job_id:
@@ -128,7 +134,7 @@ class Manifest:
         if not entries:
             return entries
         present = set(self.storage.list_outputs())
-        kept = [e for e in entries if not e.get("shard") or e["shard"].rsplit("/", 1)[-1] in present]
+        kept = [e for e in entries if all(f["name"] in present for f in shard_files(e))]
         if len(kept) < len(entries):
             log.warning("manifest %s: %d of %d shards it lists are gone from %s; their tasks will be done again",
                         self.path, len(entries) - len(kept), len(entries), self.storage.uri(""))
@@ -144,7 +150,7 @@ class Manifest:
         self.done[entry["task"]] = entry.get("version", "")
         totals = self.totals
         totals["tasks"] += 1
-        totals["shards"] += 1 if entry.get("shard") else 0
+        totals["shards"] += len(shard_files(entry))
         totals["records"] += entry.get("records", 0)
         totals["documents"] += entry.get("documents", 0)
         totals["tokens"] += entry.get("tokens", 0)

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import msgpack
 
 from common.config import JobConfig
+from common.writers.base import ShardFile
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 #: Inbound frames larger than this are refused by the socket itself
 #: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
@@ -165,9 +166,8 @@ class TaskAck:
     start: int
     end: int
     version: str
-    shard: str  # URI, or "" when the task produced no instance
-    records: int
-    sha256: str
+    shards: list[ShardFile]  # empty when the task produced no record
+    records: int  # over all its files
     stats: AckStats
 
 

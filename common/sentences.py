@@ -22,10 +22,9 @@ class Segmenter(str, enum.Enum):
     LINE = "line"
     BLINGFIRE = "blingfire"
 
-    def resolve(self, corpus_format: str) -> "Segmenter":
-        if self is not Segmenter.AUTO:
-            return self
-        return Segmenter.LINE if corpus_format == "text" else Segmenter.BLINGFIRE
+    def resolve(self, reader_default: str) -> "Segmenter":
+        """``auto`` becomes the reader's default (lines for formats whose lines are sentences)."""
+        return Segmenter(reader_default) if self is Segmenter.AUTO else self
 
 
 def _bounded(segment: str) -> list[str]:

@@ -121,16 +121,19 @@ class LocalStorage:
 
     # Outputs ----------------------------------------------------------------
     def open_atomic(self, name: str) -> "AtomicWriter":
-        os.makedirs(self.root, exist_ok=True)
+        """``name`` may hold ``/``: a file in a subdirectory of the output."""
         final = self.uri(name)
-        handle = tempfile.NamedTemporaryFile(dir=self.root, prefix=f".{name}.", suffix=".tmp", delete=False)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{os.path.basename(final)}.", suffix=".tmp",
+                                             delete=False)
 
         def commit() -> str:
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
             os.replace(handle.name, final)
-            _fsync_directory(self.root)
+            _fsync_directory(directory)
             return final
 
         return AtomicWriter(handle, commit, handle.name)
@@ -148,16 +151,22 @@ class LocalStorage:
             return None
 
     def list_outputs(self) -> list[str]:
+        """Every file below the output root, by relative name (as S3 lists keys)."""
         if not os.path.isdir(self.root):
             return []
-        return sorted(os.listdir(self.root))
+        names = []
+        for directory, subdirs, files in os.walk(self.root):
+            relative = os.path.relpath(directory, self.root)
+            names += [name if relative == "." else f"{relative}/{name}".replace(os.sep, "/") for name in files]
+        return sorted(names)
 
     def remove_temporaries(self) -> int:
         """Delete temporary shards left by writers that died (call when no
         writer of this job can still be running: at the end of the job)."""
         removed = 0
         for name in self.list_outputs():
-            if name.startswith(".") and name.endswith(".tmp"):
+            base = name.rsplit("/", 1)[-1]
+            if base.startswith(".") and base.endswith(".tmp"):
                 try:
                     os.unlink(self.uri(name))
                     removed += 1

@@ -2,7 +2,7 @@
 
 The ventilator cuts files into tasks from their sizes alone (it never reads
 an S3 object to plan); readers widen each range to document boundaries (see
-:mod:`common.formats`).  A task's identity is its location, so the same
+:mod:`common.readers`).  A task's identity is its location, so the same
 input always yields the same tasks, the same random streams and the same
 shard names, whatever the fleet, the order or the storage it is read from.
 """
@@ -70,9 +70,10 @@ class Task:
         read fails if the object's ETag differs from the listed one)."""
         return hashlib.sha256(self.key.encode()).hexdigest()[:20]
 
-    def shard_name(self, compression: str = "") -> str:
-        suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
-        return f"part-{self.task_id}{suffix}"
+    @property
+    def shard_stem(self) -> str:
+        """What the task's files are named from (the writer adds its endings)."""
+        return f"part-{self.task_id}"
 
     @property
     def length(self) -> int:

@@ -61,7 +61,7 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
     return {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
-        "version": ack.version, "shard": ack.shard, "records": ack.records, "sha256": ack.sha256,
+        "version": ack.version, "shards": [dataclasses.asdict(f) for f in ack.shards], "records": ack.records,
         "documents": stats.documents, "skipped": stats.skipped, "tokens": stats.tokens, "bytes": stats.bytes_out,
         "worker": ack.worker_id,
     }
@@ -264,7 +264,7 @@ class SinkServer:
         for name, key, documentation in (
                 ("mlm_sink_tasks", "tasks", "Tasks in the manifest."),
                 ("mlm_sink_shards", "shards", "Shards in the manifest."),
-                ("mlm_sink_records", "records", "TFRecord records (instances) in the manifest's shards."),
+                ("mlm_sink_records", "records", "Records (instances or sequences) in the manifest's shards."),
                 ("mlm_sink_documents", "documents", "Documents turned into instances."),
                 ("mlm_sink_tokens", "tokens", "Tokens of those documents."),
                 ("mlm_sink_output_bytes", "bytes_written", "Bytes of the manifest's shards.")):

@@ -1,14 +1,14 @@
 """``mlm-verify OUT``: check a finished output against its manifest.
 
-Before hours of pretraining read them, every shard the manifest lists is
-read back: present, the sha256 the worker reported, TFRecord framing and
-checksums intact, as many records as acknowledged; and no ``part-*`` file
-is there that the manifest does not list.  No TensorFlow needed.
+Before hours of pretraining read them, every file the manifest lists is
+read back: present, the sha256 the worker reported, its format's framing
+intact (each writer counts its own files' records), as many records as
+acknowledged; and no ``part-*`` file is there that the manifest does not
+list.  No TensorFlow needed.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import sys
 import zlib
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import click
 
-from common.manifest import read_published
+from common.manifest import read_published, shard_files
 from common.storage import StorageError, open_storage
-from common.tfrecord import CorruptShard, read_records
+from common.writers import writer_for_file
 
 SHARD_PREFIX = "part-"
 
@@ -34,15 +34,6 @@ class Verification:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def _name(shard_uri: str) -> str:
-    return shard_uri.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _count_records(name: str, data: bytes) -> int:
-    raw = gzip.decompress(data) if name.endswith(".gz") else data
-    return sum(1 for _ in read_records(raw))
 
 
 def verify_output(storage) -> Verification:
@@ -63,30 +54,33 @@ def verify_output(storage) -> Verification:
             continue
         seen_tasks.add(task)
         result.tasks += 1
-        if not entry.get("shard"):
-            continue  # a task whose documents made no instance
-        name = _name(entry["shard"])
-        listed[name] = task
-        data = storage.get_bytes(name)
-        if data is None:
-            result.problems.append(f"{name}: missing (task {task})")
-            continue
-        result.shards += 1
-        result.bytes += len(data)
-        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            result.problems.append(f"{name}: sha256 differs from the manifest's")
-        try:
-            records = _count_records(name, data)
-        except (CorruptShard, OSError, EOFError, zlib.error) as error:
-            result.problems.append(f"{name}: corrupt: {error}")
-            continue
-        result.records += records
-        if records != entry.get("records"):
-            result.problems.append(f"{name}: {records} records, the manifest says {entry.get('records')}")
+        for shard in shard_files(entry):
+            _verify_file(storage, task, shard, result)
+            listed[shard["name"]] = task
     for name in storage.list_outputs():
-        if name.startswith(SHARD_PREFIX) and name not in listed:
+        if name.rsplit("/", 1)[-1].startswith(SHARD_PREFIX) and name not in listed:
             result.problems.append(f"{name}: not in the manifest")
     return result
+
+
+def _verify_file(storage, task: str, shard: dict, result: Verification) -> None:
+    name = shard["name"]
+    data = storage.get_bytes(name)
+    if data is None:
+        result.problems.append(f"{name}: missing (task {task})")
+        return
+    result.shards += 1
+    result.bytes += len(data)
+    if hashlib.sha256(data).hexdigest() != shard.get("sha256"):
+        result.problems.append(f"{name}: sha256 differs from the manifest's")
+    try:
+        records = writer_for_file(name).count_records(name, data)
+    except (ValueError, OSError, EOFError, zlib.error) as error:
+        result.problems.append(f"{name}: corrupt: {error}")
+        return
+    result.records += records
+    if records != shard.get("records"):
+        result.problems.append(f"{name}: {records} records, the manifest says {shard.get('records')}")
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"]})
@@ -95,8 +89,8 @@ def verify_output(storage) -> Verification:
 def main(output: str, s3_endpoint_url: str) -> None:
     """Check every shard of OUTPUT against its manifest.jsonl.
 
-    Exits 0 when each listed shard is present with its sha256, intact
-    TFRecord framing and checksums, and its record count, and no shard is
+    Exits 0 when each listed file is present with its sha256, intact
+    framing and checksums, and its record count, and no part-* file is
     there that the manifest does not list; 1 with one line per problem.
     """
     try:

@@ -67,13 +67,14 @@ def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 12
     totals = {"records": 0, "masked": 0, "tokens": 0, "random_next": 0}
     names = set()
     for entry in entries.values():
-        if not entry["shard"]:
+        if not entry["shards"]:
             assert entry["records"] == 0
             continue
-        path = Path(entry["shard"])
+        (shard,) = entry["shards"]
+        path = Path(output) / shard["name"]
         names.add(path.name)
         examples = read_examples(str(path), max_seq_length, max_predictions, "GZIP" if compression else "")
-        assert len(examples) == entry["records"] > 0
+        assert len(examples) == entry["records"] == shard["records"] > 0
         for ex in examples:
             ids, mask, segments = ex["input_ids"], ex["input_mask"], ex["segment_ids"]
             length = int(mask.sum())

@@ -3,7 +3,7 @@
 import click
 import pytest
 
-from common.vocab import main as train_vocab
+from common.tokenization.training import main as train_vocab
 from sink.cli import main as sink
 from ventilator.cli import main as ventilator
 from worker.cli import main as worker

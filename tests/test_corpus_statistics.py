@@ -11,8 +11,13 @@ import random
 import numpy as np
 import pytest
 
-from common.config import BertParams, JobConfig
-from common.instances import SpecialIds, build_batch, derive_seed, plan_instances
+from common.config import JobConfig
+from common.objectives.bert import BertParams
+from common.params import Component
+from common.tasks import Task
+from common.objectives import derive_seed
+from common.objectives.bert import build_batch, plan_instances
+from common.tokenization import SpecialIds
 from common.tokenization import Vocabulary, load_tokenizer
 from tests import bert_reference
 from tests.helpers import VOCAB, WIKI, need_shared
@@ -25,11 +30,11 @@ PASSES = 8
 def corpus():
     need_shared()
     vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
-    config = JobConfig(data_uri="", output_uri="", corpus_format="wikiextractor", segmenter="blingfire",
+    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), segmenter="blingfire",
                        tokenizer_json="")
     processor = TaskProcessor(config, vocabulary, output_storage=None)
     content = (WIKI / "AA" / "wiki_00").read_bytes()
-    documents = processor.tokenize(content, TaskStats())
+    documents = processor.tokenize(Task("wiki_00", 0, len(content), len(content), ""), content, TaskStats())
     tokens = documents.tokens.tolist()
     as_lists = []
     for d in range(documents.num_documents):
@@ -40,19 +45,18 @@ def corpus():
 
 
 def ours(vocabulary, documents, params):
-    special = SpecialIds(vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id, vocabulary.pad_id,
-                         vocabulary.size, vocabulary.is_continuation)
+    special = vocabulary.special
     rows = []
     for dupe in range(PASSES):
         plan = plan_instances(documents, params, random.Random(derive_seed(1, "t", dupe, "plan")))
         batch = build_batch(documents.tokens, plan, params, special, np.random.default_rng(dupe))
-        weights = batch.masked_lm_weights.astype(bool)
-        replaced = np.take_along_axis(batch.input_ids, batch.masked_lm_positions, axis=1)
+        weights = batch.columns["masked_lm_weights"].astype(bool)
+        replaced = np.take_along_axis(batch.columns["input_ids"], batch.columns["masked_lm_positions"], axis=1)
         for i in range(len(batch)):
             count = int(weights[i].sum())
-            rows.append((int(batch.input_mask[i].sum()), int(batch.next_sentence_labels[i, 0]), count,
+            rows.append((int(batch.columns["input_mask"][i].sum()), int(batch.columns["next_sentence_labels"][i, 0]), count,
                          int((replaced[i, :count] == vocabulary.mask_id).sum()),
-                         int((replaced[i, :count] == batch.masked_lm_ids[i, :count]).sum())))
+                         int((replaced[i, :count] == batch.columns["masked_lm_ids"][i, :count]).sum())))
     return np.array(rows, dtype=np.float64)
 
 

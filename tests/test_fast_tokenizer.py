@@ -21,12 +21,16 @@ import random
 import numpy as np
 import pytest
 
-from common import fast_wordpiece
-from common.fast_wordpiece import agrees_with_hf, make_fast_encoder, unsupported_reason
-from common.formats import CorpusFormat, ParseReport, parse_documents
+from common.tokenization import fast_wordpiece
+from common.tokenization.fast_wordpiece import agrees_with_hf, make_fast_encoder, unsupported_reason
 from common.sentences import Segmenter, split_segments
 from common.tokenization import Vocabulary, bert_tokenizer_from_vocab
 from tests.helpers import VOCAB, WIKI, need_shared
+from common.readers import ParseReport, detect, reader_named
+from common.readers.content import task_content
+
+WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
+
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -83,7 +87,7 @@ def documents_texts() -> tuple[list[str], list[str]]:
     sentences), and every line as the line segmenter keeps it."""
     sentences, lines = [], []
     for path in sorted(WIKI.rglob("wiki_*")):
-        for document in parse_documents(CorpusFormat.WIKIEXTRACTOR, path.read_bytes(), 0, ParseReport()):
+        for document in WIKI_READER.parse(path.read_bytes(), 0, ParseReport()):
             sentences.extend(split_segments(document.lines, Segmenter.BLINGFIRE))
             lines.extend(split_segments(document.lines, Segmenter.LINE))
     return sentences, lines

@@ -5,10 +5,13 @@ import random
 
 import pytest
 
-from common.formats import CorpusFormat, ParseReport, boundary_at_or_after, parse_documents
-from common.reading import read_task_content
 from common.storage import LocalStorage
 from common.tasks import InputFile, plan_tasks
+from common.readers import ParseReport, detect, reader_named
+from common.readers.content import task_content
+
+WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
+
 
 
 def wiki_doc(i, paragraphs):
@@ -16,15 +19,15 @@ def wiki_doc(i, paragraphs):
     return f'<doc id="{i}" url="https://example.org/?curid={i}" title="T{i}">\nT{i}\n\n{body}\n</doc>\n'
 
 
-def make_corpus(fmt: CorpusFormat, rng: random.Random, documents: int = 25) -> tuple[bytes, list[list[str]]]:
+def make_corpus(fmt, rng: random.Random, documents: int = 25) -> tuple[bytes, list[list[str]]]:
     expected = []
     parts = []
     for i in range(documents):
         paragraphs = [" ".join(f"w{i}x{j}y{k}" for k in range(rng.randint(1, 30))) for j in range(rng.randint(1, 6))]
-        if fmt is CorpusFormat.WIKIEXTRACTOR:
+        if fmt is WIKI_READER:
             parts.append(wiki_doc(i, paragraphs))
             expected.append(paragraphs)
-        elif fmt is CorpusFormat.WIKIEXTRACTOR_JSON:
+        elif fmt is JSON_READER:
             parts.append(json.dumps({"id": str(i), "title": f"T{i}", "text": "\n".join(paragraphs)}) + "\n")
             expected.append(paragraphs)
         else:
@@ -41,23 +44,23 @@ def documents_of(fmt, data: bytes, task_size: int) -> list[list[str]]:
     start = 0
     while start < len(data):
         end = min(start + task_size, len(data))
-        first = boundary_at_or_after(fmt, read_at, start, len(data))
-        last = boundary_at_or_after(fmt, read_at, end, len(data))
+        first = fmt.boundary_at_or_after(read_at, start, len(data))
+        last = fmt.boundary_at_or_after(read_at, end, len(data))
         if last > first:
-            for document in parse_documents(fmt, data[first:last], first, ParseReport()):
+            for document in fmt.parse(data[first:last], first, ParseReport()):
                 found.append([line for line in document.lines if line.strip()])
         start = end
     return found
 
 
-@pytest.mark.parametrize("fmt", list(CorpusFormat))
+@pytest.mark.parametrize("fmt", [WIKI_READER, JSON_READER, TEXT_READER], ids=lambda reader: reader.name)
 @pytest.mark.parametrize("task_size", [1, 2, 3, 7, 50, 333, 1000, 4096, 10 ** 9])
 def test_every_document_exactly_once(fmt, task_size):
     data, expected = make_corpus(fmt, random.Random(task_size))
     assert documents_of(fmt, data, task_size) == expected
 
 
-@pytest.mark.parametrize("fmt", list(CorpusFormat))
+@pytest.mark.parametrize("fmt", [WIKI_READER, JSON_READER, TEXT_READER], ids=lambda reader: reader.name)
 def test_random_split_points(fmt):
     """Arbitrary (uneven) cut points, not just a fixed size."""
     rng = random.Random(7)
@@ -67,23 +70,23 @@ def test_random_split_points(fmt):
         read_at = lambda offset, length: data[offset:offset + length]  # noqa: E731
         found = []
         for start, end in zip(cuts, cuts[1:]):
-            first = boundary_at_or_after(fmt, read_at, start, len(data))
-            last = boundary_at_or_after(fmt, read_at, end, len(data))
-            for document in parse_documents(fmt, data[first:last], first, ParseReport()):
+            first = fmt.boundary_at_or_after(read_at, start, len(data))
+            last = fmt.boundary_at_or_after(read_at, end, len(data))
+            for document in fmt.parse(data[first:last], first, ParseReport()):
                 found.append([line for line in document.lines if line.strip()])
         assert found == expected
 
 
 def test_reading_tasks_from_files(tmp_path):
     """The storage path (pread + read-ahead window) agrees with the in-memory one."""
-    data, expected = make_corpus(CorpusFormat.WIKIEXTRACTOR, random.Random(3), documents=60)
+    data, expected = make_corpus(WIKI_READER, random.Random(3), documents=60)
     (tmp_path / "wiki_00").write_bytes(data)
     storage = LocalStorage(str(tmp_path))
     for task_size in (100, 1024, 5000):
         found = []
         for task in plan_tasks(storage.list_inputs(), task_size):
-            content = read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR)
-            found.extend([l for l in d.lines if l.strip()] for d in parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()))
+            content = task_content(task, WIKI_READER.read(storage, task))
+            found.extend([l for l in d.lines if l.strip()] for d in WIKI_READER.parse(content, 0, ParseReport()))
         assert found == expected
 
 
@@ -94,7 +97,7 @@ def test_wikiextractor_drops_title_and_counts_bad_blocks():
             wiki_doc(3, ["Fine."]) +
             '<doc id="4" url="u" title="unclosed">\nunclosed\n\nnever ends\n').encode()
     report = ParseReport()
-    documents = list(parse_documents(CorpusFormat.WIKIEXTRACTOR, data, 0, report))
+    documents = list(WIKI_READER.parse(data, 0, report))
     assert [[l for l in d.lines if l] for d in documents] == [["Alpha beta.", "Gamma."], ["Fine."]]
     assert report.skipped == {"text_outside_doc": 1, "malformed_doc_header": 1, "unclosed_doc": 1}
 
@@ -104,7 +107,7 @@ def test_invalid_utf8_and_binary_documents_are_skipped_not_fatal():
     data = data.replace(b"bad @", b"bad \xff\xfe")
     data += wiki_doc(4, ["nul"]).encode().replace(b"nul", b"n\x00l")
     report = ParseReport()
-    documents = list(parse_documents(CorpusFormat.WIKIEXTRACTOR, data, 0, report))
+    documents = list(WIKI_READER.parse(data, 0, report))
     assert len(documents) == 2
     assert report.skipped == {"invalid_utf8": 1, "binary": 1}
 
@@ -113,21 +116,21 @@ def test_json_lines_bad_records():
     data = (b'{"text": "a\\nb"}\nnot json\n{"title": "no text"}\n\n[1,2]\n{"text": "c"}\n'
             b'{"text": "lone \\ud800 surrogate"}\n')
     report = ParseReport()
-    documents = list(parse_documents(CorpusFormat.WIKIEXTRACTOR_JSON, data, 0, report))
+    documents = list(JSON_READER.parse(data, 0, report))
     assert [d.lines for d in documents] == [["a", "b"], ["c"]]
     assert report.skipped == {"malformed_json": 1, "json_without_text": 2, "invalid_unicode": 1}
 
 
 def test_bert_text_unicode_blank_line_separates_documents():
     data = "one\ntwo\n\u3000\nthree\n".encode()
-    documents = list(parse_documents(CorpusFormat.BERT_TEXT, data, 0, ParseReport()))
+    documents = list(TEXT_READER.parse(data, 0, ParseReport()))
     assert [d.lines for d in documents] == [["one", "two"], ["three"]]
 
 
 def test_detect_format():
-    assert CorpusFormat.detect(b'<doc id="1" url="" title="x">\n') is CorpusFormat.WIKIEXTRACTOR
-    assert CorpusFormat.detect(b'{"id": "1", "text": "x"}\n') is CorpusFormat.WIKIEXTRACTOR_JSON
-    assert CorpusFormat.detect(b"A sentence.\nAnother.\n") is CorpusFormat.BERT_TEXT
+    assert detect(b'<doc id="1" url="" title="x">\n') is type(WIKI_READER)
+    assert detect(b'{"id": "1", "text": "x"}\n') is type(JSON_READER)
+    assert detect(b"A sentence.\nAnother.\n") is type(TEXT_READER)
 
 
 def test_plan_tasks_cover_files_and_keep_compressed_whole():

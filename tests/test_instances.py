@@ -8,16 +8,18 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from common.config import BertParams
-from common.instances import (InstancePlan, SpecialIds, TokenizedDocuments, build_batch, num_to_predict,
-                              plan_instances, truncation_counts)
+from common.objectives.bert import BertParams
+from common.objectives import TokenizedDocuments
+from common.objectives.bert import InstancePlan, build_batch, plan_instances, truncation_counts
+from common.objectives.masking import num_to_predict
+from common.tokenization import SpecialIds
 from tests import bert_reference
 
 CLS, SEP, MASK, PAD = 2, 3, 4, 0
 VOCAB = 1000
 CONTINUATION = np.zeros(VOCAB, dtype=bool)
 CONTINUATION[500:] = True  # ids >= 500 play the '##' pieces
-SPECIAL = SpecialIds(CLS, SEP, MASK, PAD, VOCAB, CONTINUATION)
+SPECIAL = SpecialIds(cls=CLS, sep=SEP, mask=MASK, pad=PAD, unk=1, vocab_size=VOCAB, starts_word=~CONTINUATION)
 
 
 def plan_as_lists(documents: TokenizedDocuments, plan: InstancePlan):
@@ -154,24 +156,24 @@ def test_layout_padding_and_segment_ids():
     params = BertParams(max_seq_length=12, max_predictions_per_seq=4, masked_lm_prob=1e-9)
     batch = build_batch(tokens, plan, params, SPECIAL, np.random.default_rng(0))
     original = [CLS, 11, 12, 13, SEP, 21, 22, SEP, 0, 0, 0, 0]
-    masked_position = batch.masked_lm_positions[0, 0]
-    ids = batch.input_ids[0].tolist()
+    masked_position = batch.columns["masked_lm_positions"][0, 0]
+    ids = batch.columns["input_ids"][0].tolist()
     ids[masked_position] = original[masked_position]
     assert ids == original
-    assert batch.input_mask[0].tolist() == [1] * 8 + [0] * 4
-    assert batch.segment_ids[0].tolist() == [0] * 5 + [1] * 3 + [0] * 4
-    assert batch.next_sentence_labels.tolist() == [[1]]
+    assert batch.columns["input_mask"][0].tolist() == [1] * 8 + [0] * 4
+    assert batch.columns["segment_ids"][0].tolist() == [0] * 5 + [1] * 3 + [0] * 4
+    assert batch.columns["next_sentence_labels"].tolist() == [[1]]
     # One prediction (max(1, round(8 * 1e-9))) on a non-special position, label = original.
-    assert batch.masked_lm_weights[0].tolist() == [1, 0, 0, 0]
+    assert batch.columns["masked_lm_weights"][0].tolist() == [1, 0, 0, 0]
     assert masked_position not in (0, 4, 7)
-    assert batch.masked_lm_ids[0, 0] == original[masked_position]
+    assert batch.columns["masked_lm_ids"][0, 0] == original[masked_position]
 
 
 @pytest.mark.parametrize("length", range(5, 600))
 def test_num_to_predict_is_pythons_round(length):
     params = BertParams(masked_lm_prob=0.15, max_predictions_per_seq=80)
     expected = min(80, max(1, int(round(length * 0.15))))
-    assert num_to_predict(np.array([length]), params)[0] == expected
+    assert num_to_predict(np.array([length]), params.masked_lm_prob, params.max_predictions_per_seq)[0] == expected
 
 
 def random_batch(rng, n, max_seq_length, continuation_rate=0.0):
@@ -196,21 +198,21 @@ def test_masking_invariants(whole_word, masked_lm_prob, max_predictions):
     unmasked = build_batch(tokens, plan, BertParams(max_seq_length=64, masked_lm_prob=1e-9,
                                                     max_predictions_per_seq=1), SPECIAL, np.random.default_rng(9))
     sequence_length = plan.a_length + plan.b_length + 3
-    budget = num_to_predict(sequence_length, params)
+    budget = num_to_predict(sequence_length, params.masked_lm_prob, params.max_predictions_per_seq)
     for i in range(len(plan)):
-        original = unmasked.input_ids[i].copy()
-        original[unmasked.masked_lm_positions[i, 0]] = unmasked.masked_lm_ids[i, 0]
-        count = int(batch.masked_lm_weights[i].sum())
-        positions = batch.masked_lm_positions[i, :count]
+        original = unmasked.columns["input_ids"][i].copy()
+        original[unmasked.columns["masked_lm_positions"][i, 0]] = unmasked.columns["masked_lm_ids"][i, 0]
+        count = int(batch.columns["masked_lm_weights"][i].sum())
+        positions = batch.columns["masked_lm_positions"][i, :count]
         assert count <= budget[i]
         assert (np.diff(positions) > 0).all(), "positions sorted, distinct"
         assert not set(positions.tolist()) & {0, int(plan.a_length[i]) + 1, int(sequence_length[i]) - 1}
         assert (positions < sequence_length[i]).all()
-        assert (batch.masked_lm_ids[i, :count] == original[positions]).all(), "labels are the original tokens"
-        assert (batch.masked_lm_positions[i, count:] == 0).all() and (batch.masked_lm_ids[i, count:] == 0).all()
+        assert (batch.columns["masked_lm_ids"][i, :count] == original[positions]).all(), "labels are the original tokens"
+        assert (batch.columns["masked_lm_positions"][i, count:] == 0).all() and (batch.columns["masked_lm_ids"][i, count:] == 0).all()
         untouched = np.ones(64, dtype=bool)
         untouched[positions] = False
-        assert (batch.input_ids[i][untouched] == original[untouched]).all()
+        assert (batch.columns["input_ids"][i][untouched] == original[untouched]).all()
         if not whole_word:
             assert count == min(budget[i], sequence_length[i] - 3)
         else:
@@ -235,8 +237,8 @@ def test_whole_word_piece_opening_b_joins_last_word_of_a():
     together = 0
     for seed in range(300):
         batch = build_batch(tokens, plan, params, SPECIAL, np.random.default_rng(seed))
-        count = int(batch.masked_lm_weights[0].sum())
-        positions = set(batch.masked_lm_positions[0, :count].tolist())
+        count = int(batch.columns["masked_lm_weights"][0].sum())
+        positions = set(batch.columns["masked_lm_positions"][0, :count].tolist())
         assert (2 in positions) == (4 in positions)
         together += 2 in positions
     assert together > 0
@@ -247,9 +249,9 @@ def test_80_10_10_replacement():
     params = BertParams(max_seq_length=128, max_predictions_per_seq=20)
     tokens, plan = random_batch(rng, 4000, 128)
     batch = build_batch(tokens, plan, params, SPECIAL, np.random.default_rng(12))
-    weights = batch.masked_lm_weights.astype(bool)
-    replaced = np.take_along_axis(batch.input_ids, batch.masked_lm_positions, axis=1)[weights]
-    labels = batch.masked_lm_ids[weights]
+    weights = batch.columns["masked_lm_weights"].astype(bool)
+    replaced = np.take_along_axis(batch.columns["input_ids"], batch.columns["masked_lm_positions"], axis=1)[weights]
+    labels = batch.columns["masked_lm_ids"][weights]
     total = labels.size
     as_mask = (replaced == MASK).mean()
     kept = (replaced == labels).mean()
@@ -269,7 +271,7 @@ def test_whole_word_selection_matches_reference_distribution():
     tokens, plan = random_batch(rng, 1, 48, continuation_rate=0.5)
     plan = plan.take(np.zeros(6000, dtype=np.int64))
     batch = build_batch(tokens, plan, params, SPECIAL, np.random.default_rng(5))
-    ours = Counter(batch.masked_lm_weights.sum(axis=1).astype(int).tolist())
+    ours = Counter(batch.columns["masked_lm_weights"].sum(axis=1).astype(int).tolist())
     sequence = [CLS] + tokens[plan.a_start[0]:plan.a_start[0] + plan.a_length[0]].tolist() + [SEP] + \
         tokens[plan.b_start[0]:plan.b_start[0] + plan.b_length[0]].tolist() + [SEP]
     reference_rng = random.Random(6)
@@ -278,7 +280,7 @@ def test_whole_word_selection_matches_reference_distribution():
     for count in set(ours) | set(reference):
         assert ours[count] / 6000 == pytest.approx(reference[count] / 6000, abs=0.03), count
     # Per-position masking frequency agrees too.
-    ours_positions = Counter(batch.masked_lm_positions[batch.masked_lm_weights > 0].tolist())
+    ours_positions = Counter(batch.columns["masked_lm_positions"][batch.columns["masked_lm_weights"] > 0].tolist())
     reference_rng = random.Random(7)
     reference_positions = Counter(p for _ in range(6000) for p in bert_reference.create_masked_lm_predictions(
         sequence, 0.3, 7, VOCAB, reference_rng, CLS, SEP, MASK, lambda t: CONTINUATION[t])[1])

@@ -7,7 +7,8 @@ from common.storage import LocalStorage
 
 
 def entry(task, job="j1"):
-    return {"task": task, "job": job, "shard": f"{task}.tfrecord", "records": 1}
+    return {"task": task, "job": job, "records": 1,
+            "shards": [{"name": f"{task}.tfrecord", "records": 1, "sha256": "", "bytes": 5}]}
 
 
 def test_append_is_idempotent_and_survives_a_torn_line(tmp_path):
@@ -66,7 +67,7 @@ def test_lines_whose_shard_is_gone_no_longer_count_as_done(tmp_path):
     manifest.load()
     for name in ("a", "b"):
         (tmp_path / f"{name}.tfrecord").write_bytes(b"shard")
-    empty = {**entry("e"), "shard": "", "records": 0}  # a task with no instance has no shard to lose
+    empty = {**entry("e"), "shards": [], "records": 0}  # a task with no instance has no shard to lose
     manifest.append([entry("a"), entry("b"), empty])
     manifest.close()
     (tmp_path / "b.tfrecord").unlink()

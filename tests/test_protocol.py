@@ -6,7 +6,9 @@ import msgpack
 import pytest
 
 from common import protocol
-from common.config import BertParams, JobConfig
+from common.config import JobConfig
+from common.params import Component
+from common.writers import ShardFile
 
 STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds={"tokenize": 0.5}, cpu_seconds=1)
 
@@ -15,7 +17,8 @@ def test_round_trip_every_message_type():
     samples = [
         protocol.Hello("w1", "host", 12, "worker"),
         protocol.SinkHello("s", "j", {"t1": "v1"}),
-        protocol.Welcome(JobConfig("s3://b/c", "/out", "wikiextractor", "blingfire", "{}"), "v"),
+        protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "blingfire", "{}",
+                                   Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})), "v"),
         protocol.TaskRequest(2),
         protocol.TaskAssignment(["p", 0, 10, 10, "v", ""], 60.0, 1, b"bytes"),
         protocol.Heartbeat(["t1"]),
@@ -24,7 +27,7 @@ def test_round_trip_every_message_type():
         protocol.TaskFinished("t"),
         protocol.TaskFailed("t", "boom"),
         protocol.TaskReturned(["t"]),
-        protocol.TaskAck("t", "j", "w", "p", 0, 1, "v", "s3://b/k", 3, "abc", STATS),
+        protocol.TaskAck("t", "j", "w", "p", 0, 1, "v", [ShardFile("part-t.tfrecord", 3, "abc", 10)], 3, STATS),
         protocol.TasksDone(["t"], 3),
         protocol.TasksQuarantined({"t": protocol.Quarantine("p", 0, 10, 3, ["lease expired"])}),
         protocol.Shutdown("done"),
@@ -33,22 +36,23 @@ def test_round_trip_every_message_type():
     for message in samples:
         assert protocol.decode(protocol.encode(message)) == message
     welcome = protocol.decode(protocol.encode(samples[2]))
-    assert isinstance(welcome.config.bert, BertParams) and welcome.config.job_id == samples[2].config.job_id
+    assert isinstance(welcome.config.objective, Component) and welcome.config.job_id == samples[2].config.job_id
+    assert isinstance(protocol.decode(protocol.encode(samples[11])).shards[0], ShardFile)
 
 
 def _ack(**changes) -> dict:
-    fields = {"v": 2, "t": "TaskAck", "task_id": "t", "job_id": "j", "worker_id": "w", "source": "p", "start": 0,
-              "end": 1, "version": "v", "shard": "s", "records": 3, "sha256": "abc",
+    fields = {"v": 3, "t": "TaskAck", "task_id": "t", "job_id": "j", "worker_id": "w", "source": "p", "start": 0,
+              "end": 1, "version": "v", "shards": [{"name": "s", "records": 3, "sha256": "abc", "bytes": 9}], "records": 3,
               "stats": {"documents": 1, "skipped": {"empty": 2}, "seconds": {"tokenize": 0.5}}}
     fields.update(changes)
     return fields
 
 
 def _welcome(**config_changes) -> dict:
-    config = {"data_uri": "d", "output_uri": "o", "corpus_format": "text", "segmenter": "line",
-              "tokenizer_json": "{}", "bert": {"dupe_factor": 2}}
+    config = {"data_uri": "d", "output_uri": "o", "reader": {"name": "text"}, "segmenter": "line",
+              "tokenizer_json": "{}", "objective": {"name": "bert", "params": {"dupe_factor": 2}}}
     config.update(config_changes)
-    return {"v": 2, "t": "Welcome", "config": config, "ventilator_id": "v"}
+    return {"v": 3, "t": "Welcome", "config": config, "ventilator_id": "v"}
 
 
 @pytest.mark.parametrize("payload,reason", [
@@ -60,10 +64,12 @@ def _welcome(**config_changes) -> dict:
     (_ack(stats=[1]), "TaskAck.stats has the wrong type"),
     (_welcome(), None),
     (_welcome(shuffle=True), r"Welcome.config has unknown fields \['shuffle'\]"),
-    (_welcome(bert={"dupe_factor": "2"}), "Welcome.config.bert.dupe_factor has the wrong type"),
+    (_welcome(objective={"name": "bert", "params": {"dupe_factor": [2]}}), "Welcome.config.objective.params has the wrong type"),
+    (_welcome(objective={"params": {}}), "Welcome.config.objective lacks name"),
+    (_ack(shards=[{"name": "s", "records": "3", "sha256": "", "bytes": 1}]), "TaskAck.shards.records has the wrong type"),
     (_welcome(tokenizer_json=None), "Welcome.config.tokenizer_json has the wrong type"),
-    ({"v": 2, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
-    ({"v": 2, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
+    ({"v": 3, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
+    ({"v": 3, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
 ])
 def test_nested_fields_are_checked_too(payload, reason):
     """A peer of another version, or a broken one, is refused at decode: a
@@ -78,11 +84,11 @@ def test_nested_fields_are_checked_too(payload, reason):
 @pytest.mark.parametrize("payload,reason", [
     ({"v": 99, "t": "TaskRequest", "credit": 1}, "version"),
     ({"t": "TaskRequest", "credit": 1}, "version"),
-    ({"v": 2, "t": "Nope"}, "unknown"),
-    ({"v": 2, "t": "TaskRequest", "credit": "1"}, "wrong type"),
-    ({"v": 2, "t": "TaskRequest", "credit": True}, "wrong type"),
-    ({"v": 2, "t": "TaskRequest"}, "lacks"),
-    ({"v": 2, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
+    ({"v": 3, "t": "Nope"}, "unknown"),
+    ({"v": 3, "t": "TaskRequest", "credit": "1"}, "wrong type"),
+    ({"v": 3, "t": "TaskRequest", "credit": True}, "wrong type"),
+    ({"v": 3, "t": "TaskRequest"}, "lacks"),
+    ({"v": 3, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
     ([1, 2, 3], "not a map"),
 ])
 def test_malformed_messages_are_rejected(payload, reason):
@@ -92,7 +98,7 @@ def test_malformed_messages_are_rejected(payload, reason):
 
 def test_random_bytes_and_truncations_only_raise_protocol_error():
     rng = random.Random(0)
-    valid = protocol.encode(protocol.TaskAck("t", "j", "w", "p", 0, 1, "v", "s", 3, "abc", STATS))
+    valid = protocol.encode(protocol.TaskAck("t", "j", "w", "p", 0, 1, "v", [ShardFile("s", 3, "abc", 10)], 3, STATS))
     for cut in range(len(valid)):
         with pytest.raises(protocol.ProtocolError):
             protocol.decode(valid[:cut])

@@ -7,8 +7,13 @@ import gzip
 import pytest
 import zstandard
 
-from common.reading import UnreadableInput, decompress, is_permanent
+from common.readers.content import UnreadableInput, decompress, is_permanent
 from common.storage import VersionChanged
+from common.readers import ParseReport, detect, reader_named
+from common.readers.content import task_content
+
+WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
+
 
 PARTS = [b"<doc id='1'>first\n</doc>\n", b"<doc id='2'>second\n</doc>\n", b"<doc id='3'>third\n</doc>\n"]
 
@@ -55,8 +60,6 @@ def test_which_failures_are_permanent():
 def test_compressed_tasks_travel_compressed(tmp_path, compression):
     """What the ventilator ships for a compressed file is the file as it is;
     the worker decompresses it, whether shipped or read itself."""
-    from common.formats import CorpusFormat
-    from common.reading import read_task_bytes, read_task_content, task_content
     from common.storage import LocalStorage
     from common.tasks import plan_tasks
 
@@ -66,7 +69,7 @@ def test_compressed_tasks_travel_compressed(tmp_path, compression):
     storage = LocalStorage(str(tmp_path))
     (task,) = plan_tasks(storage.list_inputs(), 1 << 20)
     assert task.compression == compression
-    shipped = read_task_bytes(storage, task, CorpusFormat.WIKIEXTRACTOR)
+    shipped = WIKI_READER.read(storage, task)
     assert shipped == data
-    assert task_content(task, shipped) == read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR) \
+    assert task_content(task, shipped) == task_content(task, WIKI_READER.read(storage, task)) \
         == b"".join(PARTS)

@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from common.tfrecord import (CorruptShard, ShardWriter, encode_examples, encode_records, frame_records, read_records,
+from common.writers.tfrecord import (CorruptShard, ShardWriter, encode_examples, encode_records, frame_records, read_records,
                              varints)
 from tests.tf_reader import read_examples
 

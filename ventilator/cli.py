@@ -9,7 +9,11 @@ import sys
 import click
 
 from common import logs
-from common.config import BertParams, JobConfig
+from common.config import JobConfig
+from common.objectives import objectives
+from common.params import defaults_text, option_specs
+from common.readers import readers
+from common.writers import writers
 from common.security import Curve
 from common.tasks import parse_size
 from common.transport import SINK_PORT, VENTILATOR_PORT, ListenError
@@ -25,7 +29,19 @@ EXIT_FAILED = 1
 EXIT_QUARANTINED = 3
 EXIT_INTERRUPTED = 130
 
-_defaults = BertParams()
+
+
+def component_options(command):
+    """One option per parameter of every reader, objective and writer (see
+    common/params.py): unset ones stay None, so each component keeps its own
+    default and a flag the chosen ones do not take can be refused."""
+    specs = option_specs([*readers().values(), *objectives().values(), *writers().values()])
+    for spec in reversed(specs):
+        decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
+        command = click.option(*decls, type=None if spec.type is bool else spec.type, default=None,
+                               show_default=False, show_envvar=True,
+                               help=f"{spec.help}  {defaults_text(spec)}")(command)
+    return command
 
 
 def _size(_ctx, _param, value):
@@ -48,8 +64,12 @@ def _size(_ctx, _param, value):
 @click.option("--sink-port", type=int, default=SINK_PORT, show_envvar=True, help="Port of the sink started here.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
               help="Also start this many worker processes on this machine.")
-@click.option("--format", "corpus_format", type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
+@click.option("--format", "corpus_format", type=click.Choice(["auto", *sorted(readers())]), default="auto",
               envvar="MLM_FORMAT", show_envvar=True, help="Input format; auto detects it from the first file.")
+@click.option("--objective", type=click.Choice(sorted(objectives())), default="bert", show_envvar=True,
+              help="What the documents become (see the README's objectives table).")
+@click.option("--output-format", type=click.Choice(sorted(writers())), default="tfrecord", show_envvar=True,
+              help="How the records are written (see the README's formats table).")
 @click.option("--segmenter", type=click.Choice(["auto", "blingfire", "line"]), default="auto", show_envvar=True,
               help="How segments for next-sentence prediction are cut: blingfire sentences, or lines as they are. "
                    "auto: lines for the text format (already one sentence per line), sentences otherwise.")
@@ -59,19 +79,8 @@ def _size(_ctx, _param, value):
               help="A tokenizers tokenizer.json, or a local Hugging Face model directory.")
 @click.option("--do-lower-case/--no-do-lower-case", default=True, show_envvar=True,
               help="Lower-case and strip accents (uncased models). Applies to --vocab-file.")
-@click.option("--do-whole-word-mask", is_flag=True, default=False, show_envvar=True,
-              help="Mask whole words (all their WordPieces) instead of single WordPieces.")
-@click.option("--max-seq-length", type=int, default=_defaults.max_seq_length, show_envvar=True)
-@click.option("--max-predictions-per-seq", type=int, default=_defaults.max_predictions_per_seq, show_envvar=True)
-@click.option("--masked-lm-prob", type=float, default=_defaults.masked_lm_prob, show_envvar=True)
-@click.option("--short-seq-prob", type=float, default=_defaults.short_seq_prob, show_envvar=True)
-@click.option("--dupe-factor", type=int, default=_defaults.dupe_factor, show_envvar=True,
-              help="Passes over each task's documents, each with different masks.")
-@click.option("--random-seed", type=int, default=_defaults.random_seed, show_envvar=True)
 @click.option("--task-size", default="8M", callback=_size, show_envvar=True,
               help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
-@click.option("--gzip", "use_gzip", is_flag=True, default=False, envvar="MLM_GZIP", show_envvar=True,
-              help="Write GZIP-compressed shards (TFRecordDataset(..., compression_type='GZIP')).")
 @click.option("--shared-fs", is_flag=True, default=False, show_envvar=True,
               help="Workers can read --data themselves (same path): send byte ranges, not content. Implied for s3:// data.")
 @click.option("--s3-endpoint-url", default="", show_envvar=True,
@@ -96,11 +105,11 @@ def _size(_ctx, _param, value):
               help="A progress bar, with every local process's log lines above it.  [default: when stderr is a "
                    "terminal]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, segmenter, vocab_file,
-         tokenizer, do_lower_case, do_whole_word_mask, max_seq_length, max_predictions_per_seq, masked_lm_prob,
-         short_seq_prob, dupe_factor, random_seed, task_size, use_gzip, shared_fs, s3_endpoint_url, lease_seconds,
+@component_options
+def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
+         segmenter, vocab_file, tokenizer, do_lower_case, task_size, shared_fs, s3_endpoint_url, lease_seconds,
          heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port,
-         sink_metrics_port, progress, verbose) -> None:
+         sink_metrics_port, progress, verbose, **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -112,13 +121,11 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     --vocab-file vocab.txt --workers 2
     """
     logs.configure(verbose)
-    bert = BertParams(max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-                      masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-                      do_whole_word_mask=do_whole_word_mask, random_seed=random_seed)
     options = JobOptions(
         data=data, output=output, vocab_file=vocab_file, tokenizer=tokenizer, do_lower_case=do_lower_case,
-        corpus_format=corpus_format, segmenter=segmenter, bert=bert, task_size=task_size,
-        compression="gzip" if use_gzip else "", shared_fs=shared_fs,
+        corpus_format=corpus_format, segmenter=segmenter, objective=objective, output_format=output_format,
+        params={name: value for name, value in component_params.items() if value is not None},
+        task_size=task_size, shared_fs=shared_fs,
         s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
         lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds)
     if sink_address and sink_metrics_port is not None:

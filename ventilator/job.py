@@ -1,8 +1,10 @@
-"""Everything checked before a run starts: input, tokenizer, output.
+"""Everything checked before a run starts: input, tokenizer, objective, output.
 
 Problems that would otherwise surface as failed tasks hours into a run (no
-input, a vocabulary without [MASK], an output holding another job) are
-reported here, in one line, before any socket is opened.
+input, a tokenizer without a mask token, a flag the objective does not
+take, an output format that cannot hold the objective's records, an output
+holding another job) are reported here, in one line, before any socket is
+opened.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from common.config import BertParams, JobConfig
-from common.formats import CorpusFormat
+from common.config import JobConfig
 from common.manifest import check_job, read_entries
-from common.reading import decompress
+from common.objectives import objective_named
+from common.params import ParamValue
+from common.readers import Reader, detect, reader_named
+from common.readers.content import decompress
 from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
-from common.tasks import InputFile, Task, compression_of, plan_tasks
+from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer
+from common.writers import writer_named
 
 log = logging.getLogger("ventilator")
 
@@ -35,9 +40,12 @@ class JobOptions:
     do_lower_case: bool = True
     corpus_format: str = "auto"
     segmenter: str = "auto"
-    bert: BertParams = field(default_factory=BertParams)
+    objective: str = "bert"
+    output_format: str = "tfrecord"
+    #: Component parameters given on the command line (unset ones are absent), by field name: each
+    #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
+    params: dict[str, ParamValue] = field(default_factory=dict)
     task_size: int = 8 * 1024 * 1024
-    compression: str = ""
     shared_fs: bool = False
     s3_endpoint_url: str = ""
     sink_address: str = ""
@@ -52,9 +60,10 @@ class Job:
     inputs: list[InputFile]
     skipped_inputs: dict[str, str]  # path -> reason
     input_storage: Storage
+    reader: Reader
 
 
-def _detect_format(storage, files: list[InputFile]) -> CorpusFormat:
+def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
     for f in files[:5]:
         try:
             if compression_of(f.path):
@@ -65,8 +74,8 @@ def _detect_format(storage, files: list[InputFile]) -> CorpusFormat:
         except (OSError, StorageError, ValueError):
             continue
         if head.strip():
-            return CorpusFormat.detect(head)
-    return CorpusFormat.BERT_TEXT
+            return detect(head)
+    return reader_named("text")
 
 
 def _readable(storage, files: list[InputFile]) -> tuple[list[InputFile], dict[str, str]]:
@@ -88,9 +97,28 @@ def _readable(storage, files: list[InputFile]) -> tuple[list[InputFile], dict[st
     return usable, skipped
 
 
+def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, ParamValue]]:
+    """Each component's share of the given parameters; a parameter that none
+    of them takes is refused, naming the components that run."""
+    import dataclasses
+
+    from common.params import flag_of
+
+    shares: list[dict[str, ParamValue]] = [{} for _ in components]
+    for name, value in given.items():
+        takers = [i for i, c in enumerate(components) if name in {f.name for f in dataclasses.fields(c.Params)}]
+        if not takers:
+            names = " / ".join(f"{c.name}" for c in components)
+            raise JobError(f"{flag_of(components[0].Params, name)} does not apply here ({names})")
+        for i in takers:
+            shares[i][name] = value
+    return shares
+
+
 def prepare_job(options: JobOptions) -> Job:
     try:
-        options.bert.validate()
+        objective_class = objective_named(options.objective)
+        writer_class = writer_named(options.output_format)
     except ValueError as error:
         raise JobError(str(error)) from None
 
@@ -112,10 +140,28 @@ def prepare_job(options: JobOptions) -> Job:
         raise JobError(f"--data {options.data}: no input files found" + (f" ({len(skipped)} skipped)" if skipped else ""))
 
     if options.corpus_format == "auto":
-        corpus_format = _detect_format(storage, files)
-        log.info("input format: %s (detected; --format to override)", corpus_format.value)
+        reader_class = _detect_format(storage, files)
+        log.info("input format: %s (detected; --format to override)", reader_class.name)
     else:
-        corpus_format = CorpusFormat(options.corpus_format)
+        try:
+            reader_class = reader_named(options.corpus_format)
+        except ValueError as error:
+            raise JobError(str(error)) from None
+
+    reader_given, objective_given, writer_given = split_params(options.params, reader_class, objective_class,
+                                                               writer_class)
+    try:
+        reader_params = reader_class.make_params(reader_given)
+        objective_params = objective_class.make_params(objective_given)
+        writer_params = writer_class.make_params(writer_given)
+        objective_class.check_vocabulary(vocabulary.special)
+        objective = objective_class(objective_params, vocabulary.special)
+        writer_class.check_features(writer_params, objective.features)
+        reader = reader_class(reader_params)
+        reader.check_inputs(storage, files)
+    except ValueError as error:
+        raise JobError(f"--objective {objective_class.name}, --output-format {writer_class.name}, --format "
+                       f"{reader_class.name}: {error}") from None
 
     data_is_s3 = is_s3(options.data)
     read_mode = "range" if (data_is_s3 or options.shared_fs) else "ship"
@@ -125,11 +171,11 @@ def prepare_job(options: JobOptions) -> Job:
     config = JobConfig(
         data_uri=data_uri,
         output_uri=output_uri,
-        corpus_format=corpus_format.value,
-        segmenter=Segmenter(options.segmenter).resolve(corpus_format.value).value,
+        reader=reader_class.component(reader_params),
+        segmenter=Segmenter(options.segmenter).resolve(reader_class.default_segmenter).value,
         tokenizer_json=vocabulary.to_json(),
-        bert=options.bert,
-        compression=options.compression,
+        objective=objective_class.component(objective_params),
+        writer=writer_class.component(writer_params),
         read_mode=read_mode,
         s3_endpoint_url=options.s3_endpoint_url,
         sink_address=options.sink_address,
@@ -143,5 +189,5 @@ def prepare_job(options: JobOptions) -> Job:
         check_job(read_entries(output), config.job_id, output.uri("manifest.jsonl"))
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
-    tasks = list(plan_tasks(files, options.task_size))
-    return Job(config, tasks, files, skipped, storage)
+    tasks = list(reader.plan(files, options.task_size, storage))
+    return Job(config, tasks, files, skipped, storage, reader)

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 import zmq
 
 from common import protocol
-from common.formats import CorpusFormat
 from common.metrics import MetricsServer, counter, gauge
-from common.reading import is_permanent, read_task_bytes
+from common.readers.content import is_permanent
 from common.security import Curve
 from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
 from ventilator.dispatcher import Dispatcher, Entry, State
@@ -82,7 +81,6 @@ class VentilatorServer:
         self.interrupted = False
         self.should_stop = should_stop
         self.peers_gone = peers_gone
-        self.format = CorpusFormat(self.config.corpus_format)
         self._started = time.monotonic()
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
@@ -256,7 +254,7 @@ class VentilatorServer:
             content = None
             if self.config.read_mode == "ship":
                 try:
-                    content = read_task_bytes(self.job.input_storage, entry.task, self.format)
+                    content = self.job.reader.read(self.job.input_storage, entry.task)
                 except Exception as error:  # the file vanished or changed since it was listed
                     log.warning("task %s: cannot read it: %s", entry.task.key, error)
                     quarantined = self.dispatcher.failed(entry.worker, entry.task.task_id,

@@ -1,34 +1,30 @@
-"""One task, start to finish: bytes -> documents -> segments -> token ids ->
-instances (dupe_factor passes) -> TFRecord shard.
+"""One task, start to finish: payload -> documents (reader) -> segments ->
+token ids -> records (objective, ``passes`` times) -> files (writer).
 
-Instances are written as each dupe pass produces them, so memory holds one
-pass at a time, not ``dupe_factor`` of them.  Each stage's time is measured,
-for the statistics the sink shows and for the benchmark.
+The worker knows each axis only by its interface: the job names the reader,
+the objective and the writer, and this module runs them.  Records are
+written as each pass produces them, so memory holds one pass at a time.
+Each stage's time is measured, for the statistics the sink shows and for
+the benchmark.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from common.config import JobConfig
-from common.formats import CorpusFormat, ParseReport, parse_documents
+from common.objectives import TokenizedDocuments, objective_named
 from common.protocol import AckStats
-from common.instances import (SpecialIds, TokenizedDocuments, build_batch, derive_seed, plan_instances)
+from common.readers import ParseReport, reader_named
 from common.sentences import Segmenter, split_segments
 from common.tasks import Task
-from common.tfrecord import ShardWriter, encode_records
 from common.tokenization import Vocabulary
+from common.writers import ShardFile, writer_named
 
-#: Instances masked and encoded per numpy batch: bounds memory per pass.
-BATCH_INSTANCES = 4096
-
-STAGES = ("read", "parse", "split", "tokenize", "plan", "mask", "serialize", "write")
+STAGES = ("read", "parse", "split", "tokenize", "build", "write")
 
 
 @dataclass
@@ -61,9 +57,8 @@ class TaskStats:
 
 @dataclass
 class ShardResult:
-    shard: str  # URI, "" when the task produced no instance
+    files: list[ShardFile]  # empty when the task produced no record
     records: int
-    sha256: str
     stats: TaskStats
 
 
@@ -72,18 +67,20 @@ class TaskProcessor:
 
     def __init__(self, config: JobConfig, vocabulary: Vocabulary, output_storage):
         self.config = config
-        self.params = config.bert
         self.vocabulary = vocabulary
         self.output = output_storage
-        self.corpus_format = CorpusFormat(config.corpus_format)
-        self.segmenter = Segmenter(config.segmenter).resolve(config.corpus_format)
-        self.special = SpecialIds(vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id, vocabulary.pad_id,
-                                  vocabulary.size, vocabulary.is_continuation)
+        reader_class = reader_named(config.reader.name)
+        self.reader = reader_class(reader_class.make_params(config.reader.params))
+        self.segmenter = Segmenter(config.segmenter)
+        objective_class = objective_named(config.objective.name)
+        self.objective = objective_class(objective_class.make_params(config.objective.params), vocabulary.special)
+        writer_class = writer_named(config.writer.name)
+        self.writer = writer_class(writer_class.make_params(config.writer.params), self.objective.features)
 
-    def tokenize(self, content: bytes, stats: TaskStats) -> TokenizedDocuments:
+    def tokenize(self, task: Task, payload: bytes, stats: TaskStats) -> TokenizedDocuments:
         report = ParseReport()
         with stats.stage("parse"):
-            documents = list(parse_documents(self.corpus_format, content, 0, report))
+            documents = list(self.reader.documents(task, payload, report))
         with stats.stage("split"):
             segmented = [split_segments(document.lines, self.segmenter) for document in documents]
         with stats.stage("tokenize"):
@@ -94,42 +91,31 @@ class TaskProcessor:
             report.skip("no_usable_sentence", unusable)
         stats.skipped = report.skipped
         stats.documents = tokenized.num_documents
-        stats.segments = len(tokenized.segment_offsets) - 1
+        stats.segments = tokenized.num_segments
         stats.tokens = len(ids)
         return tokenized
 
-    def write_instances(self, task: Task, documents: TokenizedDocuments, writer: ShardWriter, stats: TaskStats) -> None:
-        params = self.params
-        for dupe in range(params.dupe_factor):
-            with stats.stage("plan"):
-                plan = plan_instances(documents, params, random.Random(derive_seed(params.random_seed, task.key, dupe, "plan")))
-                mask_rng = np.random.default_rng(derive_seed(params.random_seed, task.key, dupe, "mask"))
-                plan = plan.take(mask_rng.permutation(len(plan)))  # BERT shuffles its instances
-            for start in range(0, len(plan), BATCH_INSTANCES):
-                part = plan.take(np.arange(start, min(start + BATCH_INSTANCES, len(plan))))
-                with stats.stage("mask"):
-                    batch = build_batch(documents.tokens, part, params, self.special, mask_rng)
-                with stats.stage("serialize"):
-                    framed = encode_records(batch.features())
-                with stats.stage("write"):
-                    writer.write(framed, len(batch))
-                stats.instances += len(batch)
-
-    def process(self, task: Task, content: bytes, read_seconds: float = 0.0) -> ShardResult:
-        """Write the shard of ``task`` from its content; returns what to acknowledge."""
+    def process(self, task: Task, payload: bytes, read_seconds: float = 0.0) -> ShardResult:
+        """Write the files of ``task`` from its payload; returns what to acknowledge."""
         cpu_started = time.process_time()
-        stats = TaskStats(bytes_in=len(content))
+        stats = TaskStats(bytes_in=len(payload))
         stats.seconds["read"] += read_seconds
-        documents = self.tokenize(content, stats)
-        if documents.num_documents == 0:
-            stats.cpu_seconds = time.process_time() - cpu_started
-            return ShardResult("", 0, "", stats)
-        with self.output.open_atomic(task.shard_name(self.config.compression)) as atomic:
-            writer = ShardWriter(atomic.file, self.config.compression)
-            self.write_instances(task, documents, writer, stats)
-            with stats.stage("write"):
-                sha256 = writer.close()
-                uri = atomic.commit()
-        stats.bytes_out = writer.bytes_written
+        documents = self.tokenize(task, payload, stats)
+        files: list[ShardFile] = []
+        if documents.num_documents:
+            with self.writer.writing(self.output, task.shard_stem) as output:
+                for pass_index in range(self.objective.passes):
+                    batches = self.objective.batches(documents, task.key, pass_index)
+                    while True:
+                        with stats.stage("build"):
+                            batch = next(batches, None)
+                        if batch is None:
+                            break
+                        with stats.stage("write"):
+                            output.write(batch)
+                        stats.instances += len(batch)
+                with stats.stage("write"):
+                    files = output.commit()
+        stats.bytes_out = sum(f.bytes for f in files)
         stats.cpu_seconds = time.process_time() - cpu_started
-        return ShardResult(uri, writer.records, sha256, stats)
+        return ShardResult(files, sum(f.records for f in files), stats)

@@ -29,8 +29,7 @@ import zmq
 
 from common import protocol
 from common.config import JobConfig
-from common.formats import CorpusFormat
-from common.reading import is_permanent, read_task_bytes, task_content
+from common.readers.content import is_permanent
 from common.security import Curve
 from common.storage import Storage, open_storage, remove_stale_spool_files
 from common.tasks import Task
@@ -98,8 +97,7 @@ class _Compute(threading.Thread):
         try:
             started = time.perf_counter()
             if content is None:  # not shipped: read it here
-                content = read_task_bytes(job.input_storage, task, CorpusFormat(job.config.corpus_format))
-            content = task_content(task, content)
+                content = job.processor.reader.read(job.input_storage, task)
             read_seconds = time.perf_counter() - started
             return _Outcome(job, task, job.processor.process(task, content, read_seconds))
         except Exception as error:  # a bad task must not kill the worker
@@ -305,8 +303,8 @@ class WorkerProcess:
         result = outcome.result
         ack = protocol.TaskAck(
             task_id=task.task_id, job_id=job.config.job_id, worker_id=self.worker_id, source=task.path,
-            start=task.start, end=task.end, version=task.version, shard=result.shard, records=result.records,
-            sha256=result.sha256, stats=result.stats.to_wire())
+            start=task.start, end=task.end, version=task.version, shards=result.files, records=result.records,
+            stats=result.stats.to_wire())
         self._sink_socket(job.sink_endpoint).send(protocol.encode(ack))
         if same_job:
             send(protocol.TaskFinished(task.task_id))

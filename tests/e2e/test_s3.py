@@ -7,6 +7,11 @@ import pytest
 
 from tests.helpers import VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.tf_reader import read_examples
+from common.readers import ParseReport, detect, reader_named
+from common.readers.content import task_content
+
+WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
+
 
 pytestmark = [pytest.mark.e2e, pytest.mark.s3]
 
@@ -46,12 +51,11 @@ def test_output_to_s3(s3, local_run, tmp_path):
     assert shard_digests(tmp_path / "dl") == shard_digests(local_run)
     entries = [json.loads(line) for line in (tmp_path / "dl" / "manifest.jsonl").read_text().splitlines()]
     for entry in entries:
-        if not entry["shard"]:
-            continue
-        assert entry["shard"].startswith(f"s3://{bucket}/bert/run1/part-")
-        path = tmp_path / "dl" / entry["shard"].rsplit("/", 1)[1]
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"]
-        assert len(read_examples(str(path))) == entry["records"] > 0
+        for shard in entry["shards"]:
+            assert shard["name"].startswith("part-")
+            path = tmp_path / "dl" / shard["name"]
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == shard["sha256"]
+            assert len(read_examples(str(path))) == shard["records"] == entry["records"] > 0
     # Objects are private.
     acl = client.get_object_acl(Bucket=bucket, Key=f"bert/run1/{names[-1]}")
     assert not [g for g in acl["Grants"] if "AllUsers" in str(g.get("Grantee", {}))]
@@ -81,15 +85,13 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
     more than the object, documents straddling every boundary."""
     import random
 
-    from common.formats import CorpusFormat, ParseReport, parse_documents
-    from common.reading import read_task_content
     from common.storage import S3Storage
     from common.tasks import plan_tasks
     from tests.test_formats import make_corpus
 
     client = s3.client()
     bucket = s3.new_bucket("ranges")
-    data, expected = make_corpus(CorpusFormat.WIKIEXTRACTOR, random.Random(9), documents=8)
+    data, expected = make_corpus(WIKI_READER, random.Random(9), documents=8)
     client.put_object(Bucket=bucket, Key="c/wiki_00", Body=data)
     import os
     os.environ.update(s3.env())
@@ -97,9 +99,9 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
     for task_size in (9, 100, 700, 10 ** 9):
         found = []
         for task in plan_tasks(storage.list_inputs(), task_size):
-            content = read_task_content(storage, task, CorpusFormat.WIKIEXTRACTOR)
+            content = task_content(task, WIKI_READER.read(storage, task))
             found.extend([line for line in d.lines if line.strip()] for d in
-                         parse_documents(CorpusFormat.WIKIEXTRACTOR, content, 0, ParseReport()))
+                         WIKI_READER.parse(content, 0, ParseReport()))
         assert found == expected, task_size
 
 

@@ -33,7 +33,7 @@ def damaged_copy(finished, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(finished, copy)
     entries = [json.loads(line) for line in (copy / "manifest.jsonl").read_text().splitlines()]
-    shards = sorted(copy / e["shard"].rsplit("/", 1)[1] for e in entries if e["shard"])
+    shards = sorted(copy / shard["name"] for e in entries for shard in e["shards"])
     return copy, entries, shards
 
 

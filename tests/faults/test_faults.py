@@ -36,7 +36,7 @@ def assert_same_as_clean(output: Path, clean: Path) -> int:
     ours, reference = manifest(output), manifest(clean)  # manifest() fails on a task listed twice
     assert set(ours) == set(reference)
     for task, entry in reference.items():
-        assert (ours[task]["records"], ours[task]["sha256"]) == (entry["records"], entry["sha256"])
+        assert (ours[task]["records"], ours[task]["shards"]) == (entry["records"], entry["shards"])
     assert shard_digests(output) == shard_digests(clean)
     extra = {p.name for p in output.iterdir()} - {p.name for p in clean.iterdir()}
     assert not extra, f"extra files: {extra}"
@@ -201,6 +201,7 @@ def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
 
     from common import protocol
     from common.security import generate
+    from common.writers import ShardFile
 
     keys, intruder = tmp_path / "keys", tmp_path / "intruder"
     generate(str(keys))
@@ -219,8 +220,8 @@ def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
         context = zmq.Context()
         push = context.socket(zmq.PUSH)
         push.connect(f"tcp://127.0.0.1:{c.sink_port}")
-        forged = protocol.TaskAck("forged", "job", "intruder", "x", 0, 1, "v", "/etc/passwd", 1, "0" * 64,
-                                  protocol.AckStats())
+        forged = protocol.TaskAck("forged", "job", "intruder", "x", 0, 1, "v",
+                                  [ShardFile("../../etc/passwd", 1, "0" * 64, 1)], 1, protocol.AckStats())
         for _ in range(50):
             push.send(protocol.encode(forged), zmq.NOBLOCK)
         assert c.wait() == 0, c.tail()

@@ -200,7 +200,7 @@ def check_output(fleet: fleetnet.Fleet, ansible: Ansible, out: Path | None = Non
     manifest = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines() if line.strip()]
     shards = sorted(out.glob("*.tfrecord"))
     assert manifest and shards
-    assert sorted(Path(m["shard"]).name for m in manifest) == [s.name for s in shards], \
+    assert sorted(shard["name"] for m in manifest for shard in m["shards"]) == [s.name for s in shards], \
         "every shard is in the manifest, every manifest entry has its shard"
     assert len({m["task"] for m in manifest}) == len(manifest)
 
@@ -220,8 +220,9 @@ def check_output(fleet: fleetnet.Fleet, ansible: Ansible, out: Path | None = Non
     vocab_size = sum(1 for _ in open(VOCAB, encoding="utf-8"))
     total = 0
     for entry in manifest:
-        path = Path(entry["shard"])
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], path
+        (shard,) = entry["shards"]
+        path = out / shard["name"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == shard["sha256"], path
         records = 0
         # tf.data.TFRecordDataset + tf.io.parse_single_example with run_pretraining.py's features
         for ex in read_examples(str(path), MAX_SEQ_LENGTH, MAX_PREDICTIONS):

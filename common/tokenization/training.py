@@ -12,17 +12,17 @@ from typing import Iterator
 
 import click
 
-from common.formats import CorpusFormat, ParseReport, parse_documents
+from common.readers import ParseReport, detect, reader_named
 from common.storage import LocalStorage
-from common.tokenization import REQUIRED_SPECIAL_TOKENS
+from common.tokenization.vocabulary import REQUIRED_SPECIAL_TOKENS
 
 
 def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
     storage = LocalStorage(data)
     for f in storage.list_inputs():
         content = storage.read_all(f.path, f.version)
-        fmt = CorpusFormat.detect(content[:65536]) if corpus_format == "auto" else CorpusFormat(corpus_format)
-        for document in parse_documents(fmt, content, 0, ParseReport()):
+        reader = (detect(content[:65536]) if corpus_format == "auto" else reader_named(corpus_format))()
+        for document in reader.parse(content, 0, ParseReport()):
             yield from (line for line in document.lines if line.strip())
 
 

@@ -32,6 +32,10 @@ from typing import BinaryIO
 import crc32c
 import numpy as np
 
+from common.objectives.base import Batch, Feature
+from common.params import param
+from common.writers.base import ShardFile, TaskOutput, Writer
+
 _KEY, _VALUE, _FLOAT_LIST, _INT64_LIST, _PACKED = 0x0A, 0x12, 0x12, 0x1A, 0x0A
 
 
@@ -59,20 +63,20 @@ def varint_bytes(value: int) -> bytes:
 
 
 @dataclass
-class Ragged:
+class RowBytes:
     """Per-row byte strings as one flat uint8 array plus row lengths."""
 
     data: np.ndarray  # uint8
     lengths: np.ndarray  # int64
 
 
-def varints(values: np.ndarray) -> Ragged:
+def varints(values: np.ndarray) -> RowBytes:
     """Protobuf varints of a (rows, columns) array, concatenated per row."""
     values = np.asarray(values)
     if values.ndim == 1:
         values = values[:, None]
     digits, keep, lengths = _varint_digits(values)
-    return Ragged(digits.reshape(-1) if keep is None else digits[keep], lengths)
+    return RowBytes(digits.reshape(-1) if keep is None else digits[keep], lengths)
 
 
 _TABLE_LIMIT = 1 << 20
@@ -204,12 +208,12 @@ def _example_layout(features: dict[str, np.ndarray], layout: _Layout) -> None:
         layout.add(*packed)
 
 
-def encode_examples(features: dict[str, np.ndarray]) -> Ragged:
+def encode_examples(features: dict[str, np.ndarray]) -> RowBytes:
     """Serialized ``tf.train.Example`` for each row of the feature arrays."""
     rows = len(next(iter(features.values())))
     layout = _Layout(rows)
     _example_layout(features, layout)
-    return Ragged(layout.build(), layout.lengths)
+    return RowBytes(layout.build(), layout.lengths)
 
 
 def _masked_crc(data) -> int:
@@ -277,7 +281,7 @@ def read_records(data: bytes) -> Iterator[memoryview]:
         offset = end + 4
 
 
-def frame_records(records: Ragged) -> bytes:
+def frame_records(records: RowBytes) -> bytes:
     """TFRecord framing of already serialized records."""
     pieces = []
     data = records.data.tobytes()
@@ -319,6 +323,57 @@ class ShardWriter:
         if self._gzip is not None:
             self._gzip.close()
         return self._sha256.hexdigest()
+
+
+@dataclass(frozen=True)
+class TFRecordParams:
+    gzip: bool = param(False, "Write GZIP-compressed TFRecords (TFRecordDataset(..., compression_type='GZIP')).")
+
+
+class _TFRecordTaskOutput(TaskOutput):
+    def __init__(self, output, name: str, compression: str):
+        self._name = name
+        self._atomic = output.open_atomic(name)
+        self._writer = ShardWriter(self._atomic.file, compression)
+
+    def write(self, batch: Batch) -> None:
+        self._writer.write(encode_records(batch.columns), len(batch))
+
+    def commit(self) -> list[ShardFile]:
+        sha256 = self._writer.close()
+        self._atomic.commit()
+        return [ShardFile(self._name, self._writer.records, sha256, self._writer.bytes_written)]
+
+    def abort(self) -> None:
+        self._atomic.abort()
+
+
+class TFRecordWriter(Writer):
+    """``tf.train.Example`` records in TFRecord files, as TensorFlow trainers
+    (run_pretraining.py, ALBERT's, ELECTRA's) read them; ints as int64 lists."""
+
+    name = "tfrecord"
+    Params = TFRecordParams
+    suffixes = (".tfrecord", ".tfrecord.gz")
+
+    @classmethod
+    def check_features(cls, params, features: list[Feature]) -> None:
+        variable = [f.name for f in features if f.length is None]
+        if variable:
+            raise ValueError(f"tfrecord writes fixed-length features; {', '.join(variable)} vary in length "
+                             f"(use --output-format parquet or megatron)")
+
+    def open(self, output, stem: str) -> TaskOutput:
+        suffix = ".tfrecord.gz" if self.params.gzip else ".tfrecord"
+        return _TFRecordTaskOutput(output, stem + suffix, "gzip" if self.params.gzip else "")
+
+    @classmethod
+    def count_records(cls, name: str, data: bytes) -> int:
+        try:
+            raw = gzip.decompress(data) if name.endswith(".gz") else data
+        except (OSError, EOFError) as error:
+            raise CorruptShard(f"corrupt gzip data: {error}") from None
+        return sum(1 for _ in read_records(raw))
 
 
 class _Tee:

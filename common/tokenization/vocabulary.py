@@ -82,6 +82,21 @@ def _do_lower_case_of(model_dir: str, default: bool) -> bool:
 
 
 @dataclass
+class SpecialIds:
+    """What objectives need of a tokenizer: the special tokens' ids by role
+    (None when the tokenizer has no such token), the vocabulary's size, and
+    which ids begin a word (for whole-word and n-gram masking)."""
+
+    cls: int | None
+    sep: int | None
+    mask: int | None
+    pad: int | None
+    unk: int | None
+    vocab_size: int
+    starts_word: np.ndarray  # bool per id
+
+
+@dataclass
 class Vocabulary:
     """What instance building needs from a tokenizer: special ids, size,
     and which ids continue a word (for whole-word masking)."""
@@ -118,6 +133,11 @@ class Vocabulary:
         return cls(tokenizer, size, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], vocab["[PAD]"],
                    vocab["[UNK]"], is_continuation, prefix)
 
+    @property
+    def special(self) -> SpecialIds:
+        return SpecialIds(self.cls_id, self.sep_id, self.mask_id, self.pad_id, self.unk_id, self.size,
+                          ~self.is_continuation)
+
     @classmethod
     def from_json(cls, text: str) -> "Vocabulary":
         return cls.from_tokenizer(Tokenizer.from_str(text))
@@ -134,7 +154,7 @@ class Vocabulary:
         if not self._fast_checked:
             self._fast_checked = True
             if os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
-                from common.fast_wordpiece import make_fast_encoder
+                from common.tokenization.fast_wordpiece import make_fast_encoder
 
                 self._fast = make_fast_encoder(self.to_json())
         if self._fast is not None:

@@ -12,12 +12,12 @@ import bz2
 import gzip
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import zstandard
 
-from common.formats import CorpusFormat, boundary_at_or_after
+from common.readers.scanning import ReadAt
 from common.storage import VersionChanged
 from common.tasks import Task
 
@@ -113,7 +113,11 @@ def decompress(data: bytes, compression: str, limit: int = MAX_DECOMPRESSED_BYTE
     return b"".join(out)
 
 
-def read_task_bytes(storage, task: Task, fmt: CorpusFormat) -> bytes:
+#: A format's boundary rule: (read_at, pos, size) -> the first boundary at or after pos.
+Boundary = Callable[[ReadAt, int, int], int]
+
+
+def read_task_bytes(storage, task: Task, boundary: Boundary) -> bytes:
     """What a task needs from storage: a compressed object whole, else the
     bytes of every document that begins in ``[task.start, task.end)``.
 
@@ -128,8 +132,8 @@ def read_task_bytes(storage, task: Task, fmt: CorpusFormat) -> bytes:
         window_end = min(task.size, task.end + _READ_AHEAD)
         window = reader.read_at(window_start, window_end - window_start)
         read_at = _WindowReader(reader.read_at, window_start, window, window_end == task.size)
-        first = boundary_at_or_after(fmt, read_at, task.start, task.size)
-        last = boundary_at_or_after(fmt, read_at, task.end, task.size)
+        first = boundary(read_at, task.start, task.size)
+        last = boundary(read_at, task.end, task.size)
         if last <= first:
             return b""
         return read_at(first, last - first)
@@ -138,8 +142,3 @@ def read_task_bytes(storage, task: Task, fmt: CorpusFormat) -> bytes:
 def task_content(task: Task, data: bytes) -> bytes:
     """The task's documents from :func:`read_task_bytes`' result."""
     return decompress(data, task.compression) if task.compression else data
-
-
-def read_task_content(storage, task: Task, fmt: CorpusFormat) -> bytes:
-    """The task's documents, read from storage."""
-    return task_content(task, read_task_bytes(storage, task, fmt))

@@ -1,0 +1,102 @@
+"""The objective interface: a task's tokenized documents in, records out.
+
+An objective (BERT's MLM + NSP, ALBERT's SOP, ELECTRA's packed examples,
+MLM-only blocks, token sequences for trainers that build samples
+themselves) turns one task's :class:`TokenizedDocuments` into batches of
+records, ``passes`` times (BERT's dupe_factor), and declares the features it
+writes.  Its random draws come only from :func:`derive_seed` of (seed, task,
+pass), so its output does not depend on the fleet.  Writers see only the
+features and the batches; the roles see neither.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+import numpy as np
+
+from common.objectives.documents import TokenizedDocuments
+from common.params import Configurable
+from common.tokenization.vocabulary import SpecialIds
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature of every record: the dtype its values have in a batch
+    (writers may widen it, as TFRecord does to int64) and its length per
+    record (None: variable, carried as :class:`Ragged`)."""
+
+    name: str
+    dtype: str  # a numpy dtype name: int32, int8, float32, int64
+    length: int | None
+
+
+@dataclass
+class Ragged:
+    """Variable-length values of many records: one flat array plus each record's length."""
+
+    values: np.ndarray
+    lengths: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def rows(self) -> Iterator[np.ndarray]:
+        offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+        for start, end in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            yield self.values[start:end]
+
+
+@dataclass
+class Batch:
+    """Records as columns, in the order of the objective's features: a 2-D
+    array per fixed-length feature, a :class:`Ragged` per variable one."""
+
+    columns: dict[str, np.ndarray | Ragged]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+
+def derive_seed(random_seed: int, task_key: str, pass_index: int, purpose: str) -> int:
+    """A 64-bit seed from (seed, task, pass, purpose) only."""
+    text = f"{random_seed}\x00{task_key}\x00{pass_index}\x00{purpose}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
+
+
+class Objective(Configurable, abc.ABC):
+    """What one training recipe builds from a task's documents."""
+
+    #: Special tokens the objective writes: a tokenizer without one of them is refused before any work.
+    needs: ClassVar[tuple[str, ...]] = ()
+    #: A sentence-level segmentation is needed (NSP, SOP); otherwise documents may be cut anyhow.
+    uses_segments: ClassVar[bool] = True
+
+    def __init__(self, params, special: SpecialIds):
+        self.params = params
+        self.special = special
+
+    @classmethod
+    def check_vocabulary(cls, special: SpecialIds) -> None:
+        """ValueError with a one-line reason when the tokenizer lacks a token the objective writes."""
+        missing = [role for role in cls.needs if getattr(special, role) is None]
+        if missing:
+            raise ValueError(f"the {cls.name} objective needs the tokenizer's {', '.join(missing)} token(s); this "
+                             f"tokenizer has none (name them with --{missing[0]}-token)")
+
+    @property
+    @abc.abstractmethod
+    def features(self) -> list[Feature]:
+        """The features of every record, in the order batches hold them."""
+
+    @property
+    def passes(self) -> int:
+        """How many times each task's documents are made into records."""
+        return 1
+
+    @abc.abstractmethod
+    def batches(self, documents: TokenizedDocuments, task_key: str, pass_index: int) -> Iterator[Batch]:
+        """The records of one pass over a task's documents, in batches."""

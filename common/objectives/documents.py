@@ -1,0 +1,61 @@
+"""A task's tokenized documents: what every objective starts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class TokenizedDocuments:
+    """A task's documents as one flat token array.
+
+    Segment ``s`` is ``tokens[segment_offsets[s]:segment_offsets[s + 1]]``;
+    document ``d`` is segments ``document_offsets[d]`` to
+    ``document_offsets[d + 1]``.  Every document has at least one segment and
+    every segment at least one token.
+    """
+
+    tokens: np.ndarray  # int32
+    segment_offsets: list[int]
+    document_offsets: list[int]
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_offsets) - 1
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.segment_offsets) - 1
+
+    @classmethod
+    def from_lists(cls, documents: list[list[list[int]]]) -> "TokenizedDocuments":
+        """From nested token lists (documents of segments); for tests and tools."""
+        tokens: list[int] = []
+        segment_offsets = [0]
+        document_offsets = [0]
+        for document in documents:
+            for segment in document:
+                if segment:
+                    tokens.extend(segment)
+                    segment_offsets.append(len(tokens))
+            if len(segment_offsets) - 1 > document_offsets[-1]:
+                document_offsets.append(len(segment_offsets) - 1)
+        return cls(np.asarray(tokens, dtype=np.int32), segment_offsets, document_offsets)
+
+    @classmethod
+    def from_segments(cls, tokens: np.ndarray, segment_lengths: np.ndarray,
+                      segments_per_document: np.ndarray) -> tuple["TokenizedDocuments", int]:
+        """From a tokenizer's flat output: drops segments without a token and
+        then documents without a segment; returns how many documents were dropped."""
+        segment_lengths = np.asarray(segment_lengths, dtype=np.int64)
+        segments_per_document = np.asarray(segments_per_document, dtype=np.int64)
+        document_of = np.repeat(np.arange(len(segments_per_document)), segments_per_document)
+        kept = segment_lengths > 0
+        kept_per_document = np.bincount(document_of[kept], minlength=len(segments_per_document))
+        usable = kept_per_document[kept_per_document > 0]
+        segment_offsets = np.concatenate([[0], np.cumsum(segment_lengths[kept])])
+        document_offsets = np.concatenate([[0], np.cumsum(usable)])
+        documents = cls(tokens, segment_offsets.tolist(), document_offsets.tolist())
+        return documents, len(segments_per_document) - len(usable)

@@ -1,0 +1,114 @@
+"""The reader interface: an input format's tasks and documents.
+
+A reader plans a corpus's files into tasks, reads a task's payload (what the
+ventilator ships, or what a worker reads itself: the same bytes either way),
+and parses a payload into documents, skipping and counting what it cannot
+use.  :class:`ByteRangeReader` is the shape of every line-oriented format:
+a task is a byte range of a file, widened to document boundaries (see
+:meth:`ByteRangeReader.boundary_at_or_after`), so every document belongs to
+exactly one task whatever the split size.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterable, Iterator
+
+from common.params import Configurable
+from common.readers.content import read_task_bytes, task_content
+from common.readers.scanning import ReadAt
+from common.tasks import InputFile, Task, plan_tasks
+
+
+@dataclass
+class Document:
+    """One parsed document: its paragraphs (lines), where it started, and
+    its id when the input names one."""
+
+    offset: int
+    lines: list[str]
+    id: str = ""
+
+
+@dataclass
+class ParseReport:
+    """Documents that could not be used, by reason."""
+
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + count
+
+
+def decode_utf8(raw: bytes, report: ParseReport) -> str | None:
+    """A document's text, or None (counted) when it holds NUL bytes or invalid UTF-8."""
+    if b"\x00" in raw:
+        report.skip("binary")
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        report.skip("invalid_utf8")
+        return None
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """A reader without options."""
+
+
+class Reader(Configurable, abc.ABC):
+    """An input format."""
+
+    Params = NoParams
+    #: The segmenter ``--segmenter auto`` picks: "line" when lines already are sentences.
+    default_segmenter: ClassVar[str] = "blingfire"
+    #: Detection order for ``--format auto``: higher is tried first.
+    detect_priority: ClassVar[int] = 0
+
+    def __init__(self, params=None):
+        self.params = params if params is not None else self.Params()
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        """Whether a file starting with ``head`` looks like this format."""
+        return False
+
+    def check_inputs(self, storage, files: list[InputFile]) -> None:
+        """ValueError with a one-line reason when the inputs cannot be read as
+        this format with these parameters (checked before any work)."""
+
+    @abc.abstractmethod
+    def plan(self, files: Iterable[InputFile], task_size: int, storage) -> Iterator[Task]:
+        """The corpus's tasks, from file sizes (or metadata) only."""
+
+    @abc.abstractmethod
+    def read(self, storage, task: Task) -> bytes:
+        """What a task needs from storage (shipped as is to workers that cannot read it)."""
+
+    @abc.abstractmethod
+    def documents(self, task: Task, payload: bytes, report: ParseReport) -> Iterator[Document]:
+        """The task's documents from its payload."""
+
+
+class ByteRangeReader(Reader):
+    """A line-oriented format: tasks are byte ranges widened to document boundaries."""
+
+    def plan(self, files: Iterable[InputFile], task_size: int, storage) -> Iterator[Task]:
+        return plan_tasks(files, task_size)
+
+    def read(self, storage, task: Task) -> bytes:
+        return read_task_bytes(storage, task, self.boundary_at_or_after)
+
+    def documents(self, task: Task, payload: bytes, report: ParseReport) -> Iterator[Document]:
+        return self.parse(task_content(task, payload), 0, report)
+
+    @abc.abstractmethod
+    def boundary_at_or_after(self, read_at: ReadAt, pos: int, size: int) -> int:
+        """The first document boundary at or after ``pos`` (``size`` if none);
+        0 always is one.  A document never spans a boundary."""
+
+    @abc.abstractmethod
+    def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
+        """Documents of bytes that start at a boundary."""

@@ -1,0 +1,63 @@
+"""WikiExtractor's ``--json`` output: one object per line with ``text``
+(and ``id``); every line starts a document."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8
+from common.readers.scanning import ReadAt, first_line_start_at_or_after
+
+
+class WikiExtractorJsonReader(ByteRangeReader):
+    name = "json"
+    detect_priority = 10
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        stripped = head.lstrip()
+        if not stripped.startswith(b"{"):
+            return False
+        try:
+            obj = json.loads(stripped.split(b"\n", 1)[0])
+        except ValueError:
+            return False
+        return isinstance(obj, dict) and "text" in obj
+
+    def boundary_at_or_after(self, read_at: ReadAt, pos: int, size: int) -> int:
+        """Every line start is a boundary."""
+        if pos <= 0:
+            return 0
+        if pos >= size:
+            return size
+        line_start = first_line_start_at_or_after(read_at, pos)
+        return size if line_start is None or line_start >= size else line_start
+
+    def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
+        offset = 0
+        for raw in data.split(b"\n"):
+            line_offset = offset
+            offset += len(raw) + 1
+            if not raw.strip():
+                continue
+            text = decode_utf8(raw, report)
+            if text is None:
+                continue
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                report.skip("malformed_json")
+                continue
+            body = obj.get("text") if isinstance(obj, dict) else None
+            if not isinstance(body, str):
+                report.skip("json_without_text")
+                continue
+            try:
+                body.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
+                report.skip("invalid_unicode")
+                continue
+            identity = obj.get("id")
+            yield Document(base_offset + line_offset, body.split("\n"),
+                           str(identity) if isinstance(identity, (str, int)) else "")

@@ -1,0 +1,77 @@
+"""The writer interface: one task's records in, one or more files out.
+
+A writer sees the objective's features and its batches, never the objective
+itself; it writes a task's files atomically (each appears under its final
+name only once complete) and reports each file's name, records, sha256 and
+size for the manifest.  The same records always give the same bytes, so a
+task done twice writes the same files.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+from common.objectives.base import Batch, Feature
+from common.params import Configurable
+
+
+@dataclass
+class ShardFile:
+    """One written file, as the manifest lists it (name relative to the output root)."""
+
+    name: str
+    records: int
+    sha256: str
+    bytes: int
+
+
+class TaskOutput(abc.ABC):
+    """The files of one task being written: nothing is visible before commit()."""
+
+    @abc.abstractmethod
+    def write(self, batch: Batch) -> None: ...
+
+    @abc.abstractmethod
+    def commit(self) -> list[ShardFile]:
+        """Make every file visible; what to acknowledge."""
+
+    @abc.abstractmethod
+    def abort(self) -> None:
+        """Remove whatever was written (an error: the task will be done again)."""
+
+
+class Writer(Configurable, abc.ABC):
+    """An output format."""
+
+    #: Endings of the files it writes (for mlm-verify and readers of an output).
+    suffixes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, params, features: list[Feature]):
+        self.params = params
+        self.features = features
+
+    @classmethod
+    def check_features(cls, params, features: list[Feature]) -> None:
+        """ValueError with a one-line reason when the format cannot hold these features."""
+
+    @abc.abstractmethod
+    def open(self, output, stem: str) -> TaskOutput:
+        """Start a task's files, named from ``stem`` (``part-<task id>``), in ``output`` (a Storage)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def count_records(cls, name: str, data: bytes) -> int:
+        """Records in a file this writer wrote, checking its framing; ValueError if it is corrupt."""
+
+    @contextlib.contextmanager
+    def writing(self, output, stem: str):
+        """``open`` as a context: aborted unless committed."""
+        task_output = self.open(output, stem)
+        try:
+            yield task_output
+        except BaseException:
+            task_output.abort()
+            raise
