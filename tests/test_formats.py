@@ -24,10 +24,10 @@ def make_corpus(fmt, rng: random.Random, documents: int = 25) -> tuple[bytes, li
     parts = []
     for i in range(documents):
         paragraphs = [" ".join(f"w{i}x{j}y{k}" for k in range(rng.randint(1, 30))) for j in range(rng.randint(1, 6))]
-        if fmt is WIKI_READER:
+        if fmt.name == "wikiextractor":
             parts.append(wiki_doc(i, paragraphs))
             expected.append(paragraphs)
-        elif fmt is JSON_READER:
+        elif fmt.name == "json":
             parts.append(json.dumps({"id": str(i), "title": f"T{i}", "text": "\n".join(paragraphs)}) + "\n")
             expected.append(paragraphs)
         else:
