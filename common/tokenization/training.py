@@ -17,7 +17,9 @@ corpora in languages those tokenizers do not cover.
   [SEP]`` post-processor.
 
 ``--do-lower-case`` lower-cases for every family (and strips accents for
-WordPiece, as BERT's uncased models).  The special tokens are declared
+WordPiece, as BERT's uncased models); by default on for wordpiece and
+unigram (BERT uncased, ALBERT), off for bpe (RoBERTa is cased, and a BPE
+without a normalizer gets the fast exact encoder, common/tokenization/fast_bpe.py).  The special tokens are declared
 special and named by the post-processor, so ``--tokenizer`` finds their
 roles without flags.
 """
@@ -107,12 +109,15 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.option("--model", show_envvar=True, type=click.Choice(MODELS), default="wordpiece",
               help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE) or unigram (ALBERT's SentencePiece-like Unigram).")
 @click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
-@click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=True)
+@click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
+              help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
               envvar="MLM_VOCAB_FORMAT")
-def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool, corpus_format: str) -> None:
+def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None, corpus_format: str) -> None:
     """Train a tokenizer on a corpus: a BERT WordPiece vocab.txt (use it with
     --vocab-file), or a BPE / Unigram tokenizer.json (use it with --tokenizer)."""
+    if do_lower_case is None:
+        do_lower_case = model != "bpe"
     lines = corpus_lines(data, corpus_format)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     if model == "wordpiece":

@@ -106,8 +106,9 @@ class Vocabulary:
     given_roles: dict[str, str] = field(default_factory=dict)
     #: The tokenizer text is encoded with (:func:`text_safe_spec`).
     text_tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
-    #: nanotoken with exactly HF's ids (common/fast_wordpiece.py), made on
-    #: first use; None when it cannot reproduce this tokenizer (HF is used).
+    #: nanotoken (WordPiece) or kitoken (byte-level BPE) with exactly HF's ids
+    #: (fast_wordpiece.py, fast_bpe.py), made on first use; None when neither
+    #: reproduces this tokenizer (HF is used).
     _fast: object = field(default=None, init=False, repr=False, compare=False)
     _fast_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -174,8 +175,13 @@ class Vocabulary:
     def _fast_encoder(self):
         if not self._fast_checked:
             self._fast_checked = True
-            if os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
+            kind = type(self.tokenizer.model).__name__
+            if kind == "WordPiece" and os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
                 from common.tokenization.fast_wordpiece import make_fast_encoder
+
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+            elif kind == "BPE" and os.environ.get("MLM_FAST_BPE", "1") != "0":
+                from common.tokenization.fast_bpe import make_fast_encoder
 
                 self._fast = make_fast_encoder(self.text_tokenizer.to_str())
         return self._fast
@@ -184,8 +190,9 @@ class Vocabulary:
         """Token ids of many texts as one flat int32 array plus lengths, no
         special token added and none taken from the text.
 
-        nanotoken when it reproduces this tokenizer exactly (checked against
-        HF when first made; MLM_FAST_WORDPIECE=0 turns it off), HF otherwise.
+        nanotoken / kitoken when they reproduce this tokenizer exactly
+        (checked against HF when first made; MLM_FAST_WORDPIECE=0 /
+        MLM_FAST_BPE=0 turn them off), HF otherwise.
         """
         fast = self._fast_encoder()
         if fast is not None:
