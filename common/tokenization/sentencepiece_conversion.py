@@ -26,7 +26,8 @@ What the JSON does, field by field of the proto:
   sentencepiece never matches them in text; neither does the pipeline
   (common/tokenization/vocabulary.py keeps special tokens out of text).
 * normalizer_spec: ``precompiled_charsmap`` -> Precompiled;
-  ``remove_extra_whitespaces`` -> Strip + collapse runs of spaces;
+  ``remove_extra_whitespaces`` -> strip and collapse runs of spaces (the
+  space only, as sentencepiece);
   ``add_dummy_prefix`` -> Metaspace(prepend_scheme "always"), else "never";
   ``split_by_whitespace`` -> Metaspace(split).
 
@@ -178,7 +179,9 @@ def convert(data: bytes, *, lowercase: bool = False, keep_accents: bool = True) 
         steps.append({"type": "Precompiled",
                       "precompiled_charsmap": base64.b64encode(spec["precompiled_charsmap"]).decode()})
     if spec["remove_extra_whitespaces"]:
-        steps += [{"type": "Strip", "strip_left": True, "strip_right": True},
+        # sentencepiece strips and collapses the space only (other whitespace is the charsmap's business);
+        # tokenizers' Strip would strip every Unicode whitespace.
+        steps += [{"type": "Replace", "pattern": {"Regex": "^ +| +$"}, "content": ""},
                   {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]
     names = {piece for piece, _, kind in pieces if kind in (CONTROL, UNKNOWN)}
     post = None
