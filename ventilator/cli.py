@@ -119,8 +119,9 @@ def _size(_ctx, _param, value):
 @component_options
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
          segmenter, vocab_file, tokenizer, cls_token, sep_token, mask_token, pad_token, unk_token, do_lower_case,
-         task_size, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port,
-         sink_metrics_port, progress, verbose, **component_params) -> None:
+         task_size, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds, max_attempts, report_seconds,
+         state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port, progress, verbose,
+         **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and

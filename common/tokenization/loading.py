@@ -39,7 +39,8 @@ def bert_tokenizer_from_vocab(vocab_file: str, do_lower_case: bool = True) -> To
         raise TokenizerError(f"{vocab_file}: empty vocabulary")
     if "[UNK]" not in vocab:
         raise TokenizerError(f"{vocab_file}: vocabulary lacks [UNK] (WordPiece needs an unknown token)")
-    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=BERT_MAX_INPUT_CHARS_PER_WORD))
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]",
+                                           max_input_chars_per_word=BERT_MAX_INPUT_CHARS_PER_WORD))
     tokenizer.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -119,6 +120,9 @@ def load_tokenizer(vocab_file: str | None = None, tokenizer_file: str | None = N
 
             if path.endswith(".model") or looks_like_sentencepiece(head):
                 return sentencepiece_tokenizer(path)
+            if path.endswith(".txt"):
+                raise TokenizerError(f"--tokenizer {path}: not a tokenizers JSON (a BERT vocab.txt goes with "
+                                     "--vocab-file)")
         return _from_json_file(path)
     if vocab_file:
         if not os.path.exists(vocab_file):

@@ -113,7 +113,8 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
               help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
               envvar="MLM_VOCAB_FORMAT")
-def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None, corpus_format: str) -> None:
+def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None,
+         corpus_format: str) -> None:
     """Train a tokenizer on a corpus: a BERT WordPiece vocab.txt (use it with
     --vocab-file), or a BPE / Unigram tokenizer.json (use it with --tokenizer)."""
     if do_lower_case is None:
