@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from common.config import JobConfig
-from common.objectives.bert import BertParams, build_batch, plan_instances
+from common.objectives.base import derive_seed
+from common.objectives.bert import BertObjective, BertParams, build_batch, lay_out_pairs, plan_instances
 from common.params import Component
 from common.readers import ParseReport
 from common.sentences import split_segments
@@ -91,10 +92,25 @@ def test_whole_word_masking_takes_whole_words(family):
         assert np.array_equal(documents.word_starts, oracle)
     word_of = np.cumsum(oracle) - 1
 
-    params = BertParams(max_seq_length=64, max_predictions_per_seq=30, masked_lm_prob=0.3, do_whole_word_mask=True)
-    plan = plan_instances(documents, params, random.Random(3))
-    batch = build_batch(documents.tokens, plan, params, vocabulary.special, np.random.default_rng(3),
-                        word_starts=documents.word_starts)
+    # The objective's own batches; its plan is rebuilt from the same seeds to map positions back to tokens.
+    params = BertParams(max_seq_length=64, max_predictions_per_seq=30, masked_lm_prob=0.3, do_whole_word_mask=True,
+                        dupe_factor=1)
+    objective = BertObjective(params, vocabulary.special)
+    (batch,) = list(objective.batches(documents, task.key, 0))
+    plan = plan_instances(documents, params, random.Random(derive_seed(params.random_seed, task.key, 0, "plan")))
+    mask_rng = np.random.default_rng(derive_seed(params.random_seed, task.key, 0, "mask"))
+    plan = plan.take(mask_rng.permutation(len(plan)))
+    # The objective groups pieces by the documents' word starts (not only the per-id table) ...
+    expected = build_batch(documents.tokens, plan, params, vocabulary.special, mask_rng, documents.word_starts)
+    assert all(np.array_equal(batch.columns[k], expected.columns[k]) for k in expected.columns)
+    # ... which are exactly the oracle's words, cut at the instance's edges.
+    layout = lay_out_pairs(documents.tokens, plan, params.max_seq_length, vocabulary.special, documents.word_starts)
+    if layout.word_start is not None:
+        for r in range(len(plan)):
+            a, a_len, b, b_len = (int(x[r]) for x in (plan.a_start, plan.a_length, plan.b_start, plan.b_length))
+            want = np.concatenate([[True], oracle[a + 1:a + a_len], [True], oracle[b + 1:b + b_len]])
+            got = layout.word_start[r][layout.candidates[r]]
+            assert np.array_equal(got, want), f"row {r}: word starts differ from the tokenizer's words"
     multi_piece = 0
     for r in range(len(plan)):
         a, a_len, b, b_len = (int(x[r]) for x in (plan.a_start, plan.a_length, plan.b_start, plan.b_length))
