@@ -56,3 +56,24 @@ def test_family_end_to_end(tmp_path, family):
                         assert after in masked, f"{family}: a word's next piece is left unmasked"
                     if continues[original[p]] and original[p - 1] not in roles:
                         assert p - 1 in masked, f"{family}: a word's first piece is left unmasked"
+
+
+@pytest.mark.parametrize("flags,expected", [
+    ([], "the bert objective needs the tokenizer's mask token(s); this tokenizer has none (name them with "
+         "--mask-token)"),
+    (["--mask-token", "<nope>"], "tokenizer: the mask token '<nope>' is not in the tokenizer's vocabulary"),
+])
+def test_a_tokenizer_without_a_mask_is_refused_in_one_line(tmp_path, flags, expected):
+    import json
+
+    need_shared()
+    spec = json.loads(vocabulary_of("bpe").tokenizer.to_str())
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] != "<mask>"]
+    spec["model"]["vocab"]["<masque>"] = spec["model"]["vocab"].pop("<mask>")
+    path = tmp_path / "no-mask.json"
+    path.write_text(json.dumps(spec))
+    result = run_ventilator(WIKI / "AA", tmp_path / "out", "--tokenizer", path, "--workers", "1", *flags, timeout=120)
+    assert result.returncode == 1
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("ventilator: error:") and expected in last_line, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "out" / "manifest.jsonl").exists()
