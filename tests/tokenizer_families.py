@@ -15,8 +15,10 @@ Training is sized to take a few seconds; each is built once per session.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import io
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -43,7 +45,10 @@ def corpus_lines() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _directory() -> Path:
-    return Path(tempfile.mkdtemp(prefix="mlm-tokenizers-"))
+    """One directory per test process, removed when it exits."""
+    path = Path(tempfile.mkdtemp(prefix="mlm-tokenizers-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def train_sentencepiece(lines, vocab_size: int = 2000, model_type: str = "unigram") -> bytes:
