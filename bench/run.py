@@ -170,7 +170,22 @@ def _rows() -> list[Row]:
             needs=("nanotoken",)),
         Row("cand_nanotoken_warm", "Tokenizer candidate nanotoken, warm cache: MB per CPU-s", "{:.1f}",
             needs=("nanotoken",)),
-        Row("cand_kitoken", "Tokenizer candidate kitoken (not exact): MB per CPU-s", "{:.1f}", needs=("kitoken",)),
+        Row("cand_kitoken", "Tokenizer candidate kitoken on WordPiece (not exact): MB per CPU-s", "{:.1f}",
+            needs=("kitoken",)),
+        # Tokenizer families (docs/tokenizers.md): Vocabulary.encode_many alone, the worker's tokenize step.
+        Row("fam_wordpiece", "Tokenizer family WordPiece (bert-base-uncased, nanotoken): MB per CPU-s", "{:.1f}"),
+        Row("fam_bpe_hf", "Tokenizer family byte-level BPE (RoBERTa-style, trained here), HF tokenizers: MB per CPU-s",
+            "{:.1f}"),
+        Row("fam_bpe", "Tokenizer family byte-level BPE, as the worker runs it (kitoken where exact): MB per CPU-s",
+            "{:.1f}"),
+        Row("fam_bpe_ratio", "Tokenizer family byte-level BPE: worker's encoder / HF tokenizers (same run)",
+            "{:.1f}×"),
+        Row("fam_unigram", "Tokenizer family Unigram (ALBERT-style tokenizer.json, trained here), HF: MB per CPU-s",
+            "{:.1f}"),
+        Row("fam_spm", "Tokenizer family SentencePiece .model (converted, trained here), HF: MB per CPU-s", "{:.1f}",
+            needs=("sentencepiece",)),
+        Row("fam_spm_native", "Candidate: the sentencepiece package itself on that .model (exact on the corpus; not "
+            "used, workers get JSON): MB per CPU-s", "{:.1f}", needs=("sentencepiece",)),
     ]
     return rows
 
@@ -497,6 +512,59 @@ def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
             kitoken(segments)
             res.add("cand_kitoken", megabytes / (time.process_time() - cpu))
     res.notes["cand_hf"] = f" ({megabytes:.1f} MB of segment text)"
+    family_rows(s, res, segments, megabytes, vocabulary)
+
+
+def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float, wordpiece) -> None:
+    """Each tokenizer family's encode_many alone on the same segments (tokenizers trained on them first)."""
+    from bench import extras
+    from common.tokenization import Vocabulary
+    from common.tokenization.training import train_bpe, train_unigram
+
+    lines = segments[:2000] if s.quick else segments
+    size = 1000 if s.quick else 8000
+    log(f"extras: training a BPE and a Unigram tokenizer of {size} pieces for the family rows")
+    bpe = Vocabulary.from_tokenizer(train_bpe(lines, size, do_lower_case=False))
+    unigram = Vocabulary.from_tokenizer(train_unigram(lines[:4000], size, do_lower_case=True))
+    spm_model = spm = None
+    if extras.installed("sentencepiece"):
+        import io
+
+        import sentencepiece
+
+        from common.tokenization.sentencepiece_conversion import convert
+        from tokenizers import Tokenizer
+
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines[:4000]), model_writer=model, vocab_size=size, model_type="unigram",
+            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols="[CLS],[SEP],[MASK]", minloglevel=2,
+            num_threads=1)
+        spm = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue(), num_threads=1)
+        spm_model = Vocabulary.from_tokenizer(Tokenizer.from_str(convert(model.getvalue())))
+
+    for vocabulary in (wordpiece, bpe, unigram, spm_model):
+        if vocabulary is not None:
+            vocabulary._fast_encoder()  # made (and checked against HF) once per worker, not per task: not timed
+
+    def rate(encode) -> float:
+        cpu = time.process_time()
+        encode(segments)
+        return megabytes / (time.process_time() - cpu)
+
+    for repeat in range(s.repeats):
+        log(f"extras: tokenizer families, repeat {repeat + 1}/{s.repeats}")
+        res.add("fam_wordpiece", rate(wordpiece.encode_many))
+        hf = rate(lambda texts: bpe._encode_hf(texts, with_words=False))
+        worker = rate(bpe.encode_many)
+        res.add("fam_bpe_hf", hf)
+        res.add("fam_bpe", worker)
+        res.add("fam_bpe_ratio", worker / hf)
+        res.add("fam_unigram", rate(unigram.encode_many))
+        if spm_model is not None:
+            res.add("fam_spm", rate(spm_model.encode_many))
+            res.add("fam_spm_native", rate(lambda texts: spm.encode(texts, num_threads=1)))
+    res.notes["fam_bpe"] = " (kitoken)" if bpe._fast_encoder() is not None else " (HF: kitoken not exact here)"
 
 
 SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section, "sink": sink_section,

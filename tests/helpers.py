@@ -58,7 +58,7 @@ def shard_digests(output: Path) -> dict[str, str]:
 
 
 def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 128, max_predictions: int = 20,
-                 compression: str = "", cls_id: int = 101, sep_id: int = 102) -> dict:
+                 compression: str = "", cls_id: int = 101, sep_id: int = 102, pad_id: int = 0) -> dict:
     """Read every shard with TensorFlow and check BERT's invariants record by
     record; returns totals for further checks."""
     from tests.tf_reader import read_examples
@@ -79,7 +79,7 @@ def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 12
             ids, mask, segments = ex["input_ids"], ex["input_mask"], ex["segment_ids"]
             length = int(mask.sum())
             assert (mask[:length] == 1).all() and (mask[length:] == 0).all()
-            assert ids[0] == cls_id and ids[length - 1] == sep_id and (ids[length:] == 0).all()
+            assert ids[0] == cls_id and ids[length - 1] == sep_id and (ids[length:] == pad_id).all()
             assert (ids >= 0).all() and (ids < vocab_size).all()
             first_b = int(np.argmax(segments)) if segments.any() else length
             assert ids[first_b - 1] == sep_id and (segments[first_b:length] == 1).all()

@@ -231,8 +231,9 @@ def test_every_bert_normalizer_setting(clean_text, handle_chinese_chars, strip_a
 
 def test_transformers_style_tokenizer_json():
     """A model directory's tokenizer.json: special tokens as added tokens (so
-    "[MASK]" in text is the special token, for HF and for us), a post-processor,
-    strip_accents null, HF's default max_input_chars_per_word of 100."""
+    "[MASK]" in text is the special token for HF; not for Vocabulary, which
+    encodes with them out of the way), a post-processor, strip_accents null,
+    HF's default max_input_chars_per_word of 100."""
     pytest.importorskip("nanotoken", reason="the fast encoder needs nanotoken (pip install nanotoken)")
     spec = json.loads(small_vocab_json(strip_accents=None))
     vocab = spec["model"]["vocab"]
@@ -253,6 +254,8 @@ def test_transformers_style_tokenizer_json():
     assert_identical(vocabulary, encoder, ADVERSARIAL)
     ids, _ = encoder(["a [MASK] b", "a" * 101])
     assert vocab["[MASK]"] in ids.tolist() and ids.tolist()[-1] == vocab["[UNK]"]
+    ours = vocabulary.encode_many(["a [MASK] b", "a" * 101])[0].tolist()
+    assert vocab["[MASK]"] not in ours and ours[-1] == vocab["[UNK]"] and vocabulary._fast_encoder() is not None
 
 
 @pytest.mark.parametrize("change,reason", [

@@ -13,9 +13,17 @@ def write_vocab(path, tokens):
 
 
 def test_missing_special_tokens_are_named(tmp_path):
+    """Loading does not decide: the objective refuses a tokenizer lacking a token it writes."""
+    from common.objectives.bert import BertObjective
+
     vocab = write_vocab(tmp_path / "vocab.txt", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "##s"])
-    with pytest.raises(TokenizerError, match=r"lacks \[MASK\]"):
-        Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab))
+    vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab))
+    assert vocabulary.mask_id is None and vocabulary.cls_id == 2
+    with pytest.raises(ValueError, match=r"needs the tokenizer's mask token.*--mask-token"):
+        BertObjective.check_vocabulary(vocabulary.special)
+    named = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab), {"mask": "##s"})
+    BertObjective.check_vocabulary(named.special)
+    assert named.mask_id == 5 and Vocabulary.from_json(named.to_json()).mask_id == 5
 
 
 def test_missing_vocab_file_is_a_clear_error(tmp_path):
@@ -59,8 +67,9 @@ def test_tokenizer_json_and_model_directory(tmp_path):
     assert Vocabulary.from_json(from_json.to_json()).encode_many(["hello"])[0].tolist() == [5]
 
 
-def test_not_wordpiece_is_refused():
+def test_bpe_is_accepted_with_its_roles_by_name():
     from tokenizers import Tokenizer, models
     tokenizer = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(SPECIALS + ["a"])}, merges=[]))
-    with pytest.raises(TokenizerError, match="continuation prefix"):
-        Vocabulary.from_tokenizer(tokenizer)
+    vocabulary = Vocabulary.from_tokenizer(tokenizer)
+    assert (vocabulary.pad_id, vocabulary.unk_id, vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id) == (0, 1, 2, 3, 4)
+    assert vocabulary.boundaries.kind == "word-ids"  # no pre-tokenizer marker: words from HF's word ids

@@ -76,7 +76,18 @@ def _size(_ctx, _param, value):
 @click.option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="BERT vocab.txt (e.g. bert-base-uncased's). Or use --tokenizer.")
 @click.option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
-              help="A tokenizers tokenizer.json, or a local Hugging Face model directory.")
+              help="A tokenizers JSON (WordPiece, BPE or Unigram model), a SentencePiece .model, or a local Hugging "
+                   "Face model directory (tokenizer.json, vocab.txt or a .model in it).")
+@click.option("--cls-token", default=None, show_envvar=True,
+              help="The classifier token ([CLS], <s>) where the tokenizer does not say.  [default: the tokenizer's]")
+@click.option("--sep-token", default=None, show_envvar=True,
+              help="The separator token ([SEP], </s>) where the tokenizer does not say.  [default: the tokenizer's]")
+@click.option("--mask-token", default=None, show_envvar=True,
+              help="The mask token ([MASK], <mask>) where the tokenizer does not say.  [default: the tokenizer's]")
+@click.option("--pad-token", default=None, show_envvar=True,
+              help="The padding token ([PAD], <pad>) where the tokenizer does not say.  [default: the tokenizer's]")
+@click.option("--unk-token", default=None, show_envvar=True,
+              help="The unknown token ([UNK], <unk>) where the tokenizer does not say.  [default: the tokenizer's]")
 @click.option("--do-lower-case/--no-do-lower-case", default=True, show_envvar=True,
               help="Lower-case and strip accents (uncased models). Applies to --vocab-file.")
 @click.option("--task-size", default="8M", callback=_size, show_envvar=True,
@@ -107,9 +118,10 @@ def _size(_ctx, _param, value):
 @click.option("-v", "--verbose", count=True, help="More logging.")
 @component_options
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
-         segmenter, vocab_file, tokenizer, do_lower_case, task_size, shared_fs, s3_endpoint_url, lease_seconds,
-         heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port,
-         sink_metrics_port, progress, verbose, **component_params) -> None:
+         segmenter, vocab_file, tokenizer, cls_token, sep_token, mask_token, pad_token, unk_token, do_lower_case,
+         task_size, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds, max_attempts, report_seconds,
+         state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port, progress, verbose,
+         **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -123,6 +135,8 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     logs.configure(verbose)
     options = JobOptions(
         data=data, output=output, vocab_file=vocab_file, tokenizer=tokenizer, do_lower_case=do_lower_case,
+        special_tokens={role: token for role, token in (("cls", cls_token), ("sep", sep_token), ("mask", mask_token),
+                                                        ("pad", pad_token), ("unk", unk_token)) if token},
         corpus_format=corpus_format, segmenter=segmenter, objective=objective, output_format=output_format,
         params={name: value for name, value in component_params.items() if value is not None},
         task_size=task_size, shared_fs=shared_fs,

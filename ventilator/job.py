@@ -21,7 +21,7 @@ from common.readers.content import decompress
 from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
 from common.tasks import InputFile, Task, compression_of
-from common.tokenization import TokenizerError, Vocabulary, load_tokenizer
+from common.tokenization import TokenizerError, load_vocabulary
 from common.writers import writer_named
 
 log = logging.getLogger("ventilator")
@@ -38,6 +38,8 @@ class JobOptions:
     vocab_file: str | None = None
     tokenizer: str | None = None
     do_lower_case: bool = True
+    #: Special tokens named by role (cls, sep, mask, pad, unk) where the tokenizer does not say (--mask-token ...).
+    special_tokens: dict[str, str] = field(default_factory=dict)
     corpus_format: str = "auto"
     segmenter: str = "auto"
     objective: str = "bert"
@@ -123,9 +125,11 @@ def prepare_job(options: JobOptions) -> Job:
         raise JobError(str(error)) from None
 
     try:
-        vocabulary = Vocabulary.from_tokenizer(load_tokenizer(options.vocab_file, options.tokenizer, options.do_lower_case))
+        vocabulary = load_vocabulary(options.vocab_file, options.tokenizer, options.do_lower_case,
+                                     options.special_tokens)
     except TokenizerError as error:
         raise JobError(f"tokenizer: {error}") from None
+    log.info("tokenizer: %s", vocabulary.describe())
 
     storage = open_storage(options.data, options.s3_endpoint_url)
     try:

@@ -85,8 +85,9 @@ class TaskProcessor:
             segmented = [split_segments(document.lines, self.segmenter) for document in documents]
         with stats.stage("tokenize"):
             flat_texts = [segment for segments in segmented for segment in segments]
-            ids, lengths = self.vocabulary.encode_many(flat_texts)
-            tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented])
+            ids, lengths, word_starts = self.vocabulary.encode_with_word_starts(flat_texts)
+            tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
+                                                                   word_starts)
         if unusable:
             report.skip("no_usable_sentence", unusable)
         stats.skipped = report.skipped

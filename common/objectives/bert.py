@@ -200,9 +200,13 @@ class PairLayout:
     input_mask: np.ndarray  # int32
     segment_ids: np.ndarray  # int32
     sequence_length: np.ndarray  # (n,) int32
+    #: Bool per position: a candidate that begins a word, from the documents'
+    #: per-token word starts (None: use ``SpecialIds.starts_word`` per id).
+    word_start: np.ndarray | None = None
 
 
-def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, special: SpecialIds) -> PairLayout:
+def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, special: SpecialIds,
+                  word_starts: np.ndarray | None = None) -> PairLayout:
     positions = np.arange(max_seq_length, dtype=np.int32)
     rows_index = np.arange(len(plan))
     # Per-row scalars as (n, 1) columns, broadcast against the positions.
@@ -223,7 +227,12 @@ def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, s
 
     input_mask = (positions < sequence_length).astype(np.int32)
     segment_ids = ((positions >= b_first) & (positions < sequence_length)).astype(np.int32)
-    return PairLayout(original, candidates, input_mask, segment_ids, sequence_length[:, 0])
+    word_start = None
+    if word_starts is not None:
+        # A and B each open with a word (a truncated word counts as one): no word crosses [SEP].
+        opens = (positions == 1) | (positions == b_first)
+        word_start = candidates & ((word_starts[source] if len(word_starts) else False) | opens)
+    return PairLayout(original, candidates, input_mask, segment_ids, sequence_length[:, 0], word_start)
 
 
 def select_masked(layout: PairLayout, masked_lm_prob: float, max_predictions: int, whole_word: bool,
@@ -233,6 +242,8 @@ def select_masked(layout: PairLayout, masked_lm_prob: float, max_predictions: in
     the last word of A ([SEP] is not a candidate)."""
     budget = num_to_predict(layout.sequence_length, masked_lm_prob, max_predictions)
     if whole_word:
+        if layout.word_start is not None:
+            return select_whole_words(layout.candidates, layout.word_start, budget, rng)
         starts_word = special.starts_word[np.clip(layout.original, 0, len(special.starts_word) - 1)]
         return select_whole_words(layout.candidates, starts_word, budget, rng)
     return select_tokens(layout.candidates, budget, rng)
@@ -246,9 +257,9 @@ BERT_FEATURES = [
 
 
 def build_batch(tokens: np.ndarray, plan: InstancePlan, params: BertParams, special: SpecialIds,
-                rng: np.random.Generator) -> Batch:
+                rng: np.random.Generator, word_starts: np.ndarray | None = None) -> Batch:
     """run_pretraining.py's features for every planned instance, masked."""
-    layout = lay_out_pairs(tokens, plan, params.max_seq_length, special)
+    layout = lay_out_pairs(tokens, plan, params.max_seq_length, special, word_starts)
     selected = select_masked(layout, params.masked_lm_prob, params.max_predictions_per_seq,
                              params.do_whole_word_mask, special, rng)
     masked = apply_masks(layout.original, selected, params.max_predictions_per_seq, special.mask, special.vocab_size,
@@ -291,4 +302,5 @@ class BertObjective(Objective):
         plan = plan.take(mask_rng.permutation(len(plan)))  # BERT shuffles its instances
         for start in range(0, len(plan), BATCH_INSTANCES):
             part = plan.take(np.arange(start, min(start + BATCH_INSTANCES, len(plan))))
-            yield build_batch(documents.tokens, part, params, special=self.special, rng=mask_rng)
+            yield build_batch(documents.tokens, part, params, special=self.special, rng=mask_rng,
+                              word_starts=documents.word_starts)

@@ -15,11 +15,17 @@ class TokenizedDocuments:
     document ``d`` is segments ``document_offsets[d]`` to
     ``document_offsets[d + 1]``.  Every document has at least one segment and
     every segment at least one token.
+
+    ``word_starts`` (bool per token, or None) says which tokens begin a word
+    when the tokenizer's per-id table is not enough (byte-level BPE,
+    SentencePiece, pre-tokenizer words: common/tokenization/word_boundaries.py);
+    None for WordPiece, whose ``SpecialIds.starts_word`` is exact.
     """
 
     tokens: np.ndarray  # int32
     segment_offsets: list[int]
     document_offsets: list[int]
+    word_starts: np.ndarray | None = None
 
     @property
     def num_documents(self) -> int:
@@ -45,8 +51,8 @@ class TokenizedDocuments:
         return cls(np.asarray(tokens, dtype=np.int32), segment_offsets, document_offsets)
 
     @classmethod
-    def from_segments(cls, tokens: np.ndarray, segment_lengths: np.ndarray,
-                      segments_per_document: np.ndarray) -> tuple["TokenizedDocuments", int]:
+    def from_segments(cls, tokens: np.ndarray, segment_lengths: np.ndarray, segments_per_document: np.ndarray,
+                      word_starts: np.ndarray | None = None) -> tuple["TokenizedDocuments", int]:
         """From a tokenizer's flat output: drops segments without a token and
         then documents without a segment; returns how many documents were dropped."""
         segment_lengths = np.asarray(segment_lengths, dtype=np.int64)
@@ -57,5 +63,5 @@ class TokenizedDocuments:
         usable = kept_per_document[kept_per_document > 0]
         segment_offsets = np.concatenate([[0], np.cumsum(segment_lengths[kept])])
         document_offsets = np.concatenate([[0], np.cumsum(usable)])
-        documents = cls(tokens, segment_offsets.tolist(), document_offsets.tolist())
+        documents = cls(tokens, segment_offsets.tolist(), document_offsets.tolist(), word_starts)
         return documents, len(segments_per_document) - len(usable)

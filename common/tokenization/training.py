@@ -1,8 +1,27 @@
-"""``mlm-train-vocab``: a BERT WordPiece vocabulary from a corpus, no download.
+"""``mlm-train-vocab``: a tokenizer of each family from a corpus, no download.
 
-Real pretraining uses the model's own vocabulary (bert-base-uncased's
-vocab.txt); this is for trying the pipeline on a machine with nothing
-downloaded, and for corpora in languages BERT's vocabulary does not cover.
+Real pretraining uses the model's own tokenizer (bert-base-uncased's
+vocab.txt, roberta-base's tokenizer.json, ALBERT's 30k-clean.model); this is
+for trying the pipeline on a machine with nothing downloaded, and for
+corpora in languages those tokenizers do not cover.
+
+* ``--model wordpiece``: BERT's layout, a vocab.txt (``[PAD] [UNK] [CLS]
+  [SEP] [MASK]`` first, ``##`` continuations), read with ``--vocab-file``.
+* ``--model bpe``: RoBERTa's layout, a tokenizer.json: byte-level BPE (``Ġ``
+  marks a word start, no unknown bytes), ``<s> <pad> </s> <unk> <mask>`` as
+  ids 0-4 (RoBERTa puts ``<mask>`` last; first keeps the ids of every
+  special token independent of the vocabulary size), RobertaProcessing.
+* ``--model unigram``: ALBERT's layout, a tokenizer.json: Unigram over
+  Metaspace (``▁`` marks a word start), NFKC, ``<pad> <unk> [CLS] [SEP]
+  [MASK]`` as ids 0-4 as in ALBERT's 30k-clean.model, ``[CLS] $A [SEP] $B
+  [SEP]`` post-processor.
+
+``--do-lower-case`` lower-cases for every family (and strips accents for
+WordPiece, as BERT's uncased models); by default on for wordpiece and
+unigram (BERT uncased, ALBERT), off for bpe (RoBERTa is cased, and a BPE
+without a normalizer gets the fast exact encoder, common/tokenization/fast_bpe.py).  The special tokens are declared
+special and named by the post-processor, so ``--tokenizer`` finds their
+roles without flags.
 """
 
 from __future__ import annotations
@@ -14,7 +33,6 @@ import click
 
 from common.readers import ParseReport, detect, reader_named
 from common.storage import LocalStorage
-from common.tokenization.vocabulary import REQUIRED_SPECIAL_TOKENS
 
 
 def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
@@ -26,6 +44,48 @@ def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
             yield from (line for line in document.lines if line.strip())
 
 
+MODELS = ("wordpiece", "bpe", "unigram")
+BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+UNIGRAM_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_bpe(lines, vocab_size: int, do_lower_case: bool = False):
+    """A RoBERTa-style byte-level BPE tokenizer (see the module doc)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    if do_lower_case:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=BPE_SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", tokenizer.token_to_id("</s>")),
+                                                            ("<s>", tokenizer.token_to_id("<s>")))
+    return tokenizer
+
+
+def train_unigram(lines, vocab_size: int, do_lower_case: bool = True):
+    """An ALBERT-style SentencePiece-like Unigram tokenizer (see the module doc)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.Unigram())
+    steps = [normalizers.NFKC()] + ([normalizers.Lowercase()] if do_lower_case else [])
+    steps += [normalizers.Strip(), normalizers.Replace(Regex(" {2,}"), " ")]
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=UNIGRAM_SPECIALS, unk_token="<unk>",
+                                      show_progress=False)
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tokenizer
+
+
 def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list[str]:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
@@ -34,7 +94,6 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     # BERT's layout: [PAD] first (id 0 pads), then [UNK] [CLS] [SEP] [MASK].
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    assert set(special) == set(REQUIRED_SPECIAL_TOKENS)
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special,
                                         continuing_subword_prefix="##", show_progress=False)
     tokenizer.train_from_iterator(lines, trainer=trainer)
@@ -45,18 +104,32 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.command(context_settings={"auto_envvar_prefix": "MLM_VOCAB", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", show_envvar=True, required=True, type=click.Path(exists=True), help="Corpus directory or file (any supported format).")
-@click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False), help="vocab.txt to write (one token per line).")
+@click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False),
+              help="File to write: vocab.txt (wordpiece, one token per line) or tokenizer.json (bpe, unigram).")
+@click.option("--model", show_envvar=True, type=click.Choice(MODELS), default="wordpiece",
+              help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE) or unigram (ALBERT's SentencePiece-like Unigram).")
 @click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
-@click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=True)
+@click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
+              help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
               envvar="MLM_VOCAB_FORMAT")
-def main(data: str, output: str, vocab_size: int, do_lower_case: bool, corpus_format: str) -> None:
-    """Train a BERT WordPiece vocabulary (vocab.txt) on a corpus."""
-    tokens = train_vocabulary(corpus_lines(data, corpus_format), vocab_size, do_lower_case)
+def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None,
+         corpus_format: str) -> None:
+    """Train a tokenizer on a corpus: a BERT WordPiece vocab.txt (use it with
+    --vocab-file), or a BPE / Unigram tokenizer.json (use it with --tokenizer)."""
+    if do_lower_case is None:
+        do_lower_case = model != "bpe"
+    lines = corpus_lines(data, corpus_format)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(tokens) + "\n")
-    click.echo(f"wrote {len(tokens)} tokens to {output}", err=True)
+    if model == "wordpiece":
+        tokens = train_vocabulary(lines, vocab_size, do_lower_case)
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(tokens) + "\n")
+        click.echo(f"wrote {len(tokens)} tokens to {output}", err=True)
+        return
+    tokenizer = (train_bpe if model == "bpe" else train_unigram)(lines, vocab_size, do_lower_case)
+    tokenizer.save(output)
+    click.echo(f"wrote a {model} tokenizer of {tokenizer.get_vocab_size()} tokens to {output}", err=True)
 
 
 if __name__ == "__main__":

@@ -1,91 +1,58 @@
-"""WordPiece tokenization for BERT instances, on HF ``tokenizers``.
+"""Any encoder's tokenizer (WordPiece, BPE, Unigram) as objectives need it.
 
-The tokenizer is built or loaded once by the ventilator, validated, and
-shipped to workers as ``tokenizers`` JSON (:meth:`Vocabulary.to_json`).
+The tokenizer is loaded once by the ventilator (common/tokenization/loading.py),
+validated, and shipped to workers as ``tokenizers`` JSON
+(:meth:`Vocabulary.to_json`).  A :class:`Vocabulary` adds what objectives
+need: special ids by role (common/tokenization/special_tokens.py), where
+words begin (common/tokenization/word_boundaries.py), and bulk encoding that
+never turns text into a special token.
+
+Special tokens in text: HF ``tokenizers`` splits added special tokens out of
+the text (``"a <mask> b"`` gives the mask id), and a Unigram model matches
+its ``[MASK]`` piece inside text; google-research/bert's vocab.txt path and
+sentencepiece do neither.  So text is encoded with a copy of the tokenizer
+(:func:`text_safe_spec`) whose special added tokens are dropped and whose
+special pieces are renamed to strings no pre-tokenized word can hold (they
+contain a space); ids and scores are unchanged, and a probe at load checks
+that no special token (but the unknown one, which unknown text legitimately
+gives) comes out of text.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per worker process
+from common.tokenization.loading import (BERT_MAX_INPUT_CHARS_PER_WORD, TokenizerError, bert_tokenizer_from_vocab,
+                                         check_model, configured_roles, load_tokenizer)
+from common.tokenization.special_tokens import ROLES, SpecialTokenError, find_roles, special_contents
+from common.tokenization.word_boundaries import (CONTINUATION, START_MARKER, WordBoundaries, detect,
+                                                 marker_word_starts, starts_word_by_id, word_ids_starts)
+from tokenizers import Tokenizer
 
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # noqa: E402
-
-REQUIRED_SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]")
-
-#: google-research/bert's WordpieceTokenizer gives up on words longer than
-#: this (HF's own default is 100): we follow BERT.
-BERT_MAX_INPUT_CHARS_PER_WORD = 200
+__all__ = ["BERT_MAX_INPUT_CHARS_PER_WORD", "SpecialIds", "TokenizerError", "Vocabulary", "bert_tokenizer_from_vocab",
+           "load_tokenizer", "load_vocabulary", "text_safe_spec"]
 
 #: Texts per encode_batch call: bounds the memory of HF's Encoding objects.
 _ENCODE_BATCH = 2048
 
-
-class TokenizerError(ValueError):
-    """The tokenizer cannot be used for BERT instances (reason in the message)."""
-
-
-def bert_tokenizer_from_vocab(vocab_file: str, do_lower_case: bool = True) -> Tokenizer:
-    """The tokenizer google-research/bert's FullTokenizer describes."""
-    vocab: dict[str, int] = {}
-    with open(vocab_file, encoding="utf-8") as handle:
-        for line in handle:
-            token = line.rstrip("\n").strip()
-            if token and token not in vocab:
-                vocab[token] = len(vocab)
-    if not vocab:
-        raise TokenizerError(f"{vocab_file}: empty vocabulary")
-    if "[UNK]" not in vocab:
-        raise TokenizerError(f"{vocab_file}: vocabulary lacks [UNK] (needs {', '.join(REQUIRED_SPECIAL_TOKENS)})")
-    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=BERT_MAX_INPUT_CHARS_PER_WORD))
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    return tokenizer
-
-
-def load_tokenizer(vocab_file: str | None = None, tokenizer_file: str | None = None,
-                   do_lower_case: bool = True) -> Tokenizer:
-    """From a vocab.txt, a tokenizer.json, or a local HF model directory."""
-    if tokenizer_file:
-        path = tokenizer_file
-        if os.path.isdir(path):
-            if os.path.exists(os.path.join(path, "tokenizer.json")):
-                return Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
-            vocab = os.path.join(path, "vocab.txt")
-            if not os.path.exists(vocab):
-                raise TokenizerError(f"{path}: a model directory needs tokenizer.json or vocab.txt")
-            lower = _do_lower_case_of(path, do_lower_case)
-            return bert_tokenizer_from_vocab(vocab, lower)
-        try:
-            return Tokenizer.from_file(path)
-        except Exception as error:  # tokenizers raises a bare Exception
-            raise TokenizerError(f"{path}: not a tokenizers JSON file ({error})") from error
-    if vocab_file:
-        if not os.path.exists(vocab_file):
-            raise TokenizerError(f"--vocab-file {vocab_file}: no such file")
-        return bert_tokenizer_from_vocab(vocab_file, do_lower_case)
-    raise TokenizerError("no tokenizer: pass --vocab-file (a BERT vocab.txt) or --tokenizer (tokenizer.json or a model directory)")
-
-
-def _do_lower_case_of(model_dir: str, default: bool) -> bool:
-    config = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.exists(config):
-        with open(config, encoding="utf-8") as handle:
-            return bool(json.load(handle).get("do_lower_case", default))
-    return default
+#: The key of the JSON shipped to workers when roles were named explicitly
+#: (a plain tokenizers JSON otherwise: tokenizers refuses unknown keys).
+_WRAPPER_KEYS = {"tokenizer", "special_tokens"}
 
 
 @dataclass
 class SpecialIds:
     """What objectives need of a tokenizer: the special tokens' ids by role
     (None when the tokenizer has no such token), the vocabulary's size, and
-    which ids begin a word (for whole-word and n-gram masking)."""
+    which ids begin a word (for whole-word and n-gram masking).  Where the
+    tokenizer's words need more than a per-id table (byte-level BPE,
+    SentencePiece, pre-tokenizer words), TokenizedDocuments also carries
+    per-token ``word_starts``, which take precedence."""
 
     cls: int | None
     sep: int | None
@@ -96,77 +63,189 @@ class SpecialIds:
     starts_word: np.ndarray  # bool per id
 
 
+def text_safe_spec(spec: dict, specials: dict[str, int]) -> dict:
+    """The tokenizer JSON text is encoded with: no special added token, and
+    special pieces of the model renamed out of reach (same ids and scores)."""
+    spec = copy.deepcopy(spec)
+    spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if not t.get("special")]
+    model = spec["model"]
+    vocab = model.get("vocab")
+    taken = set(vocab) if isinstance(vocab, dict) else {piece for piece, _ in vocab}
+
+    def renamed(content: str) -> str:
+        name = f" {content} "
+        while name in taken:
+            name += " "
+        taken.add(name)
+        return name
+
+    if isinstance(vocab, dict):
+        for content in specials:
+            if content in vocab:
+                new = renamed(content)
+                vocab[new] = vocab.pop(content)
+                if model.get("unk_token") == content:
+                    model["unk_token"] = new
+    else:
+        for entry in vocab:
+            if entry[0] in specials:
+                entry[0] = renamed(entry[0])
+    return spec
+
+
 @dataclass
 class Vocabulary:
-    """What instance building needs from a tokenizer: special ids, size,
-    and which ids continue a word (for whole-word masking)."""
+    """A tokenizer with its special ids by role, word boundaries and bulk encoding."""
 
     tokenizer: Tokenizer
     size: int
-    cls_id: int
-    sep_id: int
-    mask_id: int
-    pad_id: int
-    unk_id: int
-    is_continuation: np.ndarray  # bool per id: starts with the continuation prefix
-    continuation_prefix: str
-    #: nanotoken with exactly HF's ids (common/fast_wordpiece.py), made on
-    #: first use; None when it cannot reproduce this tokenizer (HF is used).
+    roles: dict[str, int | None]
+    starts_word: np.ndarray  # bool per id
+    boundaries: WordBoundaries
+    #: Roles named explicitly (flags, a model directory's configuration): shipped with the JSON.
+    given_roles: dict[str, str] = field(default_factory=dict)
+    #: The tokenizer text is encoded with (:func:`text_safe_spec`).
+    text_tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
+    #: nanotoken (WordPiece) or kitoken (byte-level BPE) with exactly HF's ids
+    #: (fast_wordpiece.py, fast_bpe.py), made on first use; None when neither
+    #: reproduces this tokenizer (HF is used).
     _fast: object = field(default=None, init=False, repr=False, compare=False)
     _fast_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Tokenizer) -> "Vocabulary":
+    def from_tokenizer(cls, tokenizer: Tokenizer, special_tokens: dict[str, str] | None = None) -> "Vocabulary":
+        check_model(tokenizer)
+        given = {role: token for role, token in (special_tokens or {}).items() if token}
+        spec = json.loads(tokenizer.to_str())
         vocab = tokenizer.get_vocab(with_added_tokens=True)
-        missing = [token for token in REQUIRED_SPECIAL_TOKENS if token not in vocab]
-        if missing:
-            raise TokenizerError(f"vocabulary lacks {', '.join(missing)} (BERT instances need {', '.join(REQUIRED_SPECIAL_TOKENS)})")
-        prefix = getattr(tokenizer.model, "continuing_subword_prefix", None)
-        if not prefix:
-            raise TokenizerError("the tokenizer is not WordPiece with a continuation prefix (e.g. '##'): "
-                                 "BERT instances and whole-word masking need one")
+        if not vocab:
+            raise TokenizerError("empty vocabulary")
+        try:
+            roles = find_roles(spec, vocab, given)
+        except SpecialTokenError as error:
+            raise TokenizerError(str(error)) from None
         size = max(vocab.values()) + 1
-        is_continuation = np.zeros(size, dtype=bool)
-        for token, index in vocab.items():
-            if token.startswith(prefix):
-                is_continuation[index] = True
-        return cls(tokenizer, size, vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"], vocab["[PAD]"],
-                   vocab["[UNK]"], is_continuation, prefix)
+        specials = special_contents(spec, vocab, roles)
+        boundaries = detect(spec)
+        # The unknown token comes out of text, inside words too: it follows the family's rule.
+        starts_word = starts_word_by_id(vocab, size, boundaries, set(specials.values()) - {roles["unk"]})
+        text_tokenizer = Tokenizer.from_str(json.dumps(text_safe_spec(spec, specials)))
+        _check_specials_stay_out_of_text(text_tokenizer, specials, roles.get("unk"))
+        return cls(tokenizer, size, roles, starts_word, boundaries, given, text_tokenizer)
+
+    # Ids by role (None when the tokenizer has no such token).
+    cls_id = property(lambda self: self.roles["cls"])
+    sep_id = property(lambda self: self.roles["sep"])
+    mask_id = property(lambda self: self.roles["mask"])
+    pad_id = property(lambda self: self.roles["pad"])
+    unk_id = property(lambda self: self.roles["unk"])
+
+    @property
+    def is_continuation(self) -> np.ndarray:
+        """Bool per id: the piece continues a word (the complement of ``starts_word``)."""
+        return ~self.starts_word
 
     @property
     def special(self) -> SpecialIds:
         return SpecialIds(self.cls_id, self.sep_id, self.mask_id, self.pad_id, self.unk_id, self.size,
-                          ~self.is_continuation)
+                          self.starts_word)
+
+    def describe(self) -> str:
+        """One line for the log: model, size, roles, word boundaries."""
+        roles = ", ".join(f"{role} {self.tokenizer.id_to_token(i)!r}" if i is not None else f"{role} none"
+                          for role, i in self.roles.items())
+        return (f"{type(self.tokenizer.model).__name__}, {self.size} ids; {roles}; "
+                f"{self.boundaries.describe()}")
 
     @classmethod
     def from_json(cls, text: str) -> "Vocabulary":
+        spec = json.loads(text)
+        if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
+            return cls.from_tokenizer(Tokenizer.from_str(json.dumps(spec["tokenizer"])), spec["special_tokens"])
         return cls.from_tokenizer(Tokenizer.from_str(text))
 
     def to_json(self) -> str:
-        return self.tokenizer.to_str()
+        """The tokenizers JSON; with the explicitly named roles when there are any."""
+        if not self.given_roles:
+            return self.tokenizer.to_str()
+        return json.dumps({"tokenizer": json.loads(self.tokenizer.to_str()),
+                           "special_tokens": {role: self.given_roles[role] for role in ROLES
+                                              if role in self.given_roles}})
 
-    def encode_many(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of many texts as one flat int32 array plus lengths.
-
-        nanotoken when it reproduces this tokenizer exactly (checked against
-        HF when first made; MLM_FAST_WORDPIECE=0 turns it off), HF otherwise.
-        """
+    def _fast_encoder(self):
         if not self._fast_checked:
             self._fast_checked = True
-            if os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
+            kind = type(self.tokenizer.model).__name__
+            if kind == "WordPiece" and os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
                 from common.tokenization.fast_wordpiece import make_fast_encoder
 
-                self._fast = make_fast_encoder(self.to_json())
-        if self._fast is not None:
-            return self._fast(texts)
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+            elif kind == "BPE" and os.environ.get("MLM_FAST_BPE", "1") != "0":
+                from common.tokenization.fast_bpe import make_fast_encoder
+
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+        return self._fast
+
+    def encode_many(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of many texts as one flat int32 array plus lengths, no
+        special token added and none taken from the text.
+
+        nanotoken / kitoken when they reproduce this tokenizer exactly
+        (checked against HF when first made; MLM_FAST_WORDPIECE=0 /
+        MLM_FAST_BPE=0 turn them off), HF otherwise.
+        """
+        fast = self._fast_encoder()
+        if fast is not None:
+            return fast(texts)
+        ids, lengths, _ = self._encode_hf(texts, with_words=False)
+        return ids, lengths
+
+    def encode_with_word_starts(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """:meth:`encode_many` plus per-token word starts (bool), or None where
+        the per-id ``starts_word`` table is exact (the ``##`` family)."""
+        if self.boundaries.kind == CONTINUATION:
+            ids, lengths = self.encode_many(texts)
+            return ids, lengths, None
+        if self.boundaries.kind == START_MARKER:
+            ids, lengths = self.encode_many(texts)
+            return ids, lengths, marker_word_starts(ids, lengths, self.starts_word)
+        return self._encode_hf(texts, with_words=True)
+
+    def _encode_hf(self, texts: list[str], with_words: bool):
         chunks: list[np.ndarray] = []
+        starts: list[bool] = []
         lengths = np.zeros(len(texts), dtype=np.int64)
         for start in range(0, len(texts), _ENCODE_BATCH):
-            batch = self.tokenizer.encode_batch(texts[start:start + _ENCODE_BATCH], add_special_tokens=False)
+            batch = self.text_tokenizer.encode_batch(texts[start:start + _ENCODE_BATCH], add_special_tokens=False)
             for i, encoding in enumerate(batch):
                 ids = encoding.ids
                 lengths[start + i] = len(ids)
                 if ids:
                     chunks.append(np.asarray(ids, dtype=np.int32))
+                    if with_words:
+                        starts.extend(word_ids_starts(encoding.word_ids))
         flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
-        return flat, lengths
+        return flat, lengths, (np.asarray(starts, dtype=bool) if with_words else None)
+
+
+def _check_specials_stay_out_of_text(text_tokenizer: Tokenizer, specials: dict[str, int], unk: int | None) -> None:
+    """A special token's text must not come out as its id (the unknown token
+    may: unknown text gives it)."""
+    guarded = {index for index in specials.values() if index != unk}
+    if not guarded:
+        return
+    probes = [form.format(content) for content in specials for form in ("{}", "a{}b", "a {} b", " {} ")]
+    for encoding, probe in zip(text_tokenizer.encode_batch(probes, add_special_tokens=False), probes):
+        leaked = guarded.intersection(encoding.ids)
+        if leaked:
+            raise TokenizerError(f"text {probe!r} gives the special id {min(leaked)}: this tokenizer's "
+                                 "pre-tokenizer does not keep special tokens apart from text")
+
+
+def load_vocabulary(vocab_file: str | None = None, tokenizer_file: str | None = None, do_lower_case: bool = True,
+                    special_tokens: dict[str, str | None] | None = None) -> Vocabulary:
+    """The ventilator's entry point: the tokenizer, with roles from the model
+    directory's configuration overridden by explicit ones (flags)."""
+    roles = configured_roles(tokenizer_file)
+    roles.update({role: token for role, token in (special_tokens or {}).items() if token})
+    return Vocabulary.from_tokenizer(load_tokenizer(vocab_file, tokenizer_file, do_lower_case), roles)

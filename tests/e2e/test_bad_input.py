@@ -71,7 +71,7 @@ def test_bad_input_is_skipped_and_counted(bad_corpus, tmp_path):
 @pytest.mark.parametrize("case,expected", [
     ("empty_dir", "no input files found"),
     ("missing_dir", "no such file or directory"),
-    ("vocab_without_mask", "vocabulary lacks [MASK]"),
+    ("vocab_without_mask", "needs the tokenizer's mask token"),
     ("other_jobs_output", "belongs to another job"),
     ("bad_parameter", "--max-seq-length must be at least 5"),
 ])
