@@ -29,3 +29,19 @@ def read_examples(path: str, max_seq_length: int = 128, max_predictions_per_seq:
     spec = feature_spec(max_seq_length, max_predictions_per_seq)
     dataset = tf.data.TFRecordDataset(path, compression_type=compression or None)
     return [{k: v.numpy() for k, v in tf.io.parse_single_example(record, spec).items()} for record in dataset]
+
+
+def spec_of(features) -> dict:
+    """TensorFlow's parse spec for an objective's features (common.objectives.Feature):
+    what a trainer reading that objective's TFRecords declares."""
+    import tensorflow as tf
+
+    return {f.name: tf.io.FixedLenFeature([f.length], tf.float32 if f.dtype.startswith("float") else tf.int64)
+            for f in features}
+
+
+def read_with_spec(path: str, spec: dict, compression: str = "") -> list[dict]:
+    import tensorflow as tf
+
+    dataset = tf.data.TFRecordDataset(path, compression_type=compression or None)
+    return [{k: v.numpy() for k, v in tf.io.parse_single_example(record, spec).items()} for record in dataset]

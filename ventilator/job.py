@@ -104,14 +104,13 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
     of them takes is refused, naming the components that run."""
     import dataclasses
 
-    from common.params import flag_of
-
     shares: list[dict[str, ParamValue]] = [{} for _ in components]
     for name, value in given.items():
         takers = [i for i, c in enumerate(components) if name in {f.name for f in dataclasses.fields(c.Params)}]
         if not takers:
-            names = " / ".join(f"{c.name}" for c in components)
-            raise JobError(f"{flag_of(components[0].Params, name)} does not apply here ({names})")
+            reader, objective, writer = components
+            raise JobError(f"--{name.replace('_', '-')} does not apply to --objective {objective.name}, "
+                           f"--output-format {writer.name} or --format {reader.name}")
         for i in takers:
             shares[i][name] = value
     return shares
