@@ -125,6 +125,7 @@ class WorkerProcess:
         self.options = options
         self.worker_id = new_identity("worker")
         self.draining = False
+        self.release_at: float | None = None  # wall clock: hand back what is held then (an interruption notice)
         self.dropped = DroppedMessages("worker")
         self.context = zmq.Context()
         self.push: zmq.Socket | None = None
@@ -133,6 +134,13 @@ class WorkerProcess:
     def _on_signal(self, signum, _frame) -> None:
         if not self.draining:
             log.info("%s: %s, draining (finishing the current task)", self.worker_id, signal.Signals(signum).name)
+        self.draining = True
+
+    def interrupt(self, release_at: float) -> None:
+        """The instance is going (worker/interruption.py): drain, and at
+        ``release_at`` hand back the task still computing rather than let
+        its lease expire."""
+        self.release_at = release_at if self.release_at is None else min(self.release_at, release_at)
         self.draining = True
 
     def run(self) -> int:
@@ -162,7 +170,12 @@ class WorkerProcess:
             if self.push is not None:
                 self.push.close(linger=30000)  # deliver the last acks
             compute.join(timeout=5)
-            self.context.term()
+            if compute.is_alive():
+                # A task handed back mid-computation: its thread holds a socket, so the context would never
+                # terminate.  Leave it to the process's exit (the thread is a daemon); let queued messages out.
+                time.sleep(1.0)
+            else:
+                self.context.term()
 
     def _loop(self, dealer: zmq.Socket, pair: zmq.Socket, compute: _Compute, ventilator_host: str) -> int:
         state = _State()
@@ -182,9 +195,8 @@ class WorkerProcess:
                 if not state.held:
                     log.info("%s: drained, exiting", self.worker_id)
                     return 0
-                if now > drain_deadline:
-                    log.warning("%s: drain timed out holding %d task(s); their leases will expire",
-                                self.worker_id, len(state.held))
+                if now > drain_deadline or (self.release_at is not None and time.time() >= self.release_at):
+                    self._release_held(send, state)
                     return 0
 
             idle = self.options.idle_exit_seconds
@@ -311,6 +323,16 @@ class WorkerProcess:
         else:
             log.info("%s: task %s of the earlier job %s done and acknowledged to its sink", self.worker_id,
                      task.task_id, job.config.job_id)
+
+    def _release_held(self, send, state: _State) -> None:
+        """Out of time: hand back the task still computing (its lease released, not left to expire)."""
+        current = state.job.config.job_id if state.job else ""
+        returned = sorted(task_id for job_id, task_id in state.held if job_id == current)
+        if returned:
+            send(protocol.TaskReturned(returned))
+        log.warning("%s: out of drain time: released %d task(s) unfinished, exiting", self.worker_id,
+                    len(returned))
+        state.held.clear()
 
     @staticmethod
     def _hand_back_queued(send, compute: _Compute, state: _State) -> None:
