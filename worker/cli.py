@@ -33,7 +33,7 @@ def _run_one(options: WorkerOptions, verbose: int, release_at=None) -> None:
 
 
 def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds | None = None,
-              notice_drain_seconds: float = DEFAULT_NOTICE_DRAIN_SECONDS) -> int:
+              notice_drain_seconds: float = DEFAULT_NOTICE_DRAIN_SECONDS, watch_seconds: float = 5.0) -> int:
     """Run ``processes`` worker processes; restart any that dies abnormally,
     forward SIGTERM/SIGINT so they drain; exit when all have exited cleanly.
     With ``watch``, an interruption notice from IMDS drains them too, with its deadline."""
@@ -65,7 +65,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if watch is not None:
-        InterruptionWatcher(watch, on_notice, drain_seconds=notice_drain_seconds).start()
+        InterruptionWatcher(watch, on_notice, interval=watch_seconds, drain_seconds=notice_drain_seconds).start()
     job_over = False  # a process exited 0: the job finished, restart nobody
     while children:
         time.sleep(0.2)
@@ -103,6 +103,8 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
 @click.option("--spot-watch/--no-spot-watch", default=False, show_envvar=True,
               help="On EC2: watch the instance metadata service (IMDSv2) for a spot interruption notice, a "
                    "rebalance recommendation or the Auto Scaling group's scale-in, and drain on any of them.")
+@click.option("--spot-watch-seconds", type=click.FloatRange(min=0.05), default=5.0, show_envvar=True,
+              help="How often --spot-watch asks (AWS updates the notices every 5 s).")
 @click.option("--imds-endpoint", default=DEFAULT_ENDPOINT, show_envvar=True,
               help="The instance metadata service --spot-watch asks (1 s timeouts).")
 @click.option("--notice-drain-seconds", type=click.FloatRange(min=0), default=DEFAULT_NOTICE_DRAIN_SECONDS,
@@ -117,8 +119,9 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
               help="After exiting, how long to wait for the group to start terminating this instance.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds: float, curve_dir: str | None,
-         idle_exit_seconds: float | None, spot_watch: bool, imds_endpoint: str, notice_drain_seconds: float,
-         lifecycle_hook: str, autoscaling_group: str, lifecycle_wait_seconds: float, verbose: int) -> None:
+         idle_exit_seconds: float | None, spot_watch: bool, spot_watch_seconds: float, imds_endpoint: str,
+         notice_drain_seconds: float, lifecycle_hook: str, autoscaling_group: str, lifecycle_wait_seconds: float,
+         verbose: int) -> None:
     """Process tasks from a ventilator into TFRecord shards.
 
     Starts PROCESSES worker processes that each ask the ventilator for a
@@ -138,10 +141,10 @@ def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds:
         worker = WorkerProcess(options)
         if imds is not None:
             InterruptionWatcher(imds, lambda notice: worker.interrupt(notice.release_at),
-                                drain_seconds=notice_drain_seconds).start()
+                                interval=spot_watch_seconds, drain_seconds=notice_drain_seconds).start()
         code = worker.run()
     else:
-        code = supervise(options, processes, verbose, imds, notice_drain_seconds)
+        code = supervise(options, processes, verbose, imds, notice_drain_seconds, spot_watch_seconds)
     if imds is not None and lifecycle_hook:
         complete_after_drain(imds, LifecycleHook(lifecycle_hook, autoscaling_group, lifecycle_wait_seconds))
     sys.exit(code)
