@@ -110,6 +110,9 @@ def _size(_ctx, _param, value):
               help="Region of --cloudwatch-namespace.  [default: boto3's (AWS_DEFAULT_REGION, ~/.aws/config)]")
 @click.option("--cloudwatch-seconds", type=click.FloatRange(min=0.1), default=60.0, show_envvar=True,
               help="How often the backlog is published.")
+@click.option("--instance-hourly-price", type=click.FloatRange(min=0), default=None, show_envvar=True,
+              help="For the sink started here (its --instance-hourly-price): USD per worker instance-hour, for the "
+                   "cost in its summary.  [default: hours only]")
 @click.option("--progress/--no-progress", default=None, show_envvar=True,
               help="A progress bar, with every local process's log lines above it.  [default: when stderr is a "
                    "terminal]")
@@ -118,8 +121,8 @@ def _size(_ctx, _param, value):
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
          segmenter, vocab_file, tokenizer, do_lower_case, task_size, shared_fs, s3_endpoint_url, lease_seconds,
          heartbeat_seconds, max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port,
-         sink_metrics_port, cloudwatch_namespace, cloudwatch_region, cloudwatch_seconds, progress, verbose,
-         **component_params) -> None:
+         sink_metrics_port, cloudwatch_namespace, cloudwatch_region, cloudwatch_seconds, instance_hourly_price,
+         progress, verbose, **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -142,6 +145,10 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         click.echo("ventilator: error: --sink-metrics-port is for the sink this command starts; with --sink, "
                    "give that sink its own --metrics-port", err=True)
         sys.exit(EXIT_FAILED)
+    if sink_address and instance_hourly_price is not None:
+        click.echo("ventilator: error: --instance-hourly-price is for the sink this command starts; with --sink, "
+                   "give that sink its own --instance-hourly-price", err=True)
+        sys.exit(EXIT_FAILED)
     try:
         job = prepare_job(options)
     except JobError as error:
@@ -158,6 +165,8 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     verbosity = ["-v"] * verbose + (["--curve-dir", curve_dir] if curve_dir else [])
     if not sink_address:
         metrics = [] if sink_metrics_port is None else ["--metrics-port", str(sink_metrics_port)]
+        if instance_hourly_price is not None:
+            metrics += ["--instance-hourly-price", str(instance_hourly_price)]
         fleet.start("sink", "sink", ["--port", str(sink_port), "--bind-host", bind_host,
                                      "--ventilator", f"127.0.0.1:{vport}", "--state-dir", state_dir, *metrics,
                                      *verbosity], relay)

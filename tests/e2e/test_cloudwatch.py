@@ -3,6 +3,7 @@ published while a real job runs: the values follow the job from every task
 waiting to none, with the workers it knows, and the last one says the job is
 no longer active (what scales the group to its minimum)."""
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
@@ -40,9 +41,10 @@ def test_backlog_follows_a_real_job(tmp_path):
         # Four tasks of ~1 s each (512K at dupe 40), two worker processes: several publications per task.
         result = run_ventilator(WIKI, output, "--vocab-file", VOCAB, "--dupe-factor", "40", "--task-size", "512K",
                                 "--workers", "2", "--cloudwatch-namespace", NAMESPACE, "--cloudwatch-seconds", "0.2",
-                                env=aws_env(endpoint))
+                                "--instance-hourly-price", "0.25", env=aws_env(endpoint))
         assert result.returncode == 0, result.stderr[-3000:]
         end = datetime.now(timezone.utc) + timedelta(seconds=5)
+        _check_cost(output, wall_seconds=(end - start).total_seconds(), price=0.25)
         tasks = len(manifest(output))
         cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=endpoint,
                                   aws_access_key_id="testing", aws_secret_access_key="testing")
@@ -68,6 +70,19 @@ def test_backlog_follows_a_real_job(tmp_path):
         assert "JobActive=0" in result.stderr
     finally:
         server.stop()
+
+
+def _check_cost(output, wall_seconds: float, price: float) -> None:
+    """The summary's bill: one host, its hours within the run, CPU-hours of two processes at most."""
+    cost = json.loads((output / "summary.json").read_text())["cost"]
+    records = sum(entry["records"] for entry in manifest(output).values())
+    assert cost["worker_hosts"] == 1
+    assert 0 < cost["instance_hours"] * 3600 < wall_seconds
+    assert 0 < cost["worker_cpu_hours"] * 3600 < 2 * wall_seconds
+    assert cost["output_tokens"] == records * 128
+    assert cost["cost"] == pytest.approx(cost["instance_hours"] * price, rel=1e-3)
+    assert cost["cost_per_billion_output_tokens"] == pytest.approx(cost["cost"] / (records * 128 / 1e9), rel=1e-3)
+    assert cost["cost_per_input_gb"] == pytest.approx(cost["cost"] / cost["input_gb"], rel=1e-3)
 
 
 def test_unreachable_cloudwatch_does_not_stop_the_job(tmp_path):
