@@ -57,8 +57,8 @@ class CostLedger:
         with self._lock:
             instance_hours = sum(h.last - h.first for h in self.hosts.values()) / 3600
             result = {
-                "worker_cpu_hours": round(self.cpu_seconds / 3600, 6),
-                "instance_hours": round(instance_hours, 6),
+                "worker_cpu_hours": round(self.cpu_seconds / 3600, 9),
+                "instance_hours": round(instance_hours, 9),
                 "worker_hosts": len(self.hosts),
                 "input_gb": round(self.bytes_in / 1e9, 9),
                 "output_tokens": self.records * sequence_length if sequence_length else None,
@@ -67,7 +67,7 @@ class CostLedger:
             }
         if self.hourly_price is not None:
             cost = instance_hours * self.hourly_price
-            result["cost"] = round(cost, 6)
+            result["cost"] = round(cost, 9)
             if result["output_tokens"]:
                 result["cost_per_billion_output_tokens"] = round(cost / (result["output_tokens"] / 1e9), 6)
             if self.bytes_in:
