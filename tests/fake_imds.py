@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeImds:
-    def __init__(self, instance_id: str = "i-0123456789abcdef0", region: str = "us-east-1"):
+    def __init__(self, instance_id: str = "i-0123456789abcdef0", region: str = "us-east-1", host: str = "127.0.0.1"):
         self.instance_id = instance_id
         self.region = region
         self.spot_action: dict | None = None
@@ -59,9 +59,9 @@ class FakeImds:
                 status, body = fake.answer(self.path)
                 self._send(status, body)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.endpoint = f"http://{host}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def answer(self, path: str) -> tuple[int, str]:

@@ -196,6 +196,8 @@ class VentilatorServer:
                     if peer.wanted == 0:
                         self.waiting.append(identity)
                     peer.wanted = message.awaiting
+                elif message.awaiting is not None and message.awaiting < peer.wanted:
+                    peer.wanted = message.awaiting  # a draining worker takes its credit back
             send(protocol.HeartbeatReply(self.ventilator_id))
         elif isinstance(message, protocol.TaskRequest) and peer.role == "worker":
             if message.credit > 0:

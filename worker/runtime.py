@@ -118,6 +118,9 @@ class _State:
     last_hello: float = 0.0
     last_heartbeat: float = 0.0
     last_contact: float = field(default_factory=time.monotonic)  # last message from a ventilator
+    beats_sent: int = 0  # heartbeats to the current ventilator, and its answers to them (in order)
+    beats_answered: int = 0
+    drain_mark: int = 0  # the first heartbeat that said "awaiting 0" while draining; answered, nothing more comes
 
 
 class WorkerProcess:
@@ -191,8 +194,12 @@ class WorkerProcess:
             if self.draining:
                 if drain_deadline is None:
                     drain_deadline = now + self.options.drain_seconds
+                    state.last_heartbeat = 0.0  # tell the ventilator now that we want nothing more
                 self._hand_back_queued(send, compute, state)
-                if not state.held:
+                # Credit still out: an assignment may be on its way. Exit once the ventilator has
+                # answered a draining heartbeat (it then sends nothing more; what came is handed back).
+                drain_heard = state.drain_mark and state.beats_answered >= state.drain_mark
+                if not state.held and (state.requested == 0 or drain_heard or not state.introduced):
                     log.info("%s: drained, exiting", self.worker_id)
                     return 0
                 if now > drain_deadline or (self.release_at is not None and time.time() >= self.release_at):
@@ -215,6 +222,9 @@ class WorkerProcess:
                 send(protocol.Heartbeat(sorted(task_id for job_id, task_id in state.held if job_id == current),
                                         0 if self.draining else state.requested))
                 state.last_heartbeat = now
+                state.beats_sent += 1
+                if self.draining and not state.drain_mark:
+                    state.drain_mark = state.beats_sent
             if state.introduced and not self.draining:
                 wanted = self.options.credit - len(state.held) - state.requested
                 if wanted > 0:
@@ -249,6 +259,7 @@ class WorkerProcess:
             state.ventilator_id = message.ventilator_id
             state.introduced = True
             state.requested = 0  # a new ventilator knows nothing of our credit
+            state.beats_sent = state.beats_answered = state.drain_mark = 0
             state.last_heartbeat = 0.0  # tell it at once which leases we hold
         elif isinstance(message, protocol.TaskAssignment):
             state.requested = max(0, state.requested - 1)
@@ -265,6 +276,8 @@ class WorkerProcess:
             state.held.add((state.job.config.job_id, task.task_id))
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
+            if message.known and message.ventilator_id == state.ventilator_id:
+                state.beats_answered += 1
             if (not message.known or message.ventilator_id != state.ventilator_id) and state.introduced:
                 log.info("%s: the ventilator does not know me (it restarted, or I was silent too long); "
                          "introducing myself again", self.worker_id)
