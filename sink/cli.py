@@ -27,9 +27,12 @@ from sink.server import SinkOptions, SinkServer
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
               help="Serve Prometheus metrics (manifest totals, throughput, stage times) on this port.  [default: off]")
+@click.option("--instance-hourly-price", type=click.FloatRange(min=0), default=None, show_envvar=True,
+              help="USD per worker instance-hour (e.g. the workers' spot price): the summary then gives the run's "
+                   "cost, per billion output tokens and per input GB.  [default: hours only]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds, curve_dir, metrics_port,
-         verbose) -> None:
+         instance_hourly_price, verbose) -> None:
     """Collect workers' acknowledgements into OUT/manifest.jsonl.
 
     Every finished shard becomes one manifest line (task, shard URI, records,
@@ -40,5 +43,6 @@ def main(ventilator, port, bind_host, state_dir, report_seconds, publish_seconds
     logs.configure(verbose)
     options = SinkOptions(ventilator=ventilator, port=port, bind_host=bind_host, state_dir=state_dir,
                           report_seconds=report_seconds, publish_seconds=publish_seconds,
-                          curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port)
+                          curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port,
+                          instance_hourly_price=instance_hourly_price)
     sys.exit(SinkServer(options).run())

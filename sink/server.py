@@ -28,6 +28,7 @@ from common.security import Curve
 from common.storage import StorageError, open_storage
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
                               new_identity, parse_address)
+from sink.cost import CostLedger, describe, sequence_length
 from sink.progress import Throughput
 
 log = logging.getLogger("sink")
@@ -46,6 +47,7 @@ class SinkOptions:
     publish_seconds: float = 30.0
     curve: Curve | None = None
     metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
+    instance_hourly_price: float | None = None  # USD per worker instance-hour, for the cost in the summary
 
 
 class SinkError(Exception):
@@ -74,6 +76,7 @@ class SinkServer:
         self.stopping = False
         self.dropped = DroppedMessages("sink")
         self.throughput = Throughput()
+        self.cost = CostLedger(options.instance_hourly_price)
         self.config: JobConfig | None = None
         self.manifest: Manifest | None = None
         self.output = None
@@ -176,6 +179,7 @@ class SinkServer:
                         self.manifest.close()
                         self.manifest = None
                         self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
+                        self.cost = CostLedger(self.options.instance_hourly_price)
                     if self.manifest is None:
                         self._start_job(message.config)
                     self.config = message.config  # the same job may come with other lease settings
@@ -251,6 +255,7 @@ class SinkServer:
         for ack in valid:
             if ack.task_id in fresh:
                 self.throughput.add(ack.worker_id, ack.stats)
+                self.cost.add(ack.worker_id, ack.stats, ack.records)
                 documents += ack.stats.documents
             else:
                 self.duplicates += 1
@@ -294,6 +299,7 @@ class SinkServer:
             "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
                          "duplicate_acks": self.duplicates},
             "dropped_messages": dict(self.dropped.dropped),
+            "cost": self.cost.summary(sequence_length(self.config)),
         }
 
     def _finish(self, reason: str, job_over: bool = False) -> int:
@@ -318,4 +324,5 @@ class SinkServer:
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,
                  len(self.quarantined), summary["this_run"]["seconds"])
+        log.info("sink: this run's cost: %s", describe(summary["cost"]))
         return 0

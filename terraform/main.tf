@@ -1,5 +1,5 @@
-# The EC2 fleet of mlm-pipeline: one ventilator/sink instance and
-# number_of_worker worker instances, a security group that keeps the pipeline
+# The EC2 fleet of mlm-pipeline: one ventilator/sink instance and the
+# workers' Auto Scaling group (autoscaling.tf), a security group that keeps the pipeline
 # ports inside the fleet, an instance role that can write only below the
 # output prefix, and (optionally) the VPC and the bucket.
 #
@@ -10,30 +10,39 @@
 module "fleet" {
   source = "./modules/fleet_config"
 
-  fleet_name            = var.fleet_name
-  region                = var.region
-  partition             = data.aws_partition.current.partition
-  number_of_worker      = var.number_of_worker
-  worker_processes      = var.worker_processes
-  worker_vcpus          = data.aws_ec2_instance_type.worker.default_vcpus
-  ventilator_port       = var.ventilator_port
-  sink_port             = var.sink_port
-  metrics_port          = var.metrics_port
-  bucket_name           = var.bucket_name
-  bucket_prefix         = var.bucket_prefix
-  package_spec          = var.package_spec
-  pip_extra_args        = var.pip_extra_args
-  start_workers_on_boot = var.start_workers_on_boot
-  data_dir              = var.data_dir
-  vocab_file            = var.vocab_file
-  job_args              = var.job_args
-  extra_tags            = var.tags
+  fleet_name             = var.fleet_name
+  region                 = var.region
+  partition              = data.aws_partition.current.partition
+  number_of_worker       = var.number_of_worker
+  worker_processes       = var.worker_processes
+  worker_vcpus           = data.aws_ec2_instance_type.worker.default_vcpus
+  ventilator_port        = var.ventilator_port
+  sink_port              = var.sink_port
+  metrics_port           = var.metrics_port
+  bucket_name            = var.bucket_name
+  bucket_prefix          = var.bucket_prefix
+  package_spec           = var.package_spec
+  pip_extra_args         = var.pip_extra_args
+  start_workers_on_boot  = var.start_workers_on_boot
+  data_dir               = var.data_dir
+  vocab_file             = var.vocab_file
+  job_args               = var.job_args
+  extra_tags             = var.tags
+  spot_watch             = true
+  autoscaling_group_name = local.worker_group_name
+  lifecycle_hook_name    = local.drain_hook_name
+  cloudwatch_namespace   = local.autoscale ? local.cloudwatch_namespace : null
+  instance_hourly_price  = var.instance_hourly_price
 
   # Only the worker user_data and the inventory depend on these: the
   # ventilator's own user_data and tags do not, so there is no cycle.
   ventilator_private_ip = aws_instance.ventilator.private_ip
   ventilator_public_ip  = aws_instance.ventilator.public_ip
-  workers               = [for w in aws_instance.worker : { private_ip = w.private_ip, public_ip = w.public_ip }]
+  # The group's instances when Terraform last looked (the aws_ec2 inventory sees them as they come and go).
+  workers = [for i, ip in data.aws_instances.workers.private_ips : {
+    private_ip = ip
+    public_ip  = try(data.aws_instances.workers.public_ips[i], null)
+  }]
 }
 
 data "aws_partition" "current" {}
@@ -359,49 +368,5 @@ resource "aws_instance" "ventilator" {
       condition     = var.metrics_port == 0 || length(setintersection([var.metrics_port, var.metrics_port + 1], [var.ventilator_port, var.sink_port])) == 0
       error_message = "metrics_port and metrics_port + 1 must differ from ventilator_port and sink_port."
     }
-  }
-}
-
-resource "aws_instance" "worker" {
-  count = var.number_of_worker
-
-  ami                         = data.aws_ami.ubuntu[local.arch.worker].id
-  instance_type               = var.worker_instance_type
-  subnet_id                   = local.subnet_id
-  vpc_security_group_ids      = [aws_security_group.fleet.id]
-  iam_instance_profile        = aws_iam_instance_profile.fleet.name
-  key_name                    = local.key_name
-  associate_public_ip_address = var.associate_public_ip
-  user_data                   = module.fleet.worker_user_data
-
-  dynamic "instance_market_options" {
-    for_each = var.use_spot ? [1] : []
-    content {
-      market_type = "spot"
-      spot_options {
-        max_price                      = var.spot_max_price
-        spot_instance_type             = "one-time"
-        instance_interruption_behavior = "terminate"
-      }
-    }
-  }
-
-  metadata_options {
-    http_endpoint               = "enabled"
-    http_tokens                 = "required"
-    http_put_response_hop_limit = 1
-  }
-
-  root_block_device {
-    volume_type           = "gp3"
-    volume_size           = var.volume_size
-    encrypted             = true
-    delete_on_termination = true
-  }
-
-  tags = module.fleet.worker_tags[count.index]
-
-  lifecycle {
-    ignore_changes = [ami]
   }
 }

@@ -9,13 +9,23 @@ output "ventilator_private_ip" {
 }
 
 output "worker_public_ips" {
-  description = "Public addresses of the workers, by index."
-  value       = aws_instance.worker[*].public_ip
+  description = "Public addresses of the group's workers when Terraform last looked (the group changes them; the aws_ec2 inventory follows)."
+  value       = data.aws_instances.workers.public_ips
 }
 
 output "worker_private_ips" {
-  description = "Private addresses of the workers, by index."
-  value       = aws_instance.worker[*].private_ip
+  description = "Private addresses of the group's workers when Terraform last looked."
+  value       = data.aws_instances.workers.private_ips
+}
+
+output "worker_autoscaling_group" {
+  description = "Name of the workers' Auto Scaling group (aws autoscaling describe-auto-scaling-groups --auto-scaling-group-names ...)."
+  value       = aws_autoscaling_group.worker.name
+}
+
+output "cloudwatch_namespace" {
+  description = "Where the ventilator publishes its backlog (Backlog, PendingTasks, LeasedTasks, Workers, WorkerHosts, JobActive)."
+  value       = local.cloudwatch_namespace
 }
 
 output "output_uri" {

@@ -69,7 +69,7 @@ variable "fleet_name" {
 }
 
 variable "number_of_worker" {
-  description = "Number of worker instances. Change it and `terraform apply` to scale the fleet up or down."
+  description = "Desired size of the workers' Auto Scaling group: what `terraform apply` sets (and what a job starting on an empty group wakes it to); the backlog policies move it between worker_min_size and worker_max_size. 0 = no worker at all (min = max = 0)."
   type        = number
   default     = 2
 
@@ -135,9 +135,120 @@ variable "ubuntu_release" {
 }
 
 variable "use_spot" {
-  description = "Run the workers as spot instances (the ventilator stays on-demand: it holds the job's state)."
+  description = "Run the workers above on_demand_base_capacity as spot instances (the ventilator stays on-demand: it holds the job's state)."
   type        = bool
-  default     = false
+  default     = true
+}
+
+variable "worker_instance_types" {
+  description = "Instance types the workers' group may use (mixed instances policy; more types, more spot pools). Use types of the same vCPU count as worker_instance_type: processes per host and the scaling target come from it. Empty = worker_instance_type only."
+  type        = list(string)
+  default     = ["c6i.2xlarge", "c6a.2xlarge", "c7i.2xlarge", "c5.2xlarge"]
+
+  validation {
+    condition     = alltrue([for t in var.worker_instance_types : can(regex("^[a-z][a-z0-9-]*\\.[a-z0-9]+$", t))])
+    error_message = "worker_instance_types must be EC2 instance types such as \"c6i.2xlarge\"."
+  }
+}
+
+variable "spot_allocation_strategy" {
+  description = "How the group picks spot pools: capacity-optimized (fewest interruptions) or price-capacity-optimized, lowest-price."
+  type        = string
+  default     = "capacity-optimized"
+
+  validation {
+    condition     = contains(["capacity-optimized", "capacity-optimized-prioritized", "price-capacity-optimized", "lowest-price"], var.spot_allocation_strategy)
+    error_message = "spot_allocation_strategy must be capacity-optimized, capacity-optimized-prioritized, price-capacity-optimized or lowest-price."
+  }
+}
+
+variable "on_demand_base_capacity" {
+  description = "Workers that are always on-demand, whatever use_spot says (the rest is spot)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.on_demand_base_capacity >= 0 && floor(var.on_demand_base_capacity) == var.on_demand_base_capacity
+    error_message = "on_demand_base_capacity must be a whole number >= 0."
+  }
+}
+
+variable "capacity_rebalance" {
+  description = "Let the group replace a spot worker that got a rebalance recommendation before it is interrupted (the worker drains on the recommendation)."
+  type        = bool
+  default     = true
+}
+
+variable "worker_min_size" {
+  description = "Smallest size of the workers' group; it goes back there when a job ends (0 = nothing runs, nothing is billed between jobs)."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.worker_min_size >= 0 && floor(var.worker_min_size) == var.worker_min_size
+    error_message = "worker_min_size must be a whole number >= 0."
+  }
+}
+
+variable "worker_max_size" {
+  description = "Largest size of the workers' group, whatever the backlog (at least number_of_worker)."
+  type        = number
+  default     = 20
+
+  validation {
+    condition     = var.worker_max_size >= 1 && var.worker_max_size <= 500 && floor(var.worker_max_size) == var.worker_max_size
+    error_message = "worker_max_size must be a whole number from 1 to 500."
+  }
+}
+
+variable "autoscale" {
+  description = "Size the workers' group on the ventilator's backlog (the ventilator publishes it to CloudWatch). false = a fixed group of number_of_worker."
+  type        = bool
+  default     = true
+}
+
+variable "scaling_tasks_per_process" {
+  description = "Target of the backlog policy: tasks (waiting + being computed) per worker process, so per instance this times its processes. 1 = as many instances as keep every task busy."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.scaling_tasks_per_process > 0 && var.scaling_tasks_per_process <= 100
+    error_message = "scaling_tasks_per_process must be more than 0 and at most 100."
+  }
+}
+
+variable "worker_warmup_seconds" {
+  description = "Seconds from launch until a new worker computes (boot, cloud-init, pip): the policy does not count it before."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.worker_warmup_seconds >= 0 && var.worker_warmup_seconds <= 3600
+    error_message = "worker_warmup_seconds must be from 0 to 3600."
+  }
+}
+
+variable "drain_timeout_seconds" {
+  description = "Heartbeat timeout of the termination lifecycle hook: how long scale-in waits for a worker to drain (it completes the hook itself when done)."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.drain_timeout_seconds >= 30 && var.drain_timeout_seconds <= 7200
+    error_message = "drain_timeout_seconds must be from 30 to 7200 (the lifecycle hook's limits)."
+  }
+}
+
+variable "instance_hourly_price" {
+  description = "USD per worker instance-hour (e.g. the spot price of worker_instance_type): the sink's summary then gives the job's cost. null = hours only."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.instance_hourly_price == null || try(var.instance_hourly_price >= 0, false)
+    error_message = "instance_hourly_price must be a number of USD >= 0, or null."
+  }
 }
 
 variable "spot_max_price" {

@@ -17,6 +17,7 @@ from common.writers import writers
 from common.security import Curve
 from common.tasks import parse_size
 from common.transport import SINK_PORT, VENTILATOR_PORT, ListenError
+from ventilator.cloudwatch import CloudWatchOptions
 from ventilator.job import JobError, JobOptions, prepare_job
 from ventilator.local import LocalFleet
 from ventilator.display import TerminalDisplay
@@ -112,6 +113,17 @@ def _size(_ctx, _param, value):
               help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
 @click.option("--sink-metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
               help="The same for the sink started here (its --metrics-port).  [default: off]")
+@click.option("--cloudwatch-namespace", default="", metavar="NAMESPACE", show_envvar=True,
+              help="Publish the backlog (Backlog, PendingTasks, LeasedTasks, Workers, WorkerHosts, JobActive) to "
+                   "CloudWatch under this namespace, for the workers' Auto Scaling group (docs/fleet.md).  "
+                   "[default: off]")
+@click.option("--cloudwatch-region", default="", show_envvar=True,
+              help="Region of --cloudwatch-namespace.  [default: boto3's (AWS_DEFAULT_REGION, ~/.aws/config)]")
+@click.option("--cloudwatch-seconds", type=click.FloatRange(min=0.1), default=60.0, show_envvar=True,
+              help="How often the backlog is published.")
+@click.option("--instance-hourly-price", type=click.FloatRange(min=0), default=None, show_envvar=True,
+              help="For the sink started here (its --instance-hourly-price): USD per worker instance-hour, for the "
+                   "cost in its summary.  [default: hours only]")
 @click.option("--progress/--no-progress", default=None, show_envvar=True,
               help="A progress bar, with every local process's log lines above it.  [default: when stderr is a "
                    "terminal]")
@@ -120,7 +132,8 @@ def _size(_ctx, _param, value):
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
          segmenter, vocab_file, tokenizer, cls_token, sep_token, mask_token, pad_token, unk_token, do_lower_case,
          task_size, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds, max_attempts, report_seconds,
-         state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port, progress, verbose,
+         state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port, cloudwatch_namespace,
+         cloudwatch_region, cloudwatch_seconds, instance_hourly_price, progress, verbose,
          **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
@@ -146,6 +159,10 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         click.echo("ventilator: error: --sink-metrics-port is for the sink this command starts; with --sink, "
                    "give that sink its own --metrics-port", err=True)
         sys.exit(EXIT_FAILED)
+    if sink_address and instance_hourly_price is not None:
+        click.echo("ventilator: error: --instance-hourly-price is for the sink this command starts; with --sink, "
+                   "give that sink its own --instance-hourly-price", err=True)
+        sys.exit(EXIT_FAILED)
     try:
         job = prepare_job(options)
     except JobError as error:
@@ -162,6 +179,8 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     verbosity = ["-v"] * verbose + (["--curve-dir", curve_dir] if curve_dir else [])
     if not sink_address:
         metrics = [] if sink_metrics_port is None else ["--metrics-port", str(sink_metrics_port)]
+        if instance_hourly_price is not None:
+            metrics += ["--instance-hourly-price", str(instance_hourly_price)]
         fleet.start("sink", "sink", ["--port", str(sink_port), "--bind-host", bind_host,
                                      "--ventilator", f"127.0.0.1:{vport}", "--state-dir", state_dir, *metrics,
                                      *verbosity], relay)
@@ -172,7 +191,9 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
     server_options = ServerOptions(bind_host=bind_host, port=vport, max_attempts=max_attempts,
                                    report_seconds=report_seconds, confirm_seconds=confirm_seconds,
                                    curve=Curve(curve_dir) if curve_dir else None, metrics_port=metrics_port,
-                                   on_progress=display.update if display is not None else None)
+                                   on_progress=display.update if display is not None else None,
+                                   cloudwatch=CloudWatchOptions(cloudwatch_namespace, cloudwatch_region,
+                                                                cloudwatch_seconds) if cloudwatch_namespace else None)
     with display if display is not None else contextlib.nullcontext():
         code, message = _run(job, server_options, fleet)
     click.echo(f"ventilator: {message}", err=True)

@@ -25,6 +25,7 @@ from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
+from ventilator.cloudwatch import Backlog, BacklogPublisher, CloudWatchOptions
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
 
@@ -42,6 +43,7 @@ class Peer:
     name: str
     last_seen: float
     wanted: int = 0
+    host: str = ""
 
 
 @dataclass
@@ -55,6 +57,7 @@ class ServerOptions:
     curve: Curve | None = None
     metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
     on_progress: Callable[[int, int], None] | None = None  # (tasks done, their input bytes), a few times a second
+    cloudwatch: CloudWatchOptions | None = None  # publish the backlog for the workers' Auto Scaling group
 
 
 @dataclass
@@ -100,7 +103,7 @@ class VentilatorServer:
         router = make_socket(context, zmq.ROUTER, max_message_bytes=self.options.max_message_bytes)
         if self.options.curve:
             self.options.curve.serve(router)
-        metrics = None
+        metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
             log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
@@ -108,10 +111,15 @@ class VentilatorServer:
                      self.input_bytes / 1e6, self.config.data_uri, self.options.port)
             if self.options.metrics_port is not None:
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
+            if self.options.cloudwatch is not None:
+                publisher = BacklogPublisher(self.options.cloudwatch, self.backlog)
+                publisher.start()
             return self._loop(router)
         finally:
             if metrics is not None:
                 metrics.close()
+            if publisher is not None:
+                publisher.close()
             router.close(linger=2000)
             if authenticator is not None:
                 authenticator.stop()
@@ -166,7 +174,7 @@ class VentilatorServer:
             if message.role not in ("worker", "sink"):
                 self.dropped.drop(f"hello from role {message.role!r}")
                 return
-            self.peers[identity] = Peer(identity, message.role, message.peer_id, now)
+            self.peers[identity] = Peer(identity, message.role, message.peer_id, now, host=message.host)
             if message.role == "sink":
                 self._sink_done = {}  # its SinkHellos follow
             router.send_multipart([identity, self._welcome])
@@ -188,6 +196,8 @@ class VentilatorServer:
                     if peer.wanted == 0:
                         self.waiting.append(identity)
                     peer.wanted = message.awaiting
+                elif message.awaiting is not None and message.awaiting < peer.wanted:
+                    peer.wanted = message.awaiting  # a draining worker takes its credit back
             send(protocol.HeartbeatReply(self.ventilator_id))
         elif isinstance(message, protocol.TaskRequest) and peer.role == "worker":
             if message.credit > 0:
@@ -351,6 +361,14 @@ class VentilatorServer:
         now, stale_after = time.monotonic(), self._stale_after
         return sum(1 for peer in list(self.peers.values())
                    if peer.role == "worker" and now - peer.last_seen <= stale_after)
+
+    def backlog(self) -> Backlog:
+        """The work left and the workers at it, for CloudWatch (ventilator/cloudwatch.py)."""
+        now, stale_after = time.monotonic(), self._stale_after
+        live = [peer for peer in list(self.peers.values())
+                if peer.role == "worker" and now - peer.last_seen <= stale_after]
+        counts = self.dispatcher.counts
+        return Backlog(counts[State.PENDING], counts[State.LEASED], len(live), len({peer.host for peer in live}))
 
     def metrics(self):
         """What Prometheus scrapes (see common/metrics.py)."""

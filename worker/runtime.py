@@ -118,6 +118,9 @@ class _State:
     last_hello: float = 0.0
     last_heartbeat: float = 0.0
     last_contact: float = field(default_factory=time.monotonic)  # last message from a ventilator
+    beats_sent: int = 0  # heartbeats to the current ventilator, and its answers to them (in order)
+    beats_answered: int = 0
+    drain_mark: int = 0  # the first heartbeat that said "awaiting 0" while draining; answered, nothing more comes
 
 
 class WorkerProcess:
@@ -125,6 +128,7 @@ class WorkerProcess:
         self.options = options
         self.worker_id = new_identity("worker")
         self.draining = False
+        self.release_at: float | None = None  # wall clock: hand back what is held then (an interruption notice)
         self.dropped = DroppedMessages("worker")
         self.context = zmq.Context()
         self.push: zmq.Socket | None = None
@@ -133,6 +137,13 @@ class WorkerProcess:
     def _on_signal(self, signum, _frame) -> None:
         if not self.draining:
             log.info("%s: %s, draining (finishing the current task)", self.worker_id, signal.Signals(signum).name)
+        self.draining = True
+
+    def interrupt(self, release_at: float) -> None:
+        """The instance is going (worker/interruption.py): drain, and at
+        ``release_at`` hand back the task still computing rather than let
+        its lease expire."""
+        self.release_at = release_at if self.release_at is None else min(self.release_at, release_at)
         self.draining = True
 
     def run(self) -> int:
@@ -162,7 +173,12 @@ class WorkerProcess:
             if self.push is not None:
                 self.push.close(linger=30000)  # deliver the last acks
             compute.join(timeout=5)
-            self.context.term()
+            if compute.is_alive():
+                # A task handed back mid-computation: its thread holds a socket, so the context would never
+                # terminate.  Leave it to the process's exit (the thread is a daemon); let queued messages out.
+                time.sleep(1.0)
+            else:
+                self.context.term()
 
     def _loop(self, dealer: zmq.Socket, pair: zmq.Socket, compute: _Compute, ventilator_host: str) -> int:
         state = _State()
@@ -178,13 +194,16 @@ class WorkerProcess:
             if self.draining:
                 if drain_deadline is None:
                     drain_deadline = now + self.options.drain_seconds
+                    state.last_heartbeat = 0.0  # tell the ventilator now that we want nothing more
                 self._hand_back_queued(send, compute, state)
-                if not state.held:
+                # Credit still out: an assignment may be on its way. Exit once the ventilator has
+                # answered a draining heartbeat (it then sends nothing more; what came is handed back).
+                drain_heard = state.drain_mark and state.beats_answered >= state.drain_mark
+                if not state.held and (state.requested == 0 or drain_heard or not state.introduced):
                     log.info("%s: drained, exiting", self.worker_id)
                     return 0
-                if now > drain_deadline:
-                    log.warning("%s: drain timed out holding %d task(s); their leases will expire",
-                                self.worker_id, len(state.held))
+                if now > drain_deadline or (self.release_at is not None and time.time() >= self.release_at):
+                    self._release_held(send, state)
                     return 0
 
             idle = self.options.idle_exit_seconds
@@ -203,6 +222,9 @@ class WorkerProcess:
                 send(protocol.Heartbeat(sorted(task_id for job_id, task_id in state.held if job_id == current),
                                         0 if self.draining else state.requested))
                 state.last_heartbeat = now
+                state.beats_sent += 1
+                if self.draining and not state.drain_mark:
+                    state.drain_mark = state.beats_sent
             if state.introduced and not self.draining:
                 wanted = self.options.credit - len(state.held) - state.requested
                 if wanted > 0:
@@ -237,6 +259,7 @@ class WorkerProcess:
             state.ventilator_id = message.ventilator_id
             state.introduced = True
             state.requested = 0  # a new ventilator knows nothing of our credit
+            state.beats_sent = state.beats_answered = state.drain_mark = 0
             state.last_heartbeat = 0.0  # tell it at once which leases we hold
         elif isinstance(message, protocol.TaskAssignment):
             state.requested = max(0, state.requested - 1)
@@ -253,6 +276,8 @@ class WorkerProcess:
             state.held.add((state.job.config.job_id, task.task_id))
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
+            if message.known and message.ventilator_id == state.ventilator_id:
+                state.beats_answered += 1
             if (not message.known or message.ventilator_id != state.ventilator_id) and state.introduced:
                 log.info("%s: the ventilator does not know me (it restarted, or I was silent too long); "
                          "introducing myself again", self.worker_id)
@@ -311,6 +336,16 @@ class WorkerProcess:
         else:
             log.info("%s: task %s of the earlier job %s done and acknowledged to its sink", self.worker_id,
                      task.task_id, job.config.job_id)
+
+    def _release_held(self, send, state: _State) -> None:
+        """Out of time: hand back the task still computing (its lease released, not left to expire)."""
+        current = state.job.config.job_id if state.job else ""
+        returned = sorted(task_id for job_id, task_id in state.held if job_id == current)
+        if returned:
+            send(protocol.TaskReturned(returned))
+        log.warning("%s: out of drain time: released %d task(s) unfinished, exiting", self.worker_id,
+                    len(returned))
+        state.held.clear()
 
     @staticmethod
     def _hand_back_queued(send, compute: _Compute, state: _State) -> None:

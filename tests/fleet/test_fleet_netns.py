@@ -18,12 +18,14 @@ import re
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.fake_imds import FakeImds
 from tests.fleet import fleetnet
 from tests.fleet.fleethelpers import ANSIBLE_DIR, ansible_env, ansible_tool, recap
 from tests.helpers import REPO, VOCAB
@@ -156,13 +158,33 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
     # Workers again, waiting for a ventilator (so that every host is up when the tasks come);
     # then the ventilator and its sink on host0 (the second run changes nothing), and the job
     # runs over the bridge; waiting.yaml checks everyone exited 0.
-    ansible.play("working.yaml")
-    assert set(_changed(ansible.play("ventilating.yaml"))) == {ventilator.name}
-    assert _changed(ansible.play("ventilating.yaml")) == {}, "ventilating.yaml is not idempotent"
-    ansible.play("waiting.yaml", timeout=400)
+    # One worker host watches a fake IMDSv2 served on the bridge (--spot-watch); once the job
+    # has shards, it says the spot instance is going: that host drains mid-job and exits 0.
+    drained = workers[0]
+    longer = ["-e", json.dumps({"mlm_job_args": {**yaml.safe_load(ansible.vars.read_text())["mlm_job_args"],
+                                                 "dupe-factor": 10}})]
+    with FakeImds(host=fleet.bridge_address) as imds:
+        watch = ["-e", json.dumps({"mlm_imds_args": {drained.name: [
+                     "--spot-watch", "--spot-watch-seconds", "0.1", "--imds-endpoint", imds.endpoint]}}),
+                 "-e", '{"mlm_worker_extra_args": "{{ mlm_imds_args[inventory_hostname] | default([]) }}"}']
+        ansible.play("working.yaml", *watch)
+        assert "--spot-watch" in _status(drained, "worker@1")["argv"]
+        assert "--spot-watch" not in _status(workers[1], "worker@1")["argv"]
+        notice = threading.Thread(target=_notice_after_first_shard, args=(imds, Path(fleet.dir, "out")), daemon=True)
+        notice.start()
+        assert set(_changed(ansible.play("ventilating.yaml", *longer))) == {ventilator.name}
+        assert _changed(ansible.play("ventilating.yaml", *longer)) == {}, "ventilating.yaml is not idempotent"
+        ansible.play("waiting.yaml", timeout=400)
+        notice.join(timeout=5)
+        assert imds.polled("/latest/meta-data/spot/instance-action") > 0, "the watched worker never asked IMDS"
     assert _status(ventilator, "ventilator")["exit_code"] == 0, ansible.logs()
+    drained_log = Path(drained.dir, "state", "procs", "worker@1.log").read_text()
+    assert "interruption watch: spot-interruption" in drained_log, drained_log[-3000:]
+    assert re.search(r"drained, exiting|released 1 task\(s\) unfinished", drained_log), drained_log[-3000:]
+    assert _status(drained, "worker@1")["exit_code"] == 0
+    assert "lease expired" not in Path(ventilator.dir, "state", "procs", "ventilator.log").read_text()
     # The finished job is not started again by a second run (-e mlm_rerun=true would).
-    assert _changed(ansible.play("ventilating.yaml")) == {}, "ventilating.yaml restarted a finished job"
+    assert _changed(ansible.play("ventilating.yaml", *longer)) == {}, "ventilating.yaml restarted a finished job"
 
     # A pip requirement at a given version ("mlm-pipeline==0.1.0"), from a local find-links
     # directory standing in for an index, into a fresh install dir on one host.
@@ -193,6 +215,18 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
     sink_log = Path(ventilator.dir, "state", "procs", "sink.log").read_text()
     assert "all tasks done" in sink_log, sink_log[-2000:]
     check_output(fleet, ansible, Path(fleet.dir, "out-separate-sink"))
+
+
+def _notice_after_first_shard(imds: FakeImds, out: Path, timeout: float = 300) -> None:
+    """The spot notice, as soon as the job has written its first manifest line (mid-job)."""
+    deadline = time.monotonic() + timeout
+    manifest = out / "manifest.jsonl"
+    while time.monotonic() < deadline:
+        if manifest.exists() and manifest.read_text().strip():
+            imds.spot_action = {"action": "terminate", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                             time.gmtime(time.time() + 120))}
+            return
+        time.sleep(0.02)
 
 
 def check_output(fleet: fleetnet.Fleet, ansible: Ansible, out: Path | None = None) -> None:

@@ -6,6 +6,7 @@ hashicorp/aws provider cannot be installed here: no registry access).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -195,28 +196,90 @@ def test_security_group_never_opens_pipeline_ports_to_the_world(resources):
     assert set(pipeline["for_each"].values()) == {"${var.ventilator_port}", "${var.sink_port}"}
 
 
-def test_number_of_worker_drives_the_count(resources):
-    assert resources["aws_instance.worker"]["count"] == "${var.number_of_worker}"
+def test_number_of_worker_is_the_groups_desired_size(resources):
+    group = resources["aws_autoscaling_group.worker"]
+    assert group["desired_capacity"] == "${var.number_of_worker}"
+    assert group["min_size"] == "${local.worker_min_size}" and group["max_size"] == "${local.worker_max_size}"
+    assert not [k for k in resources if k.startswith("aws_instance.") and k != "aws_instance.ventilator"], \
+        "workers come from the Auto Scaling group only"
     assert "count" not in resources["aws_instance.ventilator"] and "for_each" not in resources["aws_instance.ventilator"]
-    assert resources["aws_instance.worker"]["tags"] == "${module.fleet.worker_tags[count.index]}"
     assert resources["aws_instance.ventilator"]["tags"] == "${module.fleet.ventilator_tags}"
+    locals_ = {k: v for entry in load_dir(TERRAFORM_DIR).get("locals", []) for k, v in entry.items()}
+    # number_of_worker = 0: min = max = desired = 0 (autoscale is false then).
+    assert "var.autoscale && var.number_of_worker > 0" in locals_["autoscale"]
+    assert locals_["worker_max_size"].endswith(": var.number_of_worker}")
 
 
 def test_instances_use_role_group_and_imdsv2(resources):
-    for name in ("aws_instance.ventilator", "aws_instance.worker"):
-        body = resources[name]
-        assert body["iam_instance_profile"] == "${aws_iam_instance_profile.fleet.name}"
-        assert body["vpc_security_group_ids"] == ["${aws_security_group.fleet.id}"]
+    ventilator, template = resources["aws_instance.ventilator"], resources["aws_launch_template.worker"]
+    assert ventilator["iam_instance_profile"] == "${aws_iam_instance_profile.fleet.name}"
+    assert _as_list(template["iam_instance_profile"])[0]["name"] == "${aws_iam_instance_profile.fleet.name}"
+    assert ventilator["vpc_security_group_ids"] == ["${aws_security_group.fleet.id}"]
+    assert _as_list(template["network_interfaces"])[0]["security_groups"] == ["${aws_security_group.fleet.id}"]
+    for body in (ventilator, template):
         assert _as_list(body["metadata_options"])[0]["http_tokens"] == "required"
-        assert _as_list(body["root_block_device"])[0]["encrypted"] is True
-        assert "user_data" in body and body["user_data"].startswith("${module.fleet.")
-    assert resources["aws_instance.worker"]["root_block_device"][0]["volume_size"] == "${var.volume_size}"
+    assert _as_list(ventilator["root_block_device"])[0]["encrypted"] is True
+    ebs = _as_list(_as_list(template["block_device_mappings"])[0]["ebs"])[0]
+    assert ebs["encrypted"] is True and ebs["volume_size"] == "${var.volume_size}"
+    assert ventilator["user_data"].startswith("${module.fleet.")
+    assert template["user_data"] == "${base64encode(module.fleet.worker_user_data)}"
 
 
-def test_spot_is_optional_and_workers_only(resources):
-    worker = json.dumps(resources["aws_instance.worker"])
-    assert "instance_market_options" in worker and "var.use_spot" in worker
+def test_workers_are_a_mixed_spot_group_with_a_drain_hook(resources):
+    group = resources["aws_autoscaling_group.worker"]
+    policy = _as_list(group["mixed_instances_policy"])[0]
+    distribution = _as_list(policy["instances_distribution"])[0]
+    assert distribution["on_demand_percentage_above_base_capacity"] == "${var.use_spot ? 0 : 100}"
+    assert distribution["on_demand_base_capacity"] == "${var.on_demand_base_capacity}"
+    assert distribution["spot_allocation_strategy"] == "${var.spot_allocation_strategy}"
+    assert group["capacity_rebalance"] == "${var.capacity_rebalance}"
+    assert "local.worker_types" in json.dumps(policy["launch_template"])
+    hook = _as_list(group["initial_lifecycle_hook"])[0]
+    assert hook["lifecycle_transition"] == "autoscaling:EC2_INSTANCE_TERMINATING"
+    assert hook["name"] == "${local.drain_hook_name}" and hook["default_result"] == "CONTINUE"
     assert "instance_market_options" not in json.dumps(resources["aws_instance.ventilator"])
+    variables = blocks(load_dir(TERRAFORM_DIR), "variable")
+    assert variables["use_spot"]["default"] is True
+    assert variables["spot_allocation_strategy"]["default"] == "capacity-optimized"
+    assert variables["on_demand_base_capacity"]["default"] == 0
+    assert len(variables["worker_instance_types"]["default"]) > 1
+
+
+def test_scaling_policies_read_what_the_ventilator_publishes(resources):
+    """The names the policies read are the ones ventilator/cloudwatch.py publishes."""
+    from ventilator.cloudwatch import Backlog, metric_data
+    published = {d["MetricName"] for d in metric_data(Backlog(1, 1, 1, 1))}
+    tracking = json.dumps(resources["aws_autoscaling_policy.backlog"])
+    assert "TargetTrackingScaling" in tracking and "backlog / instances" in tracking
+    assert '"metric_name": "Backlog"' in tracking and "GroupInServiceInstances" in tracking
+    assert resources["aws_cloudwatch_metric_alarm.job_ended"]["metric_name"] in published
+    waiting = json.dumps(resources["aws_cloudwatch_metric_alarm.work_waiting"])
+    assert '"metric_name": "Backlog"' in waiting and "Backlog" in published
+    assert resources["aws_cloudwatch_metric_alarm.job_ended"]["alarm_actions"] == \
+        ["${aws_autoscaling_policy.job_ended[0].arn}"]
+    assert resources["aws_cloudwatch_metric_alarm.work_waiting"]["alarm_actions"] == \
+        ["${aws_autoscaling_policy.wake[0].arn}"]
+
+
+def test_root_module_autoscaling_terraform_test(terraform, tmp_path):
+    """terraform/tests/autoscaling.tftest.hcl against a mocked hashicorp/aws provider. The provider's
+    schema is needed: from the registry, or offline from a plugin directory (MLM_TF_PLUGIN_DIR, or
+    /opt/tf-plugins where this machine has one)."""
+    plugin_dir = os.environ.get("MLM_TF_PLUGIN_DIR") or "/opt/tf-plugins"
+    work = _scratch(tmp_path, TERRAFORM_DIR)
+    args = ["-input=false"] + ([f"-plugin-dir={plugin_dir}"] if Path(plugin_dir).is_dir() else [])
+    proc = run_terraform(terraform, work, "init", *args)
+    if proc.returncode != 0:
+        pytest.skip(f"the hashicorp/aws provider cannot be installed here (no registry, no plugin directory "
+                    f"{plugin_dir}): {proc.stderr.strip().splitlines()[-1:]}")
+    proc = run_terraform(terraform, work, "validate")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_terraform(terraform, work, "test", "-filter=tests/autoscaling.tftest.hcl")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"Success! \d+ passed, 0 failed", proc.stdout), proc.stdout
+    for run in ("group_of_spot_workers", "drain_hook_on_scale_in", "scaling_policies_wired_to_the_backlog",
+                "no_public_ports", "zero_workers_is_no_worker"):
+        assert f'run "{run}"... pass' in proc.stdout
 
 
 def test_no_access_keys_anywhere(root, resources):

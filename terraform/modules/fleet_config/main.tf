@@ -32,6 +32,10 @@ locals {
     Role        = "worker"
     WorkerIndex = tostring(i)
   })]
+  # Instances the Auto Scaling group starts: no Name (it would be the same on all; the inventory names them
+  # by instance id), and the drain hook for Ansible to pass on.
+  worker_group_tags = merge(local.common_tags, local.job_tags, { Role = "worker" },
+  var.lifecycle_hook_name == null ? {} : { MlmLifecycleHook = var.lifecycle_hook_name })
 
   # ---- derived settings
   effective_worker_processes = var.worker_processes > 0 ? var.worker_processes : max(1, coalesce(var.worker_vcpus, 1))
@@ -96,9 +100,16 @@ locals {
     "--sink-port ${var.sink_port}",
     var.metrics_port == 0 ? "" : "--metrics-port ${var.metrics_port} --sink-metrics-port ${var.metrics_port + 1}",
     var.vocab_file == null ? "" : "--vocab-file ${var.vocab_file}",
+    var.cloudwatch_namespace == null ? "" : "--cloudwatch-namespace ${var.cloudwatch_namespace} --cloudwatch-region ${var.region}",
+    var.instance_hourly_price == null ? "" : "--instance-hourly-price ${var.instance_hourly_price}",
   ]))
   ventilator_command_full = "${local.ventilator_command}${local.job_flags}"
-  worker_command          = "${local.venv}/bin/mlm-worker --ventilator ${coalesce(local.vserver, "VENTILATOR_PRIVATE_IP")}:${var.ventilator_port} --processes ${local.effective_worker_processes}"
+  # Spot watch and the drain hook (workers of an Auto Scaling group): see docs/fleet.md.
+  worker_watch_args = join("", [
+    var.spot_watch ? " --spot-watch" : "",
+    var.spot_watch && var.lifecycle_hook_name != null && var.autoscaling_group_name != null ? " --lifecycle-hook ${var.lifecycle_hook_name} --autoscaling-group ${var.autoscaling_group_name}" : "",
+  ])
+  worker_command = "${local.venv}/bin/mlm-worker --ventilator ${coalesce(local.vserver, "VENTILATOR_PRIVATE_IP")}:${var.ventilator_port} --processes ${local.effective_worker_processes}${local.worker_watch_args}"
 
   # ---- cloud-init
   worker_unit = templatefile("${path.module}/templates/mlm-worker@.service.tftpl", {
@@ -107,6 +118,7 @@ locals {
     vserver   = coalesce(local.vserver, "VENTILATOR_PRIVATE_IP")
     vport     = var.ventilator_port
     processes = local.effective_worker_processes
+    extra     = local.worker_watch_args
   })
 
   install_runcmd = concat(
@@ -194,7 +206,8 @@ locals {
       "tag:Fleet"           = var.fleet_name
       "instance-state-name" = "running"
     }
-    hostnames = ["tag:Name"]
+    # Workers of the Auto Scaling group carry no Name: they are named by instance id.
+    hostnames = ["tag:Name", "instance-id"]
     compose = {
       ansible_host         = "public_ip_address | default(private_ip_address, true)"
       mlm_private_address  = "private_ip_address"
@@ -204,6 +217,9 @@ locals {
       mlm_output           = "tags.MlmOutput | default('')"
       mlm_data             = "tags.MlmData | default('')"
       mlm_worker_processes = "tags.MlmWorkerProcesses | default(0) | int"
+      # Workers the group started: working.yaml keeps their spot watch and drain hook.
+      mlm_autoscaling_group = "tags['aws:autoscaling:groupName'] | default('')"
+      mlm_lifecycle_hook    = "tags.MlmLifecycleHook | default('')"
     }
     groups = {
       ventilator = "tags.Role == 'ventilator'"

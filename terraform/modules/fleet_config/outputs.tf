@@ -23,6 +23,11 @@ output "worker_tags" {
   value       = local.worker_tags
 }
 
+output "worker_group_tags" {
+  description = "Tags of the instances the workers' Auto Scaling group starts (Role = worker, no Name)."
+  value       = local.worker_group_tags
+}
+
 output "effective_worker_processes" {
   description = "Worker processes per worker host after resolving 0 = one per vCPU."
   value       = local.effective_worker_processes

@@ -182,3 +182,38 @@ variable "region" {
   type        = string
   default     = "us-east-1"
 }
+
+variable "spot_watch" {
+  description = "Workers watch IMDSv2 for spot interruption notices, rebalance recommendations and scale-in (mlm-worker --spot-watch), and drain on any of them."
+  type        = bool
+  default     = false
+}
+
+variable "autoscaling_group_name" {
+  description = "Name of the workers' Auto Scaling group (with lifecycle_hook_name: the worker completes the hook's action after draining); null = fixed instances."
+  type        = string
+  default     = null
+}
+
+variable "lifecycle_hook_name" {
+  description = "Termination lifecycle hook of the workers' group whose action a drained worker completes; null = none."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.lifecycle_hook_name == null || can(regex("^[A-Za-z0-9._-]{1,255}$", var.lifecycle_hook_name))
+    error_message = "lifecycle_hook_name must be 1-255 letters, digits, '.', '_' or '-' (or null)."
+  }
+}
+
+variable "cloudwatch_namespace" {
+  description = "CloudWatch namespace the ventilator publishes its backlog to (--cloudwatch-namespace); null = none."
+  type        = string
+  default     = null
+}
+
+variable "instance_hourly_price" {
+  description = "USD per worker instance-hour for the cost in the sink's summary (--instance-hourly-price); null = hours only."
+  type        = number
+  default     = null
+}

@@ -306,3 +306,35 @@ run "root_wiring_has_no_cycle" {
     error_message = "each worker instance gets its own tags"
   }
 }
+
+run "group_workers_watch_and_drain" {
+  command = apply
+  variables {
+    ventilator_private_ip  = "10.42.0.10"
+    spot_watch             = true
+    autoscaling_group_name = "demo-workers"
+    lifecycle_hook_name    = "demo-drain"
+    cloudwatch_namespace   = "mlm-pipeline/demo"
+    instance_hourly_price  = 0.14
+  }
+  assert {
+    condition     = strcontains(output.worker_user_data, "--spot-watch --lifecycle-hook demo-drain --autoscaling-group demo-workers")
+    error_message = "group workers watch IMDS and complete their drain hook"
+  }
+  assert {
+    condition     = !contains(keys(output.worker_group_tags), "Name") && output.worker_group_tags.Role == "worker" && output.worker_group_tags.MlmLifecycleHook == "demo-drain"
+    error_message = "group instances: Role=worker and the hook, no shared Name"
+  }
+  assert {
+    condition     = strcontains(output.ventilator_command, "--cloudwatch-namespace mlm-pipeline/demo --cloudwatch-region us-east-1 --instance-hourly-price 0.14")
+    error_message = "the ventilator publishes its backlog and prices the run"
+  }
+}
+
+run "fixed_workers_do_not_watch" {
+  command = apply
+  assert {
+    condition     = !strcontains(output.worker_user_data, "--spot-watch") && !strcontains(output.ventilator_command, "--cloudwatch")
+    error_message = "without the group, nothing of it"
+  }
+}

@@ -1,0 +1,308 @@
+# The workers: an Auto Scaling group of spot instances (several types,
+# capacity-optimized, capacity rebalancing) from a launch template with the
+# same user_data, instance role and security group as the ventilator, sized by
+# AWS on the ventilator's backlog (docs/fleet.md, "A fleet that sizes itself"):
+#
+# * target tracking on Backlog per in-service instance (metric math), the
+#   target being the tasks one instance computes at once;
+# * a wake-up step policy: tasks wait and the group is empty -> number_of_worker
+#   (target tracking cannot scale out from zero instances);
+# * a job-ended step policy: the ventilator's last JobActive = 0 -> min size;
+# * a termination lifecycle hook: scale-in waits until the worker has drained
+#   (it completes the action itself, see worker/lifecycle.py), or the timeout.
+#
+# number_of_worker stays the desired size `terraform apply` sets; 0 turns the
+# group off (min = max = desired = 0), so no worker runs.
+
+locals {
+  worker_group_name    = "${var.fleet_name}-workers"
+  drain_hook_name      = "${var.fleet_name}-drain"
+  cloudwatch_namespace = "mlm-pipeline/${var.fleet_name}"
+  worker_types         = length(var.worker_instance_types) > 0 ? var.worker_instance_types : [var.worker_instance_type]
+
+  # number_of_worker = 0: the group is off. autoscale = false: a fixed group of number_of_worker.
+  autoscale       = var.autoscale && var.number_of_worker > 0
+  worker_max_size = local.autoscale ? max(var.worker_max_size, var.number_of_worker) : var.number_of_worker
+  worker_min_size = local.autoscale ? min(var.worker_min_size, var.number_of_worker) : var.number_of_worker
+
+  # Backlog (pending + leased tasks) one instance takes: one task per worker process, times the setting.
+  target_backlog_per_instance = module.fleet.effective_worker_processes * var.scaling_tasks_per_process
+}
+
+data "aws_caller_identity" "current" {}
+
+resource "aws_launch_template" "worker" {
+  name_prefix   = "${var.fleet_name}-worker-"
+  description   = "mlm-pipeline workers of fleet ${var.fleet_name}"
+  image_id      = data.aws_ami.ubuntu[local.arch.worker].id
+  instance_type = var.worker_instance_type
+  key_name      = local.key_name
+  user_data     = base64encode(module.fleet.worker_user_data)
+
+  iam_instance_profile {
+    name = aws_iam_instance_profile.fleet.name
+  }
+
+  network_interfaces {
+    associate_public_ip_address = var.associate_public_ip
+    security_groups             = [aws_security_group.fleet.id]
+    delete_on_termination       = true
+  }
+
+  metadata_options {
+    http_endpoint               = "enabled"
+    http_tokens                 = "required" # IMDSv2 only
+    http_put_response_hop_limit = 1
+  }
+
+  block_device_mappings {
+    device_name = data.aws_ami.ubuntu[local.arch.worker].root_device_name
+    ebs {
+      volume_type           = "gp3"
+      volume_size           = var.volume_size
+      encrypted             = true
+      delete_on_termination = true
+    }
+  }
+
+  tag_specifications {
+    resource_type = "instance"
+    tags          = module.fleet.worker_group_tags
+  }
+  tag_specifications {
+    resource_type = "volume"
+    tags          = module.fleet.worker_group_tags
+  }
+}
+
+resource "aws_autoscaling_group" "worker" {
+  name                = local.worker_group_name
+  min_size            = local.worker_min_size
+  max_size            = local.worker_max_size
+  desired_capacity    = var.number_of_worker
+  vpc_zone_identifier = [local.subnet_id]
+  capacity_rebalance  = var.capacity_rebalance
+  health_check_type   = "EC2"
+  # Target tracking divides by GroupInServiceInstances; the wake-up alarm reads GroupDesiredCapacity.
+  enabled_metrics     = ["GroupInServiceInstances", "GroupDesiredCapacity"]
+  metrics_granularity = "1Minute"
+  # Spot capacity may be short: do not hold `terraform apply` hostage to it.
+  wait_for_capacity_timeout = "0"
+
+  mixed_instances_policy {
+    instances_distribution {
+      on_demand_base_capacity                  = var.on_demand_base_capacity
+      on_demand_percentage_above_base_capacity = var.use_spot ? 0 : 100
+      spot_allocation_strategy                 = var.spot_allocation_strategy
+      spot_max_price                           = var.spot_max_price == null ? "" : var.spot_max_price
+    }
+    launch_template {
+      launch_template_specification {
+        launch_template_id = aws_launch_template.worker.id
+        version            = aws_launch_template.worker.latest_version
+      }
+      dynamic "override" {
+        for_each = local.worker_types
+        content {
+          instance_type = override.value
+        }
+      }
+    }
+  }
+
+  # On the group from its creation, so no instance ever terminates undrained.
+  initial_lifecycle_hook {
+    name                 = local.drain_hook_name
+    lifecycle_transition = "autoscaling:EC2_INSTANCE_TERMINATING"
+    heartbeat_timeout    = var.drain_timeout_seconds
+    default_result       = "CONTINUE"
+  }
+
+  dynamic "tag" {
+    for_each = merge(module.fleet.common_tags, { Role = "worker" })
+    content {
+      key                 = tag.key
+      value               = tag.value
+      propagate_at_launch = false # instances get theirs from the launch template
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.worker_min_size <= var.worker_max_size
+      error_message = "worker_min_size must not exceed worker_max_size."
+    }
+  }
+}
+
+# ---------------------------------------------------------------- scaling on the ventilator's backlog
+
+resource "aws_autoscaling_policy" "backlog" {
+  count = local.autoscale ? 1 : 0
+
+  name                      = "${var.fleet_name}-backlog-per-instance"
+  autoscaling_group_name    = aws_autoscaling_group.worker.name
+  policy_type               = "TargetTrackingScaling"
+  estimated_instance_warmup = var.worker_warmup_seconds
+
+  target_tracking_configuration {
+    target_value = local.target_backlog_per_instance
+
+    customized_metric_specification {
+      metrics {
+        id          = "backlog"
+        return_data = false
+        metric_stat {
+          metric {
+            namespace   = local.cloudwatch_namespace
+            metric_name = "Backlog"
+          }
+          stat = "Average"
+        }
+      }
+      metrics {
+        id          = "instances"
+        return_data = false
+        metric_stat {
+          metric {
+            namespace   = "AWS/AutoScaling"
+            metric_name = "GroupInServiceInstances"
+            dimensions {
+              name  = "AutoScalingGroupName"
+              value = aws_autoscaling_group.worker.name
+            }
+          }
+          stat = "Average"
+        }
+      }
+      metrics {
+        id          = "per_instance"
+        label       = "Backlog per in-service instance"
+        expression  = "backlog / instances"
+        return_data = true
+      }
+    }
+  }
+}
+
+resource "aws_autoscaling_policy" "wake" {
+  count = local.autoscale ? 1 : 0
+
+  name                   = "${var.fleet_name}-wake-on-backlog"
+  autoscaling_group_name = aws_autoscaling_group.worker.name
+  policy_type            = "StepScaling"
+  adjustment_type        = "ExactCapacity"
+
+  step_adjustment {
+    metric_interval_lower_bound = 0
+    scaling_adjustment          = var.number_of_worker
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "work_waiting" {
+  count = local.autoscale ? 1 : 0
+
+  alarm_name          = "${var.fleet_name}-work-waiting-no-workers"
+  alarm_description   = "Tasks wait and the workers' group is empty: start number_of_worker workers."
+  comparison_operator = "GreaterThanOrEqualToThreshold"
+  threshold           = 1
+  evaluation_periods  = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_autoscaling_policy.wake[0].arn]
+
+  metric_query {
+    id          = "waiting"
+    expression  = "IF(backlog > 0 AND desired == 0, 1, 0)"
+    label       = "Tasks wait, no worker"
+    return_data = true
+  }
+  metric_query {
+    id = "backlog"
+    metric {
+      namespace   = local.cloudwatch_namespace
+      metric_name = "Backlog"
+      period      = 60
+      stat        = "Maximum"
+    }
+  }
+  metric_query {
+    id = "desired"
+    metric {
+      namespace   = "AWS/AutoScaling"
+      metric_name = "GroupDesiredCapacity"
+      dimensions  = { AutoScalingGroupName = aws_autoscaling_group.worker.name }
+      period      = 60
+      stat        = "Maximum"
+    }
+  }
+}
+
+resource "aws_autoscaling_policy" "job_ended" {
+  count = local.autoscale ? 1 : 0
+
+  name                   = "${var.fleet_name}-job-ended"
+  autoscaling_group_name = aws_autoscaling_group.worker.name
+  policy_type            = "StepScaling"
+  adjustment_type        = "ExactCapacity"
+
+  step_adjustment {
+    metric_interval_upper_bound = 0
+    scaling_adjustment          = local.worker_min_size
+  }
+}
+
+resource "aws_cloudwatch_metric_alarm" "job_ended" {
+  count = local.autoscale ? 1 : 0
+
+  alarm_name          = "${var.fleet_name}-job-ended"
+  alarm_description   = "The ventilator stopped (its last JobActive is 0): the workers' group goes to its minimum."
+  namespace           = local.cloudwatch_namespace
+  metric_name         = "JobActive"
+  statistic           = "Minimum"
+  period              = 60
+  evaluation_periods  = 1
+  comparison_operator = "LessThanThreshold"
+  threshold           = 1
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_autoscaling_policy.job_ended[0].arn]
+}
+
+# ---------------------------------------------------------------- what the instance role may do for this
+
+resource "aws_iam_role_policy" "autoscaling" {
+  name = "backlog-metrics-and-drain-hook"
+  role = aws_iam_role.fleet.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid       = "PublishBacklogToTheFleetNamespaceOnly"
+        Effect    = "Allow"
+        Action    = ["cloudwatch:PutMetricData"]
+        Resource  = ["*"] # PutMetricData takes no resource; the namespace condition limits it
+        Condition = { StringEquals = { "cloudwatch:namespace" = local.cloudwatch_namespace } }
+      },
+      {
+        Sid      = "CompleteTheDrainHookOfThisGroupOnly"
+        Effect   = "Allow"
+        Action   = ["autoscaling:CompleteLifecycleAction"]
+        Resource = ["arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.worker_group_name}"]
+      },
+    ]
+  })
+}
+
+# The group's running instances when Terraform last looked, for the outputs and the static inventory.
+data "aws_instances" "workers" {
+  instance_tags = {
+    Fleet = var.fleet_name
+    Role  = "worker"
+  }
+  filter {
+    name   = "tag:aws:autoscaling:groupName"
+    values = [local.worker_group_name]
+  }
+  instance_state_names = ["running"]
+
+  depends_on = [aws_autoscaling_group.worker]
+}

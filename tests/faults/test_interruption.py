@@ -1,0 +1,117 @@
+"""A worker told by (fake) IMDS that its instance is going, mid-job: it stops
+taking tasks, finishes or hands back (lease released, never left to expire)
+what it holds, exits 0, and the job's output is byte-identical to a clean
+run.  The scale-in case also completes the group's lifecycle action, against
+moto's Auto Scaling."""
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+
+from tests.cluster import Cluster
+from tests.fake_imds import FakeImds
+from tests.faults.test_faults import assert_same_as_clean
+from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.moto_lifecycle import COMPLETED, aws_env, start_moto
+
+pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+
+# Six tasks, four of them of ~1 s (512K at dupe 40), so a notice lands mid-task.
+JOB = ["--vocab-file", VOCAB, "--dupe-factor", "40", "--task-size", "512K"]
+WATCH = ["--spot-watch", "--spot-watch-seconds", "0.1"]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    need_shared()
+    output = tmp_path_factory.mktemp("clean") / "out"
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = []
+
+    def make(env=None):
+        c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path, env=env)
+        made.append(c)
+        c.start_sink()
+        c.start_ventilator()
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _exits_zero_soon(process, within: float) -> float:
+    started = time.monotonic()
+    assert process.wait(timeout=within + 30) == 0
+    took = time.monotonic() - started
+    assert took < within, f"took {took:.1f}s"
+    return took
+
+
+def test_spot_notice_releases_the_task_and_exits_0(clean, cluster):
+    """Out of drain time at once (--notice-drain-seconds 0): the task being
+    computed is handed back; a worker that joins later finishes the job."""
+    c = cluster()
+    with FakeImds() as imds:
+        watched = c.start_worker(*WATCH, "--imds-endpoint", imds.endpoint, "--notice-drain-seconds", "0")
+        c.wait_for_progress(1)  # it computes the next big task now
+        imds.spot_action = {"action": "terminate",
+                            "time": (datetime.now(timezone.utc) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        _exits_zero_soon(watched, within=10)
+        done_at_notice = c.progress()
+        c.start_worker()
+        assert c.wait() == 0, c.tail()
+    text = c.log_text()
+    assert "spot-interruption" in text and "released 1 task(s) unfinished" in text, c.tail()
+    assert "lease expired" not in text, "a held task was left to expire instead of being handed back"
+    assert done_at_notice < len(manifest(clean)), "the job ended before the notice"
+    assert_same_as_clean(c.output, clean)
+
+
+def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
+    """Two processes under one supervisor, the group's scale-in seen in IMDS:
+    both finish their tasks, exit 0, and the lifecycle action is completed
+    with CONTINUE for this instance (moto)."""
+    server, endpoint = start_moto()
+    try:
+        env = aws_env(endpoint)
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
+                           aws_secret_access_key="testing")
+        autoscaling = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=endpoint,
+                                   aws_access_key_id="testing", aws_secret_access_key="testing")
+        ami = ec2.describe_images()["Images"][0]["ImageId"]
+        ec2.create_launch_template(LaunchTemplateName="mlm-worker",
+                                   LaunchTemplateData={"ImageId": ami, "InstanceType": "c6i.large"})
+        autoscaling.create_auto_scaling_group(AutoScalingGroupName="mlm-workers", MinSize=0, MaxSize=4,
+                                              DesiredCapacity=2, AvailabilityZones=["us-east-1a"],
+                                              LaunchTemplate={"LaunchTemplateName": "mlm-worker"})
+        autoscaling.put_lifecycle_hook(LifecycleHookName="mlm-drain", AutoScalingGroupName="mlm-workers",
+                                       LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+                                       HeartbeatTimeout=300, DefaultResult="CONTINUE")
+        group = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+        instance_id = group["Instances"][0]["InstanceId"]
+
+        c = cluster(env=env)
+        with FakeImds(instance_id=instance_id) as imds:
+            watched = c.start_worker(*WATCH, "--processes", "2", "--imds-endpoint", imds.endpoint,
+                                     "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers")
+            c.wait_for_progress(2)
+            imds.lifecycle_state = "Terminated"
+            _exits_zero_soon(watched, within=20)
+            c.start_worker()
+            assert c.wait() == 0, c.tail()
+        text = c.log_text()
+        assert "scale-in" in text and "completed mlm-drain for " + instance_id in text, c.tail()
+        assert (("mlm-drain", "mlm-workers", instance_id, "CONTINUE")) in COMPLETED
+        assert "lease expired" not in text
+        assert_same_as_clean(c.output, clean)
+    finally:
+        server.stop()

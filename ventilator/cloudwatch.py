@@ -1,0 +1,94 @@
+"""The ventilator's backlog as CloudWatch metrics, for the workers' Auto Scaling group.
+
+The group scales on these (docs/fleet.md, "A fleet that sizes itself"):
+target tracking on ``Backlog`` per in-service instance, a wake-up when tasks
+wait and the group is empty, and the group to its minimum when ``JobActive``
+drops to 0, which this publishes once as the ventilator stops.  Nothing here
+decides a size: it only says how much work there is.
+
+Off unless ``--cloudwatch-namespace`` is given; boto3's standard chain
+supplies the credentials (the instance role on EC2).  A failed publication
+is logged and retried on the next tick: the job never waits for CloudWatch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("ventilator")
+
+
+@dataclass(frozen=True)
+class CloudWatchOptions:
+    namespace: str  # e.g. mlm-pipeline/<fleet>: the group's scaling policies read this namespace
+    region: str = ""  # "" = boto3's default
+    interval_seconds: float = 60.0  # CloudWatch's standard resolution
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """The ventilator's view of the work, at one moment."""
+
+    pending: int  # waiting for a worker
+    leased: int  # being computed
+    workers: int  # worker processes heard from recently
+    worker_hosts: int  # distinct hosts among them
+    active: bool = True  # False once, as the ventilator stops (job over, or stopped)
+
+    @property
+    def backlog(self) -> int:
+        return self.pending + self.leased
+
+
+def metric_data(backlog: Backlog) -> list[dict]:
+    """put_metric_data's MetricData for one observation (pure)."""
+    values = {"Backlog": backlog.backlog, "PendingTasks": backlog.pending, "LeasedTasks": backlog.leased,
+              "Workers": backlog.workers, "WorkerHosts": backlog.worker_hosts, "JobActive": int(backlog.active)}
+    return [{"MetricName": name, "Value": float(value), "Unit": "Count"} for name, value in values.items()]
+
+
+class BacklogPublisher(threading.Thread):
+    """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
+
+    def __init__(self, options: CloudWatchOptions, observe: Callable[[], Backlog]):
+        super().__init__(name="cloudwatch", daemon=True)
+        self.options = options
+        self.observe = observe
+        self.published = 0
+        self._stopped = threading.Event()
+        self._failing = False
+        import boto3  # only when asked for
+        self._client = boto3.client("cloudwatch", region_name=options.region or None)
+
+    def publish(self, backlog: Backlog) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            self._client.put_metric_data(Namespace=self.options.namespace, MetricData=metric_data(backlog))
+        except (BotoCoreError, ClientError) as error:
+            if not self._failing:
+                log.warning("cloudwatch: cannot publish the backlog to %s: %s (trying again every %.0fs)",
+                            self.options.namespace, error, self.options.interval_seconds)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("cloudwatch: publishing again")
+        self._failing = False
+        self.published += 1
+        return True
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self.publish(self.observe())
+            self._stopped.wait(self.options.interval_seconds)
+
+    def close(self) -> None:
+        """Stop, and say the job is no longer active (the group scales to its minimum)."""
+        self._stopped.set()
+        self.join(timeout=10)
+        last = self.observe()
+        self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
+        log.info("cloudwatch: %d backlog publications to %s, the last one JobActive=0", self.published,
+                 self.options.namespace)

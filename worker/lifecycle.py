@@ -1,0 +1,62 @@
+"""Tell the Auto Scaling group a drained worker may go: complete its lifecycle action.
+
+Scale-in (and a spot interruption of a group member) holds the instance in
+``Terminating:Wait`` while the termination lifecycle hook waits; the worker
+completes the action once it has drained, so the instance goes at once
+instead of at the hook's timeout, and never before its work is finished or
+handed back.  The instance role's credentials sign the call (boto3's
+standard chain); ``AWS_ENDPOINT_URL`` points it elsewhere (tests: moto).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from worker.interruption import LIFECYCLE_STATE, Imds, ImdsError
+
+log = logging.getLogger("worker")
+
+
+@dataclass(frozen=True)
+class LifecycleHook:
+    name: str  # the hook on autoscaling:EC2_INSTANCE_TERMINATING
+    group: str  # its Auto Scaling group
+    wait_seconds: float = 300.0  # after draining, how long to wait for the group to start terminating us
+    poll_seconds: float = 5.0
+
+
+def complete_after_drain(imds: Imds, hook: LifecycleHook) -> bool:
+    """Once IMDS says the group is terminating this instance, complete the
+    hook's action with CONTINUE.  True if the group accepted it.
+
+    A worker that drained on a rebalance recommendation waits here for the
+    scale-in the group's capacity rebalancing brings; one that drained on a
+    spot notice may be gone before; either way the hook's timeout is the
+    fallback, so failing here costs minutes of an idle instance, not data."""
+    deadline = time.monotonic() + hook.wait_seconds
+    try:
+        while imds.get(LIFECYCLE_STATE) != "Terminated":
+            if time.monotonic() > deadline:
+                log.info("lifecycle: the group did not start terminating this instance within %.0fs; "
+                         "nothing to complete", hook.wait_seconds)
+                return False
+            time.sleep(hook.poll_seconds)
+        identity = imds.identity()
+    except ImdsError as error:
+        log.warning("lifecycle: %s; the hook %s will time out instead", error, hook.name)
+        return False
+    instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
+    import boto3  # only on EC2, when a hook is configured
+    from botocore.exceptions import BotoCoreError, ClientError
+    try:
+        boto3.client("autoscaling", region_name=region or None).complete_lifecycle_action(
+            LifecycleHookName=hook.name, AutoScalingGroupName=hook.group, InstanceId=instance_id,
+            LifecycleActionResult="CONTINUE")
+    except (BotoCoreError, ClientError) as error:
+        log.warning("lifecycle: could not complete %s for %s: %s; the hook will time out instead", hook.name,
+                    instance_id, error)
+        return False
+    log.info("lifecycle: completed %s for %s in %s: the group may terminate it", hook.name, instance_id, hook.group)
+    return True
