@@ -35,6 +35,11 @@ def permutations(perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+#: Word hashes kept between tasks (a corpus's vocabulary is mostly the same words): bounded, ~100 MB at most.
+_WORD_HASHES: dict[str, int] = {}
+_WORD_CACHE_LIMIT = 1_000_000
+
+
 def _hash_word(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
 
@@ -46,7 +51,12 @@ def shingles(documents: list[list[str]], ngram: int) -> tuple[np.ndarray, np.nda
     distinct = dict.fromkeys(every)  # each word once, in order; then every word's index by C-level lookups
     index = {word: i for i, word in enumerate(distinct)}
     ids = np.fromiter(map(index.__getitem__, every), dtype=np.int64, count=len(every))
-    hashes = np.fromiter(map(_hash_word, distinct), dtype=np.uint64, count=len(distinct))
+    missing = distinct.keys() - _WORD_HASHES.keys()
+    if len(_WORD_HASHES) + len(missing) > _WORD_CACHE_LIMIT:
+        _WORD_HASHES.clear()
+        missing = distinct.keys()
+    _WORD_HASHES.update(zip(missing, map(_hash_word, missing)))
+    hashes = np.fromiter(map(_WORD_HASHES.__getitem__, distinct), dtype=np.uint64, count=len(distinct))
     flat = hashes[ids]
     lengths = np.fromiter((len(ws) for ws in documents), dtype=np.int64, count=len(documents))
     counts = np.maximum(lengths - ngram + 1, 0)
