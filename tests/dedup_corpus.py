@@ -106,9 +106,9 @@ def _near_copy(text: str, target: float, rng: random.Random, vocabulary: list[st
     return candidate, jaccard(text, candidate)
 
 
-def planted_corpus(wiki: Path, seed: int = 7) -> Planted:
+def planted_corpus(wiki: Path, seed: int = 7, limit: int | None = None) -> Planted:
     rng = random.Random(seed)
-    bases = articles(wiki)
+    bases = articles(wiki)[:limit]
     vocabulary = sorted({w for text in bases[:10] for w in re.findall(r"[a-z]{4,}", text)})
     corpus = Planted()
     base_index = [corpus.add(text, i, "base", 1.0) for i, text in enumerate(bases)]
@@ -133,3 +133,19 @@ def planted_corpus(wiki: Path, seed: int = 7) -> Planted:
     for old in order:
         shuffled.add(corpus.texts[old], new_index[corpus.origin[old]], corpus.kind[old], corpus.similarity[old])
     return shuffled
+
+
+def write_wikiextractor(corpus: Planted, directory: Path, files: int = 3) -> list[str]:
+    """The corpus as WikiExtractor files (documents dealt out in order, ids = their index); the
+    document ids in corpus order (file by file), the order "the first copy" refers to."""
+    directory.mkdir(parents=True, exist_ok=True)
+    per_file = -(-len(corpus.texts) // files)
+    order = []
+    for f in range(files):
+        chunk = range(f * per_file, min((f + 1) * per_file, len(corpus.texts)))
+        with open(directory / f"wiki_{f:02d}", "w", encoding="utf-8") as handle:
+            for index in chunk:
+                body = "\n".join(line for line in corpus.texts[index].split("\n"))
+                handle.write(f'<doc id="{index}" url="u" title="t{index}">\nt{index}\n{body}\n</doc>\n')
+                order.append(str(index))
+    return order
