@@ -167,3 +167,22 @@ def test_kept_member_does_not_depend_on_how_documents_are_grouped(corpus):
         results.append(sorted(removed))
     assert results[0] == results[1] == results[2]
     assert len(results[0]) > 50
+
+
+def test_signature_is_the_minimum_over_distinct_shingles_per_permutation():
+    """The vectorised signature equals MinHash's definition, computed naively per document."""
+    from common.dedup.minhash import MinHasher, shingles
+
+    rng = np.random.default_rng(3)
+    vocabulary = [f"w{i}" for i in range(50)]
+    texts = [" ".join(rng.choice(vocabulary, size=n)) for n in (0, 3, 5, 6, 40, 400, 7)]
+    hasher = MinHasher(5, 64, 9)
+    signatures, valid = hasher.signatures(texts)
+    for index, text in enumerate(texts):
+        hashes, _owner = shingles([words(text)], 5)
+        assert valid[index] == (len(hashes) > 0)
+        if len(hashes):
+            distinct = np.unique(hashes)
+            with np.errstate(over="ignore"):
+                expected = ((distinct[:, None] * hasher.a[None, :] + hasher.b[None, :]) >> np.uint64(32)).min(axis=0)
+            assert (signatures[index] == expected.astype(np.uint32)).all()
