@@ -174,7 +174,11 @@ def _rows() -> list[Row]:
         *[Row(f"dd_rss_{role}_{size}", f"Dedup job peak RSS {role}, {label} input (MB)", "{:.0f}")
           for role in ("ventilator", "sink", "worker") for size, label in (("small", "smaller"), ("big", "larger"))],
         *[Row(f"dd_rss_{role}_growth", f"Dedup job peak RSS {role} growth, smaller → larger input", "{:+.0%}",
-              "flat (≤ +10%)", lambda v: v <= 0.10) for role in ("ventilator", "sink", "worker")],
+              "flat (≤ +10%)", lambda v: v <= 0.10) for role in ("ventilator", "sink")],
+        Row("dd_rss_worker_growth", "Dedup job peak RSS worker growth, smaller → larger input (2 processes; noisy)",
+            "{:+.0%}", "flat (≤ +10%)", lambda v: v <= 0.10),
+        Row("dd_rss_plain_worker_growth", "Plain job d=1 peak RSS worker growth, same inputs (for comparison)",
+            "{:+.0%}"),
         # Extras
         Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
         Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
@@ -544,16 +548,18 @@ def dedup_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     shutil.rmtree(data.root)
 
     # Peak RSS of each role of a dedup job at two input sizes (8 MiB tasks, as the rss section).
-    peaks = []
+    peaks, plain_peaks = [], []
     for copies in s.rss_worker_copies:
         data = _distinct_copies(sources, tmp / f"dd-rss-{copies}", copies, per_file=s.rss_worker_per_file)
-        log(f"dedup: RSS of a minhash job on {data.bytes / MB:.0f} MB")
-        work = tmp / "runs" / f"dd-rss-{copies}"
-        run = pipeline(data.root, work, str(VOCAB), 2, task_size="8M", dupe_factor=1, extra=("--dedup", "minhash"))
-        shutil.rmtree(work)
+        for extra, found in ((("--dedup", "minhash"), peaks), ((), plain_peaks)):
+            log(f"dedup: RSS of a {'minhash' if extra else 'plain'} job on {data.bytes / MB:.0f} MB")
+            work = tmp / "runs" / f"dd-rss-{copies}"
+            run = pipeline(data.root, work, str(VOCAB), 2, task_size="8M", dupe_factor=1, extra=extra)
+            shutil.rmtree(work)
+            found.append(run.peak_rss)
         shutil.rmtree(data.root)
-        peaks.append(run.peak_rss)
         res.add("dd_rss_small_mb" if len(peaks) == 1 else "dd_rss_big_mb", data.bytes / MB)
+    res.add("dd_rss_plain_worker_growth", plain_peaks[1]["worker"] / plain_peaks[0]["worker"] - 1)
     for role in ("ventilator", "sink", "worker"):
         res.add(f"dd_rss_{role}_small", peaks[0][role] / MB)
         res.add(f"dd_rss_{role}_big", peaks[1][role] / MB)

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from common.dedup.settings import STAGES
+
 #: Suffixes of inputs that cannot be split by byte range: one task per file.
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 
@@ -86,7 +88,7 @@ class Task:
     @property
     def reads_input(self) -> bool:
         """Its payload is a range of the corpus (the normal pass, dedup signatures), not a dedup stage's list."""
-        return self.stage in ("", "signature")
+        return self.stage in ("", STAGES[0])
 
     def to_wire(self) -> list:
         wire = [self.path, self.start, self.end, self.size, self.version, self.compression]
@@ -106,6 +108,8 @@ class Task:
                 raise TypeError("task offsets must be non-negative integers")
         if not start <= end <= size:
             raise ValueError("task range out of bounds")
+        if stage not in ("", *STAGES):
+            raise ValueError(f"unknown task stage {stage!r}")
         return cls(path, start, end, size, version, compression, stage)
 
 

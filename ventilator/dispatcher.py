@@ -28,10 +28,11 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
+from common.dedup.settings import STAGES
 from common.tasks import Task
 
-#: The order of stages; a stage's tasks wait for every task of the stages before it.
-STAGE_ORDER = {"signature": 0, "bucket": 1, "resolve": 2, "": 3}
+#: The order of stages (the normal pass, "", last); a stage's tasks wait for every task of the stages before it.
+STAGE_ORDER = {**{stage: rank for rank, stage in enumerate(STAGES)}, "": len(STAGES)}
 
 
 class State(enum.Enum):

@@ -32,9 +32,10 @@ def permutations(perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-#: Word hashes kept between tasks (a corpus's vocabulary is mostly the same words): bounded, ~100 MB at most.
+#: Word hashes kept between tasks (a corpus's vocabulary is mostly the same words); bounded (~25 MB) so a
+#: worker's memory does not grow with the corpus.
 _WORD_HASHES: dict[str, int] = {}
-_WORD_CACHE_LIMIT = 1_000_000
+_WORD_CACHE_LIMIT = 200_000
 
 
 def _hash_word(token: str) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from common.dedup import stages
 from common.dedup.in_memory import deduplicate
 from common.dedup.settings import DedupSettings
 from tests.dedup_corpus import planted_corpus, write_wikiextractor
-from tests.helpers import VOCAB, WIKI, check_shards, manifest, need_shared, run_ventilator, shard_digests
+from tests.helpers import REPO, VOCAB, WIKI, check_shards, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.e2e
 
@@ -80,6 +82,9 @@ def test_minhash_job_removes_what_the_method_removes(planted, minhash_run):
     stages_seen = {entry.get("stage", "") for entry in manifest(output).values()}
     assert stages_seen == {"signature", "bucket", "resolve", ""}
     check_shards(output, max_predictions=20)
+    verify = subprocess.run([sys.executable, "-m", "sink.verify", str(output)], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 def test_kept_documents_and_shards_do_not_depend_on_the_fleet(planted, minhash_run, tmp_path):
@@ -151,3 +156,27 @@ def test_resume_skips_finished_stages_and_rebuilds_a_corrupt_signature_file(plan
     assert victim.read_bytes() == (finished / victim.relative_to(output)).read_bytes()
     assert shard_digests(output) == shard_digests(finished)
     assert _removed_ids(output) == _removed_ids(finished)
+
+
+@pytest.mark.s3
+def test_dedup_job_on_s3_writes_what_the_local_one_writes(s3, planted, minhash_run, tmp_path):
+    """The stages' files go to the output store: on S3, the same kept set and shards."""
+    data, _order, _texts = planted
+    local, _summary = minhash_run
+    client = s3.client()
+    bucket = s3.new_bucket("dedup")
+    result = run_ventilator(data, f"s3://{bucket}/run", *JOB, "--dedup", "minhash", "--task-size", "96K",
+                            "--workers", "2", "--dedup-partitions", "3", "--s3-endpoint-url", s3.endpoint_url,
+                            env=s3.env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    downloaded = tmp_path / "dl"
+    for obj in client.list_objects_v2(Bucket=bucket, Prefix="run/", MaxKeys=10000).get("Contents", []):
+        name = obj["Key"][len("run/"):]
+        if name.startswith("part-") or name in ("summary.json", stages.CLUSTERS_NAME):
+            (downloaded / name).parent.mkdir(parents=True, exist_ok=True)
+            client.download_file(bucket, obj["Key"], str(downloaded / name))
+    assert _removed_ids(downloaded) == _removed_ids(local)
+    assert shard_digests(downloaded) == shard_digests(local)
+    summary = json.loads((downloaded / "summary.json").read_text())
+    assert summary["dedup"]["removed_minhash"] == json.loads((local / "summary.json").read_text())["dedup"][
+        "removed_minhash"]
