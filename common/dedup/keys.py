@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.dedup.minhash import MinHasher, band_hashes
-from common.dedup.normalise import exact_hash, words
+from common.dedup.normalise import exact_hash_and_words
 from common.dedup.settings import DedupSettings
 
 
@@ -29,10 +29,11 @@ class KeyMaker:
         self.hasher = MinHasher(settings.ngram, settings.perm, settings.seed) if settings.uses_minhash else None
 
     def keys(self, texts: list[str]) -> DocumentKeys:
-        exact = np.fromiter((exact_hash(text) for text in texts), dtype=np.uint64, count=len(texts))
+        pairs = [exact_hash_and_words(text, self.hasher is not None) for text in texts]
+        exact = np.fromiter((digest for digest, _ in pairs), dtype=np.uint64, count=len(texts))
         if self.hasher is None:
             return DocumentKeys(exact, np.empty((len(texts), 0), dtype=np.uint64), exact != 0)
-        signatures, shingled = self.hasher.signatures_of_words([words(text) for text in texts])
+        signatures, shingled = self.hasher.signatures_of_words([w for _, w in pairs])
         bands = band_hashes(signatures, self.settings.bands, self.settings.rows)
         return DocumentKeys(exact, bands, shingled)
 

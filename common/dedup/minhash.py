@@ -46,16 +46,13 @@ def shingles(documents: list[list[str]], ngram: int) -> tuple[np.ndarray, np.nda
     """(shingle hashes, owner document index), all documents at once, grouped by document.
     A document of fewer than ``ngram`` words has none."""
     every = list(itertools.chain.from_iterable(documents))
-    distinct = dict.fromkeys(every)  # each word once, in order; then every word's index by C-level lookups
-    index = {word: i for i, word in enumerate(distinct)}
-    ids = np.fromiter(map(index.__getitem__, every), dtype=np.int64, count=len(every))
-    missing = distinct.keys() - _WORD_HASHES.keys()
+    missing = set(every).difference(_WORD_HASHES)
     if len(_WORD_HASHES) + len(missing) > _WORD_CACHE_LIMIT:
         _WORD_HASHES.clear()
-        missing = distinct.keys()
+        missing = set(every)
     _WORD_HASHES.update(zip(missing, map(_hash_word, missing)))
-    hashes = np.fromiter(map(_WORD_HASHES.__getitem__, distinct), dtype=np.uint64, count=len(distinct))
-    flat = hashes[ids]
+    # Every word's hash by C-level dictionary lookups (no Python loop per word).
+    flat = np.fromiter(map(_WORD_HASHES.__getitem__, every), dtype=np.uint64, count=len(every))
     lengths = np.fromiter((len(ws) for ws in documents), dtype=np.int64, count=len(documents))
     counts = np.maximum(lengths - ngram + 1, 0)
     total = len(flat) - ngram + 1

@@ -39,3 +39,11 @@ def exact_hash(text: str) -> int:
 
 def words(text: str) -> list[str]:
     return _WORD.findall(unicodedata.normalize("NFC", text).casefold())
+
+
+def exact_hash_and_words(text: str, want_words: bool) -> tuple[int, list[str]]:
+    """Both keys' inputs from one NFC normalisation (the signature stage's inner loop)."""
+    nfc = unicodedata.normalize("NFC", text)
+    normalised = " ".join(nfc.split())
+    digest = int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "little") or 1
+    return (digest if normalised else 0), (_WORD.findall(nfc.casefold()) if want_words else [])
