@@ -115,3 +115,20 @@ def test_bad_settings_are_refused_in_one_line():
             settings.validate()
     assert DedupSettings(mode="minhash").resolved(0).bands * DedupSettings(mode="minhash").resolved(0).rows <= 112
     assert DedupSettings(mode="exact").resolved(3 << 30).partitions == 12
+
+
+def test_the_ventilator_refuses_bad_dedup_flags_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from ventilator.cli import main
+
+    runner = CliRunner()
+    base = ["--data", str(tmp_path), "--output", str(tmp_path / "out"), "--dedup", "minhash"]
+    for extra, words in ((["--minhash-bands", "3"], "give both --minhash-bands and --minhash-rows"),
+                         (["--minhash-bands", "20", "--minhash-rows", "10"], "exceeds --minhash-perm"),
+                         (["--minhash-threshold", "1.2"], "between 0 and 1")):
+        result = runner.invoke(main, base + extra)
+        assert result.exit_code == 1, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output, result.output
+    assert runner.invoke(main, base[:-1] + ["bogus"]).exit_code == 2  # not a mode: click's usage error
