@@ -29,7 +29,7 @@ import msgpack
 from common.config import JobConfig
 from common.writers.base import ShardFile
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
 
 #: Inbound frames larger than this are refused by the socket itself
 #: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
