@@ -84,7 +84,7 @@ def test_stage_files_round_trip_and_corruption_names_the_writer(tmp_path):
         stages.find_pairs(output, stages.bucket_task(partition), plan, set())
     result = stages.resolve(output, plan, settings.partitions, set())
     assert result.counters["clusters"] == 3
-    removed = [stages.read_removals(output, task) for task in normal]
+    removed = [stages.read_removals(output, task, settings.partitions) for task in normal]
     # Task 2's "short" copies task 1's (exact), its whitespace variant is exact, its words + extra is near.
     assert removed[0] == {}
     assert {ordinal: stages.METHODS[code] for ordinal, (code, _bytes) in removed[1].items()} == {
@@ -101,9 +101,9 @@ def test_stage_files_round_trip_and_corruption_names_the_writer(tmp_path):
     # A quarantined signature task is left out instead.
     stages.find_pairs(output, stages.bucket_task(0), plan, {stages.signature_task(normal[1]).task_id})
     # A lost removal list names the resolve task.
-    (tmp_path / stages.removed_name(normal[0].task_id)).unlink()
+    (tmp_path / stages.removed_name(stages.removal_partition(normal[0].task_id, settings.partitions))).unlink()
     with pytest.raises(CorruptFile) as caught:
-        stages.read_removals(output, normal[0])
+        stages.read_removals(output, normal[0], settings.partitions)
     assert caught.value.writer_task == stages.resolve_task().task_id
 
 

@@ -92,7 +92,7 @@ class TaskProcessor:
 
     def _without_duplicates(self, task: Task, documents: list, stats: TaskStats) -> list:
         """The normal pass of a dedup job: the documents the resolve stage did not remove."""
-        removals = dedup_stages.read_removals(self.output, task)
+        removals = dedup_stages.read_removals(self.output, task, self.dedup.partitions)
         if not removals:
             return documents
         for code, _bytes in removals.values():

@@ -9,8 +9,9 @@ A job with ``--dedup`` runs, over the same ventilator, workers and sink:
 2. one ``bucket`` task per partition: reads that partition of every
    signature task, writes the candidate pairs (``dedup/pairs/pNNNNN.pairs``);
 3. one ``resolve`` task: union-find over the pairs, writes
-   ``dedup/clusters.jsonl`` (the audit) and one removal list per normal task
-   (``dedup/removed/<task>.rm``);
+   ``dedup/clusters.jsonl`` (the audit) and the removal lists, in as many
+   files as there are partitions (``dedup/removed/pNNNNN.rm``: a normal
+   task's list is in the file its task id hashes to);
 4. the normal pass: each task drops the documents its removal list names.
 
 Each stage's tasks start once every task of the stage before is done (see
@@ -86,8 +87,13 @@ def pairs_name(partition: int) -> str:
     return f"dedup/pairs/p{partition:05d}.pairs"
 
 
-def removed_name(normal_id: str) -> str:
-    return f"dedup/removed/{normal_id}.rm"
+def removed_name(partition: int) -> str:
+    return f"dedup/removed/p{partition:05d}.rm"
+
+
+def removal_partition(normal_id: str, partitions: int) -> int:
+    """Which removal file holds a normal task's list: from its id alone, so the task needs no plan."""
+    return int(normal_id[:8], 16) % partitions
 
 
 # The plan and what the ventilator ships to bucket and resolve tasks --------------
@@ -182,6 +188,7 @@ def _member(source: Task, meta: dict, arrays: dict, ordinal: int) -> dict:
 
 
 def resolve(output, plan: list[Task], partitions: int, skips: set[str]) -> StageResult:
+    """``partitions``: of the pairs files to read, and of the removal files to write."""
     """Stage 3: clusters from the pairs; the audit file and the removal lists."""
     union = UnionFind()
     for partition in range(partitions):
@@ -226,18 +233,21 @@ def resolve(output, plan: list[Task], partitions: int, skips: set[str]) -> Stage
                                  f"@{described[root]['task_start']}+{described[root]['offset_in_task']}",
                                  "members": entries}, sort_keys=True))
     written = [_put_text(output, CLUSTERS_NAME, "".join(line + "\n" for line in lines), len(lines))]
-    # One removal list per normal task, empty ones included (a missing list is a lost one, not an empty
-    # one).  They are not listed in the acknowledgement (one per task would outgrow a message): each is
-    # checked when its task reads it, and a missing or corrupt one has this task done again.
-    removal_bytes = 0
-    for rank, source in enumerate(plan):
-        rows = sorted(removals.get(rank, []))
-        removal_bytes += _put(output, removed_name(source.task_id), {"task": source.key},
-                              {"ordinal": np.array([r[0] for r in rows], dtype=np.uint32),
-                               "method": np.array([r[1] for r in rows], dtype=np.uint8),
-                               "bytes": np.array([r[2] for r in rows], dtype=np.int64)}, len(rows)).bytes
-    counters["removal_lists"] = len(plan)
-    counters["removal_list_bytes"] = removal_bytes
+    # The removal lists in P files (by task id), every one written, empty or not: a missing file is a
+    # lost one.  P files, not one per task: one process writing millions of objects would be the job's
+    # bottleneck on S3, and each normal task reads ~1/P of the removals, not the corpus's.
+    by_file: dict[int, list[tuple[bytes, int, int, int]]] = {}
+    for rank, rows in removals.items():
+        task_id = plan[rank].task_id
+        by_file.setdefault(removal_partition(task_id, partitions), []).extend(
+            (task_id.encode(), ordinal, method, size) for ordinal, method, size in rows)
+    for partition in range(partitions):
+        rows = sorted(by_file.get(partition, []))
+        written.append(_put(output, removed_name(partition), {"partition": partition},
+                            {"task": np.array([r[0] for r in rows], dtype="S20"),
+                             "ordinal": np.array([r[1] for r in rows], dtype=np.uint32),
+                             "method": np.array([r[2] for r in rows], dtype=np.uint8),
+                             "bytes": np.array([r[3] for r in rows], dtype=np.int64)}, len(rows)))
     return StageResult(written, counters)
 
 
@@ -247,7 +257,8 @@ def _put_text(output, name: str, text: str, records: int) -> ShardFile:
     return ShardFile(name, records, hashlib.sha256(data).hexdigest(), len(data))
 
 
-def read_removals(output, task: Task) -> dict[int, tuple[int, int]]:
+def read_removals(output, task: Task, partitions: int) -> dict[int, tuple[int, int]]:
     """Stage 4: the normal task's documents to drop: ordinal -> (method code, bytes)."""
-    _meta, arrays = _get(output, removed_name(task.task_id), resolve_task())
-    return {int(o): (int(m), int(b)) for o, m, b in zip(arrays["ordinal"], arrays["method"], arrays["bytes"])}
+    _meta, arrays = _get(output, removed_name(removal_partition(task.task_id, partitions)), resolve_task())
+    mine = np.flatnonzero(arrays["task"] == task.task_id.encode())
+    return {int(arrays["ordinal"][i]): (int(arrays["method"][i]), int(arrays["bytes"][i])) for i in mine}
