@@ -4,6 +4,7 @@ output store (written, read, found corrupt)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from common.dedup import stages
@@ -132,3 +133,24 @@ def test_the_ventilator_refuses_bad_dedup_flags_in_one_line(tmp_path):
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output, result.output
     assert runner.invoke(main, base[:-1] + ["bogus"]).exit_code == 2  # not a mode: click's usage error
+
+
+def test_components_are_union_finds_clusters_rooted_at_the_smallest_handle():
+    from common.dedup.clusters import UnionFind, components
+
+    rng = np.random.default_rng(5)
+    for size, edges in ((10, 4), (200, 150), (1000, 2000)):
+        first = rng.integers(0, size, edges).astype(np.uint64) * np.uint64(3)  # sparse handles
+        other = rng.integers(0, size, edges).astype(np.uint64) * np.uint64(3)
+        union = UnionFind()
+        for a, b in zip(first.tolist(), other.tolist()):
+            union.union(a, b)
+        expected = {member: root for root, members in union.clusters().items() for member in members}
+        nodes, roots = components(first, other)
+        got = dict(zip(nodes.tolist(), roots.tolist()))
+        assert got == expected
+        assert all(root <= node for node, root in got.items())
+    # A chain whose smallest member is at the far end: propagation must carry it all the way.
+    chain = np.arange(50, dtype=np.uint64)
+    nodes, roots = components(chain[1:][::-1], chain[:-1][::-1])
+    assert (roots == 0).all() and len(nodes) == 50

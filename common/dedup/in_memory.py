@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.dedup.clusters import UnionFind, candidate_pairs, handles
+from common.dedup.clusters import candidate_pairs, components, handles
 from common.dedup.keys import KeyMaker
 from common.dedup.settings import DedupSettings
 
@@ -24,10 +24,10 @@ def deduplicate(texts: list[str], settings: DedupSettings) -> Outcome:
     keys = maker.keys(texts)
     members = handles(0, len(texts))
     first, other, _kind = candidate_pairs(*maker.flat(keys, members))
-    union = UnionFind()
-    for a, b in zip(first.tolist(), other.tolist()):
-        union.union(a, b)
-    clusters = union.clusters()
+    nodes, roots = components(first, other)
+    clusters: dict[int, list[int]] = {}
+    for node, root in zip(nodes.tolist(), roots.tolist()):
+        clusters.setdefault(root, []).append(node)
     kept = np.ones(len(texts), dtype=bool)
     for root, group in clusters.items():
         for member in group:

@@ -8,7 +8,7 @@ A job with ``--dedup`` runs, over the same ventilator, workers and sink:
    and a table of its documents (``dedup/documents/<task>.docs``);
 2. one ``bucket`` task per partition: reads that partition of every
    signature task, writes the candidate pairs (``dedup/pairs/pNNNNN.pairs``);
-3. one ``resolve`` task: union-find over the pairs, writes
+3. one ``resolve`` task: connected components of the pairs, writes
    ``dedup/clusters.jsonl`` (the audit) and the removal lists, in as many
    files as there are partitions (``dedup/removed/pNNNNN.rm``: a normal
    task's list is in the file its task id hashes to);
@@ -34,7 +34,7 @@ import msgpack
 import numpy as np
 
 from common.dedup import files
-from common.dedup.clusters import UnionFind, candidate_pairs, split_handle
+from common.dedup.clusters import candidate_pairs, components, split_handle
 from common.dedup.files import CorruptFile
 from common.dedup.keys import KeyMaker
 from common.dedup.normalise import document_text
@@ -190,15 +190,20 @@ def _member(source: Task, meta: dict, arrays: dict, ordinal: int) -> dict:
 def resolve(output, plan: list[Task], partitions: int, skips: set[str]) -> StageResult:
     """``partitions``: of the pairs files to read, and of the removal files to write."""
     """Stage 3: clusters from the pairs; the audit file and the removal lists."""
-    union = UnionFind()
+    firsts, others = [], []
     for partition in range(partitions):
         writer = bucket_task(partition)
         if writer.task_id in skips:
             continue
         _meta, arrays = _get(output, pairs_name(partition), writer)
-        for a, b in zip(arrays["first"].tolist(), arrays["other"].tolist()):
-            union.union(a, b)
-    clusters = union.clusters()
+        firsts.append(arrays["first"])
+        others.append(arrays["other"])
+    empty = np.empty(0, dtype=np.uint64)
+    nodes, roots = components(np.concatenate(firsts) if firsts else empty, np.concatenate(others) if others else empty)
+    del firsts, others
+    clusters: dict[int, list[int]] = {}
+    for node, root in zip(nodes.tolist(), roots.tolist()):  # nodes ascending: members come sorted
+        clusters.setdefault(root, []).append(node)
     # The document tables of the tasks that hold a clustered document, one at a time.
     by_rank: dict[int, list[int]] = {}
     for members in clusters.values():
