@@ -133,7 +133,7 @@ def sink_flood(data: Path, work: Path, vocab: str, acks: int, window: int = 800,
 
 
 def pipeline(data: Path, work: Path, vocab: str, workers: int, *, task_size: str, dupe_factor: int,
-             timeout: float = 900) -> RoleRun:
+             timeout: float = 900, extra: tuple = ()) -> RoleRun:
     """``python -m ventilator --workers N``: command wall time, steady-state
     throughput from the manifest (polled every 50 ms), and peak RSS per role."""
     work.mkdir(parents=True, exist_ok=True)
@@ -146,7 +146,7 @@ def pipeline(data: Path, work: Path, vocab: str, workers: int, *, task_size: str
     with Watcher(interval=0.1) as watcher:
         ventilator = start_module("ventilator", *_job_args(
             data, work / "out", vport, vocab, work / "state", "--sink-port", sink_port, "--workers", workers,
-            "--task-size", task_size, "--dupe-factor", dupe_factor), log=log)
+            "--task-size", task_size, "--dupe-factor", dupe_factor, *extra), log=log)
         try:
             watcher.add(ventilator.pid, "ventilator", tree=True)
             deadline = started + timeout

@@ -13,7 +13,7 @@ then their median reported.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, extras.
+Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, dedup, extras.
 """
 
 from __future__ import annotations
@@ -157,6 +157,28 @@ def _rows() -> list[Row]:
             lambda v: v <= 300),
         Row("rss_series_growth", "One worker process: peak RSS growth from there to the last task", "{:+.0%}",
             "flat (≤ +10%)", lambda v: v <= 0.10),
+        # Dedup (docs/dedup.md)
+        Row("dd_sig_input_mb", "Dedup signature stage: one task of the replicated corpus (MB)", "{:.1f}"),
+        Row("dd_sig_minhash", "Dedup signature stage, minhash (parse, keys, write): input MB per CPU-s", "{:.1f}",
+            "≥ 20", lambda v: v >= 20),
+        Row("dd_sig_exact", "Dedup signature stage, exact (parse, keys, write): input MB per CPU-s", "{:.1f}",
+            "≥ 20", lambda v: v >= 20),
+        Row("dd_job_input_mb", "Dedup job runs: input, copies made distinct (MB)", "{:.1f}"),
+        Row("dd_job_cpu_plain", "Plain job d=1, 2 workers: CPU-s of every process", "{:.1f}"),
+        Row("dd_job_cpu_minhash_ratio", "Dedup job (minhash) / plain job d=1: CPU of every process", "{:.2f}×",
+            "≤ 1.5×", lambda v: v <= 1.5),
+        Row("dd_job_cpu_exact_ratio", "Dedup job (exact) / plain job d=1: CPU of every process", "{:.2f}×",
+            "≤ 1.5×", lambda v: v <= 1.5),
+        Row("dd_rss_small_mb", "Dedup (minhash) RSS runs: smaller input (MB)", "{:.1f}"),
+        Row("dd_rss_big_mb", "Dedup (minhash) RSS runs: larger input (MB)", "{:.1f}"),
+        *[Row(f"dd_rss_{role}_{size}", f"Dedup job peak RSS {role}, {label} input (MB)", "{:.0f}")
+          for role in ("ventilator", "sink", "worker") for size, label in (("small", "smaller"), ("big", "larger"))],
+        *[Row(f"dd_rss_{role}_growth", f"Dedup job peak RSS {role} growth, smaller → larger input", "{:+.0%}",
+              "flat (≤ +10%)", lambda v: v <= 0.10) for role in ("ventilator", "sink")],
+        Row("dd_rss_worker_growth", "Dedup job peak RSS worker growth, smaller → larger input (2 processes; noisy)",
+            "{:+.0%}", "flat (≤ +10%)", lambda v: v <= 0.10),
+        Row("dd_rss_plain_worker_growth", "Plain job d=1 peak RSS worker growth, same inputs (for comparison)",
+            "{:+.0%}"),
         # Extras
         Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
         Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
@@ -194,7 +216,7 @@ ROWS = _rows()
 #: The stage table: one row per (tokenizer, dupe factor), CPU-s per input MB per stage.
 STAGE_ROWS = [(tok, dupe, f"Worker d={dupe} ({label})") for tok, label in TOKENIZERS.items() for dupe in (1, 10)]
 STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
-SECTIONS = ("worker", "ventilator", "sink", "pipeline", "rss", "extras")
+SECTIONS = ("worker", "ventilator", "sink", "pipeline", "rss", "dedup", "extras")
 
 
 # --------------------------------------------------------------------------
@@ -459,6 +481,115 @@ def rss_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("rss_series_growth", series[-1] / series[warm] - 1)
 
 
+def _distinct_copies(sources, target: Path, copies: int, per_file: int) -> corpora.Corpus:
+    """Like corpora.replicate, but every third word of copy ``c`` gets ``c``
+    appended, so copies are not near-duplicates of each other (shingle
+    Jaccard well under 0.1): the dedup job then costs what it costs on a
+    corpus it removes little from, and the plain job has the same input."""
+    import re
+
+    word = re.compile(rb"\b([a-z]{3,})\b")
+    target = Path(target)
+    total = files = 0
+    for group, first in enumerate(range(0, copies, per_file)):
+        for relative, data in sources:
+            path = target / f"r{group:05d}" / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as handle:
+                for copy in range(first, min(first + per_file, copies)):
+                    count = iter(range(10**9))
+                    piece = word.sub(lambda m: m.group(1) + b"x%d" % copy if next(count) % 3 == 0 else m.group(1),
+                                     corpora.with_unique_ids(data, copy))
+                    handle.write(piece)
+                    total += len(piece)
+            files += 1
+    return corpora.Corpus(target, files, total)
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished (waited-for) descendants: a job's every process."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def dedup_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.roles import pipeline
+    from bench.worker_bench import WIKIEXTRACTOR, task_of
+    from common.dedup import stages
+    from common.dedup.keys import KeyMaker
+    from common.dedup.settings import DedupSettings
+    from common.readers import ParseReport
+    from common.storage import LocalStorage
+
+    # The signature stage in this process: what a worker does with one signature task.
+    content = corpora.replicated_bytes(sources, s.worker_copies)
+    path = tmp / "dedup-input" / "input.txt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    storage, task = task_of(path)
+    res.add("dd_sig_input_mb", len(content) / MB)
+    for mode in ("minhash", "exact"):
+        settings = DedupSettings(mode=mode, partitions=4).resolved(0)
+        maker = KeyMaker(settings)
+        output = LocalStorage(str(tmp / f"dedup-sig-{mode}"))
+        for repeat in range(s.repeats + 1):  # the first run warms the word-hash cache: not counted
+            cpu = time.process_time()
+            payload = WIKIEXTRACTOR.read(storage, task)
+            documents = list(WIKIEXTRACTOR.documents(task, payload, ParseReport()))
+            stages.write_signatures(output, settings, maker, stages.signature_task(task), documents)
+            if repeat:
+                res.add(f"dd_sig_{mode}", len(content) / MB / (time.process_time() - cpu))
+        log(f"dedup: signature stage ({mode}) on {len(content) / MB:.1f} MB")
+    shutil.rmtree(path.parent)
+
+    # Whole jobs: CPU of every process, plain vs dedup, on the same input.
+    data = _distinct_copies(sources, tmp / "dd-corpus", max(2, s.worker_copies), per_file=1)
+    res.add("dd_job_input_mb", data.bytes / MB)
+    task_size = s.pipe_task
+    cpu_run_peaks: dict[str, dict[str, int]] = {}
+    for repeat in range(s.repeats):
+        cpu = {}
+        for name, extra in (("plain", ()), ("minhash", ("--dedup", "minhash")), ("exact", ("--dedup", "exact"))):
+            log(f"dedup: repeat {repeat + 1}/{s.repeats}, {name} job, {data.bytes / MB:.1f} MB")
+            work = tmp / "runs" / f"dd-{name}-{repeat}"
+            before = _children_cpu()
+            run = pipeline(data.root, work, str(VOCAB), 2, task_size=task_size, dupe_factor=1, extra=extra)
+            cpu[name] = _children_cpu() - before
+            cpu_run_peaks[name] = run.peak_rss
+            shutil.rmtree(work)
+        res.add("dd_job_cpu_plain", cpu["plain"])
+        res.add("dd_job_cpu_minhash_ratio", cpu["minhash"] / cpu["plain"])
+        res.add("dd_job_cpu_exact_ratio", cpu["exact"] / cpu["plain"])
+    shutil.rmtree(data.root)
+
+    # Peak RSS of each role of a dedup job at two input sizes (8 MiB tasks, as the rss section).  The
+    # quick mode (CI: only that every row is produced) takes the smaller size's from the runs above.
+    peaks, plain_peaks = [], []
+    sizes = s.rss_worker_copies
+    if s.quick:
+        peaks.append(cpu_run_peaks["minhash"])
+        plain_peaks.append(cpu_run_peaks["plain"])
+        res.add("dd_rss_small_mb", res.value("dd_job_input_mb"))
+        sizes = sizes[1:]
+    for copies in sizes:
+        data = _distinct_copies(sources, tmp / f"dd-rss-{copies}", copies, per_file=s.rss_worker_per_file)
+        for extra, found in ((("--dedup", "minhash"), peaks), ((), plain_peaks)):
+            log(f"dedup: RSS of a {'minhash' if extra else 'plain'} job on {data.bytes / MB:.0f} MB")
+            work = tmp / "runs" / f"dd-rss-{copies}"
+            run = pipeline(data.root, work, str(VOCAB), 2, task_size="8M", dupe_factor=1, extra=extra)
+            shutil.rmtree(work)
+            found.append(run.peak_rss)
+        shutil.rmtree(data.root)
+        res.add("dd_rss_small_mb" if len(peaks) == 1 else "dd_rss_big_mb", data.bytes / MB)
+    res.add("dd_rss_plain_worker_growth", plain_peaks[1]["worker"] / plain_peaks[0]["worker"] - 1)
+    for role in ("ventilator", "sink", "worker"):
+        res.add(f"dd_rss_{role}_small", peaks[0][role] / MB)
+        res.add(f"dd_rss_{role}_big", peaks[1][role] / MB)
+        res.add(f"dd_rss_{role}_growth", peaks[1][role] / peaks[0][role] - 1)
+
+
 def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import extras
     from bench.worker_bench import documents_of, load_vocabulary, split_all
@@ -568,7 +699,8 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
 
 
 SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section, "sink": sink_section,
-                     "pipeline": pipeline_section, "rss": rss_section, "extras": extras_section}
+                     "pipeline": pipeline_section, "rss": rss_section, "dedup": dedup_section,
+                     "extras": extras_section}
 
 
 # --------------------------------------------------------------------------
@@ -576,6 +708,8 @@ SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section,
 # --------------------------------------------------------------------------
 
 def _section_of(key: str) -> str:
+    if key.startswith("dd_"):
+        return "dedup"
     if key.startswith(("w", "tok", "out", "fast", "stage")) and not key.startswith("worker_"):
         return "worker"
     if key.startswith("v_"):

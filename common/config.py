@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from common.dedup.settings import DedupSettings
 from common.params import Component
 
 
@@ -39,6 +40,7 @@ class JobConfig:
     heartbeat_seconds: float = 5.0
     task_size: int = 0  # the --task-size the tasks were cut with
     inputs_digest: str = ""  # sha256 of the input listing: every file's path, size and version
+    dedup: DedupSettings = field(default_factory=DedupSettings)  # mode "off": no dedup stage
 
     @staticmethod
     def digest_inputs(files) -> str:
@@ -71,5 +73,7 @@ class JobConfig:
             "task_size": self.task_size,
             "inputs": self.inputs_digest,
         }
+        if self.dedup.enabled:  # a job without dedup keeps the id it always had
+            identity["dedup"] = dataclasses.asdict(self.dedup)
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

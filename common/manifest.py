@@ -55,6 +55,11 @@ def shard_files(entry: dict) -> list[dict]:
     return entry.get("shards") or []
 
 
+def stage_files(entry: dict) -> list[dict]:
+    """The files a dedup stage's task wrote (not training shards; same fields)."""
+    return entry.get("files") or []
+
+
 def check_job(entries: list[dict], job_id: str, where: str) -> None:
     for entry in entries:
         if entry.get("job") != job_id:
@@ -98,6 +103,7 @@ class Manifest:
         self.done: dict[str, str] = {}
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
+        self.dedup_totals: dict[str, int] = {}  # dedup counters of every stage (in the summary when any)
         self._handle = None
         self._dirty = False
 
@@ -134,7 +140,7 @@ class Manifest:
         if not entries:
             return entries
         present = set(self.storage.list_outputs())
-        kept = [e for e in entries if all(f["name"] in present for f in shard_files(e))]
+        kept = [e for e in entries if all(f["name"] in present for f in shard_files(e) + stage_files(e))]
         if len(kept) < len(entries):
             log.warning("manifest %s: %d of %d shards it lists are gone from %s; their tasks will be done again",
                         self.path, len(entries) - len(kept), len(entries), self.storage.uri(""))
@@ -157,6 +163,8 @@ class Manifest:
         totals["bytes_written"] += entry.get("bytes", 0)
         for reason, count in (entry.get("skipped") or {}).items():
             totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
+        for name, count in (entry.get("dedup") or {}).items():
+            self.dedup_totals[name] = self.dedup_totals.get(name, 0) + count
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""

@@ -29,7 +29,7 @@ import msgpack
 from common.config import JobConfig
 from common.writers.base import ShardFile
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
 
 #: Inbound frames larger than this are refused by the socket itself
 #: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
@@ -131,6 +131,8 @@ class TaskFailed:
     task_id: str
     error: str
     permanent: bool = False
+    #: Tasks of an earlier dedup stage whose files this task found missing or corrupt: done again first.
+    redo: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -153,6 +155,7 @@ class AckStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     cpu_seconds: float = 0.0
+    dedup: dict[str, int] = field(default_factory=dict)  # dedup counters (docs/dedup.md), summed by the sink
 
 
 @dataclass
@@ -169,6 +172,7 @@ class TaskAck:
     shards: list[ShardFile]  # empty when the task produced no record
     records: int  # over all its files
     stats: AckStats
+    stage: str = ""  # a dedup stage's tasks: its files are then the stage's, not training shards
 
 
 @dataclass

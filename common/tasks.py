@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from common.dedup.settings import STAGES
+
 #: Suffixes of inputs that cannot be split by byte range: one task per file.
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 
@@ -57,10 +59,14 @@ class Task:
     size: int
     version: str
     compression: str = ""
+    #: "" for the normal pass; a dedup stage's name for its tasks (see common/dedup/stages.py).  Only
+    #: those carry it in their key, so the normal pass's task ids and random streams never change.
+    stage: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.path}@{self.start}-{self.end}"
+        where = f"{self.path}@{self.start}-{self.end}"
+        return f"{self.stage}:{where}" if self.stage else where
 
     @property
     def task_id(self) -> str:
@@ -79,20 +85,32 @@ class Task:
     def length(self) -> int:
         return self.end - self.start
 
+    @property
+    def reads_input(self) -> bool:
+        """Its payload is a range of the corpus (the normal pass, dedup signatures), not a dedup stage's list."""
+        return self.stage in ("", STAGES[0])
+
     def to_wire(self) -> list:
-        return [self.path, self.start, self.end, self.size, self.version, self.compression]
+        wire = [self.path, self.start, self.end, self.size, self.version, self.compression]
+        return wire + [self.stage] if self.stage else wire
 
     @classmethod
     def from_wire(cls, data: list) -> "Task":
-        path, start, end, size, version, compression = data
-        if not (isinstance(path, str) and isinstance(version, str) and isinstance(compression, str)):
-            raise TypeError("task path, version and compression must be strings")
+        if not isinstance(data, list) or len(data) not in (6, 7):
+            raise TypeError("a task is a list of 6 or 7 fields")
+        path, start, end, size, version, compression, *rest = data
+        stage = rest[0] if rest else ""
+        if not (isinstance(path, str) and isinstance(version, str) and isinstance(compression, str)
+                and isinstance(stage, str)):
+            raise TypeError("task path, version, compression and stage must be strings")
         for number in (start, end, size):
             if not isinstance(number, int) or isinstance(number, bool) or number < 0:
                 raise TypeError("task offsets must be non-negative integers")
         if not start <= end <= size:
             raise ValueError("task range out of bounds")
-        return cls(path, start, end, size, version, compression)
+        if stage not in ("", *STAGES):
+            raise ValueError(f"unknown task stage {stage!r}")
+        return cls(path, start, end, size, version, compression, stage)
 
 
 def plan_tasks(files: Iterable[InputFile], task_size: int) -> Iterator[Task]:

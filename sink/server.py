@@ -61,12 +61,19 @@ def _books(config: JobConfig) -> tuple:
 
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
-    return {
+    files = [dataclasses.asdict(f) for f in ack.shards]
+    entry = {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
-        "version": ack.version, "shards": [dataclasses.asdict(f) for f in ack.shards], "records": ack.records,
+        "version": ack.version, "shards": [] if ack.stage else files, "records": ack.records,
         "documents": stats.documents, "skipped": stats.skipped, "tokens": stats.tokens, "bytes": stats.bytes_out,
         "worker": ack.worker_id,
     }
+    if ack.stage:  # a dedup stage's task: its files are not training shards (docs/dedup.md)
+        entry["stage"] = ack.stage
+        entry["files"] = files
+    if stats.dedup:
+        entry["dedup"] = stats.dedup
+    return entry
 
 
 class SinkServer:
@@ -295,6 +302,8 @@ class SinkServer:
             "job": self.config.job_id if self.config else None,
             "reason": reason,
             **(self.manifest.totals if self.manifest else {}),
+            **({"dedup": dict(sorted(self.manifest.dedup_totals.items()))}
+               if self.manifest and self.manifest.dedup_totals else {}),
             "quarantined": {task: dataclasses.asdict(why) for task, why in self.quarantined.items()},
             "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
                          "duplicate_acks": self.duplicates},
@@ -320,6 +329,12 @@ class SinkServer:
                       "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)
             return 1
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
+        dedup = summary.get("dedup") or {}
+        if dedup:
+            log.info("sink: dedup removed %d document(s) (%.1f MB) as exact copies and %d (%.1f MB) as near copies; "
+                     "clusters in %s", dedup.get("removed_exact", 0), dedup.get("removed_exact_bytes", 0) / 1e6,
+                     dedup.get("removed_minhash", 0), dedup.get("removed_minhash_bytes", 0) / 1e6,
+                     self.output.uri("dedup/clusters.jsonl"))
         log.info("sink: %s. %d tasks, %d shards, %d records, %d documents (skipped: %s), %d tokens, %.1f MB written; "
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,

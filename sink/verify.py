@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from common.manifest import read_published, shard_files
+from common.manifest import read_published, shard_files, stage_files
 from common.storage import StorageError, open_storage
 from common.writers import writer_for_file
 
@@ -57,6 +57,12 @@ def verify_output(storage) -> Verification:
         for shard in shard_files(entry):
             _verify_file(storage, task, shard, result)
             listed[shard["name"]] = task
+        for stage_file in stage_files(entry):  # --dedup's files: present and as written (docs/dedup.md)
+            data = storage.get_bytes(stage_file["name"])
+            if data is None:
+                result.problems.append(f"{stage_file['name']}: missing (dedup {entry.get('stage')} task {task})")
+            elif hashlib.sha256(data).hexdigest() != stage_file.get("sha256"):
+                result.problems.append(f"{stage_file['name']}: sha256 differs from the manifest's")
     for name in storage.list_outputs():
         if name.rsplit("/", 1)[-1].startswith(SHARD_PREFIX) and name not in listed:
             result.problems.append(f"{name}: not in the manifest")

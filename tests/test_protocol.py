@@ -41,7 +41,7 @@ def test_round_trip_every_message_type():
 
 
 def _ack(**changes) -> dict:
-    fields = {"v": 3, "t": "TaskAck", "task_id": "t", "job_id": "j", "worker_id": "w", "source": "p", "start": 0,
+    fields = {"v": protocol.PROTOCOL_VERSION, "t": "TaskAck", "task_id": "t", "job_id": "j", "worker_id": "w", "source": "p", "start": 0,
               "end": 1, "version": "v", "shards": [{"name": "s", "records": 3, "sha256": "abc", "bytes": 9}], "records": 3,
               "stats": {"documents": 1, "skipped": {"empty": 2}, "seconds": {"tokenize": 0.5}}}
     fields.update(changes)
@@ -52,7 +52,7 @@ def _welcome(**config_changes) -> dict:
     config = {"data_uri": "d", "output_uri": "o", "reader": {"name": "text"}, "segmenter": "line",
               "tokenizer_json": "{}", "objective": {"name": "bert", "params": {"dupe_factor": 2}}}
     config.update(config_changes)
-    return {"v": 3, "t": "Welcome", "config": config, "ventilator_id": "v"}
+    return {"v": protocol.PROTOCOL_VERSION, "t": "Welcome", "config": config, "ventilator_id": "v"}
 
 
 @pytest.mark.parametrize("payload,reason", [
@@ -68,8 +68,8 @@ def _welcome(**config_changes) -> dict:
     (_welcome(objective={"params": {}}), "Welcome.config.objective lacks name"),
     (_ack(shards=[{"name": "s", "records": "3", "sha256": "", "bytes": 1}]), "TaskAck.shards.records has the wrong type"),
     (_welcome(tokenizer_json=None), "Welcome.config.tokenizer_json has the wrong type"),
-    ({"v": 3, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
-    ({"v": 3, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
 ])
 def test_nested_fields_are_checked_too(payload, reason):
     """A peer of another version, or a broken one, is refused at decode: a
@@ -84,11 +84,11 @@ def test_nested_fields_are_checked_too(payload, reason):
 @pytest.mark.parametrize("payload,reason", [
     ({"v": 99, "t": "TaskRequest", "credit": 1}, "version"),
     ({"t": "TaskRequest", "credit": 1}, "version"),
-    ({"v": 3, "t": "Nope"}, "unknown"),
-    ({"v": 3, "t": "TaskRequest", "credit": "1"}, "wrong type"),
-    ({"v": 3, "t": "TaskRequest", "credit": True}, "wrong type"),
-    ({"v": 3, "t": "TaskRequest"}, "lacks"),
-    ({"v": 3, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "Nope"}, "unknown"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": "1"}, "wrong type"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": True}, "wrong type"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest"}, "lacks"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
     ([1, 2, 3], "not a map"),
 ])
 def test_malformed_messages_are_rejected(payload, reason):

@@ -10,6 +10,7 @@ import click
 
 from common import logs
 from common.config import JobConfig
+from common.dedup.settings import MODES, DedupSettings
 from common.objectives import objectives
 from common.params import defaults_text, option_specs
 from common.readers import readers
@@ -127,14 +128,29 @@ def _size(_ctx, _param, value):
 @click.option("--progress/--no-progress", default=None, show_envvar=True,
               help="A progress bar, with every local process's log lines above it.  [default: when stderr is a "
                    "terminal]")
+@click.option("--dedup", type=click.Choice(MODES), default="off", show_envvar=True,
+              help="Remove duplicate documents across the whole corpus before the normal pass: exact (same "
+                   "normalised text) or minhash (also near-duplicates). See docs/dedup.md.")
+@click.option("--minhash-ngram", type=click.IntRange(min=1), default=DedupSettings.ngram, show_envvar=True,
+              help="Words per shingle (--dedup minhash).")
+@click.option("--minhash-perm", type=click.IntRange(1, 1024), default=DedupSettings.perm, show_envvar=True,
+              help="MinHash permutations (--dedup minhash).")
+@click.option("--minhash-threshold", type=float, default=DedupSettings.threshold, show_envvar=True,
+              help="Jaccard similarity the LSH bands and rows are chosen for, as datasketch does (--dedup minhash).")
+@click.option("--minhash-bands", type=click.IntRange(min=0), default=0, show_envvar=True,
+              help="LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.  [default: derived]")
+@click.option("--minhash-rows", type=click.IntRange(min=0), default=0, show_envvar=True,
+              help="Rows (permutations) per LSH band, with --minhash-bands.  [default: derived]")
+@click.option("--dedup-partitions", type=click.IntRange(0, 65535), default=0, show_envvar=True,
+              help="Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of input]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 @component_options
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
          segmenter, vocab_file, tokenizer, cls_token, sep_token, mask_token, pad_token, unk_token, do_lower_case,
          task_size, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds, max_attempts, report_seconds,
          state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port, cloudwatch_namespace,
-         cloudwatch_region, cloudwatch_seconds, instance_hourly_price, progress, verbose,
-         **component_params) -> None:
+         cloudwatch_region, cloudwatch_seconds, instance_hourly_price, progress, dedup, minhash_ngram, minhash_perm,
+         minhash_threshold, minhash_bands, minhash_rows, dedup_partitions, verbose, **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
     Serves the job (tokenizer, BERT parameters, output) to every worker and
@@ -154,7 +170,9 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         params={name: value for name, value in component_params.items() if value is not None},
         task_size=task_size, shared_fs=shared_fs,
         s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
-        lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds)
+        lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
+        dedup=DedupSettings(mode=dedup, ngram=minhash_ngram, perm=minhash_perm, bands=minhash_bands,
+                            rows=minhash_rows, threshold=minhash_threshold, partitions=dedup_partitions))
     if sink_address and sink_metrics_port is not None:
         click.echo("ventilator: error: --sink-metrics-port is for the sink this command starts; with --sink, "
                    "give that sink its own --metrics-port", err=True)

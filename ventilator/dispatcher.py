@@ -14,6 +14,12 @@ a preemption is more common than a poison task, hence the larger budget).
 
 Every redelivery is safe because a task always yields the same shard under
 the same name, and the sink ignores acknowledgements it already has.
+
+A job with ``--dedup`` has stages (see common/dedup/stages.py): a task is
+leased only once every task of the earlier stages is DONE (or quarantined).
+A task that finds an earlier task's file missing or corrupt has that task
+done again (:meth:`Dispatcher.redo`), which holds its own stage back again.
+A job without dedup has one stage: nothing here changes for it.
 """
 
 from __future__ import annotations
@@ -22,7 +28,11 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
+from common.dedup.settings import STAGES
 from common.tasks import Task
+
+#: The order of stages (the normal pass, "", last); a stage's tasks wait for every task of the stages before it.
+STAGE_ORDER = {**{stage: rank for rank, stage in enumerate(STAGES)}, "": len(STAGES)}
 
 
 class State(enum.Enum):
@@ -53,7 +63,12 @@ class Dispatcher:
         self.entries: dict[str, Entry] = {}
         for task in tasks:
             self.entries.setdefault(task.task_id, Entry(task))
-        self._pending: deque[str] = deque(self.entries)
+        self._pending: dict[int, deque[str]] = {}
+        self._open: dict[int, int] = {}  # stage rank -> its tasks neither DONE nor QUARANTINED
+        for task_id, entry in self.entries.items():
+            rank = STAGE_ORDER[entry.task.stage]
+            self._pending.setdefault(rank, deque()).append(task_id)
+            self._open[rank] = self._open.get(rank, 0) + 1
         self.counts = {state: 0 for state in State}
         self.counts[State.PENDING] = len(self.entries)
         self._bytes = {state: 0 for state in State}  # input bytes of the tasks in each state
@@ -62,6 +77,9 @@ class Dispatcher:
 
     # State changes --------------------------------------------------------
     def _move(self, entry: Entry, state: State) -> None:
+        settled = (State.DONE, State.QUARANTINED)
+        rank = STAGE_ORDER[entry.task.stage]
+        self._open[rank] += (entry.state in settled) - (state in settled)
         self.counts[entry.state] -= 1
         self.counts[state] += 1
         self._bytes[entry.state] -= entry.task.length
@@ -69,7 +87,27 @@ class Dispatcher:
         entry.state = state
         if state is State.PENDING:
             entry.worker = ""
-            self._pending.append(entry.task.task_id)
+            self._pending[rank].append(entry.task.task_id)
+
+    @property
+    def current_rank(self) -> int | None:
+        """The earliest stage with tasks not yet settled: the only one leased from."""
+        return min((rank for rank, count in self._open.items() if count), default=None)
+
+    def stage_settled(self, stage: str) -> bool:
+        return not self._open.get(STAGE_ORDER[stage], 0)
+
+    def redo(self, task_ids) -> list[Entry]:
+        """Do these tasks (of an earlier stage, done) again: a later task found
+        their files missing or corrupt.  Returns the entries put back."""
+        again = []
+        for task_id in task_ids:
+            entry = self.entries.get(task_id)
+            if entry is not None and entry.state in (State.DONE, State.FINISHED):
+                entry.errors.append("its output was found missing or corrupt")
+                self._move(entry, State.PENDING)
+                again.append(entry)
+        return again
 
     def mark_done(self, task_ids, versions: dict[str, str] | None = None) -> list[Entry]:
         """The sink has these tasks (with these versions, on resume)."""
@@ -96,8 +134,10 @@ class Dispatcher:
         return undone
 
     def lease(self, worker: str, now: float) -> Entry | None:
-        while self._pending:
-            entry = self.entries[self._pending.popleft()]
+        rank = self.current_rank
+        pending = self._pending.get(rank) if rank is not None else None
+        while pending:
+            entry = self.entries[pending.popleft()]
             if entry.state is not State.PENDING:
                 continue  # claimed by a heartbeat or done meanwhile
             entry.attempts += 1
@@ -183,7 +223,9 @@ class Dispatcher:
 
     @property
     def has_pending(self) -> bool:
-        return self.counts[State.PENDING] > 0
+        """Some task can be leased now (of the current stage)."""
+        rank = self.current_rank
+        return self.counts[State.PENDING] > 0 and rank is not None and bool(self._pending.get(rank))
 
     def quarantined(self) -> list[Entry]:
         return [e for e in self.entries.values() if e.state is State.QUARANTINED]

@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass, field
 
 from common.config import JobConfig
+from common.dedup import stages as dedup_stages
+from common.dedup.settings import DedupSettings
 from common.manifest import check_job, read_entries
 from common.objectives import objective_named
 from common.params import ParamValue
@@ -53,6 +55,7 @@ class JobOptions:
     sink_address: str = ""
     lease_seconds: float = JobConfig.lease_seconds
     heartbeat_seconds: float = JobConfig.heartbeat_seconds
+    dedup: DedupSettings = field(default_factory=DedupSettings)
 
 
 @dataclass
@@ -117,6 +120,10 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
 
 
 def prepare_job(options: JobOptions) -> Job:
+    try:
+        options.dedup.validate()
+    except ValueError as error:
+        raise JobError(str(error)) from None
     try:
         objective_class = objective_named(options.objective)
         writer_class = writer_named(options.output_format)
@@ -186,6 +193,7 @@ def prepare_job(options: JobOptions) -> Job:
         heartbeat_seconds=options.heartbeat_seconds,
         task_size=options.task_size,
         inputs_digest=JobConfig.digest_inputs(listed),  # readable or not: a passing read error is no new corpus
+        dedup=options.dedup.resolved(sum(f.size for f in files)) if options.dedup.enabled else DedupSettings(),
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:
@@ -193,4 +201,17 @@ def prepare_job(options: JobOptions) -> Job:
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
     tasks = list(reader.plan(files, options.task_size, storage))
+    if config.dedup.enabled:
+        # The plan names every normal task in corpus order (how bucket and resolve tasks find the
+        # signature files and rank documents); the same job always writes the same bytes.
+        try:
+            output.put_bytes(dedup_stages.PLAN_NAME, dedup_stages.encode_plan(config.job_id, tasks))
+        except Exception as error:
+            raise JobError(f"--output {options.output}: cannot write {dedup_stages.PLAN_NAME}: {error}") from None
+        d = config.dedup
+        log.info("dedup %s: %d signature, %d bucket and 1 resolve task(s) before the normal pass%s", d.mode,
+                 len(tasks), d.partitions,
+                 f" (MinHash {d.perm} permutations, {d.bands} bands x {d.rows} rows, {d.ngram}-word shingles)"
+                 if d.uses_minhash else "")
+        tasks = dedup_stages.stage_tasks(tasks, config.dedup)
     return Job(config, tasks, files, skipped, storage, reader)

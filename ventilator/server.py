@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import zmq
 
 from common import protocol
+from common.dedup import stages as dedup_stages
 from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
 from common.security import Curve
@@ -136,6 +137,10 @@ class VentilatorServer:
             if self.sink_ready and self.dispatcher.complete:
                 self._show_progress()
                 return self._finish(router)
+            if self.sink_ready and self._dedup_failed():
+                return RunResult(False, "dedup could not resolve the duplicate clusters (its resolve task was "
+                                 "quarantined), so the normal pass did not start; run the same command to retry",
+                                 self.dispatcher.quarantined())
             for _ in range(1000):  # drain what is there, then housekeeping
                 if not poller.poll(timeout=0 if _ else 100):
                     break
@@ -207,6 +212,10 @@ class VentilatorServer:
         elif isinstance(message, protocol.TaskFinished) and peer.role == "worker":
             self.dispatcher.finished(identity.decode(errors="replace"), message.task_id, now)
         elif isinstance(message, protocol.TaskFailed) and peer.role == "worker":
+            again = self.dispatcher.redo(message.redo)
+            for redone in again:
+                log.warning("task %s: its output is missing or corrupt (found by task %s): doing it again",
+                            redone.task.key, message.task_id)
             entry = self.dispatcher.failed(identity.decode(errors="replace"), message.task_id, message.error, now,
                                            message.permanent)
             log.warning("task %s failed on %s: %s", message.task_id, peer.name, message.error)
@@ -262,7 +271,9 @@ class VentilatorServer:
                 self.waiting.appendleft(identity)
                 break
             content = None
-            if self.config.read_mode == "ship":
+            if not entry.task.reads_input:  # a dedup bucket or resolve task: the earlier tasks to do without
+                content = dedup_stages.encode_skips([e.task.task_id for e in self.dispatcher.quarantined()])
+            elif self.config.read_mode == "ship":
                 try:
                     content = self.job.reader.read(self.job.input_storage, entry.task)
                 except Exception as error:  # the file vanished or changed since it was listed
@@ -280,6 +291,13 @@ class VentilatorServer:
             if peer.wanted > 0:
                 self.waiting.append(identity)
         self.waiting.extend(silent)
+
+    def _dedup_failed(self) -> bool:
+        """The resolve task was quarantined: no removal list will come, so no normal task can run."""
+        if not self.config.dedup.enabled:
+            return False
+        entry = self.dispatcher.entries.get(dedup_stages.resolve_task().task_id)
+        return entry is not None and entry.state is State.QUARANTINED
 
     @property
     def _stale_after(self) -> float:

@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from common.config import JobConfig
+from common.dedup import stages as dedup_stages
+from common.dedup.keys import KeyMaker
+from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE
 from common.objectives import TokenizedDocuments, objective_named
 from common.protocol import AckStats
 from common.readers import ParseReport, reader_named
@@ -38,13 +41,14 @@ class TaskStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu_seconds: float = 0.0
+    dedup: dict[str, int] = field(default_factory=dict)
 
     def to_wire(self) -> AckStats:
         return AckStats(documents=self.documents, skipped=dict(self.skipped), segments=self.segments,
                         tokens=self.tokens, instances=self.instances, bytes_in=self.bytes_in,
                         bytes_out=self.bytes_out,
                         seconds={stage: round(value, 6) for stage, value in self.seconds.items()},
-                        cpu_seconds=round(self.cpu_seconds, 6))
+                        cpu_seconds=round(self.cpu_seconds, 6), dedup=dict(self.dedup))
 
     @contextmanager
     def stage(self, name: str):
@@ -76,11 +80,34 @@ class TaskProcessor:
         self.objective = objective_class(objective_class.make_params(config.objective.params), vocabulary.special)
         writer_class = writer_named(config.writer.name)
         self.writer = writer_class(writer_class.make_params(config.writer.params), self.objective.features)
+        self.dedup = config.dedup
+        self._keys = KeyMaker(config.dedup) if config.dedup.enabled else None
+        self._plan = None
+
+    def plan(self):
+        """The normal tasks in corpus order (bucket and resolve tasks need it), read once per job."""
+        if self._plan is None:
+            self._plan = dedup_stages.read_plan(self.output, self.config.job_id)
+        return self._plan
+
+    def _without_duplicates(self, task: Task, documents: list, stats: TaskStats) -> list:
+        """The normal pass of a dedup job: the documents the resolve stage did not remove."""
+        removals = dedup_stages.read_removals(self.output, task, self.dedup.partitions)
+        if not removals:
+            return documents
+        for code, _bytes in removals.values():
+            method = dedup_stages.METHODS[code]
+            stats.dedup[f"removed_{method}"] = stats.dedup.get(f"removed_{method}", 0) + 1
+            stats.dedup[f"removed_{method}_bytes"] = stats.dedup.get(f"removed_{method}_bytes", 0) + _bytes
+        return [document for ordinal, document in enumerate(documents) if ordinal not in removals]
 
     def tokenize(self, task: Task, payload: bytes, stats: TaskStats) -> TokenizedDocuments:
         report = ParseReport()
         with stats.stage("parse"):
             documents = list(self.reader.documents(task, payload, report))
+        if self.dedup.enabled:
+            with stats.stage("dedup"):
+                documents = self._without_duplicates(task, documents, stats)
         with stats.stage("split"):
             segmented = [split_segments(document.lines, self.segmenter) for document in documents]
         with stats.stage("tokenize"):
@@ -96,11 +123,36 @@ class TaskProcessor:
         stats.tokens = len(ids)
         return tokenized
 
+    def process_stage(self, task: Task, payload: bytes, stats: TaskStats) -> ShardResult:
+        """A dedup stage's task (see common/dedup/stages.py): its files are the stage's, not shards."""
+        if task.stage == SIGNATURE:
+            report = ParseReport()
+            with stats.stage("parse"):
+                documents = list(self.reader.documents(task, payload, report))
+            with stats.stage("signature"):
+                result = dedup_stages.write_signatures(self.output, self.dedup, self._keys, task, documents)
+        elif task.stage == BUCKET:
+            with stats.stage("bucket"):
+                result = dedup_stages.find_pairs(self.output, task, self.plan(), dedup_stages.decode_skips(payload))
+        elif task.stage == RESOLVE:
+            with stats.stage("resolve"):
+                result = dedup_stages.resolve(self.output, self.plan(), self.dedup.partitions,
+                                              dedup_stages.decode_skips(payload))
+        else:
+            raise ValueError(f"unknown stage {task.stage!r}")
+        # Their bytes are the stage's own: the job's bytes_written stays the training shards'.
+        stats.dedup = {**result.counters, f"{task.stage}_bytes_written": sum(f.bytes for f in result.files)}
+        return ShardResult(result.files, 0, stats)
+
     def process(self, task: Task, payload: bytes, read_seconds: float = 0.0) -> ShardResult:
         """Write the files of ``task`` from its payload; returns what to acknowledge."""
         cpu_started = time.process_time()
-        stats = TaskStats(bytes_in=len(payload))
+        stats = TaskStats(bytes_in=len(payload) if task.reads_input else 0)
         stats.seconds["read"] += read_seconds
+        if task.stage:
+            result = self.process_stage(task, payload, stats)
+            stats.cpu_seconds = time.process_time() - cpu_started
+            return result
         documents = self.tokenize(task, payload, stats)
         files: list[ShardFile] = []
         if documents.num_documents:

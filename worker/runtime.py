@@ -29,6 +29,7 @@ import zmq
 
 from common import protocol
 from common.config import JobConfig
+from common.dedup.files import CorruptFile
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.storage import Storage, open_storage, remove_stale_spool_files
@@ -66,6 +67,7 @@ class _Outcome:
     result: ShardResult | None
     error: str = ""
     permanent: bool = False
+    redo: list[str] = field(default_factory=list)  # earlier tasks whose files were missing or corrupt
 
 
 class _Compute(threading.Thread):
@@ -96,10 +98,14 @@ class _Compute(threading.Thread):
     def _process(job: _Job, task: Task, content: bytes | None) -> _Outcome:
         try:
             started = time.perf_counter()
-            if content is None:  # not shipped: read it here
+            if content is None and task.reads_input:  # not shipped: read it here
                 content = job.processor.reader.read(job.input_storage, task)
             read_seconds = time.perf_counter() - started
-            return _Outcome(job, task, job.processor.process(task, content, read_seconds))
+            return _Outcome(job, task, job.processor.process(task, content or b"", read_seconds))
+        except CorruptFile as error:  # an earlier dedup task's file: that task is done again, then this one
+            log.warning("task %s (%s): %s; asking for its writer to be done again", task.task_id, task.key, error)
+            return _Outcome(job, task, None, f"CorruptFile: {error}", redo=[error.writer_task] if error.writer_task
+                            else [])
         except Exception as error:  # a bad task must not kill the worker
             log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
             log.debug("%s", traceback.format_exc())
@@ -323,13 +329,13 @@ class WorkerProcess:
             job = current  # its sink may have moved with a restarted ventilator
         if outcome.result is None:
             if same_job:
-                send(protocol.TaskFailed(task.task_id, outcome.error, outcome.permanent))
+                send(protocol.TaskFailed(task.task_id, outcome.error, outcome.permanent, outcome.redo))
             return
         result = outcome.result
         ack = protocol.TaskAck(
             task_id=task.task_id, job_id=job.config.job_id, worker_id=self.worker_id, source=task.path,
             start=task.start, end=task.end, version=task.version, shards=result.files, records=result.records,
-            stats=result.stats.to_wire())
+            stats=result.stats.to_wire(), stage=task.stage)
         self._sink_socket(job.sink_endpoint).send(protocol.encode(ack))
         if same_job:
             send(protocol.TaskFinished(task.task_id))

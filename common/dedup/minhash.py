@@ -1,0 +1,121 @@
+"""MinHash signatures over word n-gram shingles, and their LSH band hashes,
+for a whole task's documents at once (numpy, no per-shingle Python).
+
+Each distinct word is hashed once (64-bit BLAKE2b); a shingle's hash is a
+polynomial of its ``n`` word hashes (mod 2**64).  Permutation ``k`` maps a
+shingle hash ``h`` to the top 32 bits of ``a_k * h + b_k`` (mod 2**64,
+``a_k`` odd): multiply-add-shift, a universal family that needs no modulo.
+A document's signature is the minimum over its distinct shingles, per
+permutation.  The permutations come from ``seed`` only, so every worker
+computes the same signature for the same text.
+
+A document with fewer than ``n`` words has no shingle: it gets no
+signature (``valid`` is False), is kept, and is counted as too short.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import numpy as np
+
+from common.dedup.normalise import words
+
+_SHINGLE_BASE = np.uint64(0x9E3779B97F4A7C15)
+
+
+def permutations(perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    stream = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 0x6D696E68])))
+    a = stream.integers(1, 2**63, size=perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    b = stream.integers(0, 2**63, size=perm, dtype=np.uint64)
+    return a, b
+
+
+#: Word hashes kept between tasks (a corpus's vocabulary is mostly the same words); bounded (~25 MB) so a
+#: worker's memory does not grow with the corpus.
+_WORD_HASHES: dict[str, int] = {}
+_WORD_CACHE_LIMIT = 200_000
+
+
+def _hash_word(token: str) -> int:
+    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+
+
+def shingles(documents: list[list[str]], ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shingle hashes, owner document index), all documents at once, grouped by document.
+    A document of fewer than ``ngram`` words has none."""
+    every = list(itertools.chain.from_iterable(documents))
+    missing = set(every).difference(_WORD_HASHES)
+    if len(_WORD_HASHES) + len(missing) > _WORD_CACHE_LIMIT:
+        _WORD_HASHES.clear()
+        missing = set(every)
+    _WORD_HASHES.update(zip(missing, map(_hash_word, missing)))
+    # Every word's hash by C-level dictionary lookups (no Python loop per word).
+    flat = np.fromiter(map(_WORD_HASHES.__getitem__, every), dtype=np.uint64, count=len(every))
+    lengths = np.fromiter((len(ws) for ws in documents), dtype=np.int64, count=len(documents))
+    counts = np.maximum(lengths - ngram + 1, 0)
+    total = len(flat) - ngram + 1
+    if total <= 0 or not counts.any():
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
+    value = np.zeros(total, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(ngram):
+            value *= _SHINGLE_BASE
+            value += flat[k:k + total]
+    # Keep the shingles that start and end inside one document.
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    owner = np.repeat(np.arange(len(documents)), counts)
+    position = np.repeat(starts, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+    return value[position], owner
+
+
+class MinHasher:
+    def __init__(self, ngram: int, perm: int, seed: int):
+        self.ngram = ngram
+        self.perm = perm
+        self.a, self.b = permutations(perm, seed)
+
+    def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(signatures uint32 [documents, perm], valid bool [documents])."""
+        return self.signatures_of_words([words(text) for text in texts])
+
+    def signatures_of_words(self, documents: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+        flat, owner = shingles(documents, self.ngram)
+        valid = np.zeros(len(documents), dtype=bool)
+        valid[owner] = True
+        result = np.full((len(documents), self.perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+        if not len(flat):
+            return result, valid
+        # One permutation at a time over every shingle of the task: contiguous 1-D operations, measured
+        # 2.6x faster than (shingle block x permutation) matrices; memory: one uint64 per shingle.
+        cuts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        hashed = np.empty(len(flat), dtype=np.uint64)
+        minima = np.empty((self.perm, len(cuts)), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for k in range(self.perm):
+                np.multiply(flat, self.a[k], out=hashed)
+                hashed += self.b[k]
+                minima[k] = np.minimum.reduceat(hashed, cuts)
+        # The top 32 bits: a shift is monotone, so it commutes with the minimum.
+        result[owner[cuts]] = (minima >> np.uint64(32)).astype(np.uint32).T
+        return result, valid
+
+
+def band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """uint64 [documents, bands]: band ``i`` hashes rows ``i*rows .. (i+1)*rows`` of the signature
+    (mixed with ``i``, so equal values in different bands do not collide)."""
+    n = signatures.shape[0]
+    out = np.empty((n, bands), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for band in range(bands):
+            value = np.full(n, np.uint64(band + 1) * np.uint64(0xD6E8FEB86659FD93), dtype=np.uint64)
+            for row in range(band * rows, (band + 1) * rows):
+                value = (value ^ signatures[:, row].astype(np.uint64)) * np.uint64(0x100000001B3)
+                value ^= value >> np.uint64(29)
+            out[:, band] = value
+    return out
+
+
+def jaccard_estimate(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean(a == b))

@@ -1,0 +1,49 @@
+"""What counts as the same text.
+
+Exact dedup compares a document's *normalised text*: its lines joined by
+``\\n``, Unicode NFC, then every run of whitespace (``str.split``'s:
+spaces, tabs, newlines, NBSP and the other Unicode spaces) made one space,
+with none at the ends.  Case and punctuation count: ``"The cat"`` and
+``"the cat"`` are not exact copies (MinHash finds them).
+
+MinHash compares *words*: the NFC text case-folded, cut into maximal runs of
+Unicode word characters (``\\w+``: letters, digits, underscore), so case,
+punctuation and spacing do not matter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+_WORD = re.compile(r"\w+")
+
+
+def document_text(lines: list[str]) -> str:
+    return "\n".join(lines)
+
+
+def normalise_exact(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def exact_hash(text: str) -> int:
+    """64 bits of BLAKE2b over the normalised text's UTF-8 (0 when it is empty:
+    an empty document is nobody's copy)."""
+    normalised = normalise_exact(text)
+    if not normalised:
+        return 0
+    return int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "little") or 1
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(unicodedata.normalize("NFC", text).casefold())
+
+
+def exact_hash_and_words(text: str, want_words: bool) -> tuple[int, list[str]]:
+    """Both keys' inputs from one NFC normalisation (the signature stage's inner loop)."""
+    nfc = unicodedata.normalize("NFC", text)
+    normalised = " ".join(nfc.split())
+    digest = int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "little") or 1
+    return (digest if normalised else 0), (_WORD.findall(nfc.casefold()) if want_words else [])
