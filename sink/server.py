@@ -28,6 +28,7 @@ from common.security import Curve
 from common.storage import StorageError, open_storage
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
                               new_identity, parse_address)
+from common.writers import writer_named
 from sink.cost import CostLedger, describe, sequence_length
 from sink.progress import Throughput
 
@@ -322,6 +323,8 @@ class SinkServer:
             removed = self.output.remove_temporaries() if job_over else 0
             if removed:
                 log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
+            if job_over and not self.quarantined:
+                writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
             self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
         except StorageError as error:
             log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "

@@ -66,6 +66,11 @@ class Writer(Configurable, abc.ABC):
     def count_records(cls, name: str, data: bytes) -> int:
         """Records in a file this writer wrote, checking its framing; ValueError if it is corrupt."""
 
+    @classmethod
+    def finish_job(cls, output, config, totals: dict) -> None:
+        """Called by the sink once every task is done: files that describe the
+        whole output (a dataset description, a blend list).  Nothing by default."""
+
     @contextlib.contextmanager
     def writing(self, output, stem: str):
         """``open`` as a context: aborted unless committed."""

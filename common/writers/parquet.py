@@ -1,0 +1,230 @@
+"""Parquet: one row per record, one column per feature, for PyTorch trainers
+(Hugging Face ``datasets``, NVIDIA's LDDL-style loaders, ``pyarrow.dataset``).
+
+Columns keep the features' names and narrow types: a fixed- or
+variable-length feature is a ``list<int32>`` (``int8``, ``float32`` …: the
+dtype the objective declares), a one-value feature (``next_sentence_labels``)
+a scalar column.  Files are zstd-compressed with row groups of
+``ROW_GROUP_ROWS`` records, so a reader streams them a row group at a time.
+pyarrow writes no timestamp, so the same records give the same bytes.
+
+With ``--bin-size N`` a task writes one file per non-empty sequence-length
+bin, LDDL's binning: bin k holds records whose length (``input_mask``'s sum,
+else ``input_ids``' length) is in ((k-1)·N, k·N], under ``bin-K/``, so a
+trainer draws batches from one bin and pads less.
+
+At the end of the job the sink writes ``dataset_info.json``: the schema, the
+job's reader, objective and writer with their parameters, and the totals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from common.objectives.base import Batch, Feature, Ragged
+from common.params import param
+from common.writers.base import ShardFile, TaskOutput, Writer
+
+#: Records per row group: ~2-10 MB of token ids at 128-512 tokens, one read each.
+ROW_GROUP_ROWS = 8192
+DATASET_INFO = "dataset_info.json"
+
+
+@dataclass(frozen=True)
+class ParquetParams:
+    bin_size: int = param(0, "Write records to sequence-length bins of this width (bin k: lengths in "
+                             "((k-1)N, kN]), one file per bin and task; 0: one file per task.")
+
+    def validate(self) -> None:
+        if self.bin_size < 0:
+            raise ValueError("--bin-size must be 0 (no bins) or a positive width")
+
+
+def arrow_schema(features: list[Feature]) -> pa.Schema:
+    """The columns: the features' names, their declared dtypes, lists unless one value per record."""
+    fields = []
+    for feature in features:
+        value_type = pa.from_numpy_dtype(np.dtype(feature.dtype))
+        fields.append(pa.field(feature.name, value_type if feature.length == 1 else pa.list_(value_type),
+                               nullable=False))
+    return pa.schema(fields)
+
+
+def _column(values, feature: Feature) -> pa.Array:
+    dtype = np.dtype(feature.dtype)
+    if isinstance(values, Ragged):
+        offsets = np.concatenate([[0], np.cumsum(values.lengths)]).astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.asarray(values.values, dtype=dtype)))
+    values = np.asarray(values, dtype=dtype)
+    if feature.length == 1:
+        return pa.array(values.reshape(-1))
+    rows, width = values.shape
+    offsets = np.arange(0, rows * width + 1, width, dtype=np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.reshape(-1)))
+
+
+class _HashingFile(io.RawIOBase):
+    """Passes writes to the shard's file and keeps its size and sha256."""
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self._file.write(data)
+        self.sha256.update(data)
+        self.bytes += len(data)
+        return len(data)
+
+
+class _ParquetFile:
+    """One file of a task: buffered to whole row groups, written atomically."""
+
+    def __init__(self, output, name: str, schema: pa.Schema):
+        self.name = name
+        self._atomic = output.open_atomic(name)
+        self._sink = _HashingFile(self._atomic.file)
+        self._writer = pq.ParquetWriter(self._sink, schema, compression="zstd", write_statistics=False)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self.records = 0
+
+    def add(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self.records += table.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending)
+        whole = table.num_rows if final else table.num_rows - table.num_rows % ROW_GROUP_ROWS
+        if whole:
+            self._writer.write_table(table.slice(0, whole), row_group_size=ROW_GROUP_ROWS)
+        rest = table.slice(whole)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+
+    def commit(self) -> ShardFile:
+        self._flush(final=True)
+        self._writer.close()
+        self._atomic.commit()
+        return ShardFile(self.name, self.records, self._sink.sha256.hexdigest(), self._sink.bytes)
+
+    def abort(self) -> None:
+        self._atomic.abort()
+
+
+def record_lengths(batch: Batch) -> np.ndarray:
+    """Each record's sequence length, for binning."""
+    if "input_mask" in batch.columns and not isinstance(batch.columns["input_mask"], Ragged):
+        return np.asarray(batch.columns["input_mask"]).sum(axis=1)
+    ids = batch.columns["input_ids"]
+    return ids.lengths if isinstance(ids, Ragged) else np.full(len(batch), np.asarray(ids).shape[1])
+
+
+class _ParquetTaskOutput(TaskOutput):
+    def __init__(self, output, stem: str, features: list[Feature], bin_size: int):
+        self._output = output
+        self._stem = stem
+        self._features = features
+        self._schema = arrow_schema(features)
+        self._bin_size = bin_size
+        self._files: dict[int, _ParquetFile] = {}  # bin (0 without binning) -> file
+
+    def _file(self, bin_index: int) -> _ParquetFile:
+        if bin_index not in self._files:
+            name = f"{self._stem}.parquet" if not self._bin_size else f"bin-{bin_index:03d}/{self._stem}.parquet"
+            self._files[bin_index] = _ParquetFile(self._output, name, self._schema)
+        return self._files[bin_index]
+
+    def _table(self, batch: Batch, rows: np.ndarray | None = None) -> pa.Table:
+        columns = []
+        for feature in self._features:
+            values = batch.columns[feature.name]
+            if rows is not None:
+                values = np.asarray(values)[rows]
+            columns.append(_column(values, feature))
+        return pa.Table.from_arrays(columns, schema=self._schema)
+
+    def write(self, batch: Batch) -> None:
+        if not len(batch):
+            return
+        if not self._bin_size:
+            self._file(0).add(self._table(batch))
+            return
+        bins = (record_lengths(batch) + self._bin_size - 1) // self._bin_size  # ((k-1)N, kN] -> k
+        for bin_index in np.unique(bins).tolist():
+            self._file(bin_index).add(self._table(batch, np.nonzero(bins == bin_index)[0]))
+
+    def commit(self) -> list[ShardFile]:
+        return [self._files[k].commit() for k in sorted(self._files)]
+
+    def abort(self) -> None:
+        for file in self._files.values():
+            file.abort()
+
+
+class ParquetWriter(Writer):
+    name = "parquet"
+    Params = ParquetParams
+    suffixes = (".parquet",)
+
+    @classmethod
+    def check_features(cls, params, features: list[Feature]) -> None:
+        if params.bin_size:
+            names = {f.name for f in features}
+            ragged_ids = any(f.name == "input_ids" and f.length is None for f in features)
+            if "input_mask" not in names and not ragged_ids:
+                raise ValueError("--bin-size needs records with a length (input_mask, or variable-length input_ids)")
+            if any(f.length is None for f in features):
+                raise ValueError("--bin-size bins fixed-length records; this objective writes variable-length ones")
+
+    def open(self, output, stem: str) -> TaskOutput:
+        return _ParquetTaskOutput(output, stem, self.features, self.params.bin_size)
+
+    @classmethod
+    def count_records(cls, name: str, data: bytes) -> int:
+        try:
+            return pq.ParquetFile(io.BytesIO(data)).metadata.num_rows
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(f"not a readable Parquet file: {error}") from None
+
+    @classmethod
+    def finish_job(cls, output, config, totals: dict) -> None:
+        """``dataset_info.json``: what a reader needs to know without opening a file."""
+        from common.objectives import objective_named
+        from common.tokenization import Vocabulary
+
+        objective_class = objective_named(config.objective.name)
+        special = Vocabulary.from_json(config.tokenizer_json).special
+        objective = objective_class(objective_class.make_params(config.objective.params), special)
+        schema = arrow_schema(objective.features)
+        info = {
+            "format": "parquet",
+            "features": {field.name: str(field.type) for field in schema},
+            "feature_lengths": {f.name: f.length for f in objective.features},
+            "reader": {"name": config.reader.name, **config.reader.params},
+            "objective": {"name": config.objective.name, **config.objective.params},
+            "writer": {"name": config.writer.name, **config.writer.params},
+            "job": config.job_id,
+            "records": totals.get("records", 0),
+            "files": totals.get("shards", 0),
+            "row_group_rows": ROW_GROUP_ROWS,
+        }
+        output.put_bytes(DATASET_INFO, json.dumps(info, indent=2, sort_keys=True).encode() + b"\n")
