@@ -30,6 +30,11 @@ class Component:
     params: dict[str, ParamValue] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NoParams:
+    """The parameters of a component that has none."""
+
+
 def param(default: Any, help: str, flag: str = "") -> Any:  # noqa: A002 (click's word)
     """A Params field with its command-line help (and, rarely, its own flag name)."""
     return field(default=default, metadata={"help": help, "flag": flag})

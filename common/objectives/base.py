@@ -32,6 +32,7 @@ class Feature:
     name: str
     dtype: str  # a numpy dtype name: int32, int8, float32, int64
     length: int | None
+    bound: int | None = None  # values are below it (token ids: the vocabulary's size), when known
 
 
 @dataclass

@@ -15,7 +15,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterable, Iterator
 
-from common.params import Configurable
+from common.params import Configurable, NoParams
 from common.readers.content import read_task_bytes, task_content
 from common.readers.scanning import ReadAt
 from common.tasks import InputFile, Task, plan_tasks
@@ -51,11 +51,6 @@ def decode_utf8(raw: bytes, report: ParseReport) -> str | None:
     except UnicodeDecodeError:
         report.skip("invalid_utf8")
         return None
-
-
-@dataclass(frozen=True)
-class NoParams:
-    """A reader without options."""
 
 
 class Reader(Configurable, abc.ABC):

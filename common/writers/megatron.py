@@ -1,0 +1,207 @@
+"""Megatron-LM's indexed datasets: what its ``tools/preprocess_data.py``
+writes and ``megatron.core.datasets.indexed_dataset.IndexedDataset`` reads.
+
+Each task writes ``part-<task>.bin`` (every sequence's token ids, end to
+end, in the index's dtype) and ``part-<task>.idx``:
+
+    b"MMIDIDX\\x00\\x00"            9 bytes
+    version                      uint64, 1
+    dtype code                   uint8 (megatron-core's DType: uint16 8, int32 4)
+    sequence count               uint64
+    document count               uint64 (documents + 1)
+    sequence lengths             int32 × sequences
+    sequence pointers            int64 × sequences (byte offsets in .bin)
+    document indices             int64 × (documents + 1): 0, then each document's end, in sequences
+
+all little-endian, checked against megatron-core's ``indexed_dataset.py``
+(``_IndexWriter.write`` / ``_IndexReader``, Megatron-LM main as of 2025; the
+layout has not changed since Megatron-LM 23.x).  ``--megatron-level
+sentence`` makes each sentence a sequence (what Megatron's BERT dataset
+needs: ``preprocess_data.py --split-sentences``); ``document`` one sequence
+per document.  The dtype is uint16 when the vocabulary has fewer than 65,500
+ids (Megatron's ``best_fitting_dtype``), int32 otherwise.
+
+At the end of the job the sink writes ``megatron_data_path.txt``: ``TOKENS
+PREFIX`` pairs, the form ``--data-path`` takes for a blend weighted by size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.objectives.base import Batch, Feature
+from common.params import param
+from common.writers.base import ShardFile, TaskOutput, Writer
+
+INDEX_HEADER = b"MMIDIDX\x00\x00"
+INDEX_VERSION = 1
+DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+DATA_PATH_LIST = "megatron_data_path.txt"
+LEVELS = ("sentence", "document")
+
+
+@dataclass(frozen=True)
+class MegatronParams:
+    megatron_level: str = param("sentence", "sentence: each sentence a sequence, documents delimited (Megatron's "
+                                            "BERT); document: one sequence per document (GPT, T5).")
+
+    def validate(self) -> None:
+        if self.megatron_level not in LEVELS:
+            raise ValueError(f"--megatron-level must be one of {', '.join(LEVELS)}")
+
+
+def best_fitting_dtype(vocab_size: int | None) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size is not None and vocab_size < 65500 else np.dtype(np.int32)
+
+
+@dataclass
+class IndexedDataset:
+    """A .bin/.idx pair read back (no torch): for tests and ``mlm-verify``."""
+
+    dtype: np.dtype
+    sequence_lengths: np.ndarray
+    sequence_pointers: np.ndarray
+    document_indices: np.ndarray
+    data: np.ndarray | None = None
+
+    @classmethod
+    def parse_index(cls, index: bytes) -> "IndexedDataset":
+        if not index.startswith(INDEX_HEADER) or len(index) < 34:
+            raise ValueError("not a Megatron index: no MMIDIDX header")
+        version, code, sequences, documents = struct.unpack_from("<QBQQ", index, len(INDEX_HEADER))
+        if version != INDEX_VERSION:
+            raise ValueError(f"index version {version}, expected {INDEX_VERSION}")
+        dtypes = {c: d for d, c in DTYPE_CODES.items()}
+        if code not in dtypes:
+            raise ValueError(f"unknown dtype code {code}")
+        offset = len(INDEX_HEADER) + 25
+        expected = offset + 4 * sequences + 8 * sequences + 8 * documents
+        if len(index) != expected:
+            raise ValueError(f"index holds {len(index)} bytes, its counts ask for {expected}")
+        lengths = np.frombuffer(index, np.int32, sequences, offset)
+        pointers = np.frombuffer(index, np.int64, sequences, offset + 4 * sequences)
+        document_indices = np.frombuffer(index, np.int64, documents, offset + 12 * sequences)
+        return cls(dtypes[code], lengths, pointers, document_indices)
+
+    def with_data(self, data: bytes) -> "IndexedDataset":
+        total = int(self.sequence_lengths.sum()) * self.dtype.itemsize
+        if len(data) != total:
+            raise ValueError(f".bin holds {len(data)} bytes, the index {total}")
+        self.data = np.frombuffer(data, self.dtype)
+        return self
+
+    def sequence(self, i: int) -> np.ndarray:
+        start = int(self.sequence_pointers[i]) // self.dtype.itemsize
+        return self.data[start:start + int(self.sequence_lengths[i])]
+
+    def documents(self) -> list[list[np.ndarray]]:
+        return [[self.sequence(s) for s in range(int(a), int(b))]
+                for a, b in zip(self.document_indices[:-1], self.document_indices[1:])]
+
+
+class _Stream:
+    """Writes to an atomic file, keeping its size and sha256."""
+
+    def __init__(self, output, name: str):
+        self.name = name
+        self.atomic = output.open_atomic(name)
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.atomic.file.write(data)
+        self.sha256.update(data)
+        self.bytes += len(data)
+
+
+class _MegatronTaskOutput(TaskOutput):
+    def __init__(self, output, stem: str, dtype: np.dtype, level: str):
+        self._output = output
+        self._stem = stem
+        self._dtype = dtype
+        self._level = level
+        self._bin = _Stream(output, f"{stem}.bin")
+        self._lengths: list[np.ndarray] = []
+        self._document_ends: list[np.ndarray] = []
+        self._sequences = 0
+
+    def write(self, batch: Batch) -> None:
+        ids, sentences = batch.columns["input_ids"], batch.columns["sentence_lengths"]
+        self._bin.write(np.asarray(ids.values).astype(self._dtype).tobytes())
+        if self._level == "sentence":
+            lengths = np.asarray(sentences.values, dtype=np.int32)
+            per_document = np.asarray(sentences.lengths, dtype=np.int64)
+        else:
+            lengths = np.asarray(ids.lengths, dtype=np.int32)
+            per_document = np.ones(len(ids.lengths), dtype=np.int64)
+        self._lengths.append(lengths)
+        self._document_ends.append(self._sequences + np.cumsum(per_document))
+        self._sequences += int(per_document.sum())
+
+    def commit(self) -> list[ShardFile]:
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+        pointers = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))[:-1]]) * self._dtype.itemsize \
+            if len(lengths) else np.zeros(0, np.int64)
+        document_indices = np.concatenate([[0], *self._document_ends]).astype(np.int64)
+        index = _Stream(self._output, f"{self._stem}.idx")
+        try:
+            index.write(INDEX_HEADER + struct.pack("<QBQQ", INDEX_VERSION, DTYPE_CODES[self._dtype], len(lengths),
+                                                   len(document_indices)))
+            index.write(lengths.astype("<i4").tobytes())
+            index.write(pointers.astype("<i8").tobytes())
+            index.write(document_indices.astype("<i8").tobytes())
+            # The index last: a reader that finds the .idx finds its .bin complete.
+            self._bin.atomic.commit()
+            index.atomic.commit()
+        except BaseException:
+            index.atomic.abort()
+            raise
+        return [ShardFile(self._bin.name, 0, self._bin.sha256.hexdigest(), self._bin.bytes),
+                ShardFile(index.name, len(lengths), index.sha256.hexdigest(), index.bytes)]
+
+    def abort(self) -> None:
+        self._bin.atomic.abort()
+
+
+class MegatronWriter(Writer):
+    name = "megatron"
+    Params = MegatronParams
+    suffixes = (".bin", ".idx")
+
+    @classmethod
+    def check_features(cls, params, features: list[Feature]) -> None:
+        names = {f.name: f for f in features}
+        ids, sentences = names.get("input_ids"), names.get("sentence_lengths")
+        if ids is None or ids.length is not None or sentences is None:
+            raise ValueError("megatron holds token sequences, not finished instances: use --objective tokens "
+                             "(Megatron builds its BERT/T5/GPT samples itself at train time)")
+
+    def open(self, output, stem: str) -> TaskOutput:
+        ids = next(f for f in self.features if f.name == "input_ids")
+        return _MegatronTaskOutput(output, stem, best_fitting_dtype(ids.bound), self.params.megatron_level)
+
+    @classmethod
+    def count_records(cls, name: str, data: bytes) -> int:
+        """Sequences in an index (its structure checked); a .bin holds no record count of its own."""
+        if name.endswith(".bin"):
+            return 0
+        return len(IndexedDataset.parse_index(data).sequence_lengths)
+
+    @classmethod
+    def finish_job(cls, output, config, totals: dict) -> None:
+        """``megatron_data_path.txt``: each shard's prefix weighted by its tokens."""
+        from common.manifest import read_entries, shard_files
+        from common.tokenization import Vocabulary
+
+        dtype = best_fitting_dtype(Vocabulary.from_json(config.tokenizer_json).special.vocab_size)
+        lines = []
+        for entry in sorted(read_entries(output), key=lambda e: e["task"]):
+            for f in shard_files(entry):
+                if f["name"].endswith(".bin"):
+                    lines.append(f"{f['bytes'] // dtype.itemsize} {output.uri(f['name'][:-len('.bin')])}")
+        output.put_bytes(DATA_PATH_LIST, ("\n".join(lines) + "\n").encode() if lines else b"")
