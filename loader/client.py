@@ -279,3 +279,24 @@ class LoaderClient:
         if self.hf:
             features = hf_views(features)
         return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch)
+
+
+def server_status(address: str, curve_dir: str | None = None, timeout_seconds: float = 5.0) -> messages.Status:
+    """The server's ranks (cursors, batches sent and allowed), dropped messages and cache: for operators and tests."""
+    host, port = parse_address(address, DEFAULT_PORT)
+    context = zmq.Context()
+    sock = make_socket(context, zmq.DEALER, max_message_bytes=-1, linger_ms=0)
+    try:
+        if curve_dir:
+            Curve(curve_dir).connect_as_client(sock)
+        sock.connect(endpoint(host, port))
+        sock.send(messages.encode(messages.StatusRequest()))
+        if not sock.poll(int(timeout_seconds * 1000)):
+            raise LoaderError(f"no status from the loader at {address} within {timeout_seconds:.0f} s")
+        reply = messages.decode(sock.recv())
+        if not isinstance(reply, messages.Status):
+            raise LoaderError(f"the loader answered {type(reply).__name__} to a status request")
+        return reply
+    finally:
+        sock.close(linger=0)
+        context.term()
