@@ -217,7 +217,12 @@ class LoaderClient:
                                    state["dynamic_masking"]))
 
     def _send(self, message) -> None:
-        self._socket.send(messages.encode(message))
+        """Never blocks: with no connection up (server down, CURVE refused) the
+        message is dropped, and restated after the next silence."""
+        try:
+            self._socket.send(messages.encode(message), zmq.NOBLOCK)
+        except zmq.Again:
+            pass
         self._session.last_credit = time.monotonic()
 
     def _receive_one(self, wait: bool, control_only: bool = False) -> Batch | None:

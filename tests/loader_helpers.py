@@ -48,6 +48,10 @@ class LoaderProcess:
             self.process.kill()
         self.process.wait(timeout=10)
 
+    def wait(self, timeout: float = 30.0) -> str:
+        """Its output once it exits by itself."""
+        return self.process.communicate(timeout=timeout)[0] or ""
+
     def stop(self) -> str:
         """Ends it (SIGTERM, then SIGKILL); its output."""
         if self.process.poll() is None:
