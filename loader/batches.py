@@ -24,7 +24,7 @@ class ServingParams:
 
 @dataclass
 class Built:
-    features: dict[str, np.ndarray]
+    matrix: np.ndarray  # (rows, row_bytes) uint8: the records (loader.layout), re-masked if asked
     record_ids: np.ndarray  # int64: each row's global record index (manifest order)
     last_in_epoch: bool
 
@@ -53,21 +53,20 @@ class BatchMaker:
         partition = self.partition(world_size)
         start, stop = partition.span(rank, batch)
         shard, index = self._order(epoch).locate(np.arange(start, stop, dtype=np.int64))
-        features = self._gather(shard, index)
+        matrix = self._gather(shard, index)
         record_ids = self.shards.offsets[shard] + index
         if self.params.masking is not None:
-            features = remask(features, record_ids, self.params.seed, epoch, self.params.masking)
-        return Built(features, record_ids, batch == partition.batches(rank) - 1)
+            views = self.cache.layout_of().views(matrix)
+            masked = remask(views, record_ids, self.params.seed, epoch, self.params.masking)
+            for name in ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+                views[name][...] = masked[name]
+        return Built(matrix, record_ids, batch == partition.batches(rank) - 1)
 
-    def _gather(self, shard: np.ndarray, index: np.ndarray) -> dict[str, np.ndarray]:
-        rows = len(shard)
+    def _gather(self, shard: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The rows, one gather per shard they come from."""
         by_shard = np.argsort(shard, kind="stable")
         boundaries = np.flatnonzero(np.diff(shard[by_shard])) + 1
-        out: dict[str, np.ndarray] = {}
+        out = np.empty((len(shard), self.cache.layout_of().row_bytes), dtype=np.uint8)
         for group in np.split(by_shard, boundaries):
-            columns = self.cache.get(int(shard[group[0]]))
-            if not out:
-                out = {name: np.empty((rows,) + array.shape[1:], dtype=array.dtype) for name, array in columns.items()}
-            for name, array in columns.items():
-                out[name][group] = array[index[group]]
+            out[group] = self.cache.get(int(shard[group[0]]))[index[group]]
         return out

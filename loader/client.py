@@ -26,6 +26,7 @@ import zmq
 from common.security import Curve
 from common.transport import endpoint, make_socket, parse_address
 from loader import messages
+from loader.layout import Field, RecordLayout
 
 log = logging.getLogger("loader.client")
 
@@ -106,6 +107,7 @@ class LoaderClient:
         self._curve = Curve(curve_dir) if curve_dir else None
         self._socket: zmq.Socket | None = None
         self.reattaches = 0
+        self._record_layout: RecordLayout | None = None
 
     # Public ------------------------------------------------------------
     def state(self) -> dict:
@@ -181,7 +183,7 @@ class LoaderClient:
                 if info is not None and info.num_workers > 1:
                     raise LoaderError("use num_workers=0 or 1: every worker would pull the same rank's batches")
                 for features in client:
-                    yield {name: torch.from_numpy(array) for name, array in features.items()}
+                    yield {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in features.items()}
 
         return _LoaderDataset()
 
@@ -275,16 +277,22 @@ class LoaderClient:
             raise LoaderError("the server serves another dataset than the state's")
 
     def _batch(self, header: messages.BatchHeader, frames) -> Batch:
-        if len(frames) != len(header.names) + 1:
+        layout = self._layout()
+        if len(frames) != 2 or len(frames[0]) != header.rows * layout.row_bytes or len(frames[1]) != 8 * header.rows:
             raise LoaderError("malformed batch from the server")
-        features = {}
-        for name, dtype, shape, frame in zip(header.names, header.dtypes, header.shapes, frames):
-            features[name] = np.frombuffer(frame.buffer, dtype=np.dtype(dtype)).reshape(shape)
-        record_ids = np.frombuffer(frames[-1].buffer, dtype=np.int64)
+        # One copy: the trainer gets writable arrays it may keep, not views of a zmq buffer.
+        matrix = np.frombuffer(frames[0].buffer, dtype=np.uint8).reshape(header.rows, layout.row_bytes).copy()
+        features = layout.views(matrix)
+        record_ids = np.frombuffer(frames[1].buffer, dtype=np.int64).copy()
         if self.hf:
             features = hf_views(features)
         return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch)
 
+    def _layout(self) -> RecordLayout:
+        if self._record_layout is None:
+            self._record_layout = RecordLayout(tuple(Field(f.name, f.dtype, f.width)
+                                                     for f in self._session.attached.features))
+        return self._record_layout
 
 def server_status(address: str, curve_dir: str | None = None, timeout_seconds: float = 5.0) -> messages.Status:
     """The server's ranks (cursors, batches sent and allowed), dropped messages and cache: for operators and tests."""

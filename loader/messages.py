@@ -5,8 +5,9 @@ two never share a socket.  Each control message is one msgpack frame, a map
 with the version ``v``, the type ``t`` and the fields; :func:`decode` checks
 all of them and raises :class:`MessageError`, and the server counts and
 drops such frames.  A batch is a multipart message: a :class:`BatchHeader`
-frame, then one raw frame per array (no copy, no serialization), then the
-rows' record indices (int64).
+frame, then the records as one raw frame (each row every feature side by
+side, as :class:`Attached` lists them: loader.layout), then the rows'
+record indices (int64): no serialization, no copy.
 
   rank -> server: Attach (start streaming from (epoch, batch)), Credit
                   (batches consumed so far: the server sends up to
@@ -101,9 +102,7 @@ class BatchHeader:
     epoch: int
     batch: int
     last_in_epoch: bool
-    names: list[str]
-    dtypes: list[str]
-    shapes: list[list[int]]
+    rows: int  # one frame follows: rows x the record layout of Attached.features, then the record ids
 
 
 @dataclass

@@ -19,7 +19,6 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import numpy as np
 import zmq
 
 from common.security import Curve
@@ -192,9 +191,7 @@ class LoaderServer:
 
     def _feature_specs(self) -> list[messages.FeatureSpec]:
         if self._features is None:
-            columns = self.cache.get(0)
-            self._features = [messages.FeatureSpec(name, str(array.dtype), int(np.prod(array.shape[1:])))
-                              for name, array in columns.items()]
+            self._features = [messages.FeatureSpec(f.name, f.dtype, f.width) for f in self.cache.layout_of().fields]
         return self._features
 
     def status(self) -> messages.Status:
@@ -211,15 +208,13 @@ class LoaderServer:
             if rank.sent >= rank.allowed:
                 continue
             built = self.maker.build(rank.rank, rank.world_size, rank.epoch, rank.batch)
-            arrays = list(built.features.items())
             header = messages.BatchHeader(rank.session, rank.epoch, rank.batch, built.last_in_epoch,
-                                          [name for name, _ in arrays], [str(a.dtype) for _, a in arrays],
-                                          [list(a.shape) for _, a in arrays])
-            frames = [rank.identity, messages.encode(header), *(a for _, a in arrays), built.record_ids]
-            router.send_multipart(frames, copy=False)
+                                          len(built.record_ids))
+            router.send_multipart([rank.identity, messages.encode(header), built.matrix, built.record_ids],
+                                  copy=False)
             rank.sent += 1
             self.batches_sent += 1
-            self.bytes_sent += sum(a.nbytes for _, a in arrays)
+            self.bytes_sent += built.matrix.nbytes
             if built.last_in_epoch:
                 rank.epoch, rank.batch = rank.epoch + 1, 0
             else:

@@ -22,6 +22,7 @@ from common.manifest import read_published
 from common.storage import open_storage
 from common.writers.tfrecord import CorruptShard, read_records
 from loader.example import decode_examples
+from loader.layout import RecordLayout
 
 log = logging.getLogger("loader")
 
@@ -147,46 +148,62 @@ def open_dataset(uri: str, endpoint_url: str | None = None) -> tuple[object, Sha
 
 
 class ShardCache:
-    """Decoded shards, least recently used out once over ``max_bytes``
-    (the shard in use always stays, however big)."""
+    """Decoded shards as (records, row_bytes) matrices (loader.layout),
+    least recently used out once over ``max_bytes`` (the shard in use always
+    stays, however big).  Every shard must have the layout of the first."""
 
     def __init__(self, storage, shards: ShardList, max_bytes: int):
         self.storage = storage
         self.shards = shards
         self.max_bytes = max_bytes
-        self._cache: OrderedDict[int, Columns] = OrderedDict()
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.layout: RecordLayout | None = None
         self.bytes = 0
         self.loads = 0
 
-    def get(self, shard: int) -> Columns:
-        columns = self._cache.get(shard)
-        if columns is not None:
+    def get(self, shard: int) -> np.ndarray:
+        matrix = self._cache.get(shard)
+        if matrix is not None:
             self._cache.move_to_end(shard)
-            return columns
-        columns = self._load(shard)
-        size = sum(array.nbytes for array in columns.values())
-        while self._cache and self.bytes + size > self.max_bytes:
+            return matrix
+        matrix = self._load(shard)
+        while self._cache and self.bytes + matrix.nbytes > self.max_bytes:
             _, evicted = self._cache.popitem(last=False)
-            self.bytes -= sum(array.nbytes for array in evicted.values())
-        self._cache[shard] = columns
-        self.bytes += size
-        return columns
+            self.bytes -= evicted.nbytes
+        self._cache[shard] = matrix
+        self.bytes += matrix.nbytes
+        return matrix
 
-    def _load(self, shard: int) -> Columns:
+    def columns(self, shard: int) -> Columns:
+        """A shard's features as arrays (views of its cached matrix)."""
+        return self.layout_of().views(self.get(shard))
+
+    def layout_of(self) -> RecordLayout:
+        if self.layout is None:
+            self.get(0)
+        return self.layout
+
+    def _load(self, shard: int) -> np.ndarray:
         name = self.shards.names[shard]
+        where = self.storage.uri(name)
         data = self.storage.get_bytes(name)
         if data is None:
-            raise DatasetError(f"{self.storage.uri(name)}: listed in the manifest but missing (run mlm-verify)")
+            raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
         try:
             columns = reader_for(name)(data)
         except ValueError as error:
-            raise DatasetError(f"{self.storage.uri(name)}: {error} (run mlm-verify)") from None
+            raise DatasetError(f"{where}: {error} (run mlm-verify)") from None
         expected = int(self.shards.counts[shard])
         got = len(next(iter(columns.values()))) if columns else 0
         if got != expected:
-            raise DatasetError(f"{self.storage.uri(name)}: {got} records, the manifest says {expected}")
+            raise DatasetError(f"{where}: {got} records, the manifest says {expected}")
+        layout = RecordLayout.of(columns)
+        if self.layout is None:
+            self.layout = layout
+        elif layout != self.layout:
+            raise DatasetError(f"{where}: its features differ from the other shards' ({self.layout} vs {layout})")
         self.loads += 1
-        return columns
+        return self.layout.pack(columns)
 
     def __len__(self) -> int:
         return len(self._cache)

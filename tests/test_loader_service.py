@@ -192,7 +192,7 @@ def test_dynamic_masking_draws_new_masks_each_epoch_over_the_originals(loader_da
 
     storage, shards = open_dataset(str(loader_dataset))
     cache = ShardCache(storage, shards, 1 << 30)
-    stored = {name: np.concatenate([cache.get(i)[name] for i in range(len(shards.names))])
+    stored = {name: np.concatenate([cache.columns(i)[name] for i in range(len(shards.names))])
               for name in ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")}
     originals = restore(stored)
     with LoaderProcess(loader_dataset, "--batch-size", 512, "--dynamic-masking", *vocab_args()) as server:

@@ -52,7 +52,7 @@ def test_decoder_agrees_with_tensorflow_on_a_real_shard(loader_dataset):  # noqa
     storage, shards = open_dataset(str(loader_dataset))
     cache = ShardCache(storage, shards, 1 << 30)
     for shard in (0, len(shards.names) - 1):
-        ours = cache.get(shard)
+        ours = cache.columns(shard)
         theirs = _tf_rows(loader_dataset / shards.names[shard])
         assert set(ours) == set(theirs)
         for key in theirs:
@@ -122,7 +122,7 @@ def test_epoch_order_is_a_permutation_fixed_by_seed_and_epoch(window):
 
 def _stored(loader_dataset, rows=64):  # noqa: F811
     storage, shards = open_dataset(str(loader_dataset))
-    columns = ShardCache(storage, shards, 1 << 30).get(0)
+    columns = ShardCache(storage, shards, 1 << 30).columns(0)
     return {name: array[:rows].copy() for name, array in columns.items()}
 
 
