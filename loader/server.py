@@ -89,6 +89,7 @@ class LoaderServer:
             self.options.curve.serve(router)
         try:
             listen(router, self.options.bind_host, self.options.port)
+            self._check_cache()
             log.info("loader %s: %d records in %d shards (dataset %s), batch %d, seed %d, %s, listening on port %d",
                      self.server_id, self.shards.records, len(self.shards.names), self.shards.fingerprint,
                      self.params.batch_size, self.params.seed,
@@ -100,6 +101,19 @@ class LoaderServer:
             if authenticator is not None:
                 authenticator.stop()
             context.term()
+
+    def _check_cache(self) -> None:
+        """Reads the first shard now (a bad output fails before any rank waits) and
+        warns when one shuffle window's records do not fit the cache: it would then
+        reread shards within a window (correct, but slow)."""
+        row_bytes = self.cache.layout_of().row_bytes
+        window = min(self.params.window, self.shards.records)
+        largest = int(self.shards.counts.max())
+        needed = (window + 2 * largest) * row_bytes
+        if needed > self.options.cache_bytes:
+            log.warning("loader: a shuffle window (%d records, %d bytes each, plus the shards at its ends) needs "
+                        "~%.0f MB of cache, more than --cache-mb %.0f: raise --cache-mb or lower --shuffle-window",
+                        window, row_bytes, needed / 2**20, self.options.cache_bytes / 2**20)
 
     def _loop(self, router: zmq.Socket) -> None:
         poller = zmq.Poller()
