@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -28,8 +29,9 @@ def loader_dataset(tmp_path_factory) -> Path:
 class LoaderProcess:
     """``python -m loader`` on a free loopback port; stopped by its own pid."""
 
-    def __init__(self, data: Path, *args, port: int | None = None):
+    def __init__(self, data, *args, port: int | None = None, env: dict | None = None):
         self.port = port or free_ports(1)[0]
+        self.env = {**os.environ, **(env or {})}
         self.args = [sys.executable, "-m", "loader", "--data", str(data), "--port", str(self.port),
                      "--bind-host", "127.0.0.1", *map(str, args)]
         self.process: subprocess.Popen | None = None
@@ -41,7 +43,7 @@ class LoaderProcess:
 
     def start(self) -> None:
         self.process = subprocess.Popen(self.args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
+                                        text=True, env=self.env)
 
     def kill(self) -> None:
         if self.process.poll() is None:
