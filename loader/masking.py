@@ -106,7 +106,9 @@ def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, e
     budget = num_to_predict(features["input_mask"].sum(axis=1), params.masked_lm_prob, max_predictions)
     # A uniform subset of `budget` candidates: those with the smallest keys.
     draws = np.where(maskable, _uniform(keys[:, None], np.arange(length)[None, :], 0), 2.0)
-    order = np.argsort(draws, axis=1, kind="stable")[:, :max_predictions]
+    take = min(max_predictions, length)
+    smallest = np.argpartition(draws, take - 1, axis=1)[:, :take]  # the `take` smallest keys, unordered
+    order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(draws, smallest, axis=1), axis=1), axis=1)
     selected = np.zeros((n, length), dtype=bool)
     np.put_along_axis(selected, order, np.arange(order.shape[1])[None, :] < budget[:, None], axis=1)
     selected &= maskable
