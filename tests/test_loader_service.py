@@ -9,7 +9,7 @@ from common.security import generate
 from loader import messages
 from loader.client import LoaderClient, LoaderError, server_status
 from loader.shards import open_dataset
-from tests.loader_helpers import LoaderProcess, loader_dataset, vocab_args, wait_for  # noqa: F401
+from tests.loader_helpers import LoaderProcess, vocab_args, wait_for
 
 
 def take(client: LoaderClient, count: int):
@@ -26,7 +26,7 @@ def epoch_of(address: str, rank: int, world: int, **kwargs):
                 return batches
 
 
-def test_ranks_cover_each_epoch_once_in_a_new_order(loader_dataset):  # noqa: F811
+def test_ranks_cover_each_epoch_once_in_a_new_order(loader_dataset):
     _, shards = open_dataset(str(loader_dataset))
     with LoaderProcess(loader_dataset, "--batch-size", 64, "--shuffle-window", 1000) as server:
         clients = [LoaderClient(server.address, rank=r, world_size=3) for r in range(3)]
@@ -52,7 +52,7 @@ def test_ranks_cover_each_epoch_once_in_a_new_order(loader_dataset):  # noqa: F8
             client.close()
 
 
-def test_same_batches_whatever_the_number_of_servers(loader_dataset):  # noqa: F811
+def test_same_batches_whatever_the_number_of_servers(loader_dataset):
     args = ("--batch-size", 128, "--dynamic-masking", *vocab_args())
     with LoaderProcess(loader_dataset, *args) as one:
         single = [epoch_of(one.address, rank, 4) for rank in range(4)]
@@ -66,7 +66,7 @@ def test_same_batches_whatever_the_number_of_servers(loader_dataset):  # noqa: F
                 assert (a.features[key] == b.features[key]).all()
 
 
-def test_a_resumed_client_continues_with_the_next_batch(loader_dataset):  # noqa: F811
+def test_a_resumed_client_continues_with_the_next_batch(loader_dataset):
     with LoaderProcess(loader_dataset, "--batch-size", 32, "--dynamic-masking", *vocab_args()) as server:
         with LoaderClient(server.address, rank=1, world_size=2, prefetch=5) as client:
             whole = take(client, 80)  # across the end of epoch 0
@@ -90,7 +90,7 @@ def test_a_resumed_client_continues_with_the_next_batch(loader_dataset):  # noqa
 
 
 @pytest.mark.faults
-def test_a_killed_and_restarted_server_resumes_every_rank(loader_dataset):  # noqa: F811
+def test_a_killed_and_restarted_server_resumes_every_rank(loader_dataset):
     args = ("--batch-size", 64)
     with LoaderProcess(loader_dataset, *args) as server:
         reference = []
@@ -110,7 +110,7 @@ def test_a_killed_and_restarted_server_resumes_every_rank(loader_dataset):  # no
         assert all((a == b).all() for a, b in zip(ours, theirs))
 
 
-def test_a_rank_that_stops_pulling_gets_no_more_than_its_window(loader_dataset):  # noqa: F811
+def test_a_rank_that_stops_pulling_gets_no_more_than_its_window(loader_dataset):
     with LoaderProcess(loader_dataset, "--batch-size", 16, "--max-prefetch", 6) as server:
         slow = LoaderClient(server.address, rank=0, world_size=2, prefetch=3)
         greedy = LoaderClient(server.address, rank=1, world_size=2, prefetch=1000)  # capped by --max-prefetch
@@ -137,7 +137,7 @@ def test_a_rank_that_stops_pulling_gets_no_more_than_its_window(loader_dataset):
             client.close()
 
 
-def test_malformed_requests_are_counted_and_dropped(loader_dataset):  # noqa: F811
+def test_malformed_requests_are_counted_and_dropped(loader_dataset):
     with LoaderProcess(loader_dataset, "--batch-size", 16) as server:
         context = zmq.Context()
         raw = context.socket(zmq.DEALER)
@@ -161,7 +161,7 @@ def test_malformed_requests_are_counted_and_dropped(loader_dataset):  # noqa: F8
         assert server.process.poll() is None
 
 
-def test_curve_admits_authorized_ranks_only(loader_dataset, tmp_path):  # noqa: F811
+def test_curve_admits_authorized_ranks_only(loader_dataset, tmp_path):
     keys, strangers = tmp_path / "keys", tmp_path / "strangers"
     generate(str(keys))
     generate(str(strangers))
@@ -186,7 +186,7 @@ def test_bad_data_is_a_one_line_error(tmp_path):
     assert server.process.returncode == 2 and "needs --vocab-file" in output and "Traceback" not in output
 
 
-def test_dynamic_masking_draws_new_masks_each_epoch_over_the_originals(loader_dataset):  # noqa: F811
+def test_dynamic_masking_draws_new_masks_each_epoch_over_the_originals(loader_dataset):
     from loader.masking import restore
     from loader.shards import ShardCache
 

@@ -14,7 +14,7 @@ from loader.example import decode_example_slow, decode_examples
 from loader.masking import MaskingParams, candidates, remask, restore
 from loader.order import EpochOrder, Partition
 from loader.shards import READERS, DatasetError, ShardCache, ShardList, entry_files, open_dataset, reader_for
-from tests.loader_helpers import loader_dataset  # noqa: F401  (fixture)
+
 
 
 def test_entry_files_reads_both_manifest_shapes():
@@ -48,7 +48,7 @@ def _tf_rows(path: Path, compression: str = "") -> dict[str, np.ndarray]:
     return {key: np.stack([example[key] for example in examples]) for key in examples[0]}
 
 
-def test_decoder_agrees_with_tensorflow_on_a_real_shard(loader_dataset):  # noqa: F811
+def test_decoder_agrees_with_tensorflow_on_a_real_shard(loader_dataset):
     storage, shards = open_dataset(str(loader_dataset))
     cache = ShardCache(storage, shards, 1 << 30)
     for shard in (0, len(shards.names) - 1):
@@ -120,7 +120,7 @@ def test_epoch_order_is_a_permutation_fixed_by_seed_and_epoch(window):
     assert (piecewise[0] == shard[positions]).all() and (piecewise[1] == index[positions]).all()
 
 
-def _stored(loader_dataset, rows=64):  # noqa: F811
+def _stored(loader_dataset, rows=64):
     storage, shards = open_dataset(str(loader_dataset))
     columns = ShardCache(storage, shards, 1 << 30).columns(0)
     return {name: array[:rows].copy() for name, array in columns.items()}
@@ -129,7 +129,7 @@ def _stored(loader_dataset, rows=64):  # noqa: F811
 MASKING = MaskingParams(mask_id=103, vocab_size=30522)
 
 
-def test_dynamic_masks_restore_originals_and_follow_berts_rule(loader_dataset):  # noqa: F811
+def test_dynamic_masks_restore_originals_and_follow_berts_rule(loader_dataset):
     stored = _stored(loader_dataset, 256)
     original = restore(stored)
     assert not (original == 103).any()  # every [MASK] put back
@@ -159,7 +159,7 @@ def test_dynamic_masks_restore_originals_and_follow_berts_rule(loader_dataset): 
         np.testing.assert_array_equal(alone[key][0], epoch0[key][5])
 
 
-def test_hf_labels_are_the_originals_at_masked_positions(loader_dataset):  # noqa: F811
+def test_hf_labels_are_the_originals_at_masked_positions(loader_dataset):
     stored = _stored(loader_dataset)
     views = hf_views(stored)
     assert views["attention_mask"] is stored["input_mask"]

@@ -3,12 +3,12 @@
 import pytest
 
 from loader.client import LoaderClient
-from tests.loader_helpers import LoaderProcess, loader_dataset  # noqa: F401
+from tests.loader_helpers import LoaderProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.s3]
 
 
-def test_an_output_on_s3_serves_the_same_batches(s3, loader_dataset):  # noqa: F811
+def test_an_output_on_s3_serves_the_same_batches(s3, loader_dataset):
     client = s3.client()
     bucket = s3.new_bucket("loader")
     for path in loader_dataset.iterdir():

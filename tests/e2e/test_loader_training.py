@@ -9,12 +9,12 @@ import pytest
 
 from loader.client import LoaderClient
 from tests.helpers import REPO
-from tests.loader_helpers import LoaderProcess, loader_dataset, vocab_args  # noqa: F401
+from tests.loader_helpers import LoaderProcess, vocab_args
 
 pytestmark = pytest.mark.e2e
 
 
-def test_tiny_bert_learns_from_the_service(loader_dataset, tmp_path):  # noqa: F811
+def test_tiny_bert_learns_from_the_service(loader_dataset, tmp_path):
     state_file = tmp_path / "loader-state.json"
     with LoaderProcess(loader_dataset, "--batch-size", 16, "--dynamic-masking", *vocab_args()) as server:
         result = subprocess.run([sys.executable, "examples/train_tiny_bert.py", "--loader", server.address,
@@ -27,7 +27,7 @@ def test_tiny_bert_learns_from_the_service(loader_dataset, tmp_path):  # noqa: F
     assert json.loads(state_file.read_text())["batch"] == 40
 
 
-def test_tf_dataset_adapter_yields_the_clients_batches(loader_dataset):  # noqa: F811
+def test_tf_dataset_adapter_yields_the_clients_batches(loader_dataset):
     with LoaderProcess(loader_dataset, "--batch-size", 8) as server:
         with LoaderClient(server.address, rank=0, world_size=2) as client:
             expected = [client.next_batch().features for _ in range(3)]
