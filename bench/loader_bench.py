@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import free_ports, start_module, stop
+from bench.procs import free_ports, start_module, stop, vm_hwm
 
 
 @dataclass
@@ -26,15 +26,16 @@ class LoaderRun:
     bytes: int  # feature arrays received (what the trainer gets; record ids and headers not counted)
     server_cpu: float
     client_cpu: float
+    server_peak_rss: int = 0  # bytes (VmHWM) at the end
 
 
 def measure(data: Path, work: Path, ranks: int, batches_per_rank: int, dynamic: bool, vocab: str,
-            batch_size: int = 256, timeout: float = 600) -> LoaderRun:
+            batch_size: int = 256, timeout: float = 600, server_args: tuple = ()) -> LoaderRun:
     import subprocess
 
     work.mkdir(parents=True, exist_ok=True)
     port = free_ports(1)[0]
-    args = ["--data", data, "--port", port, "--bind-host", "127.0.0.1", "--batch-size", batch_size]
+    args = ["--data", data, "--port", port, "--bind-host", "127.0.0.1", "--batch-size", batch_size, *server_args]
     if dynamic:
         args += ["--dynamic-masking", "--vocab-file", vocab]
     server = start_module("loader", *args, log=work / "loader.log")
@@ -43,7 +44,7 @@ def measure(data: Path, work: Path, ranks: int, batches_per_rank: int, dynamic: 
                                  str(ranks), str(batches_per_rank)], capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"loader bench client failed:\n{result.stderr[-3000:]}")
-        return LoaderRun(**json.loads(result.stdout.strip().splitlines()[-1]))
+        return LoaderRun(**json.loads(result.stdout.strip().splitlines()[-1]), server_peak_rss=vm_hwm(server.pid))
     finally:
         stop([server], timeout=0)
 

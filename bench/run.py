@@ -186,8 +186,17 @@ def _rows() -> list[Row]:
                     "≥ 5,000" if masked else "", (lambda v: v >= 5000) if masked else None),
                 Row(f"{key}_client_ms", f"{what}: client CPU ms per batch (labels included)", "{:.2f}"),
             ]
-    rows.append(Row("l_mb_cpu", "Loader, 8 ranks, stored masks: MB of batches per server CPU-s", "{:,.0f}", "≥ 1,000",
-                    lambda v: v >= 1000))
+    rows += [
+        Row("l_mb_cpu", "Loader, 8 ranks, stored masks: MB of batches per server CPU-s", "{:,.0f}", "≥ 1,000",
+            lambda v: v >= 1000),
+        Row("l_rss_small_records", "Loader RSS runs (--cache-mb 16, one epoch served): smaller output (records)",
+            "{:,.0f}"),
+        Row("l_rss_big_records", "Loader RSS runs: larger output (records)", "{:,.0f}"),
+        Row("l_rss_small", "Peak RSS loader server, smaller output (MB)", "{:.0f}"),
+        Row("l_rss_big", "Peak RSS loader server, larger output (MB)", "{:.0f}"),
+        Row("l_rss_growth", "Peak RSS loader server growth, smaller → larger output", "{:+.0%}", "flat (≤ +10%)",
+            lambda v: v <= 0.10),
+    ]
     return rows
 
 
@@ -539,6 +548,22 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
                 if key == "l8":
                     res.add("l_mb_cpu", run.bytes / MB / max(run.server_cpu, 0.01))
     shutil.rmtree(data.root)
+    # Memory: the same cache on a larger output (more copies of the corpus), one epoch each.
+    copies = 2 if s.quick else 6
+    big = corpora.replicate(sources, tmp / "l-corpus-big", copies)
+    pipeline(big.root, tmp / "runs" / "l-big", str(VOCAB), 2, task_size="256K", dupe_factor=2)
+    shutil.rmtree(big.root)
+    big_output = tmp / "runs" / "l-big" / "out"
+    peaks = {}
+    for name, where in (("small", output), ("big", big_output)):
+        count = sum(json.loads(line)["records"] for line in (where / "manifest.jsonl").read_text().splitlines())
+        res.add(f"l_rss_{name}_records", count)
+        log(f"loader: peak RSS serving {count:,} records")
+        run = measure(where, tmp / "runs" / f"l-rss-{name}", 1, -(-count // 256), False, str(VOCAB),
+                      server_args=("--cache-mb", 16, "--shuffle-window", 4096))
+        peaks[name] = run.server_peak_rss
+        res.add(f"l_rss_{name}", peaks[name] / MB)
+    res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
 
 
 SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section, "sink": sink_section,

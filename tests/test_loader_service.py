@@ -208,3 +208,17 @@ def test_dynamic_masking_draws_new_masks_each_epoch_over_the_originals(loader_da
                 positions.append(by_record)
     assert ((positions[0] != positions[1]).any(axis=1)).mean() > 0.9
     assert ((positions[0] != stored["masked_lm_positions"]).any(axis=1)).mean() > 0.9
+
+
+def test_a_corrupt_shard_stops_the_server_with_one_line(loader_dataset, tmp_path):
+    import shutil
+
+    copy = tmp_path / "out"
+    shutil.copytree(loader_dataset, copy)
+    _, shards = open_dataset(str(copy))
+    first = copy / shards.names[0]  # read at start
+    first.write_bytes(first.read_bytes()[:-10])
+    server = LoaderProcess(copy)
+    output = server.wait()
+    assert server.process.returncode == 1
+    assert shards.names[0] in output and "mlm-verify" in output and "Traceback" not in output
