@@ -18,7 +18,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import zmq
@@ -69,11 +69,11 @@ class _Position:
 
 @dataclass
 class _Session:
+    """One attach: its number, the server's answer, batches consumed since."""
+
     number: int = 0
     attached: messages.Attached | None = None
     consumed: int = 0
-    last_credit: float = 0.0
-    waiting_since: float = field(default_factory=time.monotonic)
 
 
 class LoaderClient:
@@ -108,11 +108,12 @@ class LoaderClient:
         self._socket: zmq.Socket | None = None
         self.reattaches = 0
         self._record_layout: RecordLayout | None = None
+        self._known: messages.Attached | None = None  # the last server answer, whatever the session
 
     # Public ------------------------------------------------------------
     def state(self) -> dict:
         """Where the next batch starts, and what it was taken with: checkpoint this."""
-        attached = self._session.attached
+        attached = self._known
         base = self._resumed or {}
         return {"epoch": self._position.epoch, "batch": self._position.batch, "rank": self.rank,
                 "world_size": self.world_size,
@@ -126,13 +127,13 @@ class LoaderClient:
         """The server's description of the stream (features, batches per epoch)."""
         while self._session.attached is None:
             self._connect_if_needed()
-            self._receive_one(wait=True, control_only=True)
+            self._receive_one(control_only=True)
         return self._session.attached
 
     def next_batch(self) -> Batch:
         self._connect_if_needed()
         while True:
-            batch = self._receive_one(wait=True)
+            batch = self._receive_one()
             if batch is not None:
                 break
         self._session.consumed += 1
@@ -225,9 +226,8 @@ class LoaderClient:
             self._socket.send(messages.encode(message), zmq.NOBLOCK)
         except zmq.Again:
             pass
-        self._session.last_credit = time.monotonic()
 
-    def _receive_one(self, wait: bool, control_only: bool = False) -> Batch | None:
+    def _receive_one(self, control_only: bool = False) -> Batch | None:
         """Handle one message; the batch if it was the next one."""
         started = time.monotonic()
         while not self._socket.poll(int(self.patience * 1000)):
@@ -248,8 +248,8 @@ class LoaderClient:
         session = self._session
         if isinstance(message, messages.Attached):
             if message.session == session.number:
-                session.attached = message
                 self._check_attached(message)
+                session.attached = self._known = message
             return None
         if isinstance(message, messages.Refused):
             if message.session == session.number:
@@ -272,9 +272,10 @@ class LoaderClient:
         return self._batch(message, frames[1:])
 
     def _check_attached(self, attached: messages.Attached) -> None:
-        base = self._resumed
-        if base and base.get("dataset") and base["dataset"] != attached.dataset:
-            raise LoaderError("the server serves another dataset than the state's")
+        """The server checks the same (and refuses): this catches a server of another version."""
+        expected = self.state()["dataset"]
+        if expected and expected != attached.dataset:
+            raise LoaderError(f"the loader at {self.address} serves dataset {attached.dataset}, not {expected}")
 
     def _batch(self, header: messages.BatchHeader, frames) -> Batch:
         layout = self._layout()

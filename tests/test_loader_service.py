@@ -222,3 +222,16 @@ def test_a_corrupt_shard_stops_the_server_with_one_line(loader_dataset, tmp_path
     output = server.wait()
     assert server.process.returncode == 1
     assert shards.names[0] in output and "mlm-verify" in output and "Traceback" not in output
+
+
+def test_a_server_restarted_with_other_settings_is_refused_not_mixed_in(loader_dataset):
+    with LoaderProcess(loader_dataset, "--batch-size", 64, "--seed", 1) as server:
+        with LoaderClient(server.address, patience_seconds=0.3, timeout_seconds=30) as client:
+            take(client, 3)
+            server.kill()
+            other = LoaderProcess(loader_dataset, "--batch-size", 64, "--seed", 2, port=server.port)
+            try:
+                with pytest.raises(LoaderError, match="seed"):
+                    take(client, 10)  # the prefetched batches of seed 1, then the refusal
+            finally:
+                other.stop()
