@@ -77,6 +77,9 @@ def _read_parquet(data: bytes) -> Columns:
     for name in table.column_names:
         column = table.column(name).combine_chunks()
         if hasattr(column, "flatten") and hasattr(column, "value_lengths"):
+            lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths != lengths[0]).any():
+                raise ValueError(f"feature {name!r} varies in length between records: it cannot be batched")
             values = column.flatten().to_numpy(zero_copy_only=False)
             out[name] = values.reshape(len(column), -1) if len(column) else values.reshape(0, 0)
         else:

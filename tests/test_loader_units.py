@@ -188,3 +188,23 @@ def test_messages_round_trip():
     assert messages.decode(messages.encode(attach)) == attach
     status = messages.Status("s", [messages.RankStatus("c", 1, 4, 0, 2, 3, 4)], dropped=1)
     assert messages.decode(messages.encode(status)) == status
+
+
+def test_parquet_files_of_fixed_length_lists_are_read(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = np.arange(12, dtype=np.int32).reshape(3, 4)
+    weights = np.ones((3, 2), dtype=np.float32)
+    table = pa.table({"input_ids": pa.array(list(ids), type=pa.list_(pa.int32())),
+                      "masked_lm_weights": pa.array(list(weights), type=pa.list_(pa.float32())),
+                      "next_sentence_labels": pa.array([0, 1, 0], type=pa.int32())})
+    path = tmp_path / "part-x.parquet"
+    pq.write_table(table, path)
+    columns = reader_for(path.name)(path.read_bytes())
+    np.testing.assert_array_equal(columns["input_ids"], ids)
+    np.testing.assert_array_equal(columns["masked_lm_weights"], weights)
+    np.testing.assert_array_equal(columns["next_sentence_labels"], [[0], [1], [0]])
+    pq.write_table(pa.table({"input_ids": pa.array([[1, 2], [3]], type=pa.list_(pa.int32()))}), path)
+    with pytest.raises(ValueError, match="varies in length"):
+        reader_for(path.name)(path.read_bytes())
