@@ -85,3 +85,64 @@ def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(interval)
+
+
+class CuttableProxy:
+    """A TCP forwarder on loopback whose connections can all be cut at once
+    (a network blip between a rank and the server)."""
+
+    def __init__(self, upstream_port: int):
+        import socket
+        import threading
+
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections: list = []
+        self.cuts = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            with self._lock:
+                self.connections += [client, upstream]
+            for source, target in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, target), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, target) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                target.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, target):
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        import socket
+
+        with self._lock:
+            connections, self.connections = self.connections, []
+            self.cuts += 1
+        for sock in connections:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut()

@@ -235,3 +235,21 @@ def test_a_server_restarted_with_other_settings_is_refused_not_mixed_in(loader_d
                     take(client, 10)  # the prefetched batches of seed 1, then the refusal
             finally:
                 other.stop()
+
+
+def test_a_rank_cut_off_the_network_resumes_where_it_was(loader_dataset):
+    from tests.loader_helpers import CuttableProxy
+
+    with LoaderProcess(loader_dataset, "--batch-size", 64) as server:
+        with LoaderClient(server.address) as client:
+            reference = [b.record_ids.copy() for b in take(client, 40)]
+        proxy = CuttableProxy(server.port)
+        try:
+            with LoaderClient(f"127.0.0.1:{proxy.port}", patience_seconds=0.3, timeout_seconds=30) as client:
+                got = [b.record_ids.copy() for b in take(client, 10)]
+                proxy.cut()
+                got += [b.record_ids.copy() for b in take(client, 30)]
+                assert client.reattaches >= 1
+        finally:
+            proxy.close()
+    assert all((a == b).all() for a, b in zip(reference, got)) and len(got) == 40
