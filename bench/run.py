@@ -539,7 +539,8 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         for ranks in (1, 8):
             for masked in (False, True):
                 key = f"l{ranks}{'m' if masked else ''}"
-                log(f"loader: repeat {repeat + 1}/{s.repeats}, {ranks} rank(s), {'dynamic' if masked else 'stored'} masks")
+                masks = "dynamic" if masked else "stored"
+                log(f"loader: repeat {repeat + 1}/{s.repeats}, {ranks} rank(s), {masks} masks")
                 run = measure(output, tmp / "runs" / key, ranks, max(1, s.loader_batches // ranks), masked, str(VOCAB))
                 res.add(f"{key}_mb_s", run.bytes / MB / run.wall)
                 res.add(f"{key}_batches_s", run.batches / run.wall)

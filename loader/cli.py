@@ -61,10 +61,13 @@ def vocabulary_ids(vocab_file: str) -> tuple[int, int]:
 @click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("--s3-endpoint-url", default=None, show_envvar=True, help="An S3-compatible endpoint for s3:// data.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
+              help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, mask_id, vocab_size,
-         masked_lm_prob, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, report_seconds, verbose) -> None:
+         masked_lm_prob, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
+         verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
     Each rank (client library: loader.client.LoaderClient) gets a disjoint
@@ -85,7 +88,8 @@ def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_maskin
         curve = Curve(curve_dir) if curve_dir else None
         storage, shards = open_dataset(data, s3_endpoint_url)
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
-                                cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds)
+                                cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
+                                metrics_port=metrics_port)
         server = LoaderServer(storage, shards, ServingParams(batch_size, seed, shuffle_window, masking), options)
         sys.exit(server.run())
     except (DatasetError, StorageError, SecurityError, ListenError) as error:

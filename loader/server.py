@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.transport import DroppedMessages, listen, make_socket
 from loader import messages
@@ -41,6 +42,7 @@ class ServerOptions:
     curve: Curve | None = None
     report_seconds: float = 30.0
     forget_seconds: float = 3600.0  # a rank silent this long is forgotten (it attaches again if it comes back)
+    metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
 
 
 @dataclass
@@ -87,9 +89,12 @@ class LoaderServer:
         router = make_socket(context, zmq.ROUTER, max_message_bytes=messages.MAX_INBOUND_BYTES, linger_ms=0)
         if self.options.curve:
             self.options.curve.serve(router)
+        metrics = None
         try:
             listen(router, self.options.bind_host, self.options.port)
             self._check_cache()
+            if self.options.metrics_port is not None:
+                metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             log.info("loader %s: %d records in %d shards (dataset %s), batch %d, seed %d, %s, listening on port %d",
                      self.server_id, self.shards.records, len(self.shards.names), self.shards.fingerprint,
                      self.params.batch_size, self.params.seed,
@@ -97,6 +102,8 @@ class LoaderServer:
             self._loop(router)
             return 0
         finally:
+            if metrics is not None:
+                metrics.close()
             router.close(linger=0)
             if authenticator is not None:
                 authenticator.stop()
@@ -182,9 +189,9 @@ class LoaderServer:
             return refuse(f"rank {attach.rank} of world size {attach.world_size}: needs 0 <= rank < world size")
         if attach.dataset and attach.dataset != self.shards.fingerprint:
             return refuse(f"the state is of dataset {attach.dataset}, this server serves {self.shards.fingerprint}")
-        mismatched = [name for name, theirs, ours in (
-            ("seed", attach.seed, params.seed), ("batch size", attach.batch_size, params.batch_size),
-            ("dynamic masking", attach.dynamic_masking, params.masking is not None)) if theirs is not None and theirs != ours]
+        settings = (("seed", attach.seed, params.seed), ("batch size", attach.batch_size, params.batch_size),
+                    ("dynamic masking", attach.dynamic_masking, params.masking is not None))
+        mismatched = [name for name, theirs, ours in settings if theirs is not None and theirs != ours]
         if mismatched:
             return refuse(f"the state was taken with another {', '.join(mismatched)} than this server's")
         batches = self.maker.partition(attach.world_size).batches(attach.rank)
@@ -214,6 +221,18 @@ class LoaderServer:
             [messages.RankStatus(r.client_id, r.rank, r.world_size, r.epoch, r.batch, r.sent, r.allowed)
              for r in self.ranks.values()],
             self.dropped.total, self.batches_sent, len(self.cache), self.cache.bytes, self.cache.loads)
+
+    def metrics(self):
+        """What Prometheus scrapes (common/metrics.py), read from the server's own state."""
+        ranks = list(self.ranks.values())
+        yield gauge("mlm_loader_ranks", "Ranks attached.", len(ranks))
+        yield counter("mlm_loader_batches_sent", "Batches sent, all ranks.", self.batches_sent)
+        yield counter("mlm_loader_bytes_sent", "Bytes of batches sent, all ranks.", self.bytes_sent)
+        yield gauge("mlm_loader_batches_in_flight", "Batches sent and not yet consumed (credit-bounded), per rank.",
+                    labels={str(r.rank): max(0, r.sent - (r.allowed - r.window)) for r in ranks}, label="rank")
+        yield gauge("mlm_loader_cache_bytes", "Decoded shards held (bounded by --cache-mb).", self.cache.bytes)
+        yield counter("mlm_loader_shard_loads", "Shards read and decoded.", self.cache.loads)
+        yield counter("mlm_loader_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
 
     # Batches ----------------------------------------------------------
     def _serve_round(self, router: zmq.Socket) -> None:

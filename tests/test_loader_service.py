@@ -253,3 +253,18 @@ def test_a_rank_cut_off_the_network_resumes_where_it_was(loader_dataset):
         finally:
             proxy.close()
     assert all((a == b).all() for a, b in zip(reference, got)) and len(got) == 40
+
+
+def test_metrics_agree_with_the_servers_status(loader_dataset):
+    from tests.helpers import free_ports, scrape
+
+    metrics_port = free_ports(1)[0]
+    with LoaderProcess(loader_dataset, "--batch-size", 16, "--metrics-port", metrics_port) as server:
+        with LoaderClient(server.address, prefetch=3) as client:
+            take(client, 5)
+            wait_for(lambda: server_status(server.address).batches_sent == 8)
+            values = wait_for(lambda: scrape(metrics_port))
+    assert values[("mlm_loader_ranks", ())] == 1
+    assert values[("mlm_loader_batches_sent_total", ())] == 8
+    assert values[("mlm_loader_bytes_sent_total", ())] == 8 * 16 * 1780
+    assert values[("mlm_loader_batches_in_flight", (("rank", "0"),))] == 3
