@@ -195,6 +195,8 @@ class LoaderServer:
         if mismatched:
             return refuse(f"the state was taken with another {', '.join(mismatched)} than this server's")
         batches = self.maker.partition(attach.world_size).batches(attach.rank)
+        if batches == 0:
+            return refuse(f"{self.shards.records} records cannot give each of {attach.world_size} ranks a batch")
         if attach.epoch < 0 or not 0 <= attach.batch < batches:
             self.dropped.drop("attach with a bad position")
             return refuse(f"epoch {attach.epoch} batch {attach.batch}: this rank has batches 0..{batches - 1}")
