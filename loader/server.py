@@ -171,7 +171,8 @@ class LoaderServer:
                 send(messages.Unknown(message.session))
             elif message.session == rank.session and message.consumed >= 0:
                 rank.last_seen = now
-                rank.allowed = max(rank.allowed, message.consumed + rank.window)
+                # Nobody consumes what was not sent: a client claiming more gets no more than its window ahead.
+                rank.allowed = max(rank.allowed, min(message.consumed, rank.sent) + rank.window)
         elif isinstance(message, messages.StatusRequest):
             send(self.status())
         else:

@@ -268,3 +268,20 @@ def test_metrics_agree_with_the_servers_status(loader_dataset):
     assert values[("mlm_loader_batches_sent_total", ())] == 8
     assert values[("mlm_loader_bytes_sent_total", ())] == 8 * 16 * 1780
     assert values[("mlm_loader_batches_in_flight", (("rank", "0"),))] == 3
+
+
+def test_credit_beyond_what_was_sent_gets_no_more_than_the_window(loader_dataset):
+    with LoaderProcess(loader_dataset, "--batch-size", 16, "--max-prefetch", 4) as server:
+        context = zmq.Context()
+        raw = context.socket(zmq.DEALER)
+        raw.connect(f"tcp://{server.address}")
+        raw.send(messages.encode(messages.Attach("greedy", 1, 0, 1, 0, 0, 4)))
+        raw.send(messages.encode(messages.Credit(1, 10**9)))  # "consumed" a billion batches: it has none
+
+        def greedy():
+            return next((r for r in server_status(server.address).ranks if r.client_id == "greedy"), None)
+
+        rank = wait_for(lambda: (r := greedy()) is not None and r.sent == 4 and r)
+        assert rank.allowed == 4 and greedy().sent == 4
+        raw.close(linger=0)
+        context.term()
