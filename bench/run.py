@@ -13,7 +13,7 @@ then their median reported.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, dedup, extras.
+Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, dedup, extras, loader.
 """
 
 from __future__ import annotations
@@ -208,6 +208,31 @@ def _rows() -> list[Row]:
             needs=("sentencepiece",)),
         Row("fam_spm_native", "Candidate: the sentencepiece package itself on that .model (exact on the corpus; not "
             "used, workers get JSON): MB per CPU-s", "{:.1f}", needs=("sentencepiece",)),
+        # Loader service
+        Row("l_records", "Loader input: records of a pipeline output (the wiki sample, d=2)", "{:,.0f}"),
+    ]
+    for ranks in (1, 8):
+        for masked, label in ((False, "stored masks"), (True, "dynamic masking")):
+            key = f"l{ranks}{'m' if masked else ''}"
+            what = f"Loader, {ranks} rank{'s' if ranks > 1 else ''}, batch 256 × seq 128, {label}"
+            rows += [
+                Row(f"{key}_mb_s", f"{what}: MB/s of batches (loopback)", "{:,.0f}",
+                    "" if masked else "≥ 1,000", None if masked else (lambda v: v >= 1000)),
+                Row(f"{key}_batches_s", f"{what}: batches/s", "{:,.0f}"),
+                Row(f"{key}_seq_cpu", f"{what}: sequences per server CPU-s", "{:,.0f}",
+                    "≥ 5,000" if masked else "", (lambda v: v >= 5000) if masked else None),
+                Row(f"{key}_client_ms", f"{what}: client CPU ms per batch (labels included)", "{:.2f}"),
+            ]
+    rows += [
+        Row("l_mb_cpu", "Loader, 8 ranks, stored masks: MB of batches per server CPU-s", "{:,.0f}", "≥ 1,000",
+            lambda v: v >= 1000),
+        Row("l_rss_small_records", "Loader RSS runs (--cache-mb 16, one epoch served): smaller output (records)",
+            "{:,.0f}"),
+        Row("l_rss_big_records", "Loader RSS runs: larger output (records)", "{:,.0f}"),
+        Row("l_rss_small", "Peak RSS loader server, smaller output (MB)", "{:.0f}"),
+        Row("l_rss_big", "Peak RSS loader server, larger output (MB)", "{:.0f}"),
+        Row("l_rss_growth", "Peak RSS loader server growth, smaller → larger output", "{:+.0%}", "flat (≤ +10%)",
+            lambda v: v <= 0.10),
     ]
     return rows
 
@@ -216,7 +241,7 @@ ROWS = _rows()
 #: The stage table: one row per (tokenizer, dupe factor), CPU-s per input MB per stage.
 STAGE_ROWS = [(tok, dupe, f"Worker d={dupe} ({label})") for tok, label in TOKENIZERS.items() for dupe in (1, 10)]
 STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
-SECTIONS = ("worker", "ventilator", "sink", "pipeline", "rss", "dedup", "extras")
+SECTIONS = ("worker", "ventilator", "sink", "pipeline", "rss", "dedup", "extras", "loader")
 
 
 # --------------------------------------------------------------------------
@@ -239,6 +264,7 @@ class Settings:
     rss_worker_per_file: int = 8
     rss_series_copies: int = 96  # 12 groups of 8 copies: 24 tasks of ~8 MiB
     pysbd_bytes: int = 200_000
+    loader_batches: int = 2000  # batches received per measurement, over all ranks
 
     @classmethod
     def make(cls, quick: bool, repeats: int | None, scale: int | None) -> "Settings":
@@ -246,7 +272,7 @@ class Settings:
             return cls(quick=True, repeats=repeats or 1, worker_copies=scale or 1, limit_per_file=96_000,
                        vent_small=2, vent_big=6, small_task="16K", flood_acks=600, pipe_task="48K", pipe_dupe=2,
                        rss_worker_copies=(1, 2), rss_worker_per_file=1, rss_series_copies=2,
-                       pysbd_bytes=10_000)
+                       pysbd_bytes=10_000, loader_batches=40)
         return cls(quick=False, repeats=repeats or 3, worker_copies=scale or 4)
 
 
@@ -698,9 +724,51 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
     res.notes["fam_bpe"] = " (kitoken)" if bpe._fast_encoder() is not None else " (HF: kitoken not exact here)"
 
 
+def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.loader_bench import measure
+    from bench.roles import pipeline
+
+    work = tmp / "runs" / "l-data"
+    data = corpora.replicate(sources, tmp / "l-corpus", 1)
+    pipeline(data.root, work, str(VOCAB), 2, task_size="256K", dupe_factor=2)
+    output = work / "out"
+    records = sum(json.loads(line)["records"] for line in (output / "manifest.jsonl").read_text().splitlines())
+    res.add("l_records", records)
+    for repeat in range(s.repeats):
+        for ranks in (1, 8):
+            for masked in (False, True):
+                key = f"l{ranks}{'m' if masked else ''}"
+                masks = "dynamic" if masked else "stored"
+                log(f"loader: repeat {repeat + 1}/{s.repeats}, {ranks} rank(s), {masks} masks")
+                run = measure(output, tmp / "runs" / key, ranks, max(1, s.loader_batches // ranks), masked, str(VOCAB))
+                res.add(f"{key}_mb_s", run.bytes / MB / run.wall)
+                res.add(f"{key}_batches_s", run.batches / run.wall)
+                res.add(f"{key}_seq_cpu", run.sequences / max(run.server_cpu, 0.01))
+                res.add(f"{key}_client_ms", run.client_cpu / run.batches * 1000)
+                if key == "l8":
+                    res.add("l_mb_cpu", run.bytes / MB / max(run.server_cpu, 0.01))
+    shutil.rmtree(data.root)
+    # Memory: the same cache on a larger output (more copies of the corpus), one epoch each.
+    copies = 2 if s.quick else 6
+    big = corpora.replicate(sources, tmp / "l-corpus-big", copies)
+    pipeline(big.root, tmp / "runs" / "l-big", str(VOCAB), 2, task_size="256K", dupe_factor=2)
+    shutil.rmtree(big.root)
+    big_output = tmp / "runs" / "l-big" / "out"
+    peaks = {}
+    for name, where in (("small", output), ("big", big_output)):
+        count = sum(json.loads(line)["records"] for line in (where / "manifest.jsonl").read_text().splitlines())
+        res.add(f"l_rss_{name}_records", count)
+        log(f"loader: peak RSS serving {count:,} records")
+        run = measure(where, tmp / "runs" / f"l-rss-{name}", 1, -(-count // 256), False, str(VOCAB),
+                      server_args=("--cache-mb", 16, "--shuffle-window", 4096))
+        peaks[name] = run.server_peak_rss
+        res.add(f"l_rss_{name}", peaks[name] / MB)
+    res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
+
+
 SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section, "sink": sink_section,
                      "pipeline": pipeline_section, "rss": rss_section, "dedup": dedup_section,
-                     "extras": extras_section}
+                     "extras": extras_section, "loader": loader_section}
 
 
 # --------------------------------------------------------------------------
@@ -710,6 +778,8 @@ SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section,
 def _section_of(key: str) -> str:
     if key.startswith("dd_"):
         return "dedup"
+    if key.startswith("l") and key[1:2] in ("_", "1", "8"):
+        return "loader"
     if key.startswith(("w", "tok", "out", "fast", "stage")) and not key.startswith("worker_"):
         return "worker"
     if key.startswith("v_"):

@@ -11,3 +11,6 @@ def s3():
         pytest.skip(reason)
     with s3_server.S3Server() as server:
         yield server
+
+
+from tests.loader_helpers import loader_dataset  # noqa: E402,F401  (the loader tests' output, built once per session)

@@ -4,6 +4,7 @@ import click
 import pytest
 
 from common.tokenization.training import main as train_vocab
+from loader.cli import main as loader
 from sink.cli import main as sink
 from ventilator.cli import main as ventilator
 from worker.cli import main as worker
@@ -15,7 +16,7 @@ def _envvar(command: click.Command, option: click.Option) -> str:
 
 
 @pytest.mark.parametrize("command, prefix", [(ventilator, "MLM"), (worker, "MLM"), (sink, "MLM"),
-                                             (train_vocab, "MLM_VOCAB")])
+                                             (loader, "MLM"), (train_vocab, "MLM_VOCAB")])
 def test_every_option_reads_the_variable_named_after_it(command, prefix):
     """README: every option can be set by MLM_ + its name (--sink: MLM_SINK)."""
     for option in command.params:

@@ -1,0 +1,72 @@
+"""Batches from the epoch order: gather the records, re-mask them if asked."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from loader.masking import MaskingParams, remask
+from loader.order import EpochOrder, Partition
+from loader.shards import ShardCache
+
+
+@dataclass(frozen=True)
+class ServingParams:
+    """What decides every batch's content: a client's state is only valid with the same ones."""
+
+    batch_size: int
+    seed: int
+    window: int
+    masking: MaskingParams | None = None
+
+
+@dataclass
+class Built:
+    matrix: np.ndarray  # (rows, row_bytes) uint8: the records (loader.layout), re-masked if asked
+    record_ids: np.ndarray  # int64: each row's global record index (manifest order)
+    last_in_epoch: bool
+
+
+class BatchMaker:
+    def __init__(self, cache: ShardCache, params: ServingParams):
+        self.cache = cache
+        self.shards = cache.shards
+        self.params = params
+        self._orders: OrderedDict[int, EpochOrder] = OrderedDict()
+
+    def partition(self, world_size: int) -> Partition:
+        return Partition(self.shards.records, world_size, self.params.batch_size)
+
+    def _order(self, epoch: int) -> EpochOrder:
+        order = self._orders.get(epoch)
+        if order is None:
+            order = self._orders[epoch] = EpochOrder(self.shards.counts, self.params.seed, epoch, self.params.window)
+            while len(self._orders) > 2:  # ranks straddle at most an epoch boundary
+                self._orders.popitem(last=False)
+        else:
+            self._orders.move_to_end(epoch)
+        return order
+
+    def build(self, rank: int, world_size: int, epoch: int, batch: int) -> Built:
+        partition = self.partition(world_size)
+        start, stop = partition.span(rank, batch)
+        shard, index = self._order(epoch).locate(np.arange(start, stop, dtype=np.int64))
+        matrix = self._gather(shard, index)
+        record_ids = self.shards.offsets[shard] + index
+        if self.params.masking is not None:
+            views = self.cache.layout_of().views(matrix)
+            masked = remask(views, record_ids, self.params.seed, epoch, self.params.masking)
+            for name in ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+                views[name][...] = masked[name]
+        return Built(matrix, record_ids, batch == partition.batches(rank) - 1)
+
+    def _gather(self, shard: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The rows, one gather per shard they come from."""
+        by_shard = np.argsort(shard, kind="stable")
+        boundaries = np.flatnonzero(np.diff(shard[by_shard])) + 1
+        out = np.empty((len(shard), self.cache.layout_of().row_bytes), dtype=np.uint8)
+        for group in np.split(by_shard, boundaries):
+            out[group] = self.cache.get(int(shard[group[0]]))[index[group]]
+        return out

@@ -1,0 +1,96 @@
+"""``python -m loader --data OUT [--port 5560]``: serve a finished output to trainer ranks."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from common import logs
+from common.security import Curve, SecurityError
+from common.storage import StorageError
+from common.transport import ListenError
+from loader.batches import ServingParams
+from loader.masking import MaskingParams
+from loader.server import LOADER_PORT, LoaderServer, ServerOptions
+from loader.shards import DatasetError, open_dataset
+
+
+def vocabulary_ids(vocab_file: str) -> tuple[int, int]:
+    """([MASK]'s id, vocabulary size) of a BERT vocab.txt, read as the pipeline reads it."""
+    tokens: dict[str, int] = {}
+    try:
+        with open(vocab_file, encoding="utf-8") as handle:
+            for line in handle:
+                token = line.rstrip("\n").strip()
+                if token and token not in tokens:
+                    tokens[token] = len(tokens)
+    except OSError as error:
+        raise click.BadParameter(f"{vocab_file}: {error.strerror}", param_hint="--vocab-file") from None
+    if "[MASK]" not in tokens:
+        raise click.BadParameter(f"{vocab_file} has no [MASK] token", param_hint="--vocab-file")
+    return tokens["[MASK]"], len(tokens)
+
+
+@click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+                                 "help_option_names": ["-h", "--help"]})
+@click.option("--data", required=True, metavar="OUT", show_envvar=True,
+              help="A finished output of this project (directory or s3://bucket/prefix), read through its manifest.")
+@click.option("--port", type=click.IntRange(1, 65535), default=LOADER_PORT, show_envvar=True,
+              help="Port trainer ranks connect to.")
+@click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_envvar=True,
+              help="Records per batch, per rank.")
+@click.option("--seed", type=int, default=0, show_envvar=True, help="Every epoch's order and masks derive from it.")
+@click.option("--shuffle-window", type=click.IntRange(min=1), default=65536, show_envvar=True,
+              help="Records shuffled together after the shards are shuffled (a full shuffle if >= the records).")
+@click.option("--dynamic-masking", is_flag=True, show_envvar=True,
+              help="Draw new masks per (seed, epoch, record) from the restored original tokens.")
+@click.option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+              help="With --dynamic-masking: the vocab.txt the output was made with ([MASK] id, vocabulary size).")
+@click.option("--mask-id", type=click.IntRange(min=0), default=None, show_envvar=True,
+              help="With --dynamic-masking and no --vocab-file: the [MASK] token's id.")
+@click.option("--vocab-size", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="With --dynamic-masking and no --vocab-file: ids drawn for the 10% random replacements.")
+@click.option("--masked-lm-prob", type=click.FloatRange(0, 1, min_open=True), default=0.15, show_envvar=True,
+              help="With --dynamic-masking: share of each sequence's tokens to mask.")
+@click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
+              help="The most batches a rank may have in flight (its client asks for fewer or as many).")
+@click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
+              help="Decoded shards kept in memory; give it at least one shuffle window's worth.")
+@click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+              help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
+@click.option("--s3-endpoint-url", default=None, show_envvar=True, help="An S3-compatible endpoint for s3:// data.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
+              help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
+@click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
+@click.option("-v", "--verbose", count=True, help="More logging.")
+def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, mask_id, vocab_size,
+         masked_lm_prob, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
+         verbose) -> None:
+    """Serve batches of a finished output to every trainer rank.
+
+    Each rank (client library: loader.client.LoaderClient) gets a disjoint
+    part of every epoch; together they cover each record once per epoch, in
+    an order that depends only on --seed and the epoch.  See docs/loader.md.
+    """
+    logs.configure(verbose)
+    masking = None
+    if dynamic_masking:
+        if vocab_file:
+            mask_id, vocab_size = vocabulary_ids(vocab_file)
+        elif mask_id is None or vocab_size is None:
+            raise click.UsageError("--dynamic-masking needs --vocab-file, or both --mask-id and --vocab-size")
+        if mask_id >= vocab_size:
+            raise click.UsageError(f"--mask-id {mask_id} is not below --vocab-size {vocab_size}")
+        masking = MaskingParams(mask_id, vocab_size, masked_lm_prob)
+    try:
+        curve = Curve(curve_dir) if curve_dir else None
+        storage, shards = open_dataset(data, s3_endpoint_url)
+        options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
+                                cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
+                                metrics_port=metrics_port)
+        server = LoaderServer(storage, shards, ServingParams(batch_size, seed, shuffle_window, masking), options)
+        sys.exit(server.run())
+    except (DatasetError, StorageError, SecurityError, ListenError) as error:
+        raise click.ClickException(str(error)) from None

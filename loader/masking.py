@@ -1,0 +1,123 @@
+"""Dynamic masking: new BERT masks for every (seed, epoch, record).
+
+The stored records are masked once, when the pipeline wrote them.  Here the
+original tokens are put back first (``masked_lm_ids`` at
+``masked_lm_positions``), then BERT's rule is drawn again: ``num_to_predict``
+of the non-special positions (not [CLS], not the [SEP]s, not padding) chosen
+uniformly, each 80% [MASK], 10% itself, 10% a random id — the project's own
+masking functions (common.objectives.masking), imported here only.
+
+Every draw is a hash of (seed, epoch, record, position, purpose), not a
+generator's running state, so a record's masks do not depend on which
+batch, rank or server it lands in, and a whole batch is drawn at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.objectives.base import derive_seed
+from common.objectives.masking import apply_masks, num_to_predict  # the project's masking: imported here only
+
+#: The features dynamic masking rewrites (and needs).
+MASKED_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                   "masked_lm_weights")
+
+
+@dataclass(frozen=True)
+class MaskingParams:
+    mask_id: int
+    vocab_size: int
+    masked_lm_prob: float = 0.15
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijective, well-mixed hash of uint64s."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _uniform(keys: np.ndarray, columns: np.ndarray, stream: int) -> np.ndarray:
+    """Uniform [0, 1) draws, one per (record key, column) pair, for ``stream``."""
+    with np.errstate(over="ignore"):
+        salt = _mix(np.uint64(stream) * np.uint64(0x9E3779B97F4A7C15) + columns.astype(np.uint64))
+        bits = _mix(keys ^ salt)
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+class _PositionDraws:
+    """Stands in for the generator apply_masks draws from: each call gives
+    one draw per selected position (in np.nonzero order, as apply_masks
+    lists them), from its own stream, keyed by record and position."""
+
+    def __init__(self, keys: np.ndarray, selected: np.ndarray):
+        rows, columns = np.nonzero(selected)
+        self._keys, self._columns = keys[rows], columns
+        self._stream = 1  # stream 0 chose the positions
+
+    def random(self, size: int) -> np.ndarray:
+        if size != len(self._columns):
+            raise AssertionError("apply_masks draws one value per selected position")
+        self._stream += 1
+        return _uniform(self._keys, self._columns, self._stream)
+
+    def integers(self, low: int, high: int, size: int) -> np.ndarray:
+        return low + np.floor(self.random(size) * (high - low)).astype(np.int64)
+
+
+def restore(features: dict[str, np.ndarray]) -> np.ndarray:
+    """The unmasked input ids: each masked position's original id put back."""
+    original = features["input_ids"].copy()
+    positions, ids = features["masked_lm_positions"], features["masked_lm_ids"]
+    rows, slots = np.nonzero(features["masked_lm_weights"] > 0)
+    original[rows, positions[rows, slots]] = ids[rows, slots]
+    return original
+
+
+def candidates(features: dict[str, np.ndarray]) -> np.ndarray:
+    """Maskable positions: inside the sequence, not [CLS] (first), not the
+    [SEP] closing segment A (before B's first token), not the last [SEP]."""
+    input_mask, segment_ids = features["input_mask"], features["segment_ids"]
+    n, length = input_mask.shape
+    positions = np.arange(length)[None, :]
+    sequence_length = input_mask.sum(axis=1)[:, None]
+    in_b = (segment_ids == 1) & (input_mask == 1)
+    b_first = np.where(in_b.any(axis=1), np.argmax(in_b, axis=1), sequence_length[:, 0])[:, None]
+    return ((positions >= 1) & (positions < sequence_length - 1) & (positions != b_first - 1))
+
+
+def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, epoch: int,
+           params: MaskingParams) -> dict[str, np.ndarray]:
+    """The batch with masks drawn anew for (seed, epoch, record); other features untouched."""
+    missing = [name for name in MASKED_FEATURES if name not in features]
+    if missing:
+        raise ValueError(f"dynamic masking needs the features {', '.join(missing)}")
+    original = restore(features)
+    maskable = candidates(features)
+    max_predictions = features["masked_lm_positions"].shape[1]
+    base = np.uint64(derive_seed(seed, f"loader-epoch-{epoch}", 0, "mask"))
+    with np.errstate(over="ignore"):
+        keys = _mix(base ^ _mix(np.asarray(record_ids, dtype=np.uint64)))
+    n, length = original.shape
+    budget = num_to_predict(features["input_mask"].sum(axis=1), params.masked_lm_prob, max_predictions)
+    # A uniform subset of `budget` candidates: those with the smallest keys.
+    draws = np.where(maskable, _uniform(keys[:, None], np.arange(length)[None, :], 0), 2.0)
+    take = min(max_predictions, length)
+    smallest = np.argpartition(draws, take - 1, axis=1)[:, :take]  # the `take` smallest keys, unordered
+    order = np.take_along_axis(smallest, np.argsort(np.take_along_axis(draws, smallest, axis=1), axis=1), axis=1)
+    selected = np.zeros((n, length), dtype=bool)
+    np.put_along_axis(selected, order, np.arange(order.shape[1])[None, :] < budget[:, None], axis=1)
+    selected &= maskable
+    masked = apply_masks(original, selected, max_predictions, params.mask_id, params.vocab_size,
+                         _PositionDraws(keys, selected))
+    out = dict(features)
+    out["input_ids"] = masked.input_ids.astype(features["input_ids"].dtype, copy=False)
+    out["masked_lm_positions"] = masked.masked_lm_positions.astype(features["masked_lm_positions"].dtype, copy=False)
+    out["masked_lm_ids"] = masked.masked_lm_ids.astype(features["masked_lm_ids"].dtype, copy=False)
+    out["masked_lm_weights"] = masked.masked_lm_weights.astype(features["masked_lm_weights"].dtype, copy=False)
+    return out
+

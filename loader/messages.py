@@ -1,0 +1,195 @@
+"""The loader's wire protocol: trainer ranks (DEALER) <-> loader server (ROUTER).
+
+Its own small protocol, apart from the pipeline's (common/protocol.py): the
+two never share a socket.  Each control message is one msgpack frame, a map
+with the version ``v``, the type ``t`` and the fields; :func:`decode` checks
+all of them and raises :class:`MessageError`, and the server counts and
+drops such frames.  A batch is a multipart message: a :class:`BatchHeader`
+frame, then the records as one raw frame (each row every feature side by
+side, as :class:`Attached` lists them: loader.layout), then the rows'
+record indices (int64): no serialization, no copy.
+
+  rank -> server: Attach (start streaming from (epoch, batch)), Credit
+                  (batches consumed so far: the server sends up to
+                  consumed + window), StatusRequest
+  server -> rank: Attached, Refused, Unknown (attach again: the server
+                  restarted or forgot you), BatchHeader + arrays, Status
+
+``session`` counts a client's attaches: whatever belongs to an older one
+(batches still in flight, replies to stale credit) is ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+
+import msgpack
+
+VERSION = 1
+
+#: Control messages are small: the server refuses bigger inbound frames (ZMQ_MAXMSGSIZE).
+MAX_INBOUND_BYTES = 64 * 1024
+
+
+class MessageError(ValueError):
+    """A frame that is not a valid loader message."""
+
+
+@dataclass
+class Attach:
+    client_id: str
+    session: int
+    rank: int
+    world_size: int
+    epoch: int  # where to start: the next batch the trainer has not consumed
+    batch: int
+    window: int  # batches the server may send ahead of consumption
+    dataset: str = ""  # the fingerprint the client's state was taken on ("" for a fresh start)
+    seed: int | None = None  # the serving parameters its state was taken with (None: fresh start)
+    batch_size: int | None = None
+    dynamic_masking: bool | None = None
+
+
+@dataclass
+class Credit:
+    session: int
+    consumed: int  # batches handed to the trainer since Attach
+
+
+@dataclass
+class StatusRequest:
+    pass
+
+
+@dataclass
+class FeatureSpec:
+    name: str
+    dtype: str
+    width: int
+
+
+@dataclass
+class Attached:
+    session: int
+    server_id: str
+    dataset: str
+    records: int
+    batch_size: int
+    seed: int
+    dynamic_masking: bool
+    batches_per_epoch: int  # this rank's
+    features: list[FeatureSpec]
+
+
+@dataclass
+class Refused:
+    session: int
+    reason: str
+
+
+@dataclass
+class Unknown:
+    session: int
+
+
+@dataclass
+class BatchHeader:
+    session: int
+    epoch: int
+    batch: int
+    last_in_epoch: bool
+    rows: int  # one frame follows: rows x the record layout of Attached.features, then the record ids
+
+
+@dataclass
+class RankStatus:
+    client_id: str
+    rank: int
+    world_size: int
+    epoch: int  # the next batch to send
+    batch: int
+    sent: int  # since Attach
+    allowed: int  # consumed + window: sent never exceeds it
+
+
+@dataclass
+class Status:
+    server_id: str
+    ranks: list[RankStatus] = field(default_factory=list)
+    dropped: int = 0
+    batches_sent: int = 0
+    cached_shards: int = 0
+    cached_bytes: int = 0
+    shard_loads: int = 0
+
+
+TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    Attach, Credit, StatusRequest, Attached, Refused, Unknown, BatchHeader, Status)}
+
+
+def encode(message) -> bytes:
+    return msgpack.packb({"v": VERSION, "t": type(message).__name__, **dataclasses.asdict(message)},
+                         use_bin_type=True)
+
+
+def decode(frame: bytes):
+    try:
+        payload = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+    except Exception as error:  # msgpack raises several unrelated types
+        raise MessageError(f"not msgpack: {error}") from None
+    if not isinstance(payload, dict):
+        raise MessageError("message is not a map")
+    if payload.pop("v", None) != VERSION:
+        raise MessageError(f"not loader protocol version {VERSION}")
+    cls = TYPES.get(payload.pop("t", None))
+    if cls is None:
+        raise MessageError("unknown message type")
+    return _check(cls, payload, cls.__name__)
+
+
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _check(hint, value, where: str):
+    """``value`` as ``hint`` (dataclasses built from maps), or MessageError."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        if type(value) is not dict:
+            raise MessageError(f"{where} is not a map")
+        fields = {f.name: f for f in dataclasses.fields(hint)}
+        unknown = set(value) - set(fields)
+        if unknown:
+            raise MessageError(f"{where} has unknown fields {sorted(map(str, unknown))}")
+        kwargs = {}
+        for name, spec in fields.items():
+            if name in value:
+                kwargs[name] = _check(_hints(hint)[name], value[name], f"{where}.{name}")
+            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise MessageError(f"{where} lacks {name}")
+        return hint(**kwargs)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if type(value) is not list:
+            raise MessageError(f"{where} is not a list")
+        return [_check(item, v, where) for v in value]
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            try:
+                return _check(option, value, where)
+            except MessageError:
+                pass
+        raise MessageError(f"{where} has the wrong type")
+    if hint is type(None):
+        if value is not None:
+            raise MessageError(f"{where} has the wrong type")
+        return None
+    accepted = {float: (int, float)}.get(hint, (hint,))
+    if type(value) not in accepted:  # exact: a bool is not an int here
+        raise MessageError(f"{where} has the wrong type")
+    return value

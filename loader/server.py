@@ -1,0 +1,264 @@
+"""The loader server's event loop: one ROUTER socket, one owner thread.
+
+Ranks connect with DEALER sockets, say where they are (Attach: rank, world
+size, next epoch and batch) and grant credit as their trainer consumes
+batches.  The server builds a batch only when the rank has credit for it,
+so each rank has at most ``window`` batches in flight (built, queued or in
+its socket) whatever its speed: a rank that stops pulling costs nothing
+more.  The server keeps no other per-rank state than a cursor, which the
+client can always restate, so a restarted server (or another one) carries
+on from the clients' states.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import zmq
+
+from common.metrics import MetricsServer, counter, gauge
+from common.security import Curve
+from common.transport import DroppedMessages, listen, make_socket
+from loader import messages
+from loader.batches import BatchMaker, ServingParams
+from loader.shards import ShardCache, ShardList
+
+log = logging.getLogger("loader")
+
+LOADER_PORT = 5560
+
+
+@dataclass
+class ServerOptions:
+    port: int = LOADER_PORT
+    bind_host: str = "*"
+    max_window: int = 16  # the most batches a rank may have in flight
+    cache_bytes: int = 1 << 30  # decoded shards kept
+    curve: Curve | None = None
+    report_seconds: float = 30.0
+    forget_seconds: float = 3600.0  # a rank silent this long is forgotten (it attaches again if it comes back)
+    metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
+
+
+@dataclass
+class _Rank:
+    identity: bytes
+    client_id: str
+    session: int
+    rank: int
+    world_size: int
+    epoch: int  # the next batch to send
+    batch: int
+    batches_per_epoch: int
+    window: int
+    sent: int = 0
+    allowed: int = 0
+    last_seen: float = 0.0
+
+
+class LoaderServer:
+    def __init__(self, storage, shards: ShardList, params: ServingParams, options: ServerOptions):
+        self.shards = shards
+        self.params = params
+        self.options = options
+        self.cache = ShardCache(storage, shards, options.cache_bytes)
+        self.maker = BatchMaker(self.cache, params)
+        self.server_id = uuid.uuid4().hex[:12]
+        self.ranks: dict[bytes, _Rank] = {}
+        self.dropped = DroppedMessages("loader")
+        self.batches_sent = 0
+        self.bytes_sent = 0
+        self.stopping = False
+        self._features: list[messages.FeatureSpec] | None = None
+
+    def _on_signal(self, signum, _frame) -> None:
+        log.info("loader: %s, stopping", signal.Signals(signum).name)
+        self.stopping = True
+
+    def run(self) -> int:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        context = zmq.Context()
+        authenticator = self.options.curve.start_authenticator(context) if self.options.curve else None
+        router = make_socket(context, zmq.ROUTER, max_message_bytes=messages.MAX_INBOUND_BYTES, linger_ms=0)
+        if self.options.curve:
+            self.options.curve.serve(router)
+        metrics = None
+        try:
+            listen(router, self.options.bind_host, self.options.port)
+            self._check_cache()
+            if self.options.metrics_port is not None:
+                metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
+            log.info("loader %s: %d records in %d shards (dataset %s), batch %d, seed %d, %s, listening on port %d",
+                     self.server_id, self.shards.records, len(self.shards.names), self.shards.fingerprint,
+                     self.params.batch_size, self.params.seed,
+                     "dynamic masking" if self.params.masking else "masks as stored", self.options.port)
+            self._loop(router)
+            return 0
+        finally:
+            if metrics is not None:
+                metrics.close()
+            router.close(linger=0)
+            if authenticator is not None:
+                authenticator.stop()
+            context.term()
+
+    def _check_cache(self) -> None:
+        """Reads the first shard now (a bad output fails before any rank waits) and
+        warns when one shuffle window's records do not fit the cache: it would then
+        reread shards within a window (correct, but slow)."""
+        row_bytes = self.cache.layout_of().row_bytes
+        window = min(self.params.window, self.shards.records)
+        largest = int(self.shards.counts.max())
+        needed = (window + 2 * largest) * row_bytes
+        if needed > self.options.cache_bytes:
+            log.warning("loader: a shuffle window (%d records, %d bytes each, plus the shards at its ends) needs "
+                        "~%.0f MB of cache, more than --cache-mb %.0f: raise --cache-mb or lower --shuffle-window",
+                        window, row_bytes, needed / 2**20, self.options.cache_bytes / 2**20)
+
+    def _loop(self, router: zmq.Socket) -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        last_report = last_housekeeping = time.monotonic()
+        reported = (0, 0)
+        while not self.stopping:
+            busy = any(rank.sent < rank.allowed for rank in self.ranks.values())
+            if poller.poll(0 if busy else 200):
+                for _ in range(1000):  # what is there, then a round of batches
+                    try:
+                        frames = router.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._receive(router, frames)
+            self._serve_round(router)
+            now = time.monotonic()
+            if now - last_housekeeping > 5:
+                self._forget_silent(now)
+                last_housekeeping = now
+            if now - last_report > self.options.report_seconds:
+                batches, sent = self.batches_sent - reported[0], self.bytes_sent - reported[1]
+                log.info("loader: %d ranks, %.0f batches/s, %.1f MB/s; %d shards cached (%.0f MB), %d dropped messages",
+                         len(self.ranks), batches / (now - last_report), sent / 1e6 / (now - last_report),
+                         len(self.cache), self.cache.bytes / 1e6, self.dropped.total)
+                reported = (self.batches_sent, self.bytes_sent)
+                last_report = now
+
+    # Messages ---------------------------------------------------------
+    def _receive(self, router: zmq.Socket, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            self.dropped.drop(f"{len(frames) - 1} frames")
+            return
+        identity, frame = frames
+        try:
+            message = messages.decode(frame)
+        except messages.MessageError as error:
+            self.dropped.drop(str(error))
+            return
+        send = lambda reply: router.send_multipart([identity, messages.encode(reply)])  # noqa: E731
+        now = time.monotonic()
+        if isinstance(message, messages.Attach):
+            reply = self._attach(identity, message, now)
+            send(reply)
+        elif isinstance(message, messages.Credit):
+            rank = self.ranks.get(identity)
+            if rank is None:
+                send(messages.Unknown(message.session))
+            elif message.session == rank.session and message.consumed >= 0:
+                rank.last_seen = now
+                # Nobody consumes what was not sent: a client claiming more gets no more than its window ahead.
+                rank.allowed = max(rank.allowed, min(message.consumed, rank.sent) + rank.window)
+        elif isinstance(message, messages.StatusRequest):
+            send(self.status())
+        else:
+            self.dropped.drop(f"unexpected {type(message).__name__}")
+
+    def _attach(self, identity: bytes, attach: messages.Attach, now: float):
+        def refuse(reason: str):
+            log.warning("loader: refused %s (rank %d of %d): %s", attach.client_id, attach.rank, attach.world_size,
+                        reason)
+            return messages.Refused(attach.session, reason)
+
+        params = self.params
+        if not (attach.world_size >= 1 and 0 <= attach.rank < attach.world_size):
+            self.dropped.drop("attach with a bad rank")
+            return refuse(f"rank {attach.rank} of world size {attach.world_size}: needs 0 <= rank < world size")
+        if attach.dataset and attach.dataset != self.shards.fingerprint:
+            return refuse(f"the state is of dataset {attach.dataset}, this server serves {self.shards.fingerprint}")
+        settings = (("seed", attach.seed, params.seed), ("batch size", attach.batch_size, params.batch_size),
+                    ("dynamic masking", attach.dynamic_masking, params.masking is not None))
+        mismatched = [name for name, theirs, ours in settings if theirs is not None and theirs != ours]
+        if mismatched:
+            return refuse(f"the state was taken with another {', '.join(mismatched)} than this server's")
+        batches = self.maker.partition(attach.world_size).batches(attach.rank)
+        if batches == 0:
+            return refuse(f"{self.shards.records} records cannot give each of {attach.world_size} ranks a batch")
+        if attach.epoch < 0 or not 0 <= attach.batch < batches:
+            self.dropped.drop("attach with a bad position")
+            return refuse(f"epoch {attach.epoch} batch {attach.batch}: this rank has batches 0..{batches - 1}")
+        for other, rank in list(self.ranks.items()):  # the same client on a new connection
+            if rank.client_id == attach.client_id:
+                del self.ranks[other]
+        window = min(max(1, attach.window), self.options.max_window)
+        self.ranks[identity] = _Rank(identity, attach.client_id, attach.session, attach.rank, attach.world_size,
+                                     attach.epoch, attach.batch, batches, window, allowed=window, last_seen=now)
+        log.info("loader: rank %d of %d (%s) from epoch %d batch %d", attach.rank, attach.world_size,
+                 attach.client_id, attach.epoch, attach.batch)
+        return messages.Attached(attach.session, self.server_id, self.shards.fingerprint, self.shards.records,
+                                 params.batch_size, params.seed, params.masking is not None, batches,
+                                 self._feature_specs())
+
+    def _feature_specs(self) -> list[messages.FeatureSpec]:
+        if self._features is None:
+            self._features = [messages.FeatureSpec(f.name, f.dtype, f.width) for f in self.cache.layout_of().fields]
+        return self._features
+
+    def status(self) -> messages.Status:
+        return messages.Status(
+            self.server_id,
+            [messages.RankStatus(r.client_id, r.rank, r.world_size, r.epoch, r.batch, r.sent, r.allowed)
+             for r in self.ranks.values()],
+            self.dropped.total, self.batches_sent, len(self.cache), self.cache.bytes, self.cache.loads)
+
+    def metrics(self):
+        """What Prometheus scrapes (common/metrics.py), read from the server's own state."""
+        ranks = list(self.ranks.values())
+        yield gauge("mlm_loader_ranks", "Ranks attached.", len(ranks))
+        yield counter("mlm_loader_batches_sent", "Batches sent, all ranks.", self.batches_sent)
+        yield counter("mlm_loader_bytes_sent", "Bytes of batches sent, all ranks.", self.bytes_sent)
+        yield gauge("mlm_loader_batches_in_flight", "Batches sent and not yet consumed (credit-bounded), per rank.",
+                    labels={str(r.rank): max(0, r.sent - (r.allowed - r.window)) for r in ranks}, label="rank")
+        yield gauge("mlm_loader_cache_bytes", "Decoded shards held (bounded by --cache-mb).", self.cache.bytes)
+        yield counter("mlm_loader_shard_loads", "Shards read and decoded.", self.cache.loads)
+        yield counter("mlm_loader_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
+
+    # Batches ----------------------------------------------------------
+    def _serve_round(self, router: zmq.Socket) -> None:
+        """One batch to each rank that has credit (fair between ranks)."""
+        for rank in list(self.ranks.values()):
+            if rank.sent >= rank.allowed:
+                continue
+            built = self.maker.build(rank.rank, rank.world_size, rank.epoch, rank.batch)
+            header = messages.BatchHeader(rank.session, rank.epoch, rank.batch, built.last_in_epoch,
+                                          len(built.record_ids))
+            router.send_multipart([rank.identity, messages.encode(header), built.matrix, built.record_ids],
+                                  copy=False)
+            rank.sent += 1
+            self.batches_sent += 1
+            self.bytes_sent += built.matrix.nbytes
+            if built.last_in_epoch:
+                rank.epoch, rank.batch = rank.epoch + 1, 0
+            else:
+                rank.batch += 1
+
+    def _forget_silent(self, now: float) -> None:
+        for identity, rank in list(self.ranks.items()):
+            if now - rank.last_seen > self.options.forget_seconds:
+                log.info("loader: forgetting rank %d (%s), silent for %.0f s", rank.rank, rank.client_id,
+                         now - rank.last_seen)
+                del self.ranks[identity]

@@ -1,0 +1,212 @@
+"""The finished output as the loader sees it: shards in a fixed order, read lazily.
+
+The manifest is the source of truth (never a directory listing): it says
+which files make up the output and how many records each holds, so the
+epoch order is known before any shard is read.  Shards are decoded on first
+use by a reader chosen by file suffix, and kept in a cache bounded in bytes
+(least recently used out): memory does not grow with the dataset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.manifest import read_published
+from common.storage import open_storage
+from common.writers.tfrecord import CorruptShard, read_records
+from loader.example import decode_examples
+from loader.layout import RecordLayout
+
+log = logging.getLogger("loader")
+
+Columns = dict[str, np.ndarray]
+
+
+class DatasetError(ValueError):
+    """The output cannot be served (reason in the message, one line)."""
+
+
+def entry_files(entry: dict) -> list[tuple[str, int]]:
+    """(file name relative to the output root, records) of a manifest line.
+
+    Two shapes: ``shards``, a list of {name, records, sha256, bytes} (one
+    task may write several files), and the older single ``shard`` (a URI)
+    with the line's ``records``.
+    """
+    if "shards" in entry:
+        return [(str(shard["name"]), int(shard["records"])) for shard in entry["shards"] or []]
+    if entry.get("shard"):
+        return [(str(entry["shard"]).replace("\\", "/").rsplit("/", 1)[-1], int(entry.get("records", 0)))]
+    return []
+
+
+# --------------------------------------------------------------------------
+# Readers by suffix
+# --------------------------------------------------------------------------
+
+def _read_tfrecord(data: bytes) -> Columns:
+    lengths = np.fromiter((len(record) for record in read_records(data)), dtype=np.int64)
+    # Each record: 8-byte length, 4-byte CRC, the data, 4-byte CRC.
+    starts = np.cumsum(lengths + 16) - lengths - 4
+    return decode_examples(np.frombuffer(data, dtype=np.uint8), starts, lengths)
+
+
+def _read_tfrecord_gz(data: bytes) -> Columns:
+    try:
+        raw = gzip.decompress(data)
+    except (OSError, EOFError) as error:
+        raise CorruptShard(f"corrupt gzip data: {error}") from None
+    return _read_tfrecord(raw)
+
+
+def _read_parquet(data: bytes) -> Columns:
+    """One column per feature, each a list of a fixed length per row."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(data))
+    out = {}
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        if hasattr(column, "flatten") and hasattr(column, "value_lengths"):
+            lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths != lengths[0]).any():
+                raise ValueError(f"feature {name!r} varies in length between records: it cannot be batched")
+            values = column.flatten().to_numpy(zero_copy_only=False)
+            out[name] = values.reshape(len(column), -1) if len(column) else values.reshape(0, 0)
+        else:
+            out[name] = column.to_numpy(zero_copy_only=False).reshape(-1, 1)
+    return out
+
+
+#: File suffix -> reader of a whole file's bytes into (records, length) arrays.
+READERS: dict[str, Callable[[bytes], Columns]] = {
+    ".tfrecord": _read_tfrecord,
+    ".tfrecord.gz": _read_tfrecord_gz,
+    ".parquet": _read_parquet,
+}
+
+
+def reader_for(name: str) -> Callable[[bytes], Columns]:
+    matches = [suffix for suffix in READERS if name.endswith(suffix)]
+    if not matches:
+        raise DatasetError(f"{name}: the loader reads {', '.join(sorted(READERS))} files only")
+    return READERS[max(matches, key=len)]
+
+
+# --------------------------------------------------------------------------
+# The dataset
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ShardList:
+    """The output's shards in serving order (sorted by task id), with records per shard."""
+
+    names: tuple[str, ...]
+    counts: np.ndarray  # int64, records per shard
+    offsets: np.ndarray  # int64, (shards + 1): global index of each shard's first record
+
+    @property
+    def records(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def fingerprint(self) -> str:
+        """Names a dataset: a client resuming from a state checks it is the same one."""
+        text = "\n".join(f"{name}\t{count}" for name, count in zip(self.names, self.counts.tolist()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_entries(cls, entries: list[dict]) -> "ShardList":
+        files = [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
+                 for file in entry_files(entry) if file[1] > 0]
+        for name, _ in files:
+            reader_for(name)
+        counts = np.asarray([count for _, count in files], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        return cls(tuple(name for name, _ in files), counts, offsets)
+
+
+def open_dataset(uri: str, endpoint_url: str | None = None) -> tuple[object, ShardList]:
+    """The storage and the shard list of a finished output; DatasetError if there is none."""
+    storage = open_storage(uri, endpoint_url)
+    published = read_published(storage)
+    if published is None:
+        raise DatasetError(f"--data {uri}: no manifest.jsonl (not an output of this project, or not finished)")
+    entries, torn = published
+    if torn:
+        log.warning("%s: the manifest ends with %d bytes of an incomplete line; serving the complete lines", uri, torn)
+    shards = ShardList.from_entries(entries)
+    if shards.records == 0:
+        raise DatasetError(f"--data {uri}: the manifest lists no records")
+    return storage, shards
+
+
+class ShardCache:
+    """Decoded shards as (records, row_bytes) matrices (loader.layout),
+    least recently used out once over ``max_bytes`` (the shard in use always
+    stays, however big).  Every shard must have the layout of the first."""
+
+    def __init__(self, storage, shards: ShardList, max_bytes: int):
+        self.storage = storage
+        self.shards = shards
+        self.max_bytes = max_bytes
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.layout: RecordLayout | None = None
+        self.bytes = 0
+        self.loads = 0
+
+    def get(self, shard: int) -> np.ndarray:
+        matrix = self._cache.get(shard)
+        if matrix is not None:
+            self._cache.move_to_end(shard)
+            return matrix
+        matrix = self._load(shard)
+        while self._cache and self.bytes + matrix.nbytes > self.max_bytes:
+            _, evicted = self._cache.popitem(last=False)
+            self.bytes -= evicted.nbytes
+        self._cache[shard] = matrix
+        self.bytes += matrix.nbytes
+        return matrix
+
+    def columns(self, shard: int) -> Columns:
+        """A shard's features as arrays (views of its cached matrix)."""
+        return self.layout_of().views(self.get(shard))
+
+    def layout_of(self) -> RecordLayout:
+        if self.layout is None:
+            self.get(0)
+        return self.layout
+
+    def _load(self, shard: int) -> np.ndarray:
+        name = self.shards.names[shard]
+        where = self.storage.uri(name)
+        data = self.storage.get_bytes(name)
+        if data is None:
+            raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
+        try:
+            columns = reader_for(name)(data)
+        except ValueError as error:
+            raise DatasetError(f"{where}: {error} (run mlm-verify)") from None
+        expected = int(self.shards.counts[shard])
+        got = len(next(iter(columns.values()))) if columns else 0
+        if got != expected:
+            raise DatasetError(f"{where}: {got} records, the manifest says {expected}")
+        layout = RecordLayout.of(columns)
+        if self.layout is None:
+            self.layout = layout
+        elif layout != self.layout:
+            raise DatasetError(f"{where}: its features differ from the other shards' ({self.layout} vs {layout})")
+        self.loads += 1
+        return self.layout.pack(columns)
+
+    def __len__(self) -> int:
+        return len(self._cache)
