@@ -106,8 +106,14 @@ def _heads(rng: random.Random, flips: int) -> int:
     return rng.getrandbits(flips).bit_count() if flips else 0
 
 
-def plan_instances(documents: TokenizedDocuments, params: BertParams, rng: random.Random) -> InstancePlan:
-    """One dupe pass of create_instances_from_document over every document."""
+def plan_instances(documents: TokenizedDocuments, params, rng: random.Random,
+                   sentence_order: bool = False) -> InstancePlan:
+    """One dupe pass of create_instances_from_document over every document.
+
+    ``sentence_order`` is ALBERT's rule (google-research/albert's script
+    without ``random_next_sentence``): a chunk of one segment still takes a
+    random next segment, but otherwise B follows A, swapped with A half the
+    time (labelled 1), instead of coming from another document."""
     segment_offsets = documents.segment_offsets
     document_offsets = documents.document_offsets
     num_documents = documents.num_documents
@@ -140,7 +146,7 @@ def plan_instances(documents: TokenizedDocuments, params: BertParams, rng: rando
             a_start = segment_offsets[chunk_start]
             a_length = segment_offsets[chunk_start + a_end] - a_start
 
-            if chunk_size == 1 or rng.random() < 0.5:
+            if chunk_size == 1 or (not sentence_order and rng.random() < 0.5):
                 is_random = True
                 target_b_length = target_seq_length - a_length
                 for _ in range(10):
@@ -159,9 +165,11 @@ def plan_instances(documents: TokenizedDocuments, params: BertParams, rng: rando
                 # Put the unused segments back.
                 i -= chunk_size - a_end
             else:
-                is_random = False
                 b_start = segment_offsets[chunk_start + a_end]
                 b_length = segment_offsets[i + 1] - b_start
+                is_random = sentence_order and rng.random() < 0.5
+                if is_random:  # ALBERT: the two consecutive spans in the wrong order
+                    a_start, a_length, b_start, b_length = b_start, b_length, a_start, a_length
 
             from_a, from_b = truncation_counts(a_length, b_length, max_num_tokens)
             if from_a:
