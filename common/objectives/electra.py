@@ -98,19 +98,15 @@ class _Builder:
         first: list[int] = []
         second: list[int] = []
         first_length = second_length = 0
-        if first_target == ONE_SEGMENT_TARGET:  # every sentence fits: no draw is made
-            first = list(range(first_segment, end_segment))
-            first_length = offsets[end_segment] - offsets[first_segment]
-        else:
-            for s in range(first_segment, end_segment):
-                length = offsets[s + 1] - offsets[s]
-                if (first_length == 0 or first_length + length < first_target
-                        or (second_length == 0 and first_length < first_target and rng.random() < 0.5)):
-                    first.append(s)
-                    first_length += length
-                else:
-                    second.append(s)
-                    second_length += length
+        for s in range(first_segment, end_segment):
+            length = offsets[s + 1] - offsets[s]
+            if (first_length == 0 or first_length + length < first_target
+                    or (second_length == 0 and first_length < first_target and rng.random() < 0.5)):
+                first.append(s)
+                first_length += length
+            else:
+                second.append(s)
+                second_length += length
         example = len(self.first_lengths)
         kept_first = self._keep(example, False, first, max_length - 2)
         kept_second = self._keep(example, True, second, max(0, max_length - kept_first - 3))
