@@ -20,7 +20,7 @@ from pathlib import Path
 
 #: build_pretraining_dataset.py (seq 128) on this kind of machine, CPU-s per input MB, start-up
 #: subtracted: used when no checkout is given (docs/benchmarks.md has the command that measured it).
-ELECTRA_SCRIPT_CPU_S_PER_MB = 1.16
+ELECTRA_SCRIPT_CPU_S_PER_MB = 0.91
 
 
 def electra_checkout() -> Path | None:
