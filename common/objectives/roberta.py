@@ -110,7 +110,8 @@ class BlockPlan:
         return len(self.start)
 
 
-def make_stream(documents: TokenizedDocuments, separator_id: int | None, special: SpecialIds) -> tuple[Stream, list[int]]:
+def make_stream(documents: TokenizedDocuments, separator_id: int | None,
+                special: SpecialIds) -> tuple[Stream, list[int]]:
     """The stream (a separator before every document but the first, if
     ``separator_id`` is given) and the stream offset of every sentence
     boundary (starts and ends, sorted, from 0 to the stream's end)."""
