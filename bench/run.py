@@ -370,7 +370,7 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     runs = {  # stage-table name: (objective, its parameters (defaults unless given), segmenter)
         "electra1": ("electra", {}, Segmenter.BLINGFIRE),
         "electraline1": ("electra", {}, Segmenter.LINE),
-        "robertanone1": ("roberta", {}, Segmenter.BLINGFIRE),
+        "robertanone1": ("roberta", {"masking": "none"}, Segmenter.BLINGFIRE),  # explicit: defaults may differ
         "robertastatic1": ("roberta", {"masking": "static"}, Segmenter.BLINGFIRE),
         "robertastatic10": ("roberta", {"masking": "static", "dupe_factor": 10}, Segmenter.BLINGFIRE),
     }
