@@ -13,7 +13,7 @@ then their median reported.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, ventilator, sink, pipeline, rss, dedup, extras, loader.
+Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, dedup, extras, loader.
 """
 
 from __future__ import annotations
@@ -179,6 +179,27 @@ def _rows() -> list[Row]:
             "{:+.0%}", "flat (≤ +10%)", lambda v: v <= 0.10),
         Row("dd_rss_plain_worker_growth", "Plain job d=1 peak RSS worker growth, same inputs (for comparison)",
             "{:+.0%}"),
+        # Objectives (bench/objectives_bench.py): each at its defaults, nanotoken, one task of the corpus.
+        Row("obj_electra_cpu_mb", "Worker --objective electra (seq 128, Bling Fire sentences): CPU-s per input MB",
+            "{:.3f}"),
+        Row("obj_electra_line_cpu_mb", "Worker --objective electra --segmenter line (the reference's unit, a line): "
+            "CPU-s per input MB", "{:.3f}"),
+        Row("obj_electra_ref_cpu_mb", "google-research/electra build_pretraining_dataset.py on the same documents: "
+            "CPU-s per input MB (start-up subtracted)", "{:.2f}"),
+        Row("obj_electra_vs_ref", "Worker electra --segmenter line: speed-up vs the reference script", "{:.1f}×",
+            "≥ 30×", lambda v: v >= 30),
+        Row("obj_electra_vs_ref_sentences", "Worker electra (default, sentences split): speed-up vs the reference "
+            "(which splits nothing)", "{:.1f}×"),
+        Row("obj_roberta_none_cpu_mb", "Worker --objective roberta (seq 512, full sentences, --masking none): "
+            "CPU-s per input MB", "{:.3f}"),
+        Row("obj_roberta_static_cpu_mb", "Worker --objective roberta --masking static (d=1): CPU-s per input MB",
+            "{:.3f}"),
+        Row("obj_roberta_static10_cpu_mb", "Worker --objective roberta --masking static --dupe-factor 10: "
+            "CPU-s per input MB", "{:.3f}"),
+        Row("obj_roberta_none_vs_bert", "Worker roberta (--masking none): speed-up vs google-research/bert's script "
+            "d=1 (~3 CPU-s/MB; no RoBERTa reference runs here)", "{:.1f}×", "≥ 30×", lambda v: v >= 30),
+        Row("obj_roberta_static10_vs_bert", "Worker roberta --masking static d=10: speed-up vs google-research/bert's "
+            "script d=10 (~16 CPU-s/MB)", "{:.1f}×", "≥ 30×", lambda v: v >= 30),
         # Extras
         Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
         Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
@@ -241,7 +262,10 @@ ROWS = _rows()
 #: The stage table: one row per (tokenizer, dupe factor), CPU-s per input MB per stage.
 STAGE_ROWS = [(tok, dupe, f"Worker d={dupe} ({label})") for tok, label in TOKENIZERS.items() for dupe in (1, 10)]
 STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
-SECTIONS = ("worker", "ventilator", "sink", "pipeline", "rss", "dedup", "extras", "loader")
+STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, "Worker electra (--segmenter line)"),
+               ("robertanone", 1, "Worker roberta --masking none"),
+               ("robertastatic", 10, "Worker roberta --masking static d=10")]
+SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "dedup", "extras", "loader")
 
 
 # --------------------------------------------------------------------------
@@ -371,6 +395,64 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         gz = one(encoders["hf"], 1, "gzip1", "gzip")
         res.add("out_gzip_bytes_inst", gz.bytes_out / gz.instances)
         res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)
+
+
+
+def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    """Each objective at its defaults on the worker's task, and ELECTRA's reference script on the same documents."""
+    from bench.objectives_bench import ELECTRA_SCRIPT_CPU_S_PER_MB, electra_checkout, electra_reference_cpu
+    from bench.worker_bench import documents_of, load_vocabulary, processor, run_task, task_of, with_encoder
+    from common.sentences import Segmenter
+    from common.tokenization.fast_wordpiece import make_fast_encoder
+
+    vocabulary = load_vocabulary(str(VOCAB))
+    fast = make_fast_encoder(vocabulary.to_json())
+    if fast is not None:
+        vocabulary = with_encoder(vocabulary, fast)
+    content = corpora.replicated_bytes(sources, s.worker_copies)
+    path = tmp / "objectives-input" / "input.txt"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    storage, task = task_of(path)
+    megabytes = len(content) / MB
+    runs = {  # stage-table name: (objective, its parameters (defaults unless given), segmenter)
+        "electra1": ("electra", {}, Segmenter.BLINGFIRE),
+        "electraline1": ("electra", {}, Segmenter.LINE),
+        "robertanone1": ("roberta", {"masking": "none"}, Segmenter.BLINGFIRE),  # explicit: defaults may differ
+        "robertastatic1": ("roberta", {"masking": "static"}, Segmenter.BLINGFIRE),
+        "robertastatic10": ("roberta", {"masking": "static", "dupe_factor": 10}, Segmenter.BLINGFIRE),
+    }
+    checkout = electra_checkout()
+    for repeat in range(s.repeats):
+        log(f"objectives: repeat {repeat + 1}/{s.repeats} ({megabytes:.1f} MB task)")
+        cpu = {}
+        for name, (objective, params, segmenter) in runs.items():
+            if fast is not None:
+                fast.clear_cache()
+            proc = processor(vocabulary, tmp / "objectives-out" / name, 1, segmenter=segmenter, objective=objective,
+                             objective_params=params)
+            run = run_task(proc, storage, task)
+            shutil.rmtree(tmp / "objectives-out" / name, ignore_errors=True)
+            cpu[name] = run.cpu_seconds / megabytes
+            for stage in STAGE_NAMES:
+                res.add(f"stage_{name}_{stage}", run.stage_cpu.get(stage, 0.0) / megabytes)
+        if checkout is not None:
+            reference = electra_reference_cpu(checkout, documents_of(content), VOCAB, tmp / "electra-ref") / megabytes
+            shutil.rmtree(tmp / "electra-ref", ignore_errors=True)
+        else:
+            reference = ELECTRA_SCRIPT_CPU_S_PER_MB
+            for key in ("obj_electra_ref_cpu_mb", "obj_electra_vs_ref", "obj_electra_vs_ref_sentences"):
+                res.notes[key] = " (recorded figure: set MLM_BENCH_ELECTRA_DIR to a checkout to measure it here)"
+        res.add("obj_electra_cpu_mb", cpu["electra1"])
+        res.add("obj_electra_line_cpu_mb", cpu["electraline1"])
+        res.add("obj_electra_ref_cpu_mb", reference)
+        res.add("obj_electra_vs_ref", reference / cpu["electraline1"])
+        res.add("obj_electra_vs_ref_sentences", reference / cpu["electra1"])
+        res.add("obj_roberta_none_cpu_mb", cpu["robertanone1"])
+        res.add("obj_roberta_static_cpu_mb", cpu["robertastatic1"])
+        res.add("obj_roberta_static10_cpu_mb", cpu["robertastatic10"])
+        res.add("obj_roberta_none_vs_bert", BERT_SCRIPT_CPU_S_PER_MB[1] / cpu["robertanone1"])
+        res.add("obj_roberta_static10_vs_bert", BERT_SCRIPT_CPU_S_PER_MB[10] / cpu["robertastatic10"])
 
 
 def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
@@ -766,8 +848,8 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
 
 
-SECTION_FUNCTIONS = {"worker": worker_section, "ventilator": ventilator_section, "sink": sink_section,
-                     "pipeline": pipeline_section, "rss": rss_section, "dedup": dedup_section,
+SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "ventilator": ventilator_section,
+                     "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "dedup": dedup_section,
                      "extras": extras_section, "loader": loader_section}
 
 
@@ -780,6 +862,8 @@ def _section_of(key: str) -> str:
         return "dedup"
     if key.startswith("l") and key[1:2] in ("_", "1", "8"):
         return "loader"
+    if key.startswith("obj_"):
+        return "objectives"
     if key.startswith(("w", "tok", "out", "fast", "stage")) and not key.startswith("worker_"):
         return "worker"
     if key.startswith("v_"):

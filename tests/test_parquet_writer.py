@@ -107,4 +107,4 @@ def test_unmasked_roberta_blocks_keep_their_narrow_types(vocabulary, tmp_path):
                     Component("roberta", {"masking": "none", "max_seq_length": 64}))
     table = ds.dataset(str(tmp_path / "r" / files[0].name)).to_table()
     assert str(table.schema.field("special_tokens_mask").type) == "list<element: int8>"
-    assert table.column_names == ["input_ids", "input_mask", "special_tokens_mask", "word_starts"]
+    assert {"input_ids", "input_mask", "special_tokens_mask", "word_starts"} <= set(table.column_names)

@@ -1,29 +1,38 @@
-"""RoBERTa's packing without next-sentence prediction, and today's MLM-only
-recipes (MosaicBERT, ModernBERT: no NSP, 30% masking, long sequences).
+"""RoBERTa's FULL-SENTENCES / DOC-SENTENCES blocks, and today's MLM-only
+recipes (MosaicBERT, ModernBERT): no next-sentence prediction.
 
-RoBERTa (Liu et al. 2019, section 4.2) drops NSP and fills every input with
-full sentences: FULL-SENTENCES packs contiguous sentences up to the length,
-crossing document boundaries with an extra separator token between
-documents; DOC-SENTENCES packs the same way but never crosses a document
-(its last block may be short).  fairseq builds these blocks with
-``TokenBlockDataset(break_mode="complete" | "complete_doc")``.
+A block is ``[CLS] sentences [SEP]`` (``<s> ... </s>`` for RoBERTa's
+tokenizers: the roles, not the strings) of up to max_seq_length tokens,
+packed greedily with whole contiguous sentences as fairseq's
+TokenBlockDataset does:
 
-Each block is written as ``[CLS] sentences [SEP]`` (``<s> … </s>`` for a
-RoBERTa tokenizer: tokens by role), zero-padded.  With ``--masking static``
-it is masked with BERT's 80/10/10 rule, ``--dupe-factor`` times, and written
-with run_pretraining.py's prediction features; with ``--masking none`` the
-unmasked tokens are written once, with ``special_tokens_mask`` and
-``word_starts`` so that a trainer (or this project's loader) masks them anew
-every epoch.
+* ``--pack full-sentences`` (fairseq's break_mode "complete"): sentences run
+  on across documents, with one separator token ([SEP] / ``</s>``) between
+  two documents, itself a unit of the packing as fairseq's empty line is;
+* ``--pack doc-sentences`` ("complete_doc"): a block never crosses a
+  document's end, and no separator is written.
 
-Decisions where the recipes are silent: a sentence longer than a block is cut
-into block-sized pieces (fairseq keeps it whole and overflows); a task's
-last block ends with the task (tasks are independent, so blocks never span
-two tasks); blocks are written in corpus order (trainers shuffle).
+A block takes the next unit while it still fits (and always takes one).
+fairseq lets a sentence longer than a block become one over-long block
+(token_block_utils_fast.pyx; its trainer then rejects it); a fixed-length
+record cannot hold that, so here such a sentence is cut into block-sized
+pieces, each a unit: the full ones are blocks of their own, the last one
+packs with what follows.  Nothing is dropped: the blocks' contents laid end
+to end are the task's tokens (with the separators).
+
+``--masking static`` masks each block with BERT's rule (common/objectives/masking.py:
+``num_to_predict`` of the sentence tokens, 80% [MASK] / 10% kept / 10%
+random), ``--dupe-factor`` times with different masks, and writes
+run_pretraining.py's masked-LM features.  ``--masking none`` (RoBERTa's
+dynamic masking) writes the unmasked blocks plus what a train-time masker
+needs: ``special_tokens_mask`` (1 at [CLS], [SEP], separators and padding:
+never mask) and ``word_starts`` (1 at a sentence token that begins a word:
+whole-word masking).
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -31,36 +40,39 @@ import numpy as np
 
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
-from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
+from common.objectives.masking import apply_masks, num_to_predict, select_tokens
 from common.params import param
+from common.tokenization.vocabulary import SpecialIds
 
-#: Blocks laid out and masked per numpy batch: bounds memory per pass.
-BATCH_BLOCKS = 2048
 PACKINGS = ("full-sentences", "doc-sentences")
-MASKINGS = ("static", "none")
+MASKINGS = ("none", "static")
+#: Blocks laid out per numpy batch: bounds memory.
+BATCH_BLOCKS = 2048
 
 
 @dataclass(frozen=True)
 class RobertaParams:
-    max_seq_length: int = param(512, "Tokens per instance, [CLS] and [SEP]s included.")
-    pack: str = param("full-sentences", "full-sentences: blocks cross documents (a separator between them); "
-                                        "doc-sentences: they do not.")
-    masking: str = param("static", "static: masked here, --dupe-factor times; none: unmasked tokens with "
-                                   "special_tokens_mask and word_starts, for masking at train time.")
-    masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.")
-    max_predictions_per_seq: int = param(0, "At most this many masked positions per instance (0: as many as "
-                                            "--masked-lm-prob asks of a full block).")
-    dupe_factor: int = param(1, "Passes over each task's documents, each with different masks.")
-    do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces) instead of single pieces.")
+    """Packing and masking of MLM-only blocks; defaults are RoBERTa's (512 tokens, full sentences, dynamic masks)."""
+
+    max_seq_length: int = param(512, "Tokens per block, [CLS] and [SEP] included.")
+    pack: str = param("full-sentences", "full-sentences: blocks cross documents (a separator between two); "
+                                        "doc-sentences: a block stays within one document.")
+    masking: str = param("none", "none: unmasked blocks with special_tokens_mask and word_starts, masked at train "
+                                 "time; static: masked here with BERT's 80/10/10 rule, --dupe-factor times.")
+    masked_lm_prob: float = param(0.15, "Share of a block's tokens to mask, in (0, 1) (--masking static; 0.3 for "
+                                        "MosaicBERT/ModernBERT).")
+    max_predictions_per_seq: int = param(0, "At most this many masked positions per block (--masking static); 0: as "
+                                            "many as --masked-lm-prob asks of a full block.")
+    dupe_factor: int = param(1, "Passes over each task's blocks, each with different masks (--masking static).")
     random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
 
     def validate(self) -> None:
         if self.max_seq_length < 3:
             raise ValueError("--max-seq-length must be at least 3 ([CLS] a token [SEP])")
         if self.pack not in PACKINGS:
-            raise ValueError(f"--pack must be one of {', '.join(PACKINGS)}")
+            raise ValueError(f"--pack must be one of {', '.join(PACKINGS)} (not {self.pack!r})")
         if self.masking not in MASKINGS:
-            raise ValueError(f"--masking must be one of {', '.join(MASKINGS)}")
+            raise ValueError(f"--masking must be one of {', '.join(MASKINGS)} (not {self.masking!r})")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise ValueError("--masked-lm-prob must be in (0, 1)")
         if self.max_predictions_per_seq < 0:
@@ -68,160 +80,172 @@ class RobertaParams:
         if self.dupe_factor < 1:
             raise ValueError("--dupe-factor must be at least 1")
         if self.masking == "none" and self.dupe_factor != 1:
-            raise ValueError("--dupe-factor applies to --masking static: unmasked blocks would be written "
-                             "identically each pass")
+            raise ValueError("--dupe-factor would repeat identical blocks with --masking none (masks are drawn at "
+                             "train time); use --masking static")
 
     @property
-    def predictions(self) -> int:
+    def max_predictions(self) -> int:
+        """The masked-LM features' length: as given, or what a full block's budget needs."""
         if self.max_predictions_per_seq:
             return self.max_predictions_per_seq
-        return max(1, int(round(self.max_seq_length * self.masked_lm_prob)))
+        return int(num_to_predict(np.array([self.max_seq_length]), self.masked_lm_prob, self.max_seq_length)[0])
 
 
 @dataclass
-class Blocks:
-    """Every block of a task as a range of ``stream``: the task's tokens with
-    a separator between documents (FULL-SENTENCES) and flags for the
-    separators and for the tokens that begin a word."""
+class Stream:
+    """A task's tokens as the blocks read them: documents end to end, with a
+    separator between two documents when blocks cross them."""
 
-    stream: np.ndarray  # int32
-    is_separator: np.ndarray  # bool per stream token
-    word_start: np.ndarray  # bool per stream token
-    start: np.ndarray  # int64 per block
-    length: np.ndarray  # int64 per block
+    tokens: np.ndarray  # int32
+    separator: np.ndarray  # bool per token: a separator written between documents
+    word_start: np.ndarray  # bool per token: begins a word (False at separators)
+
+
+@dataclass
+class BlockPlan:
+    start: np.ndarray  # int64: offset in the stream
+    length: np.ndarray  # int64: tokens between [CLS] and [SEP]
 
     def __len__(self) -> int:
         return len(self.start)
 
 
-def pack_blocks(documents: TokenizedDocuments, capacity: int, cross_documents: bool, separator: int,
-                starts_word: np.ndarray) -> Blocks:
-    """Greedy packing of whole sentences into blocks of at most ``capacity``
-    tokens, as fairseq's "complete" (across documents) and "complete_doc"."""
+def make_stream(documents: TokenizedDocuments, separator_id: int | None,
+                special: SpecialIds) -> tuple[Stream, list[int]]:
+    """The stream (a separator before every document but the first, if
+    ``separator_id`` is given) and the stream offset of every sentence
+    boundary (starts and ends, sorted, from 0 to the stream's end)."""
     tokens = documents.tokens
-    segment_offsets = documents.segment_offsets
-    document_offsets = documents.document_offsets
+    segment_offsets = np.asarray(documents.segment_offsets, dtype=np.int64)
+    document_token_starts = segment_offsets[np.asarray(documents.document_offsets[:-1], dtype=np.int64)]
     if documents.word_starts is not None:
-        token_word_start = documents.word_starts.astype(bool)
+        word_start = documents.word_starts.astype(bool)
     else:
-        token_word_start = starts_word[np.clip(tokens, 0, len(starts_word) - 1)] if len(tokens) else \
+        word_start = special.starts_word[np.clip(tokens, 0, len(special.starts_word) - 1)] if len(tokens) else \
             np.zeros(0, dtype=bool)
+    word_start = word_start.copy()
+    word_start[segment_offsets[:-1]] = True  # a sentence begins a word
+    if separator_id is None or documents.num_documents < 2:
+        return Stream(tokens, np.zeros(len(tokens), dtype=bool), word_start), segment_offsets.tolist()
+    at = document_token_starts[1:]
+    stream_tokens = np.insert(tokens, at, separator_id).astype(np.int32)
+    separator = np.insert(np.zeros(len(tokens), dtype=bool), at, True)
+    word_start = np.insert(word_start, at, False)
+    # Boundaries shift by one per separator before them; each separator adds the boundary before it.
+    separators_before = np.searchsorted(at, segment_offsets, side="right")
+    boundaries = np.union1d(segment_offsets + separators_before, at + np.arange(len(at)))
+    return Stream(stream_tokens, separator, word_start), boundaries.tolist()
 
-    # The stream: a separator before every document but the first (FULL-SENTENCES only).
-    document_starts = np.asarray(segment_offsets, dtype=np.int64)[np.asarray(document_offsets[1:-1], dtype=np.int64)]
-    inserted = document_starts if cross_documents else np.zeros(0, dtype=np.int64)
-    stream = np.insert(tokens, inserted, separator).astype(np.int32)
-    is_separator = np.zeros(len(stream), dtype=bool)
-    is_separator[inserted + np.arange(len(inserted))] = True
-    word_start = np.insert(token_word_start, inserted, True)
 
-    def shifted(offset: int) -> int:  # a token offset in the stream
-        return offset + int(np.searchsorted(inserted, offset, side="right")) if cross_documents else offset
-
+def plan_blocks(documents: TokenizedDocuments, params: RobertaParams, special: SpecialIds) -> tuple[Stream, BlockPlan]:
+    """fairseq's greedy packing over units (sentences, pieces of over-long
+    sentences, separators): each block ends at the last unit boundary that
+    keeps it within max_seq_length - 2 tokens (and, for doc-sentences, within
+    its document)."""
+    capacity = params.max_seq_length - 2
+    crossing = params.pack == "full-sentences"
+    stream, boundaries = make_stream(documents, special.sep if crossing else None, special)
+    # Cut over-long units into block-sized pieces.
+    cuts = [position for start, end in zip(boundaries[:-1], boundaries[1:]) if end - start > capacity
+            for position in range(start + capacity, end, capacity)]
+    if cuts:
+        boundaries = sorted(boundaries + cuts)
+    if crossing:
+        limits = [boundaries[-1]] if boundaries else []
+    else:
+        limits = [documents.segment_offsets[d] for d in documents.document_offsets[1:]]
     starts: list[int] = []
     lengths: list[int] = []
-    block_start = block_end = None
-    for d in range(documents.num_documents):
-        if not cross_documents and block_start is not None:
-            starts.append(block_start)
-            lengths.append(block_end - block_start)
-            block_start = None
-        first_segment, end_segment = document_offsets[d], document_offsets[d + 1]
-        for s in range(first_segment, end_segment):
-            begin = segment_offsets[s]
-            end = segment_offsets[s + 1]
-            # In the stream the sentence of a new document carries its separator in front.
-            stream_begin = shifted(begin) - (1 if cross_documents and s == first_segment and d > 0 else 0)
-            stream_end = shifted(end - 1) + 1
-            if block_start is not None and stream_end - block_start > capacity:
-                starts.append(block_start)
-                lengths.append(block_end - block_start)
-                block_start = None
-            if block_start is None:
-                # A block never opens with the separator between documents.
-                if is_separator[stream_begin]:
-                    stream_begin += 1
-                while stream_end - stream_begin > capacity:  # a sentence longer than a block: cut it
-                    starts.append(stream_begin)
-                    lengths.append(capacity)
-                    stream_begin += capacity
-                block_start = stream_begin
-            block_end = stream_end
-    if block_start is not None:
-        starts.append(block_start)
-        lengths.append(block_end - block_start)
-    return Blocks(stream, is_separator, word_start, np.asarray(starts, dtype=np.int64),
-                  np.asarray(lengths, dtype=np.int64))
+    position, end = 0, (boundaries[-1] if boundaries else 0)
+    limit_index = 0
+    while position < end:
+        while limits[limit_index] <= position:
+            limit_index += 1
+        reach = min(position + capacity, limits[limit_index])
+        stop = boundaries[bisect.bisect_right(boundaries, reach) - 1]
+        starts.append(position)
+        lengths.append(stop - position)
+        position = stop
+    return stream, BlockPlan(np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64))
+
+
+@dataclass
+class BlockLayout:
+    """``[CLS] block [SEP]`` rows, padded."""
+
+    original: np.ndarray  # (n, max_seq_length) int32
+    content: np.ndarray  # bool: the block's tokens (separators included)
+    separator: np.ndarray  # bool: a separator between documents
+    word_start: np.ndarray  # bool
+    input_mask: np.ndarray  # int32
+    sequence_length: np.ndarray  # (n,) int64
+
+
+def lay_out_blocks(stream: Stream, plan: BlockPlan, max_seq_length: int, special: SpecialIds) -> BlockLayout:
+    positions = np.arange(max_seq_length)[None, :]
+    length = plan.length[:, None]
+    content = (positions >= 1) & (positions <= length)
+    source = np.where(content, plan.start[:, None] + positions - 1, 0)
+    pad = special.pad if special.pad is not None else 0
+    original = np.where(content, stream.tokens[source] if len(stream.tokens) else 0, pad).astype(np.int32)
+    original[:, 0] = special.cls
+    original[np.arange(len(plan)), plan.length + 1] = special.sep
+    separator = content & stream.separator[source]
+    opens = (positions == 1) | np.roll(separator, 1, axis=1)  # a block and a document open with a word
+    word_start = content & ~separator & (stream.word_start[source] | opens)
+    sequence_length = plan.length + 2
+    input_mask = (positions < sequence_length[:, None]).astype(np.int32)
+    return BlockLayout(original, content, separator, word_start, input_mask, sequence_length)
 
 
 class RobertaObjective(Objective):
-    """MLM-only blocks of full sentences (RoBERTa, MosaicBERT, ModernBERT)."""
+    """RoBERTa / MLM-only blocks of contiguous full sentences, no NSP."""
 
     name = "roberta"
     Params = RobertaParams
-    needs = ("cls", "sep", "pad")
-    uses_segments = False
+    needs = ("cls", "sep")
 
-    def __init__(self, params: RobertaParams, special):
+    def __init__(self, params: RobertaParams, special: SpecialIds):
         super().__init__(params, special)
-        # Only static masking writes the mask token (the class's ``needs`` cannot know the params).
         if params.masking == "static" and special.mask is None:
-            raise ValueError("--masking static needs the tokenizer's mask token (name it with --mask-token), "
-                             "or use --masking none")
+            raise ValueError("--masking static needs the tokenizer's mask token; this tokenizer has none "
+                             "(name it with --mask-token, or use --masking none)")
 
     @property
     def features(self) -> list[Feature]:
         seq = self.params.max_seq_length
-        features = [Feature("input_ids", "int32", seq), Feature("input_mask", "int32", seq)]
-        if self.params.masking == "static":
-            predictions = self.params.predictions
-            features += [Feature("masked_lm_positions", "int32", predictions),
+        common = [Feature("input_ids", "int32", seq), Feature("input_mask", "int32", seq),
+                  Feature("segment_ids", "int32", seq)]
+        if self.params.masking == "none":
+            return common + [Feature("special_tokens_mask", "int32", seq), Feature("word_starts", "int32", seq)]
+        predictions = self.params.max_predictions
+        return common + [Feature("masked_lm_positions", "int32", predictions),
                          Feature("masked_lm_ids", "int32", predictions),
                          Feature("masked_lm_weights", "float32", predictions)]
-        else:
-            features += [Feature("special_tokens_mask", "int8", seq), Feature("word_starts", "int8", seq)]
-        return features
 
     @property
     def passes(self) -> int:
         return self.params.dupe_factor
 
-    def blocks(self, documents: TokenizedDocuments) -> Blocks:
-        return pack_blocks(documents, self.params.max_seq_length - 2, self.params.pack == "full-sentences",
-                           self.special.sep, self.special.starts_word)
-
     def batches(self, documents: TokenizedDocuments, task_key: str, pass_index: int) -> Iterator[Batch]:
         params = self.params
-        blocks = self.blocks(documents)
+        stream, plan = plan_blocks(documents, params, self.special)
         rng = np.random.default_rng(derive_seed(params.random_seed, task_key, pass_index, "mask"))
-        for first in range(0, len(blocks), BATCH_BLOCKS):
-            part = slice(first, min(first + BATCH_BLOCKS, len(blocks)))
-            yield self._batch(blocks, blocks.start[part], blocks.length[part], rng)
-
-    def _batch(self, blocks: Blocks, start: np.ndarray, length: np.ndarray, rng: np.random.Generator) -> Batch:
-        params, special = self.params, self.special
-        positions = np.arange(params.max_seq_length, dtype=np.int64)
-        rows = np.arange(len(start))
-        in_block = (positions >= 1) & (positions <= length[:, None])
-        source = np.where(in_block, start[:, None] + positions - 1, 0)
-        original = np.where(in_block, blocks.stream[source] if len(blocks.stream) else 0, special.pad).astype(np.int32)
-        original[:, 0] = special.cls
-        original[rows, length + 1] = special.sep
-        input_mask = (positions < (length + 2)[:, None]).astype(np.int32)
-        separator = in_block & blocks.is_separator[source]
-        candidates = in_block & ~separator
-        word_start = candidates & blocks.word_start[source]
-        columns: dict[str, np.ndarray] = {"input_ids": original, "input_mask": input_mask}
-        if params.masking == "none":
-            columns["special_tokens_mask"] = (~candidates).astype(np.int8)
-            columns["word_starts"] = word_start.astype(np.int8)
-            return Batch(columns)
-        budget = num_to_predict(length + 2, params.masked_lm_prob, params.predictions)
-        if params.do_whole_word_mask:
-            selected = select_whole_words(candidates, word_start, budget, rng)
-        else:
-            selected = select_tokens(candidates, budget, rng)
-        masked = apply_masks(original, selected, params.predictions, special.mask, special.vocab_size, rng)
-        columns.update(input_ids=masked.input_ids, masked_lm_positions=masked.masked_lm_positions,
-                       masked_lm_ids=masked.masked_lm_ids, masked_lm_weights=masked.masked_lm_weights)
-        return Batch(columns)
+        for first in range(0, len(plan), BATCH_BLOCKS):
+            part = BlockPlan(plan.start[first:first + BATCH_BLOCKS], plan.length[first:first + BATCH_BLOCKS])
+            layout = lay_out_blocks(stream, part, params.max_seq_length, self.special)
+            columns = {"input_ids": layout.original, "input_mask": layout.input_mask,
+                       "segment_ids": np.zeros_like(layout.input_mask)}
+            if params.masking == "none":
+                columns["special_tokens_mask"] = (~(layout.content & ~layout.separator)).astype(np.int32)
+                columns["word_starts"] = layout.word_start.astype(np.int32)
+            else:
+                candidates = layout.content & ~layout.separator
+                budget = num_to_predict(layout.sequence_length, params.masked_lm_prob, params.max_predictions)
+                selected = select_tokens(candidates, budget, rng)
+                masked = apply_masks(layout.original, selected, params.max_predictions, self.special.mask,
+                                     self.special.vocab_size, rng)
+                columns["input_ids"] = masked.input_ids
+                columns.update(masked_lm_positions=masked.masked_lm_positions, masked_lm_ids=masked.masked_lm_ids,
+                               masked_lm_weights=masked.masked_lm_weights)
+            yield Batch(columns)
