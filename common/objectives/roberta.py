@@ -217,7 +217,7 @@ class RobertaObjective(Objective):
         common = [Feature("input_ids", "int32", seq), Feature("input_mask", "int32", seq),
                   Feature("segment_ids", "int32", seq)]
         if self.params.masking == "none":
-            return common + [Feature("special_tokens_mask", "int32", seq), Feature("word_starts", "int32", seq)]
+            return common + [Feature("special_tokens_mask", "int8", seq), Feature("word_starts", "int8", seq)]
         predictions = self.params.max_predictions
         return common + [Feature("masked_lm_positions", "int32", predictions),
                          Feature("masked_lm_ids", "int32", predictions),
