@@ -39,6 +39,8 @@ class JobConfig:
     heartbeat_seconds: float = 5.0
     task_size: int = 0  # the --task-size the tasks were cut with
     inputs_digest: str = ""  # sha256 of the input listing: every file's path, size and version
+    holdout_fraction: float = 0.0  # --holdout-fraction: documents held out to OUT/holdout/ (common/holdout.py)
+    holdout_seed: int = 0  # --holdout-seed: which documents those are
 
     @staticmethod
     def digest_inputs(files) -> str:
@@ -71,5 +73,7 @@ class JobConfig:
             "task_size": self.task_size,
             "inputs": self.inputs_digest,
         }
+        if self.holdout_fraction:  # only then: jobs without a holdout keep the ids they had
+            identity["holdout"] = [self.holdout_fraction, self.holdout_seed]
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -153,6 +153,9 @@ class AckStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     cpu_seconds: float = 0.0
+    #: The held-out side's documents, tokens and records (--holdout-fraction); the fields above
+    #: (documents, tokens, instances) count the training side only.
+    holdout: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,8 +169,8 @@ class TaskAck:
     start: int
     end: int
     version: str
-    shards: list[ShardFile]  # empty when the task produced no record
-    records: int  # over all its files
+    shards: list[ShardFile]  # empty when the task produced no record; held-out files are marked
+    records: int  # over its training files (the held-out side's are in stats.holdout)
     stats: AckStats
 
 

@@ -57,14 +57,25 @@ def _books(config: JobConfig) -> tuple:
     return config.job_id, config.output_uri, config.s3_endpoint_url
 
 
+def _shard_entry(shard) -> dict:
+    """A file as the manifest lists it; only held-out files say so (``"holdout": true``)."""
+    entry = dataclasses.asdict(shard)
+    if not entry.pop("holdout"):
+        return entry
+    return {**entry, "holdout": True}
+
+
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
-    return {
+    entry = {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
-        "version": ack.version, "shards": [dataclasses.asdict(f) for f in ack.shards], "records": ack.records,
+        "version": ack.version, "shards": [_shard_entry(f) for f in ack.shards], "records": ack.records,
         "documents": stats.documents, "skipped": stats.skipped, "tokens": stats.tokens, "bytes": stats.bytes_out,
         "worker": ack.worker_id,
     }
+    if stats.holdout:  # a job with --holdout-fraction: the held-out side's counts
+        entry["holdout"] = dict(stats.holdout)
+    return entry
 
 
 class SinkServer:
@@ -314,6 +325,10 @@ class SinkServer:
                       "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)
             return 1
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
+        if "holdout" in summary:
+            held = summary["holdout"]
+            log.info("sink: held out (holdout/): %d shards, %d records, %d documents, %d tokens", held["shards"],
+                     held["records"], held["documents"], held["tokens"])
         log.info("sink: %s. %d tasks, %d shards, %d records, %d documents (skipped: %s), %d tokens, %.1f MB written; "
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,

@@ -13,10 +13,12 @@ import logging
 from dataclasses import dataclass, field
 
 from common.config import JobConfig
+from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
+from common.holdout import HoldoutSplit
 from common.manifest import check_job, read_entries
 from common.objectives import objective_named
 from common.params import ParamValue
-from common.readers import Reader, detect, reader_named
+from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
@@ -48,6 +50,9 @@ class JobOptions:
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
     task_size: int = 8 * 1024 * 1024
+    #: --holdout-fraction / --holdout-seed (common/holdout.py): 0 holds nothing out.
+    holdout_fraction: float = 0.0
+    holdout_seed: int = DEFAULT_HOLDOUT_SEED
     shared_fs: bool = False
     s3_endpoint_url: str = ""
     sink_address: str = ""
@@ -67,6 +72,10 @@ class Job:
 
 def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
     for f in files[:5]:
+        name = f.path or getattr(storage, "root", "")  # --data naming one local file: its own name
+        claimed = claimed_by_name(name)
+        if claimed is not None:  # .jsonl, .parquet: no need to read (or decompress) it
+            return claimed
         try:
             if compression_of(f.path):
                 head = decompress(storage.read_all(f.path, f.version), compression_of(f.path))[:65536]
@@ -76,7 +85,7 @@ def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
         except (OSError, StorageError, ValueError):
             continue
         if head.strip():
-            return detect(head)
+            return detect(head, name)
     return reader_named("text")
 
 
@@ -119,6 +128,7 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
 
 def prepare_job(options: JobOptions) -> Job:
     try:
+        HoldoutSplit(options.holdout_fraction, options.holdout_seed)
         objective_class = objective_named(options.objective)
         writer_class = writer_named(options.output_format)
     except ValueError as error:
@@ -187,6 +197,8 @@ def prepare_job(options: JobOptions) -> Job:
         heartbeat_seconds=options.heartbeat_seconds,
         task_size=options.task_size,
         inputs_digest=JobConfig.digest_inputs(listed),  # readable or not: a passing read error is no new corpus
+        holdout_fraction=float(options.holdout_fraction),
+        holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:
