@@ -71,11 +71,14 @@ class Job:
 
 
 def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
-    for f in files[:5]:
-        name = f.path or getattr(storage, "root", "")  # --data naming one local file: its own name
+    """A name that says its format (.parquet, .jsonl) among the first files
+    wins; else the first non-empty file's content decides."""
+    names = [f.path or getattr(storage, "root", "") for f in files[:5]]  # --data naming one local file: its name
+    for name in names:
         claimed = claimed_by_name(name)
-        if claimed is not None:  # .jsonl, .parquet: no need to read (or decompress) it
+        if claimed is not None:  # no need to read (or decompress) anything
             return claimed
+    for f, name in zip(files[:5], names):
         try:
             if compression_of(f.path):
                 head = decompress(storage.read_all(f.path, f.version), compression_of(f.path))[:65536]
