@@ -249,14 +249,24 @@ class ParquetReader(Reader):
         for reason, count in json.loads(metadata.get(_SKIPPED_KEY, b"{}")).items():
             report.skip(reason, count)
         for batch in stream:
-            texts, ids, rows = (batch.column(i).to_pylist() for i in range(3))
+            try:  # valid UTF-8 throughout (the usual case): decoded in bulk
+                texts, decoded = batch.column(0).cast(pa.large_string()).to_pylist(), True
+            except pa.ArrowInvalid:  # some row is not: each decoded (and counted) on its own
+                texts, decoded = batch.column(0).to_pylist(), False
+            ids, rows = batch.column(1).to_pylist(), batch.column(2).to_pylist()
             for raw, identity, row in zip(texts, ids, rows):
                 if raw is None:
                     report.skip("missing_text")
                     continue
-                text = decode_utf8(raw, report)
-                if text is None:
-                    continue
+                if decoded:
+                    text = raw
+                    if "\x00" in text:  # as decode_utf8: NUL bytes are binary data, not text
+                        report.skip("binary")
+                        continue
+                else:
+                    text = decode_utf8(raw, report)
+                    if text is None:
+                        continue
                 if not text.strip():
                     report.skip("empty_text")
                     continue
