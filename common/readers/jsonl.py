@@ -72,7 +72,7 @@ class JsonlReader(WikiExtractorJsonReader):
             if not isinstance(body, str):
                 report.skip("non_string_text")
                 continue
-            if not body.strip():
+            if not body or body.isspace():
                 report.skip("empty_text")
                 continue
             try:

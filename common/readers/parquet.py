@@ -225,7 +225,8 @@ class ParquetReader(Reader):
                    skipped: ParseReport) -> pa.Table | None:
         rows = parquet_file.metadata.row_group(index).num_rows
         try:
-            table = parquet_file.read_row_group(index, columns=columns)
+            # One thread: a worker host runs one worker process per core already.
+            table = parquet_file.read_row_group(index, columns=columns, use_threads=False)
             text = table.column(self.params.text_column).cast(pa.large_binary())
         except (pa.ArrowException, OSError, ValueError, IndexError) as error:
             if isinstance(error, (StorageError, VersionChanged)):
@@ -267,7 +268,7 @@ class ParquetReader(Reader):
                     text = decode_utf8(raw, report)
                     if text is None:
                         continue
-                if not text.strip():
+                if not text or text.isspace():  # (not strip(): no copy of every text)
                     report.skip("empty_text")
                     continue
                 yield Document(row, text.split("\n"), identity or "")
