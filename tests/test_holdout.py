@@ -141,3 +141,41 @@ def test_each_side_is_made_of_its_own_documents_whatever_the_task_size(tmp_path)
                 counts[side] += 1
                 random_next += int(example["next_sentence_labels"][0])
     assert counts["training"] > 1000 and counts["holdout"] > 200 and random_next > 300
+
+
+def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
+    from common import protocol
+    from common.writers import ShardFile
+
+    ack = protocol.TaskAck("t", "j", "w", "a.parquet", 0, 10, "v",
+                           [ShardFile("part-t.tfrecord", 3, "ab", 10), ShardFile("holdout/part-t.tfrecord", 1, "cd", 5,
+                                                                                 holdout=True)],
+                           3, protocol.AckStats(documents=4, holdout={"documents": 1, "tokens": 9, "records": 1}))
+    assert protocol.decode(protocol.encode(ack)) == ack
+    import msgpack
+
+    frame = msgpack.unpackb(protocol.encode(ack))
+    frame["shards"][1]["holdout"] = "yes"
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(msgpack.packb(frame))
+    frame["shards"][1]["holdout"] = True
+    frame["stats"]["holdout"] = {"documents": 1.5}
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(msgpack.packb(frame))
+
+
+def test_the_manifest_counts_each_side():
+    from common.manifest import Manifest
+
+    manifest = Manifest.__new__(Manifest)
+    manifest.done, manifest.totals = {}, {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0,
+                                          "bytes_written": 0, "skipped_documents": {}}
+    manifest._count({"task": "a", "records": 3, "documents": 4, "tokens": 50, "bytes": 15,
+                     "shards": [{"name": "part-a.tfrecord", "records": 3},
+                                {"name": "holdout/part-a.tfrecord", "records": 1, "holdout": True}],
+                     "holdout": {"documents": 1, "tokens": 9, "records": 1}})
+    manifest._count({"task": "b", "records": 2, "documents": 2, "tokens": 20, "bytes": 5,
+                     "shards": [{"name": "part-b.tfrecord", "records": 2}], "holdout": {"documents": 0, "tokens": 0,
+                                                                                      "records": 0}})
+    assert manifest.totals["shards"] == 2 and manifest.totals["records"] == 5 and manifest.totals["documents"] == 6
+    assert manifest.totals["holdout"] == {"shards": 1, "records": 1, "documents": 1, "tokens": 9}
