@@ -282,6 +282,9 @@ class SinkServer:
             yield counter(name, documentation, totals.get(key, 0))
         yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
                       labels=dict(totals.get("skipped_documents", {})), label="reason")
+        if "holdout" in totals:  # --holdout-fraction: the counters above are the training side's
+            yield counter("mlm_sink_holdout", "The held-out side (OUT/holdout/): shards, records, documents, tokens.",
+                          labels=dict(totals["holdout"]), label="quantity")
         overall, per_worker = self.throughput.rates()
         yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
                     labels=overall, label="quantity")

@@ -179,3 +179,11 @@ def test_the_manifest_counts_each_side():
                                                                                       "records": 0}})
     assert manifest.totals["shards"] == 2 and manifest.totals["records"] == 5 and manifest.totals["documents"] == 6
     assert manifest.totals["holdout"] == {"shards": 1, "records": 1, "documents": 1, "tokens": 9}
+    # The sink's Prometheus metrics show the held-out side beside the training side's totals.
+    from sink.server import SinkOptions, SinkServer
+
+    sink = SinkServer(SinkOptions(ventilator="127.0.0.1:1"))
+    sink.manifest = manifest
+    (family,) = [m for m in sink.metrics() if m.name == "mlm_sink_holdout"]
+    assert {s.labels["quantity"]: s.value for s in family.samples if s.name.endswith("_total")} == \
+        {"shards": 1, "records": 1, "documents": 1, "tokens": 9}
