@@ -193,3 +193,16 @@ def test_parquet_is_detected_by_magic_or_name():
     assert detect(b"", "data/train-00000.parquet") is PARQUET
     assert detect(b'<doc id="1">', "x.parquet") is PARQUET
     assert detect(b'<doc id="1">\n').name == "wikiextractor"
+
+
+def test_a_file_changed_since_planning_fails_its_tasks_permanently(tmp_path, articles):
+    from common.readers.content import is_permanent
+
+    (path,) = wiki_parquet(tmp_path, files=1)
+    storage = LocalStorage(str(tmp_path))
+    reader = PARQUET()
+    tasks = list(reader.plan(storage.list_inputs(), 1, storage))
+    write_parquet(path, {"text": ["Another text."], "id": ["z"]}, 1)
+    with pytest.raises(Exception) as error:
+        reader.read(storage, tasks[0])
+    assert is_permanent(error.value) and "changed since it was listed" in str(error.value)

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from common.params import param
 from common.readers.base import Document, ParseReport, Reader, decode_utf8
 from common.readers.seekable import ReadAtFile
-from common.storage import StorageError, VersionChanged
+from common.storage import StorageError
 from common.tasks import InputFile, Task
 
 MAGIC = b"PAR1"
@@ -105,11 +105,12 @@ def _open(storage, path: str, version: str, size: int):
     reader = storage.open_reader(path, version)
     try:
         return pq.ParquetFile(ReadAtFile(reader.read_at, size), pre_buffer=True), reader
-    except (pa.ArrowException, OSError, ValueError) as error:
+    except (pa.ArrowException, OSError, ValueError) as error:  # pyarrow's; storage errors pass through
         reader.close()
-        if isinstance(error, (StorageError, VersionChanged)):
-            raise
         raise NotParquet(f"not a Parquet file ({_first_line(error)})") from None
+    except BaseException:
+        reader.close()
+        raise
 
 
 def _first_line(error: Exception) -> str:
@@ -167,6 +168,9 @@ class ParquetReader(Reader):
                 return read_footer(storage, f)
             except NotParquet as error:
                 raise NotParquet(f"{f.path or 'the input file'}: {error}") from None
+            except (StorageError, OSError) as error:  # gone, changed or unreachable since it was listed
+                raise ValueError(f"{f.path or 'the input file'}: cannot read its footer ({_first_line(error)})") \
+                    from None
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=FOOTER_THREADS) as pool:
             for f, footer in zip(missing, pool.map(read, missing)):
@@ -228,9 +232,7 @@ class ParquetReader(Reader):
             # One thread: a worker host runs one worker process per core already.
             table = parquet_file.read_row_group(index, columns=columns, use_threads=False)
             text = table.column(self.params.text_column).cast(pa.large_binary())
-        except (pa.ArrowException, OSError, ValueError, IndexError) as error:
-            if isinstance(error, (StorageError, VersionChanged)):
-                raise
+        except (pa.ArrowException, OSError, ValueError, IndexError):  # storage errors (StorageError) pass through
             skipped.skip("corrupt_row_group", rows)
             return None
         ids = None
