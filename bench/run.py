@@ -13,7 +13,8 @@ then their median reported.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, dedup, extras, loader.
+Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
+loader.
 """
 
 from __future__ import annotations
@@ -200,6 +201,19 @@ def _rows() -> list[Row]:
             "d=1 (~3 CPU-s/MB; no RoBERTa reference runs here)", "{:.1f}×", "≥ 30×", lambda v: v >= 30),
         Row("obj_roberta_static10_vs_bert", "Worker roberta --masking static d=10: speed-up vs google-research/bert's "
             "script d=10 (~16 CPU-s/MB)", "{:.1f}×", "≥ 30×", lambda v: v >= 30),
+        # Input formats (bench/readers_bench.py)
+        Row("rd_input_mb", "Input formats: the worker's task, WikiExtractor bytes of the same text (MB)", "{:.1f}"),
+        Row("rd_wiki_mb_cpu", "Worker d=1 on WikiExtractor input: input MB per CPU-s"),
+        Row("rd_parquet_mb_cpu", "Worker d=1 on the same text as Parquet (footer + columns read from disk): "
+            "input MB per CPU-s"),
+        Row("rd_parquet_overhead", "Parquet path's CPU per input MB over the WikiExtractor path's (same run)",
+            "{:+.1%}", "≤ +10%", lambda v: v <= 0.10),
+        Row("rd_read_wiki_mb_cpu", "Read and parse alone, WikiExtractor: input MB per CPU-s", "{:.0f}"),
+        Row("rd_read_parquet_mb_cpu", "Read and parse alone, Parquet (decode to Arrow IPC, documents): input MB "
+            "per CPU-s", "{:.0f}"),
+        Row("rd_plan_files", "Ventilator planning: Parquet files (4 row groups each)", "{:,.0f}"),
+        Row("rd_plan_s", "Ventilator planning those files, footers only (check + plan): wall seconds", "{:.2f}"),
+        Row("rd_plan_ms_file", "Ventilator planning: CPU ms per Parquet file", "{:.2f}"),
         # Extras
         Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
         Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
@@ -265,7 +279,8 @@ STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
 STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, "Worker electra (--segmenter line)"),
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
-SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "dedup", "extras", "loader")
+SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "readers", "dedup", "extras",
+            "loader")
 
 
 # --------------------------------------------------------------------------
@@ -698,6 +713,40 @@ def dedup_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add(f"dd_rss_{role}_growth", peaks[1][role] / peaks[0][role] - 1)
 
 
+def readers_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench import readers_bench
+    from bench.worker_bench import load_vocabulary
+
+    vocabulary = load_vocabulary(str(VOCAB))
+    inputs = readers_bench.make_inputs(corpora.replicated_bytes(sources, s.worker_copies), tmp / "readers")
+    res.add("rd_input_mb", inputs.megabytes)
+    runs = tmp / "runs"
+    for repeat in range(s.repeats):
+        log(f"readers: repeat {repeat + 1}/{s.repeats} ({inputs.megabytes:.1f} MB, WikiExtractor and Parquet)")
+        cpu = {}
+        for name, (storage, task) in (("wiki", inputs.wiki), ("parquet", inputs.parquet)):
+            reader = "wikiextractor" if name == "wiki" else "parquet"
+            proc = readers_bench.processor(vocabulary, reader, runs / f"rd-{name}-{repeat}", dupe_factor=1)
+            proc.process(task, proc.reader.read(storage, task))  # warm: caches, imports
+            shutil.rmtree(runs / f"rd-{name}-{repeat}")
+            cpu[name], _documents = readers_bench.worker_cpu(proc, storage, task)
+            shutil.rmtree(runs / f"rd-{name}-{repeat}")
+            res.add(f"rd_{name}_mb_cpu", inputs.megabytes / cpu[name])
+            alone, _ = readers_bench.read_and_parse_cpu(proc.reader, storage, task)
+            res.add(f"rd_read_{name}_mb_cpu", inputs.megabytes / alone)
+        res.add("rd_parquet_overhead", cpu["parquet"] / cpu["wiki"] - 1)
+    count = 50 if s.quick else 1000
+    log(f"readers: writing {count} Parquet files, then planning them")
+    directory = readers_bench.many_files(tmp / "readers-many", count)
+    for repeat in range(s.repeats):
+        wall, plan_cpu, _tasks = readers_bench.planning_seconds(directory)
+        res.add("rd_plan_files", count)
+        res.add("rd_plan_s", wall)
+        res.add("rd_plan_ms_file", plan_cpu / count * 1000)
+    shutil.rmtree(directory)
+    shutil.rmtree(tmp / "readers")
+
+
 def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import extras
     from bench.worker_bench import documents_of, load_vocabulary, split_all
@@ -849,7 +898,8 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
 
 SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "ventilator": ventilator_section,
-                     "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "dedup": dedup_section,
+                     "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "readers": readers_section,
+                     "dedup": dedup_section,
                      "extras": extras_section, "loader": loader_section}
 
 
@@ -872,6 +922,8 @@ def _section_of(key: str) -> str:
         return "sink"
     if key.startswith("p"):
         return "pipeline"
+    if key.startswith("rd_"):
+        return "readers"
     if key.startswith(("rss_worker", "rss_series")):
         return "rss"
     if key.startswith("rss"):

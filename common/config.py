@@ -41,6 +41,8 @@ class JobConfig:
     task_size: int = 0  # the --task-size the tasks were cut with
     inputs_digest: str = ""  # sha256 of the input listing: every file's path, size and version
     dedup: DedupSettings = field(default_factory=DedupSettings)  # mode "off": no dedup stage
+    holdout_fraction: float = 0.0  # --holdout-fraction: documents held out to OUT/holdout/ (common/holdout.py)
+    holdout_seed: int = 0  # --holdout-seed: which documents those are
 
     @staticmethod
     def digest_inputs(files) -> str:
@@ -75,5 +77,7 @@ class JobConfig:
         }
         if self.dedup.enabled:  # a job without dedup keeps the id it always had
             identity["dedup"] = dataclasses.asdict(self.dedup)
+        if self.holdout_fraction:  # only then: jobs without a holdout keep the ids they had
+            identity["holdout"] = [self.holdout_fraction, self.holdout_seed]
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

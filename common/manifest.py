@@ -51,7 +51,8 @@ def _parse_lines(data: bytes) -> tuple[list[dict], int]:
 
 def shard_files(entry: dict) -> list[dict]:
     """The files a manifest line lists: each has name (relative to the
-    output root), records, sha256 and bytes."""
+    output root), records, sha256 and bytes, and ``"holdout": true`` for a
+    file of the held-out side (``holdout/part-*``, --holdout-fraction)."""
     return entry.get("shards") or []
 
 
@@ -156,7 +157,13 @@ class Manifest:
         self.done[entry["task"]] = entry.get("version", "")
         totals = self.totals
         totals["tasks"] += 1
-        totals["shards"] += len(shard_files(entry))
+        files = shard_files(entry)
+        totals["shards"] += sum(1 for f in files if not f.get("holdout"))
+        if "holdout" in entry:  # --holdout-fraction: the training side's counts above, the held-out side's here
+            held = totals.setdefault("holdout", {"shards": 0, "records": 0, "documents": 0, "tokens": 0})
+            held["shards"] += sum(1 for f in files if f.get("holdout"))
+            for key in ("records", "documents", "tokens"):
+                held[key] += entry["holdout"].get(key, 0)
         totals["records"] += entry.get("records", 0)
         totals["documents"] += entry.get("documents", 0)
         totals["tokens"] += entry.get("tokens", 0)

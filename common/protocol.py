@@ -156,6 +156,9 @@ class AckStats:
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     cpu_seconds: float = 0.0
     dedup: dict[str, int] = field(default_factory=dict)  # dedup counters (docs/dedup.md), summed by the sink
+    #: The held-out side's documents, tokens and records (--holdout-fraction); the fields above
+    #: (documents, tokens, instances) count the training side only.
+    holdout: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,8 +172,8 @@ class TaskAck:
     start: int
     end: int
     version: str
-    shards: list[ShardFile]  # empty when the task produced no record
-    records: int  # over all its files
+    shards: list[ShardFile]  # empty when the task produced no record; held-out files are marked
+    records: int  # over its training files (the held-out side's are in stats.holdout)
     stats: AckStats
     stage: str = ""  # a dedup stage's tasks: its files are then the stage's, not training shards
 

@@ -60,9 +60,17 @@ def _books(config: JobConfig) -> tuple:
     return config.job_id, config.output_uri, config.s3_endpoint_url
 
 
+def _shard_entry(shard) -> dict:
+    """A file as the manifest lists it; only held-out files say so (``"holdout": true``)."""
+    entry = dataclasses.asdict(shard)
+    if not entry.pop("holdout"):
+        return entry
+    return {**entry, "holdout": True}
+
+
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
-    files = [dataclasses.asdict(f) for f in ack.shards]
+    files = [_shard_entry(f) for f in ack.shards]
     entry = {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
         "version": ack.version, "shards": [] if ack.stage else files, "records": ack.records,
@@ -74,6 +82,8 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
         entry["files"] = files
     if stats.dedup:
         entry["dedup"] = stats.dedup
+    if stats.holdout:  # a job with --holdout-fraction: the held-out side's counts
+        entry["holdout"] = dict(stats.holdout)
     return entry
 
 
@@ -284,6 +294,9 @@ class SinkServer:
             yield counter(name, documentation, totals.get(key, 0))
         yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
                       labels=dict(totals.get("skipped_documents", {})), label="reason")
+        if "holdout" in totals:  # --holdout-fraction: the counters above are the training side's
+            yield counter("mlm_sink_holdout", "The held-out side (OUT/holdout/): shards, records, documents, tokens.",
+                          labels=dict(totals["holdout"]), label="quantity")
         overall, per_worker = self.throughput.rates()
         yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
                     labels=overall, label="quantity")
@@ -338,6 +351,10 @@ class SinkServer:
                      "clusters in %s", dedup.get("removed_exact", 0), dedup.get("removed_exact_bytes", 0) / 1e6,
                      dedup.get("removed_minhash", 0), dedup.get("removed_minhash_bytes", 0) / 1e6,
                      self.output.uri("dedup/clusters.jsonl"))
+        if "holdout" in summary:
+            held = summary["holdout"]
+            log.info("sink: held out (holdout/): %d shards, %d records, %d documents, %d tokens", held["shards"],
+                     held["records"], held["documents"], held["tokens"])
         log.info("sink: %s. %d tasks, %d shards, %d records, %d documents (skipped: %s), %d tokens, %.1f MB written; "
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,

@@ -11,6 +11,7 @@ import click
 from common import logs
 from common.config import JobConfig
 from common.dedup.settings import MODES, DedupSettings
+from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
 from common.params import defaults_text, option_specs
 from common.readers import readers
@@ -56,7 +57,7 @@ def _size(_ctx, _param, value):
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
-              help="The corpus: WikiExtractor output (plain or --json), or BERT's text format (one sentence per line, blank line between documents).")
+              help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
 @click.option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
               help="Where shards and manifest.jsonl go.")
 @click.option("--vport", type=int, default=VENTILATOR_PORT, show_envvar=True, help="Port workers and the sink connect to.")
@@ -94,6 +95,12 @@ def _size(_ctx, _param, value):
               help="Lower-case and strip accents (uncased models). Applies to --vocab-file.")
 @click.option("--task-size", default="8M", callback=_size, show_envvar=True,
               help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
+@click.option("--holdout-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_envvar=True,
+              help="Hold out this fraction of the documents (by a hash of their id, or text, and --holdout-seed) "
+                   "into OUT/holdout/, with its own shards; none of them is in a training instance. 0: off.")
+@click.option("--holdout-seed", type=int, default=DEFAULT_HOLDOUT_SEED, show_envvar=True,
+              help="Which documents --holdout-fraction holds out (not --random-seed: outputs made with other "
+                   "objectives or seeds hold out the same ones).")
 @click.option("--shared-fs", is_flag=True, default=False, show_envvar=True,
               help="Workers can read --data themselves (same path): send byte ranges, not content. Implied for s3:// data.")
 @click.option("--s3-endpoint-url", default="", show_envvar=True,
@@ -147,8 +154,9 @@ def _size(_ctx, _param, value):
 @component_options
 def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpus_format, objective, output_format,
          segmenter, vocab_file, tokenizer, cls_token, sep_token, mask_token, pad_token, unk_token, do_lower_case,
-         task_size, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds, max_attempts, report_seconds,
-         state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port, cloudwatch_namespace,
+         task_size, holdout_fraction, holdout_seed, shared_fs, s3_endpoint_url, lease_seconds, heartbeat_seconds,
+         max_attempts, report_seconds, state_dir, confirm_seconds, curve_dir, metrics_port, sink_metrics_port,
+         cloudwatch_namespace,
          cloudwatch_region, cloudwatch_seconds, instance_hourly_price, progress, dedup, minhash_ngram, minhash_perm,
          minhash_threshold, minhash_bands, minhash_rows, dedup_partitions, verbose, **component_params) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
@@ -168,7 +176,7 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
                                                         ("pad", pad_token), ("unk", unk_token)) if token},
         corpus_format=corpus_format, segmenter=segmenter, objective=objective, output_format=output_format,
         params={name: value for name, value in component_params.items() if value is not None},
-        task_size=task_size, shared_fs=shared_fs,
+        task_size=task_size, holdout_fraction=holdout_fraction, holdout_seed=holdout_seed, shared_fs=shared_fs,
         s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
         lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
         dedup=DedupSettings(mode=dedup, ngram=minhash_ngram, perm=minhash_perm, bands=minhash_bands,

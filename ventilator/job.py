@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from common.config import JobConfig
 from common.dedup import stages as dedup_stages
 from common.dedup.settings import DedupSettings
+from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
+from common.holdout import HoldoutSplit
 from common.manifest import check_job, read_entries
 from common.objectives import objective_named
 from common.params import ParamValue
-from common.readers import Reader, detect, reader_named
+from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
@@ -50,6 +52,9 @@ class JobOptions:
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
     task_size: int = 8 * 1024 * 1024
+    #: --holdout-fraction / --holdout-seed (common/holdout.py): 0 holds nothing out.
+    holdout_fraction: float = 0.0
+    holdout_seed: int = DEFAULT_HOLDOUT_SEED
     shared_fs: bool = False
     s3_endpoint_url: str = ""
     sink_address: str = ""
@@ -69,7 +74,14 @@ class Job:
 
 
 def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
-    for f in files[:5]:
+    """A name that says its format (.parquet, .jsonl) among the first files
+    wins; else the first non-empty file's content decides."""
+    names = [f.path or getattr(storage, "root", "") for f in files[:5]]  # --data naming one local file: its name
+    for name in names:
+        claimed = claimed_by_name(name)
+        if claimed is not None:  # no need to read (or decompress) anything
+            return claimed
+    for f, name in zip(files[:5], names):
         try:
             if compression_of(f.path):
                 head = decompress(storage.read_all(f.path, f.version), compression_of(f.path))[:65536]
@@ -79,7 +91,7 @@ def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
         except (OSError, StorageError, ValueError):
             continue
         if head.strip():
-            return detect(head)
+            return detect(head, name)
     return reader_named("text")
 
 
@@ -125,6 +137,7 @@ def prepare_job(options: JobOptions) -> Job:
     except ValueError as error:
         raise JobError(str(error)) from None
     try:
+        HoldoutSplit(options.holdout_fraction, options.holdout_seed)
         objective_class = objective_named(options.objective)
         writer_class = writer_named(options.output_format)
     except ValueError as error:
@@ -194,6 +207,8 @@ def prepare_job(options: JobOptions) -> Job:
         task_size=options.task_size,
         inputs_digest=JobConfig.digest_inputs(listed),  # readable or not: a passing read error is no new corpus
         dedup=options.dedup.resolved(sum(f.size for f in files)) if options.dedup.enabled else DedupSettings(),
+        holdout_fraction=float(options.holdout_fraction),
+        holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:

@@ -1,6 +1,11 @@
 """One task, start to finish: payload -> documents (reader) -> segments ->
 token ids -> records (objective, ``passes`` times) -> files (writer).
 
+With ``--holdout-fraction`` the documents are split first (common/holdout.py)
+and each side runs through the objective on its own, under its own task key
+and into its own files (``holdout/part-<task>``), so no document of one side
+ever appears in an instance of the other, not even as a random next sentence.
+
 The worker knows each axis only by its interface: the job names the reader,
 the objective and the writer, and this module runs them.  Records are
 written as each pass produces them, so memory holds one pass at a time.
@@ -10,18 +15,20 @@ the benchmark.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from common import holdout
 from common.config import JobConfig
 from common.dedup import stages as dedup_stages
 from common.dedup.keys import KeyMaker
 from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE
 from common.objectives import TokenizedDocuments, objective_named
 from common.protocol import AckStats
-from common.readers import ParseReport, reader_named
+from common.readers import Document, ParseReport, reader_named
 from common.sentences import Segmenter, split_segments
 from common.tasks import Task
 from common.tokenization import Vocabulary
@@ -42,13 +49,14 @@ class TaskStats:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu_seconds: float = 0.0
     dedup: dict[str, int] = field(default_factory=dict)
+    holdout: dict[str, int] = field(default_factory=dict)  # the held-out side: documents, tokens, records
 
     def to_wire(self) -> AckStats:
         return AckStats(documents=self.documents, skipped=dict(self.skipped), segments=self.segments,
                         tokens=self.tokens, instances=self.instances, bytes_in=self.bytes_in,
                         bytes_out=self.bytes_out,
                         seconds={stage: round(value, 6) for stage, value in self.seconds.items()},
-                        cpu_seconds=round(self.cpu_seconds, 6), dedup=dict(self.dedup))
+                        cpu_seconds=round(self.cpu_seconds, 6), dedup=dict(self.dedup), holdout=dict(self.holdout))
 
     @contextmanager
     def stage(self, name: str):
@@ -61,8 +69,8 @@ class TaskStats:
 
 @dataclass
 class ShardResult:
-    files: list[ShardFile]  # empty when the task produced no record
-    records: int
+    files: list[ShardFile]  # empty when the task produced no record; held-out ones marked
+    records: int  # in the training side's files
     stats: TaskStats
 
 
@@ -101,13 +109,20 @@ class TaskProcessor:
             stats.dedup[f"removed_{method}_bytes"] = stats.dedup.get(f"removed_{method}_bytes", 0) + _bytes
         return [document for ordinal, document in enumerate(documents) if ordinal not in removals]
 
-    def tokenize(self, task: Task, payload: bytes, stats: TaskStats) -> TokenizedDocuments:
-        report = ParseReport()
+    def parse(self, task: Task, payload: bytes, report: ParseReport, stats: TaskStats) -> list[Document]:
+        """The task's documents, less those a dedup job removed (its ordinals follow the reader's order,
+        so this comes before any holdout split)."""
         with stats.stage("parse"):
             documents = list(self.reader.documents(task, payload, report))
         if self.dedup.enabled:
             with stats.stage("dedup"):
                 documents = self._without_duplicates(task, documents, stats)
+        return documents
+
+    def tokenize_documents(self, documents: list[Document], report: ParseReport,
+                           stats: TaskStats) -> tuple[TokenizedDocuments, int]:
+        """Segments and token ids of ``documents`` (those without a usable segment counted in ``report``),
+        and how many tokens they had in all."""
         with stats.stage("split"):
             segmented = [split_segments(document.lines, self.segmenter) for document in documents]
         with stats.stage("tokenize"):
@@ -117,11 +132,35 @@ class TaskProcessor:
                                                                    word_starts)
         if unusable:
             report.skip("no_usable_sentence", unusable)
+        return tokenized, len(ids)
+
+    def tokenize(self, task: Task, payload: bytes, stats: TaskStats) -> TokenizedDocuments:
+        """All the task's documents, one side (no holdout split)."""
+        report = ParseReport()
+        tokenized, tokens = self.tokenize_documents(self.parse(task, payload, report, stats), report, stats)
         stats.skipped = report.skipped
         stats.documents = tokenized.num_documents
         stats.segments = tokenized.num_segments
-        stats.tokens = len(ids)
+        stats.tokens = tokens
         return tokenized
+
+    def _write(self, documents: TokenizedDocuments, task_key: str, stem: str, stats: TaskStats) -> list[ShardFile]:
+        """One side's records, every pass, into the files named from ``stem``."""
+        if not documents.num_documents:
+            return []
+        with self.writer.writing(self.output, stem) as output:
+            for pass_index in range(self.objective.passes):
+                batches = self.objective.batches(documents, task_key, pass_index)
+                while True:
+                    with stats.stage("build"):
+                        batch = next(batches, None)
+                    if batch is None:
+                        break
+                    with stats.stage("write"):
+                        output.write(batch)
+                    stats.instances += len(batch)
+            with stats.stage("write"):
+                return output.commit()
 
     def process_stage(self, task: Task, payload: bytes, stats: TaskStats) -> ShardResult:
         """A dedup stage's task (see common/dedup/stages.py): its files are the stage's, not shards."""
@@ -153,22 +192,27 @@ class TaskProcessor:
             result = self.process_stage(task, payload, stats)
             stats.cpu_seconds = time.process_time() - cpu_started
             return result
-        documents = self.tokenize(task, payload, stats)
-        files: list[ShardFile] = []
-        if documents.num_documents:
-            with self.writer.writing(self.output, task.shard_stem) as output:
-                for pass_index in range(self.objective.passes):
-                    batches = self.objective.batches(documents, task.key, pass_index)
-                    while True:
-                        with stats.stage("build"):
-                            batch = next(batches, None)
-                        if batch is None:
-                            break
-                        with stats.stage("write"):
-                            output.write(batch)
-                        stats.instances += len(batch)
-                with stats.stage("write"):
-                    files = output.commit()
+        split = holdout.HoldoutSplit(self.config.holdout_fraction, self.config.holdout_seed)
+        if not split.enabled:
+            files = self._write(self.tokenize(task, payload, stats), task.key, task.shard_stem, stats)
+        else:
+            report = ParseReport()
+            training, held = split.split(self.parse(task, payload, report, stats))
+            train_documents, train_tokens = self.tokenize_documents(training, report, stats)
+            held_documents, held_tokens = self.tokenize_documents(held, report, stats)
+            stats.skipped = report.skipped
+            stats.documents = train_documents.num_documents
+            stats.segments = train_documents.num_segments + held_documents.num_segments
+            stats.tokens = train_tokens
+            files = self._write(train_documents, task.key, task.shard_stem, stats)
+            training_instances = stats.instances
+            held_files = self._write(held_documents, holdout.task_key(task.key), holdout.stem(task.shard_stem),
+                                     stats)
+            stats.instances = training_instances
+            held_files = [dataclasses.replace(f, holdout=True) for f in held_files]
+            stats.holdout = {"documents": held_documents.num_documents, "tokens": held_tokens,
+                             "records": sum(f.records for f in held_files)}
+            files = files + held_files
         stats.bytes_out = sum(f.bytes for f in files)
         stats.cpu_seconds = time.process_time() - cpu_started
-        return ShardResult(files, sum(f.records for f in files), stats)
+        return ShardResult(files, sum(f.records for f in files if not f.holdout), stats)

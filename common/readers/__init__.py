@@ -23,12 +23,24 @@ def reader_named(name: str) -> type[Reader]:
         raise ValueError(f"unknown input format {name!r} (known: {', '.join(sorted(readers()))})") from None
 
 
-def detect(head: bytes) -> type[Reader]:
-    """The format a file starting with ``head`` looks like."""
+def claimed_by_name(path: str) -> type[Reader] | None:
+    """The format a file's name says it is (``.jsonl``, ``.parquet``), if any."""
+    for reader in sorted(readers().values(), key=lambda r: -r.detect_priority):
+        if reader.claims_name(path):
+            return reader
+    return None
+
+
+def detect(head: bytes, path: str = "") -> type[Reader]:
+    """The format a file named ``path`` starting with ``head`` is: by its name
+    when a format claims it, else by the first format that recognises ``head``."""
+    claimed = claimed_by_name(path) if path else None
+    if claimed is not None:
+        return claimed
     for reader in sorted(readers().values(), key=lambda r: -r.detect_priority):
         if reader.sniff(head):
             return reader
     return reader_named("text")
 
 
-__all__ = ["ByteRangeReader", "Document", "ParseReport", "Reader", "detect", "reader_named", "readers"]
+__all__ = ["ByteRangeReader", "Document", "ParseReport", "Reader", "claimed_by_name", "detect", "reader_named", "readers"]

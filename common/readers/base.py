@@ -70,6 +70,13 @@ class Reader(Configurable, abc.ABC):
         """Whether a file starting with ``head`` looks like this format."""
         return False
 
+    @classmethod
+    def claims_name(cls, path: str) -> bool:
+        """Whether a file named ``path`` is this format by its name alone
+        (``.jsonl``, ``.parquet``): ``--format auto`` asks this before sniffing,
+        so a format whose content looks like another's is still found."""
+        return False
+
     def check_inputs(self, storage, files: list[InputFile]) -> None:
         """ValueError with a one-line reason when the inputs cannot be read as
         this format with these parameters (checked before any work)."""

@@ -26,6 +26,7 @@ class ShardFile:
     records: int
     sha256: str
     bytes: int
+    holdout: bool = False  # a file of the held-out side (--holdout-fraction), under holdout/
 
 
 class TaskOutput(abc.ABC):

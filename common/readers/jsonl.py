@@ -1,0 +1,86 @@
+"""JSON Lines with any text field (Megatron-LM's and Dolma's input, exported
+datasets): one object per line, the text in ``--text-field``, the name in
+``--id-field``.
+
+The same byte ranges as WikiExtractor's ``--json`` (every line start is a
+boundary; ``.gz``/``.zst``/``.bz2`` files are one task each), but chosen only
+by ``--format jsonl`` or a ``.jsonl``/``.ndjson`` name: a WikiExtractor
+``--json`` file, which has no such name, is still read as WikiExtractor's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterator
+
+from common.params import param
+from common.readers.base import Document, ParseReport, decode_utf8
+from common.readers.wikiextractor_json import WikiExtractorJsonReader
+from common.tasks import COMPRESSED_SUFFIXES
+
+SUFFIXES = (".jsonl", ".ndjson")
+
+
+@dataclass(frozen=True)
+class JsonlParams:
+    text_field: str = param("text", "JSON Lines: the field holding each document's text.")
+    id_field: str = param("id", "JSON Lines: the field naming each document (a string or an integer); "
+                                "without it --holdout-fraction hashes the text.")
+
+
+class JsonlReader(WikiExtractorJsonReader):
+    """Boundaries as WikiExtractor's --json (every line); fields by name."""
+
+    name = "jsonl"
+    Params = JsonlParams
+    detect_priority = 5
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        return False  # its content looks like WikiExtractor's --json: found by name only
+
+    @classmethod
+    def claims_name(cls, path: str) -> bool:
+        for suffix in COMPRESSED_SUFFIXES:
+            path = path.removesuffix(suffix)
+        return path.endswith(SUFFIXES)
+
+    def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
+        text_field, id_field = self.params.text_field, self.params.id_field
+        offset = 0
+        for raw in data.split(b"\n"):
+            line_offset = offset
+            offset += len(raw) + 1
+            if not raw.strip():
+                continue
+            line = decode_utf8(raw, report)
+            if line is None:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                report.skip("malformed_json")
+                continue
+            if not isinstance(obj, dict):
+                report.skip("not_an_object")
+                continue
+            body = obj.get(text_field)
+            if body is None:
+                report.skip("missing_text")
+                continue
+            if not isinstance(body, str):
+                report.skip("non_string_text")
+                continue
+            if not body or body.isspace():
+                report.skip("empty_text")
+                continue
+            try:
+                body.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
+                report.skip("invalid_unicode")
+                continue
+            identity = obj.get(id_field)
+            yield Document(base_offset + line_offset, body.split("\n"),
+                           str(identity) if isinstance(identity, (str, int)) and not isinstance(identity, bool)
+                           else "")
