@@ -315,7 +315,8 @@ def test_late_joiner_gets_work(tmp_path):
     """Credit-based dispatch: the first worker holds one task at a time, so a
     worker that connects later still finds work."""
     need_shared()
-    c = Cluster(WIKI, tmp_path / "out", ["--vocab-file", VOCAB, "--dupe-factor", "3", "--task-size", "128K"], tmp_path)
+    # Enough work (32 tasks at d=10) that the first worker is still busy when a loaded machine starts the second.
+    c = Cluster(WIKI, tmp_path / "out", ["--vocab-file", VOCAB, "--dupe-factor", "10", "--task-size", "64K"], tmp_path)
     try:
         c.start(workers=1)
         c.wait_for_progress(2)
