@@ -42,6 +42,7 @@ INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 DATA_PATH_LIST = "megatron_data_path.txt"
+HOLDOUT_DATA_PATH_LIST = "holdout/megatron_data_path.txt"  # the held-out side's, for Megatron's validation split
 LEVELS = ("sentence", "document")
 
 
@@ -199,9 +200,12 @@ class MegatronWriter(Writer):
         from common.tokenization import Vocabulary
 
         dtype = best_fitting_dtype(Vocabulary.from_json(config.tokenizer_json).special.vocab_size)
-        lines = []
+        lines: dict[bool, list[str]] = {False: [], True: []}  # held out or not (--holdout-fraction)
         for entry in sorted(read_entries(output), key=lambda e: e["task"]):
             for f in shard_files(entry):
                 if f["name"].endswith(".bin"):
-                    lines.append(f"{f['bytes'] // dtype.itemsize} {output.uri(f['name'][:-len('.bin')])}")
-        output.put_bytes(DATA_PATH_LIST, ("\n".join(lines) + "\n").encode() if lines else b"")
+                    prefix = output.uri(f["name"][:-len(".bin")])
+                    lines[bool(f.get("holdout"))].append(f"{f['bytes'] // dtype.itemsize} {prefix}")
+        for held, name in ((False, DATA_PATH_LIST), (True, HOLDOUT_DATA_PATH_LIST)):
+            if lines[held] or not held:
+                output.put_bytes(name, ("\n".join(lines[held]) + "\n").encode() if lines[held] else b"")
