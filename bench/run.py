@@ -201,6 +201,18 @@ def _rows() -> list[Row]:
             "d=1 (~3 CPU-s/MB; no RoBERTa reference runs here)", "{:.1f}×", "≥ 30×", lambda v: v >= 30),
         Row("obj_roberta_static10_vs_bert", "Worker roberta --masking static d=10: speed-up vs google-research/bert's "
             "script d=10 (~16 CPU-s/MB)", "{:.1f}×", "≥ 30×", lambda v: v >= 30),
+        Row("obj_albert10_cpu_mb", "Worker --objective albert (seq 128, d=10, whole-word 3-grams): CPU-s per input MB",
+            "{:.3f}"),
+        Row("obj_albert_vs_bert_worker", "Worker albert / worker bert, both seq 128 d=10 (same run): CPU ratio",
+            "{:.2f}×"),
+        Row("obj_albert10_vs_ref", "Worker albert d=10: speed-up vs google-research/albert's script d=10, taken as "
+            "BERT's (~16 CPU-s/MB: the same per-instance Python; it does not run here)", "{:.1f}×", "≥ 30×",
+            lambda v: v >= 30),
+        # Output formats (docs/formats.md): the same worker task, bert seq 128, per format.
+        *[Row(f"fmt_{fmt}{d}_vs_tfrecord", f"Worker d={d}, --output-format {fmt}: CPU / the same with tfrecord",
+              "{:.2f}×", "≤ 1.2×", lambda v: v <= 1.2) for d in (1, 10) for fmt in ("parquet",)],
+        Row("fmt_megatron_vs_tokenize", "Worker --objective tokens --output-format megatron: CPU / parse, split and "
+            "tokenize alone (the same worker's stages)", "{:.2f}×", "≤ 1.5×", lambda v: v <= 1.5),
         # Input formats (bench/readers_bench.py)
         Row("rd_input_mb", "Input formats: the worker's task, WikiExtractor bytes of the same text (MB)", "{:.1f}"),
         Row("rd_wiki_mb_cpu", "Worker d=1 on WikiExtractor input: input MB per CPU-s"),
@@ -436,19 +448,28 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         "robertanone1": ("roberta", {"masking": "none"}, Segmenter.BLINGFIRE),  # explicit: defaults may differ
         "robertastatic1": ("roberta", {"masking": "static"}, Segmenter.BLINGFIRE),
         "robertastatic10": ("roberta", {"masking": "static", "dupe_factor": 10}, Segmenter.BLINGFIRE),
+        "albert10": ("albert", {"max_seq_length": 128, "dupe_factor": 10}, Segmenter.BLINGFIRE),
+        "bert10": ("bert", {"max_seq_length": 128, "dupe_factor": 10}, Segmenter.BLINGFIRE),
+        "bert1": ("bert", {"max_seq_length": 128, "dupe_factor": 1}, Segmenter.BLINGFIRE),
+        "parquet10": ("bert", {"max_seq_length": 128, "dupe_factor": 10}, Segmenter.BLINGFIRE, "parquet"),
+        "parquet1": ("bert", {"max_seq_length": 128, "dupe_factor": 1}, Segmenter.BLINGFIRE, "parquet"),
+        "megatron1": ("tokens", {}, Segmenter.BLINGFIRE, "megatron"),
     }
     checkout = electra_checkout()
     for repeat in range(s.repeats):
         log(f"objectives: repeat {repeat + 1}/{s.repeats} ({megabytes:.1f} MB task)")
         cpu = {}
-        for name, (objective, params, segmenter) in runs.items():
+        tokenize_cpu = {}
+        for name, (objective, params, segmenter, *output) in runs.items():
             if fast is not None:
                 fast.clear_cache()
             proc = processor(vocabulary, tmp / "objectives-out" / name, 1, segmenter=segmenter, objective=objective,
-                             objective_params=params)
+                             objective_params=params, output_format=output[0] if output else "tfrecord")
             run = run_task(proc, storage, task)
             shutil.rmtree(tmp / "objectives-out" / name, ignore_errors=True)
             cpu[name] = run.cpu_seconds / megabytes
+            tokenize_cpu[name] = sum(run.stage_cpu.get(stage, 0.0) for stage in ("read", "parse", "split", "tokenize"))
+            tokenize_cpu[name] /= megabytes
             for stage in STAGE_NAMES:
                 res.add(f"stage_{name}_{stage}", run.stage_cpu.get(stage, 0.0) / megabytes)
         if checkout is not None:
@@ -468,6 +489,12 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add("obj_roberta_static10_cpu_mb", cpu["robertastatic10"])
         res.add("obj_roberta_none_vs_bert", BERT_SCRIPT_CPU_S_PER_MB[1] / cpu["robertanone1"])
         res.add("obj_roberta_static10_vs_bert", BERT_SCRIPT_CPU_S_PER_MB[10] / cpu["robertastatic10"])
+        res.add("obj_albert10_cpu_mb", cpu["albert10"])
+        res.add("obj_albert_vs_bert_worker", cpu["albert10"] / cpu["bert10"])
+        res.add("obj_albert10_vs_ref", BERT_SCRIPT_CPU_S_PER_MB[10] / cpu["albert10"])
+        res.add("fmt_parquet1_vs_tfrecord", cpu["parquet1"] / cpu["bert1"])
+        res.add("fmt_parquet10_vs_tfrecord", cpu["parquet10"] / cpu["bert10"])
+        res.add("fmt_megatron_vs_tokenize", cpu["megatron1"] / tokenize_cpu["megatron1"])
 
 
 def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
@@ -912,7 +939,7 @@ def _section_of(key: str) -> str:
         return "dedup"
     if key.startswith("l") and key[1:2] in ("_", "1", "8"):
         return "loader"
-    if key.startswith("obj_"):
+    if key.startswith(("obj_", "fmt_")):
         return "objectives"
     if key.startswith(("w", "tok", "out", "fast", "stage")) and not key.startswith("worker_"):
         return "worker"

@@ -80,36 +80,38 @@ class AlbertParams:
 
 def select_ngrams(candidates: np.ndarray, starts_word: np.ndarray, budget: np.ndarray, params: AlbertParams,
                   rng: np.random.Generator) -> np.ndarray:
-    """ALBERT's n-gram selection, row by row (its control flow is sequential)."""
+    """ALBERT's n-gram selection.  The draws (each row's order of candidates
+    and each candidate's n) are made for the whole batch at once; only the
+    walk down each row's order, which stops at the budget, is a loop."""
     n_rows, length = candidates.shape
     word_of, word_count = word_index(candidates, starts_word)
-    probabilities = params.ngram_probabilities()
-    selected = np.zeros((n_rows, length), dtype=bool)
-    for row in range(n_rows):
-        words = int(word_count[row])
-        if not words:
-            continue
-        sizes = np.bincount(word_of[row][candidates[row]], minlength=words)
-        cumulative = np.concatenate([[0], np.cumsum(sizes)])
-        order = rng.permutation(words)
-        lengths = rng.choice(params.ngram, size=words, p=probabilities) + 1
-        covered = np.zeros(words, dtype=bool)
-        count, limit = 0, int(budget[row])
-        for first, n in zip(order.tolist(), lengths.tolist()):
+    rows = np.repeat(np.arange(n_rows), length).reshape(n_rows, length)
+    sizes = np.zeros((n_rows, length), dtype=np.int64)
+    np.add.at(sizes, (rows[candidates], word_of[candidates]), 1)
+    cumulative = np.concatenate([np.zeros((n_rows, 1), dtype=np.int64), np.cumsum(sizes, axis=1)], axis=1)
+    keys = rng.random((n_rows, length))
+    keys[np.arange(length)[None, :] >= word_count[:, None]] = np.inf
+    orders = np.argsort(keys, axis=1, kind="stable")
+    lengths = rng.choice(params.ngram, size=(n_rows, length), p=params.ngram_probabilities()) + 1
+    covered = np.zeros((n_rows, length), dtype=bool)
+    for row, (order, ngrams, cumulative_row, words, limit) in enumerate(zip(
+            orders.tolist(), lengths.tolist(), cumulative.tolist(), word_count.tolist(), budget.tolist())):
+        covered_row = covered[row]
+        count = 0
+        for first, n in zip(order[:words], ngrams):
             if count >= limit:
                 break
             # The n-gram of n candidates from ``first`` (fewer at the end), shortened while it is too long.
             last = min(first + n, words)
-            size = cumulative[last] - cumulative[first]
+            size = cumulative_row[last] - cumulative_row[first]
             while count + size > limit and last - first > 1:
                 last -= 1
-                size = cumulative[last] - cumulative[first]
-            if count + size > limit or covered[first:last].any():
+                size = cumulative_row[last] - cumulative_row[first]
+            if count + size > limit or covered_row[first:last].any():
                 continue
-            covered[first:last] = True
+            covered_row[first:last] = True
             count += size
-        selected[row] = candidates[row] & covered[np.maximum(word_of[row], 0)]
-    return selected
+    return candidates & np.take_along_axis(covered, np.maximum(word_of, 0), axis=1)
 
 
 class AlbertObjective(Objective):
