@@ -78,6 +78,22 @@ class AlbertParams:
         return weights / weights.sum()
 
 
+def _take(covered: list[bool], cumulative: list[int], first: int, n: int, words: int, count: int, limit: int) -> int:
+    """The reference's step for one candidate: the n-gram of n candidates
+    from ``first`` (fewer at the end), shortened while it would pass the
+    budget; skipped if still too long or if it overlaps a covered candidate.
+    Returns the tokens it covered."""
+    last = min(first + n, words)
+    size = cumulative[last] - cumulative[first]
+    while count + size > limit and last - first > 1:
+        last -= 1
+        size = cumulative[last] - cumulative[first]
+    if count + size > limit or any(covered[first:last]):
+        return 0
+    covered[first:last] = [True] * (last - first)
+    return size
+
+
 def select_ngrams(candidates: np.ndarray, starts_word: np.ndarray, budget: np.ndarray, params: AlbertParams,
                   rng: np.random.Generator) -> np.ndarray:
     """ALBERT's n-gram selection.  The draws (each row's order of candidates
@@ -94,23 +110,25 @@ def select_ngrams(candidates: np.ndarray, starts_word: np.ndarray, budget: np.nd
     orders = np.argsort(keys, axis=1, kind="stable")
     lengths = rng.choice(params.ngram, size=(n_rows, length), p=params.ngram_probabilities()) + 1
     covered = np.zeros((n_rows, length), dtype=bool)
+    # The walk rarely goes further down a row's order than a few times the budget: hand Python that much.
+    head = min(length, 4 * int(budget.max(initial=0)) + 8)
     for row, (order, ngrams, cumulative_row, words, limit) in enumerate(zip(
-            orders.tolist(), lengths.tolist(), cumulative.tolist(), word_count.tolist(), budget.tolist())):
-        covered_row = covered[row]
+            orders[:, :head].tolist(), lengths[:, :head].tolist(), cumulative.tolist(), word_count.tolist(),
+            budget.tolist())):
+        covered_row = [False] * words
         count = 0
+        walked = 0
         for first, n in zip(order[:words], ngrams):
+            walked += 1
             if count >= limit:
                 break
-            # The n-gram of n candidates from ``first`` (fewer at the end), shortened while it is too long.
-            last = min(first + n, words)
-            size = cumulative_row[last] - cumulative_row[first]
-            while count + size > limit and last - first > 1:
-                last -= 1
-                size = cumulative_row[last] - cumulative_row[first]
-            if count + size > limit or covered_row[first:last].any():
-                continue
-            covered_row[first:last] = True
-            count += size
+            count += _take(covered_row, cumulative_row, first, n, words, count, limit)
+        if count < limit and walked == head < words:  # the rest of a long walk
+            for first, n in zip(orders[row, head:words].tolist(), lengths[row, head:words].tolist()):
+                if count >= limit:
+                    break
+                count += _take(covered_row, cumulative_row, first, n, words, count, limit)
+        covered[row, :words] = covered_row
     return candidates & np.take_along_axis(covered, np.maximum(word_of, 0), axis=1)
 
 
