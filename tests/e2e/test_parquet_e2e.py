@@ -51,3 +51,18 @@ def test_flags_a_format_does_not_take_are_refused(tmp_path, flags, reason):
     assert result.returncode == 1
     assert reason in result.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_finished_parquet_job_resumes_to_nothing_and_a_lost_file_is_written_again(tmp_path):
+    need_shared()
+    output = tmp_path / "out"
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = {p: p.read_bytes() for p in output.rglob("part-*.parquet")}
+    lost = sorted(before)[0]
+    lost.unlink()
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = {p: p.read_bytes() for p in output.rglob("part-*.parquet")}
+    assert after == before, "the lost file came back with the same bytes; no other file changed"
+    assert len(manifest(output)) == len({e["task"] for e in manifest(output).values()})
