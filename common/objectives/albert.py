@@ -36,7 +36,7 @@ from typing import Iterator
 import numpy as np
 
 from common.objectives.base import Batch, Feature, Objective, derive_seed
-from common.objectives.bert import BATCH_INSTANCES, lay_out_pairs, plan_instances
+from common.objectives.bert import BATCH_INSTANCES, BertParams, lay_out_pairs, plan_instances
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, word_index
 from common.params import param
@@ -58,16 +58,7 @@ class AlbertParams:
     random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
 
     def validate(self) -> None:
-        if self.max_seq_length < 5:
-            raise ValueError("--max-seq-length must be at least 5 ([CLS] A [SEP] B [SEP] with A and B non-empty)")
-        if self.max_predictions_per_seq < 1:
-            raise ValueError("--max-predictions-per-seq must be at least 1")
-        if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ValueError("--masked-lm-prob must be in (0, 1]")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError("--short-seq-prob must be in [0, 1]")
-        if self.dupe_factor < 1:
-            raise ValueError("--dupe-factor must be at least 1")
+        BertParams.validate(self)  # the same flags, the same limits
         if self.ngram < 1:
             raise ValueError("--ngram must be at least 1")
 

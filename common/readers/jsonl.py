@@ -10,13 +10,12 @@ by ``--format jsonl`` or a ``.jsonl``/``.ndjson`` name: a WikiExtractor
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Iterator
 
 from common.params import param
-from common.readers.base import Document, ParseReport, decode_utf8
-from common.readers.wikiextractor_json import WikiExtractorJsonReader
+from common.readers.base import Document, ParseReport
+from common.readers.wikiextractor_json import WikiExtractorJsonReader, encodable, json_objects
 from common.tasks import COMPRESSED_SUFFIXES
 
 SUFFIXES = (".jsonl", ".ndjson")
@@ -48,20 +47,7 @@ class JsonlReader(WikiExtractorJsonReader):
 
     def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
         text_field, id_field = self.params.text_field, self.params.id_field
-        offset = 0
-        for raw in data.split(b"\n"):
-            line_offset = offset
-            offset += len(raw) + 1
-            if not raw.strip():
-                continue
-            line = decode_utf8(raw, report)
-            if line is None:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                report.skip("malformed_json")
-                continue
+        for line_offset, obj in json_objects(data, report):
             if not isinstance(obj, dict):
                 report.skip("not_an_object")
                 continue
@@ -75,10 +61,7 @@ class JsonlReader(WikiExtractorJsonReader):
             if not body or body.isspace():
                 report.skip("empty_text")
                 continue
-            try:
-                body.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
-                report.skip("invalid_unicode")
+            if not encodable(body, report):
                 continue
             identity = obj.get(id_field)
             yield Document(base_offset + line_offset, body.split("\n"),

@@ -35,29 +35,41 @@ class WikiExtractorJsonReader(ByteRangeReader):
         return size if line_start is None or line_start >= size else line_start
 
     def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
-        offset = 0
-        for raw in data.split(b"\n"):
-            line_offset = offset
-            offset += len(raw) + 1
-            if not raw.strip():
-                continue
-            text = decode_utf8(raw, report)
-            if text is None:
-                continue
-            try:
-                obj = json.loads(text)
-            except ValueError:
-                report.skip("malformed_json")
-                continue
+        for line_offset, obj in json_objects(data, report):
             body = obj.get("text") if isinstance(obj, dict) else None
             if not isinstance(body, str):
                 report.skip("json_without_text")
                 continue
-            try:
-                body.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800"
-                report.skip("invalid_unicode")
+            if not encodable(body, report):
                 continue
             identity = obj.get("id")
             yield Document(base_offset + line_offset, body.split("\n"),
                            str(identity) if isinstance(identity, (str, int)) else "")
+
+
+def json_objects(data: bytes, report: ParseReport) -> Iterator[tuple[int, object]]:
+    """(offset, decoded value) of each non-blank line; lines that are not
+    UTF-8 or not JSON are counted and left out."""
+    offset = 0
+    for raw in data.split(b"\n"):
+        line_offset = offset
+        offset += len(raw) + 1
+        if not raw.strip():
+            continue
+        line = decode_utf8(raw, report)
+        if line is None:
+            continue
+        try:
+            yield line_offset, json.loads(line)
+        except ValueError:
+            report.skip("malformed_json")
+
+
+def encodable(body: str, report: ParseReport) -> bool:
+    """False (counted) for text with a lone surrogate escape such as "\\ud800", which no encoder takes."""
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError:
+        report.skip("invalid_unicode")
+        return False
+    return True

@@ -28,7 +28,6 @@ PREFIX`` pairs, the form ``--data-path`` takes for a blend weighted by size.
 from __future__ import annotations
 
 import hashlib
-import io
 import struct
 from dataclasses import dataclass
 
