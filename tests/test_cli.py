@@ -24,3 +24,20 @@ def test_every_option_reads_the_variable_named_after_it(command, prefix):
             continue
         name = max(option.opts, key=len).lstrip("-").replace("-", "_").upper()
         assert _envvar(command, option) == f"{prefix}_{name}", option.opts
+
+
+def test_train_vocab_reads_every_input_format(tmp_path):
+    """mlm-train-vocab reads through the pipeline's readers: Parquet rows train a vocabulary too."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from click.testing import CliRunner
+
+    rows = [f"Document {i} talks about rivers, valleys and the sea number {i}." for i in range(200)]
+    (tmp_path / "data").mkdir()
+    pq.write_table(pa.table({"id": [str(i) for i in range(200)], "text": rows}), tmp_path / "data" / "a.parquet",
+                   row_group_size=50)
+    result = CliRunner().invoke(train_vocab, ["--data", str(tmp_path / "data"), "--output", str(tmp_path / "v.txt"),
+                                              "--vocab-size", "120"])
+    assert result.exit_code == 0, result.output
+    vocabulary = (tmp_path / "v.txt").read_text().split("\n")
+    assert "rivers" in vocabulary and "[MASK]" in vocabulary

@@ -31,17 +31,30 @@ from typing import Iterator
 
 import click
 
-from common.readers import ParseReport, detect, reader_named
+from common.readers import ParseReport, detect, reader_named, readers
+from common.readers.content import decompress
 from common.storage import LocalStorage
+from common.tasks import compression_of
+
+#: Each file is read as one task (a vocabulary is trained on a sample, not on hundreds of GB).
+_WHOLE_FILE = 1 << 62
 
 
 def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
+    """Every non-blank paragraph line of every document, through the same readers as the pipeline."""
     storage = LocalStorage(data)
     for f in storage.list_inputs():
-        content = storage.read_all(f.path, f.version)
-        reader = (detect(content[:65536]) if corpus_format == "auto" else reader_named(corpus_format))()
-        for document in reader.parse(content, 0, ParseReport()):
-            yield from (line for line in document.lines if line.strip())
+        if corpus_format == "auto":
+            with storage.open_reader(f.path, f.version) as handle:
+                head = handle.read_at(0, 65536)
+            if compression_of(f.path):
+                head = decompress(storage.read_all(f.path, f.version), compression_of(f.path))[:65536]
+            reader = detect(head, f.path)()
+        else:
+            reader = reader_named(corpus_format)()
+        for task in reader.plan([f], _WHOLE_FILE, storage):
+            for document in reader.documents(task, reader.read(storage, task), ParseReport()):
+                yield from (line for line in document.lines if line.strip())
 
 
 MODELS = ("wordpiece", "bpe", "unigram")
@@ -111,7 +124,7 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
 @click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
               help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
-@click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", "wikiextractor", "json", "text"]), default="auto",
+@click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]), default="auto",
               envvar="MLM_VOCAB_FORMAT")
 def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None,
          corpus_format: str) -> None:
