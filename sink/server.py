@@ -336,7 +336,7 @@ class SinkServer:
             removed = self.output.remove_temporaries() if job_over else 0
             if removed:
                 log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
-            if job_over and not self.quarantined:
+            if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
             self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
         except StorageError as error:

@@ -8,6 +8,8 @@ member) and records each completion for the test to read.
 
 from __future__ import annotations
 
+import urllib.request
+
 import pytest
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
@@ -42,11 +44,17 @@ assert _asg_models  # the backend the action reads
 
 
 def start_moto() -> tuple[object, str]:
-    """A threaded moto server on a free loopback port: (server, endpoint URL)."""
+    """A threaded moto server on a free loopback port: (server, endpoint URL).
+
+    moto keeps its backends in process-global state, shared by every server
+    started in this pytest process: the state is reset first, so instances,
+    groups or metrics another test module left behind are not seen here."""
     (port,) = free_ports(1)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    return server, f"http://127.0.0.1:{port}"
+    endpoint = f"http://127.0.0.1:{port}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).close()
+    return server, endpoint
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

@@ -12,12 +12,12 @@ environment only, instance metadata disabled.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 
 import pytest
 
 from tests.fleet.fleethelpers import ANSIBLE_DIR, ansible_env, ansible_tool, terraform_binary
+from tests.moto_lifecycle import start_moto
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
@@ -26,18 +26,10 @@ WORKERS = 3
 FLEET = "mlm"  # the fleet name ansible/inventory/aws_ec2.yml filters on (Terraform's default)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_endpoint():
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
+    server, endpoint = start_moto()  # a fresh moto state: another module's group and instances are not seen
+    yield endpoint
     server.stop()
 
 
