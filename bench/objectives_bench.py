@@ -1,13 +1,23 @@
-"""The objectives' worker CPU, and google-research/electra's own script on
-the same documents when a checkout of it is at hand.
+"""The objectives' worker CPU, and the reference scripts on the same
+documents when a checkout of them is at hand.
 
-The reference is not part of this repository: ``MLM_BENCH_ELECTRA_DIR``
-names a checkout of github.com/google-research/electra (its
-build_pretraining_dataset.py needs TensorFlow, which the tests install).
-It is fed the very documents the worker reads, one line per WikiExtractor
-paragraph line and a blank line between documents (its input format), and
-its CPU is measured as a child process's; the CPU of a run on an empty file
-(TensorFlow's import, its 1000 output writers) is subtracted.
+The references are not part of this repository:
+
+* ``MLM_BENCH_ELECTRA_DIR`` names a checkout of
+  github.com/google-research/electra (its build_pretraining_dataset.py needs
+  TensorFlow, which the tests install).  It is fed the very documents the
+  worker reads, one line per WikiExtractor paragraph line and a blank line
+  between documents (its input format).
+* ``MLM_BENCH_ALBERT_DIR`` names a checkout of
+  github.com/google-research/albert.  Its create_pretraining_data.py runs
+  as ``python -m albert.create_pretraining_data`` (it imports
+  ``albert.tokenization``), with the BERT vocabulary (no SentencePiece
+  model), on the worker's own sentences: one per line, a blank line between
+  documents.  Its tokenization module imports ``tensorflow_hub`` for
+  ``from_hub_module`` alone; an empty stand-in module is put on its path.
+
+Each reference's CPU is measured as a child process's; the CPU of a run on
+an empty file (TensorFlow's import, its output writers) is subtracted.
 """
 
 from __future__ import annotations
@@ -21,6 +31,18 @@ from pathlib import Path
 #: build_pretraining_dataset.py (seq 128) on this kind of machine, CPU-s per input MB, start-up
 #: subtracted: used when no checkout is given (docs/benchmarks.md has the command that measured it).
 ELECTRA_SCRIPT_CPU_S_PER_MB = 0.91
+
+
+#: create_pretraining_data.py of google-research/albert, CPU-s per input MB (start-up subtracted), measured here
+#: (docs/benchmarks.md has the command): used when no checkout is given.
+ALBERT_SCRIPT_CPU_S_PER_MB = {(128, 10): 14.7, (512, 40): 55.0}
+
+
+def albert_checkout() -> Path | None:
+    directory = os.environ.get("MLM_BENCH_ALBERT_DIR", "")
+    if directory and (Path(directory) / "create_pretraining_data.py").is_file():
+        return Path(directory)
+    return None
 
 
 def electra_checkout() -> Path | None:
@@ -40,10 +62,10 @@ def write_reference_input(documents: list[list[str]], directory: Path) -> None:
             out.write("\n")
 
 
-def _child_cpu(command: list[str], cwd: Path) -> float:
+def _child_cpu(command: list[str], cwd: Path, pythonpath: str | None = None) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, cwd=cwd, check=True, capture_output=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(cwd)})
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": pythonpath or str(cwd)})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -60,3 +82,25 @@ def electra_reference_cpu(checkout: Path, documents: list[list[str]], vocab: Pat
 
     start_up = run(tmp / "electra-empty", tmp / "electra-out-empty")
     return max(run(tmp / "electra-in", tmp / "electra-out") - start_up, 1e-9)
+
+
+def albert_reference_cpu(checkout: Path, sentences: list[list[str]], vocab: Path, tmp: Path, max_seq_length: int,
+                         dupe_factor: int) -> float:
+    """CPU seconds google-research/albert's script spends on these documents
+    (each a list of sentences) beyond its start-up."""
+    package_parent = tmp / "albert-path"
+    package_parent.mkdir(parents=True, exist_ok=True)
+    if not (package_parent / "albert").exists():
+        (package_parent / "albert").symlink_to(checkout.resolve(), target_is_directory=True)
+    (package_parent / "tensorflow_hub.py").write_text('"""Stand-in: only from_hub_module uses it."""\n')
+    write_reference_input(sentences, tmp / "albert-in")
+    write_reference_input([], tmp / "albert-empty")
+
+    def run(corpus: Path) -> float:
+        return _child_cpu([sys.executable, "-m", "albert.create_pretraining_data",
+                           "--input_file", str(corpus / "corpus.txt"), "--output_file", str(tmp / "albert.tfrecord"),
+                           "--vocab_file", str(vocab), "--max_seq_length", str(max_seq_length),
+                           "--dupe_factor", str(dupe_factor)], tmp, pythonpath=str(package_parent))
+
+    start_up = run(tmp / "albert-empty")
+    return max(run(tmp / "albert-in") - start_up, 1e-9)

@@ -175,3 +175,34 @@ def test_flags_of_other_objectives_are_refused():
         AlbertObjective.make_params({"ngram": 0})
     assert AlbertObjective.make_params({}).max_seq_length == 512
     assert AlbertObjective.make_params({}).dupe_factor == 40
+
+
+@pytest.mark.parametrize("ngram", [1, 3, 5])
+def test_the_lockstep_walk_takes_the_same_ngrams_as_one_row_at_a_time(ngram):
+    """select_ngrams walks every row at once with numpy; walk_row is the
+    reference's loop, one candidate at a time.  Same draws, same n-grams —
+    short rows, rows whose budget cannot be met, and long walks included."""
+    from common.objectives import albert
+
+    generator = np.random.default_rng(ngram)
+    n_rows, length = 300, 64
+    word_count = generator.integers(0, length + 1, n_rows)
+    word_count[:5] = [0, 1, 2, length, length]
+    sizes = np.where(np.arange(length)[None, :] < word_count[:, None], generator.integers(1, 4, (n_rows, length)), 0)
+    cumulative = np.concatenate([np.zeros((n_rows, 1), dtype=np.int64), np.cumsum(sizes, axis=1)], axis=1)
+    budget = np.minimum(generator.integers(0, 30, n_rows), cumulative[:, -1] + 3)  # some can never be met
+    keys = generator.random((n_rows, length))
+    keys[np.arange(length)[None, :] >= word_count[:, None]] = np.inf
+    orders = np.argsort(keys, axis=1, kind="stable")
+    lengths = generator.integers(1, ngram + 1, (n_rows, length))
+
+    walked = albert._walk(orders, lengths, cumulative, word_count, budget, ngram)
+
+    for row in range(n_rows):
+        words = int(word_count[row])
+        covered = [False] * words
+        count = albert.walk_row(orders[row, :words].tolist(), lengths[row, :words].tolist(), cumulative[row].tolist(),
+                                words, int(budget[row]), covered)
+        assert walked[row, :words].tolist() == covered, row
+        assert not walked[row, words:].any()
+        assert count == int(sizes[row][walked[row]].sum()) <= budget[row]

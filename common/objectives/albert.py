@@ -85,43 +85,88 @@ def _take(covered: list[bool], cumulative: list[int], first: int, n: int, words:
     return size
 
 
+def walk_row(order: list[int], ngrams: list[int], cumulative: list[int], words: int, limit: int,
+             covered: list[bool], count: int = 0) -> int:
+    """One row's walk down its order, one candidate at a time (the reference's
+    loop), from ``count`` tokens already covered; returns the final count."""
+    for first, n in zip(order, ngrams):
+        if count >= limit:
+            break
+        count += _take(covered, cumulative, first, n, words, count, limit)
+    return count
+
+
+#: The lockstep walk hands the rows still walking back to Python once this few are left.
+_LOCKSTEP_MIN_ROWS = 24
+
+
+def _walk(orders: np.ndarray, lengths: np.ndarray, cumulative: np.ndarray, word_count: np.ndarray,
+          budget: np.ndarray, ngram: int) -> np.ndarray:
+    """Every row's walk, all rows in lockstep: step t takes each row's t-th
+    candidate at once (numpy over the rows still walking).  The same steps as
+    :func:`walk_row`, so the same result; the few rows that walk long after
+    the others finish in Python.  Returns covered [rows, words]."""
+    n_rows, length = orders.shape
+    covered = np.zeros((n_rows, length + ngram), dtype=bool)  # + ngram: reads past a row's end stay False
+    count = np.zeros(n_rows, dtype=np.int64)
+    active = np.flatnonzero((word_count > 0) & (budget > 0))
+    step = 0
+    while len(active) >= _LOCKSTEP_MIN_ROWS:
+        first = orders[active, step]
+        room = np.minimum(lengths[active, step], word_count[active] - first)
+        base = cumulative[active, first]
+        used = count[active]
+        limit = budget[active]
+        # The longest n-gram from ``first`` of at most ``room`` words that fits the budget (0: none).
+        take = np.zeros(len(active), dtype=np.int64)
+        size = np.zeros(len(active), dtype=np.int64)
+        for words in range(1, ngram + 1):
+            within = words <= room
+            size_here = cumulative[active, np.minimum(first + words, length)] - base
+            fits = within & (used + size_here <= limit)
+            take = np.where(fits, words, take)
+            size = np.where(fits, size_here, size)
+        overlap = np.zeros(len(active), dtype=bool)
+        for j in range(ngram):
+            overlap |= (j < take) & covered[active, first + j]
+        take[overlap] = 0
+        for j in range(ngram):
+            hit = j < take
+            covered[active[hit], first[hit] + j] = True
+        count[active] = used + np.where(take > 0, size, 0)
+        step += 1
+        still = (count[active] < limit) & (step < word_count[active])
+        active = active[still]
+    for row in active.tolist():  # the stragglers, from where the lockstep left them
+        words = int(word_count[row])
+        covered_row = covered[row, :words].tolist()
+        walk_row(orders[row, step:words].tolist(), lengths[row, step:words].tolist(), cumulative[row].tolist(),
+                 words, int(budget[row]), covered_row, int(count[row]))
+        covered[row, :words] = covered_row
+    return covered[:, :length]
+
+
 def select_ngrams(candidates: np.ndarray, starts_word: np.ndarray, budget: np.ndarray, params: AlbertParams,
                   rng: np.random.Generator) -> np.ndarray:
     """ALBERT's n-gram selection.  The draws (each row's order of candidates
-    and each candidate's n) are made for the whole batch at once; only the
-    walk down each row's order, which stops at the budget, is a loop."""
+    and each candidate's n) are made for the whole batch at once, then every
+    row walks down its order until its budget is met (:func:`_walk`)."""
     n_rows, length = candidates.shape
     word_of, word_count = word_index(candidates, starts_word)
-    rows = np.repeat(np.arange(n_rows), length).reshape(n_rows, length)
-    sizes = np.zeros((n_rows, length), dtype=np.int64)
-    np.add.at(sizes, (rows[candidates], word_of[candidates]), 1)
+    # Pieces per word: a count of (row, word) pairs over the candidate positions.
+    flat_word = (np.arange(n_rows)[:, None] * length + word_of)[candidates]
+    sizes = np.bincount(flat_word, minlength=n_rows * length).reshape(n_rows, length)
     cumulative = np.concatenate([np.zeros((n_rows, 1), dtype=np.int64), np.cumsum(sizes, axis=1)], axis=1)
     keys = rng.random((n_rows, length))
     keys[np.arange(length)[None, :] >= word_count[:, None]] = np.inf
     orders = np.argsort(keys, axis=1, kind="stable")
-    # n for every candidate, by inverse transform (rng.choice per call is slower for the same distribution).
-    thresholds = np.cumsum(params.ngram_probabilities())[:-1]
-    lengths = np.searchsorted(thresholds, rng.random((n_rows, length)), side="right") + 1
-    covered = np.zeros((n_rows, length), dtype=bool)
-    # The walk rarely goes further down a row's order than a few times the budget: hand Python that much.
-    head = min(length, 4 * int(budget.max(initial=0)) + 8)
-    for row, (order, ngrams, cumulative_row, words, limit) in enumerate(zip(
-            orders[:, :head].tolist(), lengths[:, :head].tolist(), cumulative.tolist(), word_count.tolist(),
-            budget.tolist())):
-        covered_row = [False] * words
-        count = 0
-        walked = 0
-        for first, n in zip(order[:words], ngrams):
-            walked += 1
-            if count >= limit:
-                break
-            count += _take(covered_row, cumulative_row, first, n, words, count, limit)
-        if count < limit and walked == head < words:  # the rest of a long walk
-            for first, n in zip(orders[row, head:words].tolist(), lengths[row, head:words].tolist()):
-                if count >= limit:
-                    break
-                count += _take(covered_row, cumulative_row, first, n, words, count, limit)
-        covered[row, :words] = covered_row
+    # n for every candidate, by inverse transform (rng.choice per call is slower for the same distribution):
+    # 1 + the thresholds a uniform draw passes.
+    draws = rng.random((n_rows, length))
+    lengths = np.ones((n_rows, length), dtype=np.int64)
+    for threshold in np.cumsum(params.ngram_probabilities())[:-1]:
+        lengths += draws >= threshold
+    covered = _walk(orders, lengths, cumulative, word_count, budget.astype(np.int64), params.ngram)
     return candidates & np.take_along_axis(covered, np.maximum(word_of, 0), axis=1)
 
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from loader.client import LoaderClient
+from loader.client import LoaderClient, LoaderError
 from tests.helpers import REPO
 from tests.loader_helpers import LoaderProcess, vocab_args
 
@@ -37,3 +37,36 @@ def test_tf_dataset_adapter_yields_the_clients_batches(loader_dataset):
         assert set(theirs) == set(ours)
         for name, array in ours.items():
             np.testing.assert_array_equal(theirs[name].numpy(), array)
+
+
+def test_torch_adapter_feeds_a_dataloader_and_resumes_from_the_state(loader_dataset):
+    """PyTorch's DataLoader over the adapter: the same batches as the client's
+    own iterator, as tensors with Hugging Face's names; a DataLoader started
+    from a checkpointed state continues with the batch that came next."""
+    torch = pytest.importorskip("torch", reason="torch is in the test extras (the CPU wheel)")
+    from torch.utils.data import DataLoader
+
+    with LoaderProcess(loader_dataset, "--batch-size", 8) as server:
+        with LoaderClient(server.address, rank=1, world_size=2) as client:
+            expected = [client.next_batch().features for _ in range(5)]
+
+        with LoaderClient(server.address, rank=1, world_size=2) as client:
+            loader = iter(DataLoader(client.torch_dataset(), batch_size=None, num_workers=0))
+            got = [next(loader) for _ in range(2)]
+            state = client.state()
+        with LoaderClient(server.address, rank=1, world_size=2, state=state) as client:
+            loader = iter(DataLoader(client.torch_dataset(), batch_size=None, num_workers=0))
+            got += [next(loader) for _ in range(3)]
+
+        with LoaderClient(server.address, rank=1, world_size=2) as client:
+            with pytest.raises(LoaderError, match="num_workers"):
+                next(iter(DataLoader(client.torch_dataset(), batch_size=None, num_workers=2)))
+
+    assert state["batch"] == 2
+    for ours, theirs in zip(expected, got, strict=True):
+        assert set(theirs) == set(ours) and {"input_ids", "attention_mask", "labels"} <= set(theirs)
+        for name, array in ours.items():
+            assert isinstance(theirs[name], torch.Tensor)
+            np.testing.assert_array_equal(theirs[name].numpy(), array)
+    labels = got[0]["labels"]
+    assert ((labels == -100) | (labels >= 0)).all() and (labels >= 0).any(), "masked positions carry their token ids"
