@@ -4,6 +4,8 @@ independent implementation, on the same parameters."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -186,3 +188,36 @@ def test_signature_is_the_minimum_over_distinct_shingles_per_permutation():
             with np.errstate(over="ignore"):
                 expected = ((distinct[:, None] * hasher.a[None, :] + hasher.b[None, :]) >> np.uint64(32)).min(axis=0)
             assert (signatures[index] == expected.astype(np.uint32)).all()
+
+
+def test_word_hashes_cut_the_words_re_cuts():
+    """word_hashes finds exactly the words ``\\w+`` finds, in any script, and
+    hashes equal words equally and different words differently."""
+    from common.dedup import word_hashes as module
+    from common.dedup.normalise import fold
+
+    texts = ["", "   ", "Hello, wörld! ÉCOLE école", "snake_case x2 ½ ٣ 十二 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 café\u0301", "a" * 5000,
+             "\0inside\0nul", "tab\tand\nnewline", "𐍈𐍈 emoji 🙂 joined"]
+    folded = [fold(text) for text in texts]
+    hashes, counts = module.word_hashes(folded)
+    expected = [words(text) for text in texts]
+    assert counts.tolist() == [len(w) for w in expected]
+    flat = [word for w in expected for word in w]
+    by_word: dict[str, int] = {}
+    for word, value in zip(flat, hashes.tolist(), strict=True):
+        assert by_word.setdefault(word, value) == value
+    assert len(set(by_word.values())) == len(by_word)
+    # The table is re's \w, code point by code point.
+    table = module.word_table()
+    sample = np.random.default_rng(0).integers(0, 0x110000, 20_000)
+    assert all(table[c] == bool(re.fullmatch(r"\w", chr(c))) for c in sample.tolist())
+
+
+def test_word_hashes_in_batches_are_the_same(monkeypatch):
+    from common.dedup import word_hashes as module
+
+    texts = [f"doc {i} " + " ".join(f"w{j % 97}" for j in range(i * 7)) for i in range(60)]
+    whole = module.word_hashes(texts)
+    monkeypatch.setattr(module, "_BATCH_CHARACTERS", 300)
+    batched = module.word_hashes(texts)
+    assert np.array_equal(whole[0], batched[0]) and np.array_equal(whole[1], batched[1])

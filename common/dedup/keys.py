@@ -3,12 +3,13 @@ the normalised text and, for ``--dedup minhash``, one hash per LSH band."""
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
 
 from common.dedup.minhash import MinHasher, band_hashes
-from common.dedup.normalise import exact_hash_and_words
+from common.dedup.normalise import exact_hash_of_nfc
 from common.dedup.settings import DedupSettings
 
 
@@ -29,11 +30,11 @@ class KeyMaker:
         self.hasher = MinHasher(settings.ngram, settings.perm, settings.seed) if settings.uses_minhash else None
 
     def keys(self, texts: list[str]) -> DocumentKeys:
-        pairs = [exact_hash_and_words(text, self.hasher is not None) for text in texts]
-        exact = np.fromiter((digest for digest, _ in pairs), dtype=np.uint64, count=len(texts))
+        nfc = [unicodedata.normalize("NFC", text) for text in texts]  # once, for both keys
+        exact = np.fromiter(map(exact_hash_of_nfc, nfc), dtype=np.uint64, count=len(texts))
         if self.hasher is None:
             return DocumentKeys(exact, np.empty((len(texts), 0), dtype=np.uint64), exact != 0)
-        signatures, shingled = self.hasher.signatures_of_words([w for _, w in pairs])
+        signatures, shingled = self.hasher.signatures_of_folded([text.casefold() for text in nfc])
         bands = band_hashes(signatures, self.settings.bands, self.settings.rows)
         return DocumentKeys(exact, bands, shingled)
 

@@ -1,8 +1,9 @@
 """MinHash signatures over word n-gram shingles, and their LSH band hashes,
 for a whole task's documents at once (numpy, no per-shingle Python).
 
-Each distinct word is hashed once (64-bit BLAKE2b); a shingle's hash is a
-polynomial of its ``n`` word hashes (mod 2**64).  Permutation ``k`` maps a
+Words are hashed without making a Python string of each (common/dedup/
+word_hashes.py); a shingle's hash is a polynomial of its ``n`` word hashes
+(mod 2**64).  Permutation ``k`` maps a
 shingle hash ``h`` to the top 32 bits of ``a_k * h + b_k`` (mod 2**64,
 ``a_k`` odd): multiply-add-shift, a universal family that needs no modulo.
 A document's signature is the minimum over its distinct shingles, per
@@ -15,12 +16,10 @@ signature (``valid`` is False), is kept, and is counted as too short.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-
 import numpy as np
 
-from common.dedup.normalise import words
+from common.dedup.normalise import fold
+from common.dedup.word_hashes import word_hashes
 
 _SHINGLE_BASE = np.uint64(0x9E3779B97F4A7C15)
 
@@ -32,28 +31,10 @@ def permutations(perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-#: Word hashes kept between tasks (a corpus's vocabulary is mostly the same words); bounded (~25 MB) so a
-#: worker's memory does not grow with the corpus.
-_WORD_HASHES: dict[str, int] = {}
-_WORD_CACHE_LIMIT = 200_000
-
-
-def _hash_word(token: str) -> int:
-    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
-
-
-def shingles(documents: list[list[str]], ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    """(shingle hashes, owner document index), all documents at once, grouped by document.
-    A document of fewer than ``ngram`` words has none."""
-    every = list(itertools.chain.from_iterable(documents))
-    missing = set(every).difference(_WORD_HASHES)
-    if len(_WORD_HASHES) + len(missing) > _WORD_CACHE_LIMIT:
-        _WORD_HASHES.clear()
-        missing = set(every)
-    _WORD_HASHES.update(zip(missing, map(_hash_word, missing)))
-    # Every word's hash by C-level dictionary lookups (no Python loop per word).
-    flat = np.fromiter(map(_WORD_HASHES.__getitem__, every), dtype=np.uint64, count=len(every))
-    lengths = np.fromiter((len(ws) for ws in documents), dtype=np.int64, count=len(documents))
+def shingles_of_hashes(flat: np.ndarray, lengths: np.ndarray, ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shingle hashes, owner document index), from every document's word
+    hashes laid end to end (``lengths`` words each).  A document of fewer
+    than ``ngram`` words has none."""
     counts = np.maximum(lengths - ngram + 1, 0)
     total = len(flat) - ngram + 1
     if total <= 0 or not counts.any():
@@ -65,9 +46,14 @@ def shingles(documents: list[list[str]], ngram: int) -> tuple[np.ndarray, np.nda
             value += flat[k:k + total]
     # Keep the shingles that start and end inside one document.
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    owner = np.repeat(np.arange(len(documents)), counts)
+    owner = np.repeat(np.arange(len(lengths)), counts)
     position = np.repeat(starts, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
     return value[position], owner
+
+
+def shingles(documents: list[list[str]], ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same for documents given as their words (as :func:`words` cuts them)."""
+    return shingles_of_hashes(*word_hashes(["\0".join(document) for document in documents]), ngram)
 
 
 class MinHasher:
@@ -78,13 +64,14 @@ class MinHasher:
 
     def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(signatures uint32 [documents, perm], valid bool [documents])."""
-        return self.signatures_of_words([words(text) for text in texts])
+        return self.signatures_of_folded([fold(text) for text in texts])
 
-    def signatures_of_words(self, documents: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
-        flat, owner = shingles(documents, self.ngram)
-        valid = np.zeros(len(documents), dtype=bool)
+    def signatures_of_folded(self, folded: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The same from texts already NFC-normalised and case-folded (:func:`fold`)."""
+        flat, owner = shingles_of_hashes(*word_hashes(folded), self.ngram)
+        valid = np.zeros(len(folded), dtype=bool)
         valid[owner] = True
-        result = np.full((len(documents), self.perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+        result = np.full((len(folded), self.perm), np.iinfo(np.uint32).max, dtype=np.uint32)
         if not len(flat):
             return result, valid
         # One permutation at a time over every shingle of the task: contiguous 1-D operations, measured

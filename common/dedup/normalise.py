@@ -17,7 +17,8 @@ import hashlib
 import re
 import unicodedata
 
-_WORD = re.compile(r"\w+")
+#: A word: a maximal run of Unicode word characters (re's ``\\w``).
+WORD = re.compile(r"\w+")
 
 
 def document_text(lines: list[str]) -> str:
@@ -31,19 +32,24 @@ def normalise_exact(text: str) -> str:
 def exact_hash(text: str) -> int:
     """64 bits of BLAKE2b over the normalised text's UTF-8 (0 when it is empty:
     an empty document is nobody's copy)."""
-    normalised = normalise_exact(text)
-    if not normalised:
-        return 0
-    return int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "little") or 1
+    return exact_hash_of_nfc(unicodedata.normalize("NFC", text))
+
+
+def fold(text: str) -> str:
+    """What MinHash cuts words from: the NFC text, case-folded."""
+    return unicodedata.normalize("NFC", text).casefold()
 
 
 def words(text: str) -> list[str]:
-    return _WORD.findall(unicodedata.normalize("NFC", text).casefold())
+    """MinHash's words as strings (the signature stage hashes them without
+    making these: common/dedup/word_hashes.py; same cut)."""
+    return WORD.findall(fold(text))
 
 
-def exact_hash_and_words(text: str, want_words: bool) -> tuple[int, list[str]]:
-    """Both keys' inputs from one NFC normalisation (the signature stage's inner loop)."""
-    nfc = unicodedata.normalize("NFC", text)
+def exact_hash_of_nfc(nfc: str) -> int:
+    """:func:`exact_hash` of a text already in NFC (the signature stage
+    normalises once for both keys)."""
     normalised = " ".join(nfc.split())
-    digest = int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "little") or 1
-    return (digest if normalised else 0), (_WORD.findall(nfc.casefold()) if want_words else [])
+    if not normalised:
+        return 0
+    return int.from_bytes(hashlib.blake2b(normalised.encode("utf-8"), digest_size=8).digest(), "little") or 1

@@ -1,0 +1,103 @@
+"""64-bit hashes of every word of many texts, in numpy, without a Python
+string per word.
+
+The signature stage's cost was Python string work: ``re.findall`` making a
+list of words, then a dictionary lookup per word.  Here a batch of texts
+becomes one array of code points (UTF-32), a table says which code points
+are word characters (exactly re's ``\\w``: the table is built by that
+regex), and each run of word characters is hashed as a polynomial of its
+code points (mod 2**64, the powers from the run's own start), then mixed
+(SplitMix64's finaliser) with its length.  The words are the same as
+:func:`common.dedup.normalise.words` cuts; the hash of a word depends on
+that word only, so every worker gets the same hashes for the same text.
+
+Texts are taken in batches of about ``_BATCH_CHARACTERS`` code points, so
+memory is bounded (~50 bytes per code point of a batch) whatever the task.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from common.dedup.normalise import WORD
+
+_BASE = np.uint64(0x100000001B3)  # odd: every power is odd, none is 0
+_BATCH_CHARACTERS = 1 << 20
+_MAX_CODE_POINT = 0x110000
+
+_word_table: np.ndarray | None = None
+_powers = np.ones(1, dtype=np.uint64)
+
+
+def word_table() -> np.ndarray:
+    """bool [0x110000]: which code points re's ``\\w`` matches (built once per process, ~0.2 s)."""
+    global _word_table
+    if _word_table is None:
+        every = "".join(map(chr, range(_MAX_CODE_POINT)))
+        table = np.zeros(_MAX_CODE_POINT, dtype=bool)
+        character = re.compile(WORD.pattern.rstrip("+"))  # one word character: re's own \w
+        table[np.fromiter((m.start() for m in character.finditer(every)), dtype=np.int64)] = True
+        _word_table = table
+    return _word_table
+
+
+def _powers_up_to(count: int) -> np.ndarray:
+    global _powers
+    if len(_powers) < count:
+        size = max(count, 2 * len(_powers))
+        with np.errstate(over="ignore"):
+            _powers = np.multiply.accumulate(np.r_[np.uint64(1), np.full(size - 1, _BASE, dtype=np.uint64)])
+    return _powers[:count]
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: every input bit moves every output bit."""
+    with np.errstate(over="ignore"):
+        values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return values ^ (values >> np.uint64(31))
+
+
+def _hash_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(word hashes in order, words per text) of one batch."""
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    # One separator (not a word character) after each text: no word runs from one text into the next.
+    codes = np.frombuffer("\0".join(texts).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    where = np.flatnonzero(word_table()[codes])
+    if not len(where):
+        return np.empty(0, dtype=np.uint64), np.zeros(len(texts), dtype=np.int64)
+    starts_run = np.empty(len(where), dtype=bool)
+    starts_run[0] = True
+    np.not_equal(where[1:], where[:-1] + 1, out=starts_run[1:])
+    first = np.flatnonzero(starts_run)  # each word's first character, as an index into ``where``
+    run = np.cumsum(starts_run) - 1
+    offset = np.arange(len(where)) - first[run]
+    with np.errstate(over="ignore"):
+        terms = codes[where].astype(np.uint64) * _powers_up_to(int(offset.max()) + 1)[offset]
+        hashes = np.add.reduceat(terms, first)
+        sizes = np.diff(np.r_[first, len(where)]).astype(np.uint64)
+        hashes = _mix(hashes ^ (sizes * np.uint64(0x9E3779B97F4A7C15)))
+    text_starts = np.cumsum(lengths + 1) - (lengths + 1)
+    owner = np.searchsorted(text_starts, where[first], side="right") - 1
+    return hashes, np.bincount(owner, minlength=len(texts))
+
+
+def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(every word's hash, text after text, uint64; words per text, int64)."""
+    hashes, counts = [], []
+    batch, size = [], 0
+    for text in texts:
+        batch.append(text)
+        size += len(text) + 1
+        if size >= _BATCH_CHARACTERS:
+            part = _hash_batch(batch)
+            hashes.append(part[0])
+            counts.append(part[1])
+            batch, size = [], 0
+    if batch or not hashes:
+        part = _hash_batch(batch)
+        hashes.append(part[0])
+        counts.append(part[1])
+    return np.concatenate(hashes), np.concatenate(counts)
