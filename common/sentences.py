@@ -22,9 +22,10 @@ class Segmenter(str, enum.Enum):
     LINE = "line"
     BLINGFIRE = "blingfire"
 
-    def resolve(self, reader_default: str) -> "Segmenter":
-        """``auto`` becomes the reader's default (lines for formats whose lines are sentences)."""
-        return Segmenter(reader_default) if self is Segmenter.AUTO else self
+    def resolve(self, default: str) -> "Segmenter":
+        """``auto`` becomes the objective's unit or else the reader's default (lines for formats whose lines
+        are sentences)."""
+        return Segmenter(default) if self is Segmenter.AUTO else self
 
 
 def _bounded(segment: str) -> list[str]:

@@ -25,12 +25,14 @@ from worker.pipeline import TaskProcessor, TaskStats
 SEEDS = 24
 
 
-@pytest.fixture(scope="module")
-def corpus():
-    """wiki_00 tokenized by the worker: (vocabulary, TokenizedDocuments, nested lists, MB)."""
+@pytest.fixture(scope="module", params=["line", "blingfire"])
+def corpus(request):
+    """wiki_00 tokenized by the worker: (vocabulary, TokenizedDocuments, nested lists, MB, segmenter).  Its segments are
+    the paragraph lines (what the reference adds, and ``--segmenter auto`` for ELECTRA) or Bling Fire's
+    sentences (``--segmenter blingfire``)."""
     need_shared()
     vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
-    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), segmenter="blingfire",
+    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), segmenter=request.param,
                        tokenizer_json="", objective=Component("electra", {}))
     processor = TaskProcessor(config, vocabulary, output_storage=None)
     content = (WIKI / "AA" / "wiki_00").read_bytes()
@@ -40,7 +42,7 @@ def corpus():
     as_lists = [[tokens[offsets[s]:offsets[s + 1]] for s in
                  range(documents.document_offsets[d], documents.document_offsets[d + 1])]
                 for d in range(documents.num_documents)]
-    return vocabulary, documents, as_lists, len(content) / 1e6
+    return vocabulary, documents, as_lists, len(content) / 1e6, request.param
 
 
 def ours_unpadded(documents, params, rng, special):
@@ -57,7 +59,7 @@ def ours_unpadded(documents, params, rng, special):
     ElectraParams(max_seq_length=5), ElectraParams(blanks_separate_docs=False)],
     ids=["default", "512", "24", "5", "no-blanks"])
 def test_same_random_stream_gives_the_references_examples(corpus, params):
-    vocabulary, documents, as_lists, _ = corpus
+    vocabulary, documents, as_lists, _, _ = corpus
     special = vocabulary.special
     for seed in range(3):
         expected = electra_reference.build_examples(as_lists, params.max_seq_length, random.Random(seed), special.cls,
@@ -81,7 +83,7 @@ def statistics(examples, max_length, megabytes):
 
 @pytest.mark.parametrize("max_seq_length", [128, 512])
 def test_statistics_within_the_references_seed_to_seed_spread(corpus, max_seq_length):
-    vocabulary, documents, as_lists, megabytes = corpus
+    vocabulary, documents, as_lists, megabytes, _ = corpus
     special = vocabulary.special
     params = ElectraParams(max_seq_length=max_seq_length)
     objective = ElectraObjective(params, special)
@@ -104,7 +106,10 @@ def test_statistics_within_the_references_seed_to_seed_spread(corpus, max_seq_le
     for name, a, b, limit in zip(names, ours.mean(axis=0), reference.mean(axis=0), bound):
         assert abs(a - b) <= limit, f"{name}: ours {a:.4f}, reference {b:.4f} (bound {limit:.4f})"
     # And the reference's own rules, on our output: ~10% one segment by the coin (plus the
-    # examples whose sentences all fit in the first), first segment near half.
+    # examples whose sentences all fit in the first), first segment near half.  Whole paragraphs are
+    # often longer than half an example (lines): then the first segment takes one and often all of it.
+    if corpus[4] == "line":
+        return
     one_segment = ours[:, 4].mean()
     assert 0.09 < one_segment < 0.35
     assert 0.35 < ours[:, 5].mean() < 0.65
@@ -112,7 +117,7 @@ def test_statistics_within_the_references_seed_to_seed_spread(corpus, max_seq_le
 
 def test_features_are_what_pretrain_data_reads(corpus):
     """ELECTRA's pretrain_data.py: input_ids, input_mask, segment_ids, each FixedLenFeature([max_seq_length])."""
-    vocabulary, documents, _, _ = corpus
+    vocabulary, documents, _, _, _ = corpus
     objective = ElectraObjective(ElectraParams(max_seq_length=64), vocabulary.special)
     assert [(f.name, f.length) for f in objective.features] == [
         ("input_ids", 64), ("input_mask", 64), ("segment_ids", 64)]

@@ -75,7 +75,8 @@ def _size(_ctx, _param, value):
               help="How the records are written (see the README's formats table).")
 @click.option("--segmenter", type=click.Choice(["auto", "blingfire", "line"]), default="auto", show_envvar=True,
               help="How segments for next-sentence prediction are cut: blingfire sentences, or lines as they are. "
-                   "auto: lines for the text format (already one sentence per line), sentences otherwise.")
+                   "auto: lines for --objective electra (its reference adds lines) and for the text format (already one "
+                   "sentence per line), sentences otherwise.")
 @click.option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="BERT vocab.txt (e.g. bert-base-uncased's). Or use --tokenizer.")
 @click.option("--tokenizer", type=click.Path(), default=None, show_envvar=True,

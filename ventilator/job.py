@@ -195,7 +195,8 @@ def prepare_job(options: JobOptions) -> Job:
         data_uri=data_uri,
         output_uri=output_uri,
         reader=reader_class.component(reader_params),
-        segmenter=Segmenter(options.segmenter).resolve(reader_class.default_segmenter).value,
+        segmenter=Segmenter(options.segmenter).resolve(
+            objective_class.segment_unit or reader_class.default_segmenter).value,
         tokenizer_json=vocabulary.to_json(),
         objective=objective_class.component(objective_params),
         writer=writer_class.component(writer_params),

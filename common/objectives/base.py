@@ -75,6 +75,9 @@ class Objective(Configurable, abc.ABC):
     needs: ClassVar[tuple[str, ...]] = ()
     #: A sentence-level segmentation is needed (NSP, SOP); otherwise documents may be cut anyhow.
     uses_segments: ClassVar[bool] = True
+    #: The unit the reference script adds, when it fixes one ("line": ELECTRA packs its input's lines): what
+    #: ``--segmenter auto`` means for this objective.  None: the reader's default.
+    segment_unit: ClassVar[str | None] = None
 
     def __init__(self, params, special: SpecialIds):
         self.params = params

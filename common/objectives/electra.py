@@ -209,6 +209,7 @@ class ElectraObjective(Objective):
     name = "electra"
     Params = ElectraParams
     needs = ("cls", "sep")
+    segment_unit = "line"  # the reference adds its input's lines as they are
 
     @property
     def features(self) -> list[Feature]:

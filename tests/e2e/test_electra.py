@@ -29,8 +29,10 @@ def test_electra(small_corpus, tmp_path):
             b = int(np.argmax(segments))
             assert ids[b - 1] == SEP and (segments[b:n] == 1).all()
             two_segments += 1
-    assert len(examples) > 200
-    assert 0.6 < two_segments / len(examples) < 0.95
+    assert len(examples) > 150  # ~150 KB: its paragraph lines, as the reference adds them (--segmenter auto)
+    # Paragraph lines are often longer than half an example and then fill the first segment alone: about
+    # half the examples have two (tests/test_electra_statistics.py compares that with the reference).
+    assert 0.3 < two_segments / len(examples) < 0.95
 
 
 @pytest.mark.parametrize("objective,flag,expected", [
