@@ -35,7 +35,7 @@ ELECTRA_SCRIPT_CPU_S_PER_MB = 0.91
 
 #: create_pretraining_data.py of google-research/albert, CPU-s per input MB (start-up subtracted), measured here
 #: (docs/benchmarks.md has the command): used when no checkout is given.
-ALBERT_SCRIPT_CPU_S_PER_MB = {(128, 10): 14.7, (512, 40): 55.0}
+ALBERT_SCRIPT_CPU_S_PER_MB = {(128, 10): 17.65, (512, 40): 85.4}
 
 
 def albert_checkout() -> Path | None:
