@@ -139,3 +139,20 @@ def test_plan_tasks_cover_files_and_keep_compressed_whole():
     assert [(t.path, t.start, t.end) for t in tasks] == [("a", 0, 4), ("a", 4, 8), ("a", 8, 10), ("b.gz", 0, 100)]
     assert tasks[-1].compression == "gzip"
     assert len({t.task_id for t in tasks}) == len(tasks)
+
+
+def test_roles_do_not_load_pyarrow_until_a_parquet_file_is_touched():
+    """Every reader and writer is imported for the command line; pyarrow
+    (~40 MB of RSS) is loaded only when Parquet is read or written."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    code = ("import sys, ventilator.cli, sink.cli, worker.cli\n"
+            "from common.readers import readers\nfrom common.writers import writers\nreaders(); writers()\n"
+            "assert not [m for m in sys.modules if m.startswith('pyarrow')], 'pyarrow loaded'\n"
+            "from common.writers.parquet import arrow_schema\nfrom common.objectives.base import Feature\n"
+            "arrow_schema([Feature('input_ids', 'int32', 8)])\nassert 'pyarrow' in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -26,20 +26,25 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from common.lazy_import import LazyModule
 from common.params import param
 from common.readers.base import Document, ParseReport, Reader, decode_utf8
 from common.readers.seekable import ReadAtFile
 from common.storage import StorageError
 from common.tasks import InputFile, Task
 
+pa = LazyModule("pyarrow")
+pq = LazyModule("pyarrow.parquet")
+
 MAGIC = b"PAR1"
 #: Footers read at once when planning: S3 latency, not bandwidth, bounds a listing of thousands of files.
 FOOTER_THREADS = 16
 _SKIPPED_KEY = b"mlm.skipped"
-_PAYLOAD_SCHEMA = pa.schema([("text", pa.large_binary()), ("id", pa.large_string()), ("row", pa.int64())])
+
+
+def _payload_schema():
+    return pa.schema([("text", pa.large_binary()), ("id", pa.large_string()), ("row", pa.int64())])
 
 
 class NotParquet(ValueError):
@@ -244,7 +249,7 @@ class ParquetReader(Reader):
         if ids is None:
             ids = pa.nulls(table.num_rows, pa.large_string())
         positions = pa.array(range(first_row, first_row + table.num_rows), pa.int64())
-        return pa.Table.from_arrays([text, ids, positions], schema=_PAYLOAD_SCHEMA)
+        return pa.Table.from_arrays([text, ids, positions], schema=_payload_schema())
 
     def documents(self, task: Task, payload: bytes, report: ParseReport) -> Iterator[Document]:
         stream = pa.ipc.open_stream(payload)
@@ -277,7 +282,7 @@ class ParquetReader(Reader):
 
 
 def _to_ipc(tables: list[pa.Table], skipped: dict[str, int]) -> bytes:
-    schema = _PAYLOAD_SCHEMA.with_metadata({_SKIPPED_KEY: json.dumps(skipped, sort_keys=True).encode()})
+    schema = _payload_schema().with_metadata({_SKIPPED_KEY: json.dumps(skipped, sort_keys=True).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         for table in tables:

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from common.lazy_import import LazyModule
 from common.objectives.base import Batch, Feature, Ragged
 from common.params import param
 from common.writers.base import ShardFile, TaskOutput, Writer
+
+pa = LazyModule("pyarrow")
+pq = LazyModule("pyarrow.parquet")
 
 #: Records per row group: ~2-10 MB of token ids at 128-512 tokens, one read each.
 ROW_GROUP_ROWS = 8192
