@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loader.masking import MaskingParams, remask
+from loader.layout import RecordLayout
+from loader.masking import MASK_FIELDS, MaskingParams, remask, served_layout
 from loader.order import EpochOrder, Partition
 from loader.shards import ShardCache
 
@@ -35,6 +36,16 @@ class BatchMaker:
         self.shards = cache.shards
         self.params = params
         self._orders: OrderedDict[int, EpochOrder] = OrderedDict()
+        self._layout: RecordLayout | None = None
+
+    def layout(self) -> RecordLayout:
+        """The records as batches carry them (the stored ones, plus the mask
+        features when an unmasked output is masked here).  ValueError: dynamic
+        masking of records that cannot take it."""
+        if self._layout is None:
+            stored = self.cache.layout_of()
+            self._layout = stored if self.params.masking is None else served_layout(stored, self.params.masking)
+        return self._layout
 
     def partition(self, world_size: int) -> Partition:
         return Partition(self.shards.records, world_size, self.params.batch_size)
@@ -56,9 +67,14 @@ class BatchMaker:
         matrix = self._gather(shard, index)
         record_ids = self.shards.offsets[shard] + index
         if self.params.masking is not None:
-            views = self.cache.layout_of().views(matrix)
+            layout = self.layout()
+            if layout.row_bytes != matrix.shape[1]:  # an unmasked output: room for the masks after the record
+                served = np.zeros((len(matrix), layout.row_bytes), dtype=np.uint8)
+                served[:, :matrix.shape[1]] = matrix
+                matrix = served
+            views = layout.views(matrix)
             masked = remask(views, record_ids, self.params.seed, epoch, self.params.masking)
-            for name in ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+            for name in ("input_ids", *MASK_FIELDS):
                 views[name][...] = masked[name]
         return Built(matrix, record_ids, batch == partition.batches(rank) - 1)
 

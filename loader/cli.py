@@ -16,20 +16,19 @@ from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import DatasetError, open_dataset
 
 
-def vocabulary_ids(vocab_file: str) -> tuple[int, int]:
-    """([MASK]'s id, vocabulary size) of a BERT vocab.txt, read as the pipeline reads it."""
-    tokens: dict[str, int] = {}
+def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
+    """(the mask token's id, the vocabulary size) of the tokenizer the output was made with, loaded as the
+    pipeline loads it (vocab.txt, tokenizers JSON, SentencePiece .model or a model directory)."""
+    from common.tokenization import Vocabulary, load_tokenizer
+
+    hint = "--tokenizer" if tokenizer else "--vocab-file"
     try:
-        with open(vocab_file, encoding="utf-8") as handle:
-            for line in handle:
-                token = line.rstrip("\n").strip()
-                if token and token not in tokens:
-                    tokens[token] = len(tokens)
-    except OSError as error:
-        raise click.BadParameter(f"{vocab_file}: {error.strerror}", param_hint="--vocab-file") from None
-    if "[MASK]" not in tokens:
-        raise click.BadParameter(f"{vocab_file} has no [MASK] token", param_hint="--vocab-file")
-    return tokens["[MASK]"], len(tokens)
+        special = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab_file, tokenizer_file=tokenizer)).special
+    except (OSError, ValueError) as error:
+        raise click.BadParameter(str(error).splitlines()[0], param_hint=hint) from None
+    if special.mask is None:
+        raise click.BadParameter(f"{tokenizer or vocab_file} has no mask token", param_hint=hint)
+    return special.mask, special.vocab_size
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
@@ -48,12 +47,18 @@ def vocabulary_ids(vocab_file: str) -> tuple[int, int]:
               help="Draw new masks per (seed, epoch, record) from the restored original tokens.")
 @click.option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="With --dynamic-masking: the vocab.txt the output was made with ([MASK] id, vocabulary size).")
+@click.option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
+              help="With --dynamic-masking: the tokenizer the output was made with instead (tokenizers JSON, "
+                   "SentencePiece .model or a local model directory).")
 @click.option("--mask-id", type=click.IntRange(min=0), default=None, show_envvar=True,
               help="With --dynamic-masking and no --vocab-file: the [MASK] token's id.")
 @click.option("--vocab-size", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --dynamic-masking and no --vocab-file: ids drawn for the 10% random replacements.")
 @click.option("--masked-lm-prob", type=click.FloatRange(0, 1, min_open=True), default=0.15, show_envvar=True,
               help="With --dynamic-masking: share of each sequence's tokens to mask.")
+@click.option("--max-predictions-per-seq", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="With --dynamic-masking of an unmasked output (--masking none): mask slots per record.  "
+                   "[default: ceil(length x --masked-lm-prob)]")
 @click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
 @click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
@@ -65,8 +70,8 @@ def vocabulary_ids(vocab_file: str) -> tuple[int, int]:
               help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, mask_id, vocab_size,
-         masked_lm_prob, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
+def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, tokenizer, mask_id,
+         vocab_size, masked_lm_prob, max_predictions_per_seq, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
          verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
@@ -77,13 +82,14 @@ def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_maskin
     logs.configure(verbose)
     masking = None
     if dynamic_masking:
-        if vocab_file:
-            mask_id, vocab_size = vocabulary_ids(vocab_file)
+        if vocab_file or tokenizer:
+            mask_id, vocab_size = mask_ids(vocab_file, tokenizer)
         elif mask_id is None or vocab_size is None:
-            raise click.UsageError("--dynamic-masking needs --vocab-file, or both --mask-id and --vocab-size")
+            raise click.UsageError("--dynamic-masking needs --vocab-file or --tokenizer, or both --mask-id and "
+                                   "--vocab-size")
         if mask_id >= vocab_size:
             raise click.UsageError(f"--mask-id {mask_id} is not below --vocab-size {vocab_size}")
-        masking = MaskingParams(mask_id, vocab_size, masked_lm_prob)
+        masking = MaskingParams(mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq)
     try:
         curve = Curve(curve_dir) if curve_dir else None
         storage, shards = open_dataset(data, s3_endpoint_url)

@@ -7,6 +7,12 @@ of the non-special positions (not [CLS], not the [SEP]s, not padding) chosen
 uniformly, each 80% [MASK], 10% itself, 10% a random id — the project's own
 masking functions (common.objectives.masking), imported here only.
 
+Unmasked outputs (``--objective roberta --masking none``) are what RoBERTa
+recipes store: tokens, ``special_tokens_mask`` and no masks.  For them the
+server adds the three mask features to every batch (:func:`served_layout`)
+and draws them the same way; ``special_tokens_mask`` says which positions
+are never masked (separators inside a block included).
+
 Every draw is a hash of (seed, epoch, record, position, purpose), not a
 generator's running state, so a record's masks do not depend on which
 batch, rank or server it lands in, and a whole batch is drawn at once.
@@ -14,16 +20,21 @@ batch, rank or server it lands in, and a whole batch is drawn at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from common.objectives.base import derive_seed
+from loader.layout import Field, RecordLayout
 from common.objectives.masking import apply_masks, num_to_predict  # the project's masking: imported here only
 
-#: The features dynamic masking rewrites (and needs).
+#: The features dynamic masking rewrites (and needs) in a masked output.
 MASKED_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                    "masked_lm_weights")
+#: What an unmasked output needs instead; the mask features are then added to every batch.
+UNMASKED_FEATURES = ("input_ids", "input_mask", "special_tokens_mask")
+MASK_FIELDS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,25 @@ class MaskingParams:
     mask_id: int
     vocab_size: int
     masked_lm_prob: float = 0.15
+    #: Mask slots per record for unmasked outputs (a masked output keeps its own); None: ceil(length * prob).
+    max_predictions: int | None = None
+
+
+def served_layout(stored: RecordLayout, params: MaskingParams) -> RecordLayout:
+    """The records as batches carry them with dynamic masking: as stored for a
+    masked output; with the mask features added for an unmasked one.  A
+    ValueError names what is missing."""
+    names = {f.name for f in stored.fields}
+    if all(name in names for name in MASKED_FEATURES):
+        return stored
+    if all(name in names for name in UNMASKED_FEATURES) and not names & set(MASK_FIELDS):
+        width = next(f.width for f in stored.fields if f.name == "input_ids")
+        slots = params.max_predictions or max(1, math.ceil(width * params.masked_lm_prob))
+        return RecordLayout((*stored.fields, Field("masked_lm_positions", "int32", slots),
+                             Field("masked_lm_ids", "int32", slots), Field("masked_lm_weights", "float32", slots)))
+    raise ValueError(f"--dynamic-masking needs a masked output ({', '.join(MASKED_FEATURES)}) or an unmasked one "
+                     f"({', '.join(UNMASKED_FEATURES)}: --objective roberta --masking none); these records have "
+                     f"{', '.join(sorted(names))}")
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -79,8 +109,11 @@ def restore(features: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def candidates(features: dict[str, np.ndarray]) -> np.ndarray:
-    """Maskable positions: inside the sequence, not [CLS] (first), not the
-    [SEP] closing segment A (before B's first token), not the last [SEP]."""
+    """Maskable positions: those ``special_tokens_mask`` does not mark, when
+    the records carry it; else inside the sequence, not [CLS] (first), not
+    the [SEP] closing segment A (before B's first token), not the last [SEP]."""
+    if "special_tokens_mask" in features:
+        return (features["input_mask"] == 1) & (features["special_tokens_mask"] == 0)
     input_mask, segment_ids = features["input_mask"], features["segment_ids"]
     n, length = input_mask.shape
     positions = np.arange(length)[None, :]
@@ -93,9 +126,9 @@ def candidates(features: dict[str, np.ndarray]) -> np.ndarray:
 def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, epoch: int,
            params: MaskingParams) -> dict[str, np.ndarray]:
     """The batch with masks drawn anew for (seed, epoch, record); other features untouched."""
-    missing = [name for name in MASKED_FEATURES if name not in features]
+    missing = [name for name in MASK_FIELDS if name not in features]
     if missing:
-        raise ValueError(f"dynamic masking needs the features {', '.join(missing)}")
+        raise ValueError(f"dynamic masking needs the features {', '.join(missing)} (see served_layout)")
     original = restore(features)
     maskable = candidates(features)
     max_predictions = features["masked_lm_positions"].shape[1]

@@ -26,7 +26,7 @@ from common.security import Curve
 from common.transport import DroppedMessages, listen, make_socket
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
-from loader.shards import ShardCache, ShardList
+from loader.shards import DatasetError, ShardCache, ShardList
 
 log = logging.getLogger("loader")
 
@@ -114,6 +114,10 @@ class LoaderServer:
         warns when one shuffle window's records do not fit the cache: it would then
         reread shards within a window (correct, but slow)."""
         row_bytes = self.cache.layout_of().row_bytes
+        try:
+            self.maker.layout()
+        except ValueError as error:
+            raise DatasetError(f"{self.cache.storage.uri('')}: {error}") from None
         window = min(self.params.window, self.shards.records)
         largest = int(self.shards.counts.max())
         needed = (window + 2 * largest) * row_bytes
@@ -215,7 +219,7 @@ class LoaderServer:
 
     def _feature_specs(self) -> list[messages.FeatureSpec]:
         if self._features is None:
-            self._features = [messages.FeatureSpec(f.name, f.dtype, f.width) for f in self.cache.layout_of().fields]
+            self._features = [messages.FeatureSpec(f.name, f.dtype, f.width) for f in self.maker.layout().fields]
         return self._features
 
     def status(self) -> messages.Status:
