@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.hashing import mix64
 from common.objectives.base import derive_seed
 from loader.layout import Field, RecordLayout
 from common.objectives.masking import apply_masks, num_to_predict  # the project's masking: imported here only
@@ -63,19 +64,11 @@ def served_layout(stored: RecordLayout, params: MaskingParams) -> RecordLayout:
                      f"{', '.join(sorted(names))}")
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a bijective, well-mixed hash of uint64s."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def _uniform(keys: np.ndarray, columns: np.ndarray, stream: int) -> np.ndarray:
     """Uniform [0, 1) draws, one per (record key, column) pair, for ``stream``."""
     with np.errstate(over="ignore"):
-        salt = _mix(np.uint64(stream) * np.uint64(0x9E3779B97F4A7C15) + columns.astype(np.uint64))
-        bits = _mix(keys ^ salt)
+        salt = mix64(np.uint64(stream) * np.uint64(0x9E3779B97F4A7C15) + columns.astype(np.uint64))
+        bits = mix64(keys ^ salt)
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
@@ -134,7 +127,7 @@ def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, e
     max_predictions = features["masked_lm_positions"].shape[1]
     base = np.uint64(derive_seed(seed, f"loader-epoch-{epoch}", 0, "mask"))
     with np.errstate(over="ignore"):
-        keys = _mix(base ^ _mix(np.asarray(record_ids, dtype=np.uint64)))
+        keys = mix64(base ^ mix64(np.asarray(record_ids, dtype=np.uint64)))
     n, length = original.shape
     budget = num_to_predict(features["input_mask"].sum(axis=1), params.masked_lm_prob, max_predictions)
     # A uniform subset of `budget` candidates: those with the smallest keys.

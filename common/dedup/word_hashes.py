@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from common.dedup.normalise import WORD
+from common.hashing import mix64
 
 _BASE = np.uint64(0x100000001B3)  # odd: every power is odd, none is 0
 _BATCH_CHARACTERS = 1 << 20
@@ -52,14 +53,6 @@ def _powers_up_to(count: int) -> np.ndarray:
     return _powers[:count]
 
 
-def _mix(values: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser: every input bit moves every output bit."""
-    with np.errstate(over="ignore"):
-        values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return values ^ (values >> np.uint64(31))
-
-
 def _hash_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(word hashes in order, words per text) of one batch."""
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
@@ -78,7 +71,7 @@ def _hash_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         terms = codes[where].astype(np.uint64) * _powers_up_to(int(offset.max()) + 1)[offset]
         hashes = np.add.reduceat(terms, first)
         sizes = np.diff(np.r_[first, len(where)]).astype(np.uint64)
-        hashes = _mix(hashes ^ (sizes * np.uint64(0x9E3779B97F4A7C15)))
+        hashes = mix64(hashes ^ (sizes * np.uint64(0x9E3779B97F4A7C15)))
     text_starts = np.cumsum(lengths + 1) - (lengths + 1)
     owner = np.searchsorted(text_starts, where[first], side="right") - 1
     return hashes, np.bincount(owner, minlength=len(texts))
