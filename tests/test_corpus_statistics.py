@@ -17,7 +17,6 @@ from common.params import Component
 from common.tasks import Task
 from common.objectives import derive_seed
 from common.objectives.bert import build_batch, plan_instances
-from common.tokenization import SpecialIds
 from common.tokenization import Vocabulary, load_tokenizer
 from tests import bert_reference
 from tests.helpers import VOCAB, WIKI, need_shared

@@ -13,7 +13,7 @@ from common.dedup.in_memory import deduplicate
 from common.dedup.lsh import optimal_bands_rows
 from common.dedup.normalise import exact_hash, normalise_exact, words
 from common.dedup.settings import DedupSettings
-from tests.dedup_corpus import planted_corpus, shingle_set
+from tests.dedup_corpus import planted_corpus
 from tests.helpers import WIKI, need_shared
 
 THRESHOLD = 0.8

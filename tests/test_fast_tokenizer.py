@@ -26,8 +26,7 @@ from common.tokenization.fast_wordpiece import agrees_with_hf, make_fast_encoder
 from common.sentences import Segmenter, split_segments
 from common.tokenization import Vocabulary, bert_tokenizer_from_vocab
 from tests.helpers import VOCAB, WIKI, need_shared
-from common.readers import ParseReport, detect, reader_named
-from common.readers.content import task_content
+from common.readers import ParseReport, reader_named
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 

@@ -5,7 +5,7 @@ endpoint that must not slow a worker off EC2)."""
 import json
 import socket
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 

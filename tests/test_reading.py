@@ -9,7 +9,7 @@ import zstandard
 
 from common.readers.content import UnreadableInput, decompress, is_permanent
 from common.storage import VersionChanged
-from common.readers import ParseReport, detect, reader_named
+from common.readers import reader_named
 from common.readers.content import task_content
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
