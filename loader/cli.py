@@ -19,11 +19,11 @@ from loader.shards import DatasetError, open_dataset
 def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
     """(the mask token's id, the vocabulary size) of the tokenizer the output was made with, loaded as the
     pipeline loads it (vocab.txt, tokenizers JSON, SentencePiece .model or a model directory)."""
-    from common.tokenization import Vocabulary, load_tokenizer
+    from common.tokenization import load_vocabulary  # as the ventilator loads it: the model directory's roles too
 
     hint = "--tokenizer" if tokenizer else "--vocab-file"
     try:
-        special = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab_file, tokenizer_file=tokenizer)).special
+        special = load_vocabulary(vocab_file, tokenizer).special
     except (OSError, ValueError) as error:
         raise click.BadParameter(str(error).splitlines()[0], param_hint=hint) from None
     if special.mask is None:

@@ -101,19 +101,23 @@ def restore(features: dict[str, np.ndarray]) -> np.ndarray:
     return original
 
 
-def candidates(features: dict[str, np.ndarray]) -> np.ndarray:
+def candidates(features: dict[str, np.ndarray], original: np.ndarray | None = None) -> np.ndarray:
     """Maskable positions: those ``special_tokens_mask`` does not mark, when
-    the records carry it; else inside the sequence, not [CLS] (first), not
-    the [SEP] closing segment A (before B's first token), not the last [SEP]."""
+    the records carry it.  Else the positions inside the sequence whose
+    original token is neither the first one's ([CLS], ``<s>``) nor the
+    closing one's ([SEP], ``</s>``): that also leaves out the [SEP] between
+    BERT's segments and the separators inside a packed RoBERTa block (special
+    tokens are never made from a document's text, so these ids appear only
+    where the pipeline put them).  ``original``: the unmasked ids (restored
+    from the stored masks when not given)."""
+    input_mask = features["input_mask"]
     if "special_tokens_mask" in features:
-        return (features["input_mask"] == 1) & (features["special_tokens_mask"] == 0)
-    input_mask, segment_ids = features["input_mask"], features["segment_ids"]
-    n, length = input_mask.shape
-    positions = np.arange(length)[None, :]
-    sequence_length = input_mask.sum(axis=1)[:, None]
-    in_b = (segment_ids == 1) & (input_mask == 1)
-    b_first = np.where(in_b.any(axis=1), np.argmax(in_b, axis=1), sequence_length[:, 0])[:, None]
-    return ((positions >= 1) & (positions < sequence_length - 1) & (positions != b_first - 1))
+        return (input_mask == 1) & (features["special_tokens_mask"] == 0)
+    ids = restore(features) if original is None else original
+    rows = np.arange(len(ids))
+    last = np.maximum(input_mask.sum(axis=1) - 1, 0)
+    first_id, closing_id = ids[:, :1], ids[rows, last][:, None]
+    return (input_mask == 1) & (ids != first_id) & (ids != closing_id)
 
 
 def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, epoch: int,
@@ -123,7 +127,7 @@ def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, e
     if missing:
         raise ValueError(f"dynamic masking needs the features {', '.join(missing)} (see served_layout)")
     original = restore(features)
-    maskable = candidates(features)
+    maskable = candidates(features, original)
     max_predictions = features["masked_lm_positions"].shape[1]
     base = np.uint64(derive_seed(seed, f"loader-epoch-{epoch}", 0, "mask"))
     with np.errstate(over="ignore"):

@@ -217,7 +217,9 @@ def test_word_hashes_in_batches_are_the_same(monkeypatch):
     from common.dedup import word_hashes as module
 
     texts = [f"doc {i} " + " ".join(f"w{j % 97}" for j in range(i * 7)) for i in range(60)]
+    texts += ["x" * 1000, "十二" * 400 + " tail words", "", "word " * 500]  # no space; a late space; empty
     whole = module.word_hashes(texts)
+    assert whole[1].tolist() == [len(words(text)) for text in texts]
     monkeypatch.setattr(module, "_BATCH_CHARACTERS", 300)
     batched = module.word_hashes(texts)
     assert np.array_equal(whole[0], batched[0]) and np.array_equal(whole[1], batched[1])

@@ -208,3 +208,44 @@ def test_parquet_files_of_fixed_length_lists_are_read(tmp_path):
     pq.write_table(pa.table({"input_ids": pa.array([[1, 2], [3]], type=pa.list_(pa.int32()))}), path)
     with pytest.raises(ValueError, match="varies in length"):
         reader_for(path.name)(path.read_bytes())
+
+
+def test_the_mask_id_comes_from_the_tokenizer_as_the_ventilator_reads_it(tmp_path):
+    """A model directory's own configuration names its mask token: the loader
+    masks with the id the output was made with, not a guess by name."""
+    import json
+
+    from tokenizers import BertWordPieceTokenizer
+
+    from loader.cli import mask_ids
+    from tests.helpers import VOCAB, need_shared
+
+    need_shared()
+    assert mask_ids(str(VOCAB), None) == (103, 30522)
+    model = tmp_path / "model"
+    model.mkdir()
+    BertWordPieceTokenizer(str(VOCAB), lowercase=True).save(str(model / "tokenizer.json"))
+    (model / "tokenizer_config.json").write_text(json.dumps({"mask_token": "[unused0]"}))
+    assert mask_ids(None, str(model)) == (1, 30522)
+
+
+def test_separators_inside_a_block_are_never_maskable():
+    """Without special_tokens_mask (BERT, RoBERTa --masking static), the
+    first and closing ids are special wherever they stand: BERT's middle
+    [SEP] and the separators between documents of a packed block."""
+    from loader.masking import candidates
+
+    cls, sep = 101, 102
+    ids = np.array([[cls, 7, 8, sep, 9, 10, sep, 0],      # a packed block, one segment id
+                    [cls, 7, sep, 9, 10, 11, sep, 0]])    # BERT: A, [SEP], B, [SEP]
+    features = {"input_ids": ids, "input_mask": (np.arange(8) < 7).astype(np.int32)[None, :].repeat(2, 0),
+                "segment_ids": np.array([[0] * 8, [0, 0, 0, 1, 1, 1, 1, 0]]),
+                "masked_lm_positions": np.zeros((2, 2), np.int32), "masked_lm_ids": np.zeros((2, 2), np.int32),
+                "masked_lm_weights": np.zeros((2, 2), np.float32)}
+    assert candidates(features).astype(int).tolist() == [[0, 1, 1, 0, 1, 1, 0, 0], [0, 1, 0, 1, 1, 1, 0, 0]]
+    # A stored mask whose 10% random replacement drew [SEP]'s id is judged by the original token.
+    features["input_ids"] = ids.copy()
+    features["input_ids"][0, 1] = sep
+    features["masked_lm_positions"][0, 0], features["masked_lm_ids"][0, 0] = 1, 7
+    features["masked_lm_weights"][0, 0] = 1.0
+    assert candidates(features)[0, 1]

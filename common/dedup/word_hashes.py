@@ -11,8 +11,10 @@ code points (mod 2**64, the powers from the run's own start), then mixed
 :func:`common.dedup.normalise.words` cuts; the hash of a word depends on
 that word only, so every worker gets the same hashes for the same text.
 
-Texts are taken in batches of about ``_BATCH_CHARACTERS`` code points, so
-memory is bounded (~50 bytes per code point of a batch) whatever the task.
+Texts are taken in batches of about ``_BATCH_CHARACTERS`` code points, a
+long text cut at spaces into pieces of that size, so memory is bounded (~50
+bytes per code point of a batch) whatever the task; only a text with no
+space for over a million code points is taken whole.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _MAX_CODE_POINT = 0x110000
 
 _word_table: np.ndarray | None = None
 _powers = np.ones(1, dtype=np.uint64)
+#: Powers kept between calls: words longer than this (rare: URLs, base64) compute theirs each time.
+_POWERS_KEPT = 1 << 12
 
 
 def word_table() -> np.ndarray:
@@ -45,12 +49,15 @@ def word_table() -> np.ndarray:
 
 
 def _powers_up_to(count: int) -> np.ndarray:
+    """_BASE ** 0 .. count - 1 (mod 2**64); the first _POWERS_KEPT are kept between calls."""
     global _powers
-    if len(_powers) < count:
-        size = max(count, 2 * len(_powers))
-        with np.errstate(over="ignore"):
-            _powers = np.multiply.accumulate(np.r_[np.uint64(1), np.full(size - 1, _BASE, dtype=np.uint64)])
-    return _powers[:count]
+    if len(_powers) >= count:
+        return _powers[:count]
+    with np.errstate(over="ignore"):
+        powers = np.multiply.accumulate(np.r_[np.uint64(1), np.full(count - 1, _BASE, dtype=np.uint64)])
+    if count <= _POWERS_KEPT:
+        _powers = powers
+    return powers
 
 
 def _hash_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -77,20 +84,46 @@ def _hash_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return hashes, np.bincount(owner, minlength=len(texts))
 
 
+def _pieces(text: str) -> list[str]:
+    """A text cut at spaces into pieces of about ``_BATCH_CHARACTERS`` (a
+    space is no word character: no word spans two pieces).  A text without
+    a space for that long stays whole."""
+    if len(text) <= _BATCH_CHARACTERS:
+        return [text]
+    pieces, start = [], 0
+    while len(text) - start > _BATCH_CHARACTERS:
+        cut = text.find(" ", start + _BATCH_CHARACTERS)
+        if cut < 0:
+            break
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
 def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(every word's hash, text after text, uint64; words per text, int64)."""
-    hashes, counts = [], []
+    """(every word's hash, text after text, uint64; words per text, int64).
+    Texts are hashed in batches of about ``_BATCH_CHARACTERS`` code points,
+    long texts cut into pieces of that size, so memory stays bounded."""
+    hashes, piece_counts, owners = [], [], []
     batch, size = [], 0
-    for text in texts:
-        batch.append(text)
-        size += len(text) + 1
-        if size >= _BATCH_CHARACTERS:
-            part = _hash_batch(batch)
-            hashes.append(part[0])
-            counts.append(part[1])
-            batch, size = [], 0
+
+    def flush() -> None:
+        part_hashes, part_counts = _hash_batch(batch)
+        hashes.append(part_hashes)
+        piece_counts.append(part_counts)
+
+    for index, text in enumerate(texts):
+        for piece in _pieces(text):
+            batch.append(piece)
+            owners.append(index)
+            size += len(piece) + 1
+            if size >= _BATCH_CHARACTERS:
+                flush()
+                batch, size = [], 0
     if batch or not hashes:
-        part = _hash_batch(batch)
-        hashes.append(part[0])
-        counts.append(part[1])
-    return np.concatenate(hashes), np.concatenate(counts)
+        flush()
+    counts = np.concatenate(piece_counts)
+    words = np.bincount(np.asarray(owners, dtype=np.int64), weights=counts, minlength=len(texts)) if owners else \
+        np.zeros(len(texts))
+    return np.concatenate(hashes), words.astype(np.int64)
