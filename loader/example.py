@@ -24,6 +24,8 @@ import struct
 
 import numpy as np
 
+from common.protobuf_wire import WireError, fields, read_varint
+
 _KEY = 0x0A  # field 1, length-delimited (Example.features, Features.feature, entry key, packed values)
 _VALUE = 0x12  # field 2, length-delimited (entry value; FloatList in a Feature)
 _FLOAT_LIST, _INT64_LIST = 0x12, 0x1A
@@ -179,41 +181,17 @@ def _narrow(values: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------
 
 def _read_varint(data: bytes, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if offset >= len(data):
-            raise ExampleError("truncated varint")
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, offset
-        if shift > 63:
-            raise ExampleError("varint too long")
+    try:
+        return read_varint(data, offset)
+    except WireError as error:
+        raise ExampleError(str(error)) from None
 
 
 def _fields(data: bytes):
-    """(field number, wire type, value) of a message: value is an int for
-    varints, bytes for length-delimited and fixed fields."""
-    offset = 0
-    while offset < len(data):
-        tag, offset = _read_varint(data, offset)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, offset = _read_varint(data, offset)
-        elif wire == 2:
-            size, offset = _read_varint(data, offset)
-            value, offset = data[offset:offset + size], offset + size
-            if len(value) != size:
-                raise ExampleError("truncated field")
-        elif wire == 5:
-            value, offset = data[offset:offset + 4], offset + 4
-        elif wire == 1:
-            value, offset = data[offset:offset + 8], offset + 8
-        else:
-            raise ExampleError(f"unsupported wire type {wire}")
-        yield number, wire, value
+    try:
+        yield from fields(data)
+    except WireError as error:
+        raise ExampleError(str(error)) from None
 
 
 def _signed(value: int) -> int:

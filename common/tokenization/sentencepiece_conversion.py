@@ -42,6 +42,8 @@ import base64
 import json
 import struct
 
+from common.protobuf_wire import WireError, fields
+
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 MODEL_TYPES = {1: "UNIGRAM", 2: "BPE", 3: "WORD", 4: "CHAR"}
 
@@ -50,40 +52,11 @@ class ConversionError(ValueError):
     """The model cannot be converted exactly (reason in the message)."""
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ConversionError("truncated protobuf (not a SentencePiece model?)")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
 def _fields(data: bytes):
-    """(field number, wire type, value) of one protobuf message: ints for
-    varints, bytes for length-delimited, raw 4/8 bytes for fixed."""
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            value, pos = data[pos:pos + length], pos + length
-        elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
-        else:
-            raise ConversionError(f"unsupported protobuf wire type {wire} (not a SentencePiece model?)")
-        if pos > len(data):
-            raise ConversionError("truncated protobuf (not a SentencePiece model?)")
-        yield number, wire, value
+    try:
+        yield from fields(data)
+    except WireError as error:
+        raise ConversionError(f"{error} (not a SentencePiece model?)") from None
 
 
 def parse_model(data: bytes) -> dict:
