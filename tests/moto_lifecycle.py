@@ -1,60 +1,89 @@
-"""moto in server mode on loopback, with the one Auto Scaling action it lacks.
+"""moto in server mode on loopback, in a process of its own, with the one
+Auto Scaling action it lacks.
 
-moto 5 does not implement CompleteLifecycleAction; this adds it to moto's
-Auto Scaling responses (in this process, where the threaded server runs):
-it checks what AWS checks (the hook exists on the group, the instance is a
-member) and records each completion for the test to read.
+Each server is a separate process (``python -m tests.moto_lifecycle PORT
+RECORD``): moto keeps its backends in process-global state, and a threaded
+server inside the pytest process shared that state, and the interpreter, with
+every other test: one request stuck behind the GIL or a lock poisoned every
+later moto user (a botocore ReadTimeoutError, then 30 s hangs in the next
+module's reset). A process starts empty, so no reset is needed, and a stuck
+one is killed at ``stop()`` without touching any other test.
+
+moto 5 does not implement CompleteLifecycleAction; the server process adds it
+to moto's Auto Scaling responses: it checks what AWS checks (the hook exists
+on the group, the instance is a member) and appends each completion, as a
+JSON line, to the RECORD file that :meth:`MotoServer.completed` reads.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
+import urllib.error
 import urllib.request
+from pathlib import Path
+from tempfile import mkdtemp
 
 import pytest
 
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+pytest.importorskip("moto.server", reason="moto[server] is not installed")
 
-from moto.autoscaling import models as _asg_models  # noqa: E402
-from moto.autoscaling.exceptions import ValidationError  # noqa: E402
-from moto.autoscaling.responses import AutoScalingResponse  # noqa: E402
-from moto.core.responses import EmptyResult  # noqa: E402
+from tests.helpers import REPO, free_ports  # noqa: E402
 
-from tests.helpers import free_ports  # noqa: E402
-
-#: (hook, group, instance id, result) of every accepted CompleteLifecycleAction.
-COMPLETED: list[tuple[str, str, str, str]] = []
+#: How long a fresh server process may take to answer (it imports all of moto).
+START_SECONDS = 60
 
 
-def _complete_lifecycle_action(self) -> EmptyResult:
-    hook, group = self._get_param("LifecycleHookName"), self._get_param("AutoScalingGroupName")
-    instance, result = self._get_param("InstanceId"), self._get_param("LifecycleActionResult")
-    backend = self.autoscaling_backend
-    if f"{group}_{hook}" not in backend.lifecycle_hooks:
-        raise ValidationError(f"No Lifecycle Hook found with name {hook} for group {group}")
-    members = {state.instance.id for state in backend.autoscaling_groups[group].instance_states}
-    if instance not in members or result not in ("CONTINUE", "ABANDON"):
-        raise ValidationError(f"No active Lifecycle Action found with instance ID {instance}")
-    COMPLETED.append((hook, group, instance, result))
-    return EmptyResult()
+class MotoServer:
+    """One moto server process; ``endpoint`` is its URL."""
+
+    def __init__(self) -> None:
+        (self.port,) = free_ports(1)
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._dir = Path(mkdtemp(prefix="moto-"))
+        self._record = self._dir / "completed.jsonl"
+        self._log = open(self._dir / "server.log", "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.moto_lifecycle", str(self.port), str(self._record)],
+            cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait_until_serving()
+
+    def _wait_until_serving(self) -> None:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self.process.returncode}: {self.log()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=2).close()
+                return
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto server did not answer within {START_SECONDS}s: {self.log()[-2000:]}")
+                time.sleep(0.1)
+
+    def completed(self) -> list[tuple[str, str, str, str]]:
+        """(hook, group, instance id, result) of every accepted CompleteLifecycleAction."""
+        if not self._record.exists():
+            return []
+        return [tuple(json.loads(line)) for line in self._record.read_text().splitlines() if line]
+
+    def log(self) -> str:
+        return (self._dir / "server.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self._log.close()
 
 
-if not hasattr(AutoScalingResponse, "complete_lifecycle_action"):
-    AutoScalingResponse.complete_lifecycle_action = _complete_lifecycle_action
-assert _asg_models  # the backend the action reads
-
-
-def start_moto() -> tuple[object, str]:
-    """A threaded moto server on a free loopback port: (server, endpoint URL).
-
-    moto keeps its backends in process-global state, shared by every server
-    started in this pytest process: the state is reset first, so instances,
-    groups or metrics another test module left behind are not seen here."""
-    (port,) = free_ports(1)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).close()
-    return server, endpoint
+def start_moto() -> tuple[MotoServer, str]:
+    """A moto server process on a free loopback port, with empty state: (server, endpoint URL)."""
+    server = MotoServer()
+    return server, server.endpoint
 
 
 def aws_env(endpoint: str) -> dict[str, str]:
@@ -62,3 +91,38 @@ def aws_env(endpoint: str) -> dict[str, str]:
     return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
             "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def _serve(port: int, record: Path) -> None:
+    """The server process: moto's Werkzeug app with CompleteLifecycleAction added."""
+    from moto import server as moto_server
+    from moto.autoscaling.exceptions import ValidationError
+    from moto.autoscaling.responses import AutoScalingResponse
+    from moto.core.responses import EmptyResult
+
+    def complete_lifecycle_action(self) -> EmptyResult:
+        hook, group = self._get_param("LifecycleHookName"), self._get_param("AutoScalingGroupName")
+        instance, result = self._get_param("InstanceId"), self._get_param("LifecycleActionResult")
+        backend = self.autoscaling_backend
+        if f"{group}_{hook}" not in backend.lifecycle_hooks:
+            raise ValidationError(f"No Lifecycle Hook found with name {hook} for group {group}")
+        members = {state.instance.id for state in backend.autoscaling_groups[group].instance_states}
+        if instance not in members or result not in ("CONTINUE", "ABANDON"):
+            raise ValidationError(f"No active Lifecycle Action found with instance ID {instance}")
+        with open(record, "a") as out:
+            out.write(json.dumps([hook, group, instance, result]) + "\n")
+        return EmptyResult()
+
+    if not hasattr(AutoScalingResponse, "complete_lifecycle_action"):
+        AutoScalingResponse.complete_lifecycle_action = complete_lifecycle_action
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), Path(sys.argv[2]))

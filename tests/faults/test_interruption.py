@@ -14,7 +14,7 @@ from tests.cluster import Cluster
 from tests.fake_imds import FakeImds
 from tests.faults.test_faults import assert_same_as_clean
 from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.moto_lifecycle import COMPLETED, aws_env, start_moto
+from tests.moto_lifecycle import aws_env, start_moto
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -110,7 +110,7 @@ def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
             assert c.wait() == 0, c.tail()
         text = c.log_text()
         assert "scale-in" in text and "completed mlm-drain for " + instance_id in text, c.tail()
-        assert (("mlm-drain", "mlm-workers", instance_id, "CONTINUE")) in COMPLETED
+        assert ("mlm-drain", "mlm-workers", instance_id, "CONTINUE") in server.completed()
         assert "lease expired" not in text
         assert_same_as_clean(c.output, clean)
     finally:
