@@ -21,6 +21,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 # Six tasks, four of them of ~1 s (512K at dupe 40), so a notice lands mid-task.
 JOB = ["--vocab-file", VOCAB, "--dupe-factor", "40", "--task-size", "512K"]
 WATCH = ["--spot-watch", "--spot-watch-seconds", "0.1"]
+# The replacement worker: when the drained worker finished the last tasks itself, the job can end before the
+# replacement (slow to start on a loaded machine) says hello; without a limit it would wait for the next
+# ventilator forever, as the README says of any worker that joins after the end.
+REPLACEMENT = ["--idle-exit-seconds", "5"]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,7 @@ def test_spot_notice_releases_the_task_and_exits_0(clean, cluster):
                             "time": (datetime.now(timezone.utc) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")}
         _exits_zero_soon(watched, within=10)
         done_at_notice = c.progress()
-        c.start_worker()
+        c.start_worker(*REPLACEMENT)
         assert c.wait() == 0, c.tail()
     text = c.log_text()
     assert "spot-interruption" in text and "released 1 task(s) unfinished" in text, c.tail()
@@ -106,7 +110,7 @@ def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
             c.wait_for_progress(2)
             imds.lifecycle_state = "Terminated"
             _exits_zero_soon(watched, within=20)
-            c.start_worker()
+            c.start_worker(*REPLACEMENT)
             assert c.wait() == 0, c.tail()
         text = c.log_text()
         assert "scale-in" in text and "completed mlm-drain for " + instance_id in text, c.tail()
