@@ -163,3 +163,71 @@ def test_a_new_sink_without_some_done_tasks_gets_them_done_again():
     assert sorted(e.task.task_id for e in undone) == sorted(t.task_id for t in all_tasks[2:])
     assert d.counts[State.DONE] == 2 and d.counts[State.PENDING] == 2 and not d.complete
     assert d.lease("w", 0.0).task.task_id in {t.task_id for t in all_tasks[2:]}
+
+
+def _due(d: Dispatcher, now: float) -> set[str]:
+    """The oracle: every entry a scan of all tasks would expire."""
+    return {e.task.task_id for e in d.entries.values()
+            if e.state in (State.LEASED, State.FINISHED) and e.deadline < now}
+
+
+def test_deadline_heap_expires_exactly_what_a_scan_would():
+    """Random leases, heartbeats, finishes, failures, returns and confirmations:
+    at every expiry the heap gives exactly the entries a scan of every task
+    would, in any interleaving."""
+    import random
+
+    for seed in range(30):
+        rng = random.Random(seed)
+        d = Dispatcher(tasks(40), lease_seconds=5, confirm_seconds=7, max_attempts=3)
+        now, workers = 0.0, ["w1", "w2", "w3"]
+        for _ in range(400):
+            now += rng.random()
+            worker = rng.choice(workers)
+            action = rng.random()
+            held = [e.task.task_id for e in d.entries.values() if e.state is State.LEASED and e.worker == worker]
+            if action < 0.3:
+                d.lease(worker, now)
+            elif action < 0.5 and held:
+                d.heartbeat(worker, rng.sample(held, rng.randint(1, len(held))), now)
+            elif action < 0.6 and held:
+                d.finished(worker, rng.choice(held), now)
+            elif action < 0.65 and held:
+                d.failed(worker, rng.choice(held), "boom", now)
+            elif action < 0.7 and held:
+                d.returned(worker, [rng.choice(held)])
+            elif action < 0.75:
+                finished = [e.task.task_id for e in d.entries.values() if e.state is State.FINISHED]
+                d.mark_done(rng.sample(finished, min(len(finished), 2)))
+            else:
+                expected = _due(d, now)
+                requeued, quarantined = d.expire(now)
+                assert {e.task.task_id for e in requeued + quarantined} == expected, (seed, now)
+                assert not _due(d, now)
+
+
+class _CountingEntries(dict):
+    looked_up = 0
+
+    def __getitem__(self, key):
+        self.looked_up += 1
+        return super().__getitem__(key)
+
+    def values(self):
+        raise AssertionError("expire scanned every task")
+
+
+def test_expiry_looks_only_at_what_is_due():
+    """100,000 leased tasks, heartbeats keep all but three alive: an expiry
+    pass looks at the due items only (no scan of every task)."""
+    d = Dispatcher(tasks(100_000), lease_seconds=10, confirm_seconds=30, max_attempts=3)
+    leased = [d.lease("w", now=0).task.task_id for _ in range(100_000)]
+    d.heartbeat("w", leased[3:], now=5)  # the first three are left to expire
+    d.entries = _CountingEntries(d.entries)
+    requeued, _ = d.expire(now=10.5)
+    assert sorted(e.task.task_id for e in requeued) == sorted(leased[:3])
+    # Items due at 10 whose leases were extended are pushed again once; none is looked at twice.
+    assert d.entries.looked_up <= 100_000
+    d.entries.looked_up = 0
+    assert d.expire(now=11) == ([], [])
+    assert d.entries.looked_up == 0  # nothing due: nothing looked at

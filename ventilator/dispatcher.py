@@ -25,6 +25,7 @@ A job without dedup has one stage: nothing here changes for it.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ class Entry:
     failures: int = 0  # reported by a worker
     expiries: int = 0  # leases that ran out
     errors: list[str] = field(default_factory=list)
+    timer: int = 0  # which deadline of this entry the heap's item is for; a newer one makes older items stale
 
 
 class Dispatcher:
@@ -74,8 +76,18 @@ class Dispatcher:
         self._bytes = {state: 0 for state in State}  # input bytes of the tasks in each state
         self._bytes[State.PENDING] = sum(entry.task.length for entry in self.entries.values())
         self.redeliveries = 0
+        # Deadlines of LEASED and FINISHED entries, earliest first: (deadline, timer, task id).  An item is
+        # stale once its entry left that state or got a new timer; a heartbeat only moves ``entry.deadline``
+        # later, and the item is pushed again when it comes up early.  So expiry looks at what is due, not at
+        # every task, and a heartbeat costs no heap operation.
+        self._deadlines: list[tuple[float, int, str]] = []
 
     # State changes --------------------------------------------------------
+    def _start_timer(self, entry: Entry, deadline: float) -> None:
+        entry.timer += 1
+        entry.deadline = deadline
+        heapq.heappush(self._deadlines, (deadline, entry.timer, entry.task.task_id))
+
     def _move(self, entry: Entry, state: State) -> None:
         settled = (State.DONE, State.QUARANTINED)
         rank = STAGE_ORDER[entry.task.stage]
@@ -142,7 +154,7 @@ class Dispatcher:
                 continue  # claimed by a heartbeat or done meanwhile
             entry.attempts += 1
             entry.worker = worker
-            entry.deadline = now + self.lease_seconds
+            self._start_timer(entry, now + self.lease_seconds)
             self._move(entry, State.LEASED)
             if entry.attempts > 1:
                 self.redeliveries += 1
@@ -159,6 +171,7 @@ class Dispatcher:
             if entry.state is State.PENDING:
                 entry.attempts += 1
                 entry.worker = worker
+                self._start_timer(entry, now + self.lease_seconds)
                 self._move(entry, State.LEASED)
             if entry.state is State.LEASED and entry.worker == worker:
                 entry.deadline = now + self.lease_seconds
@@ -168,7 +181,7 @@ class Dispatcher:
         if entry is None or entry.state in (State.DONE, State.QUARANTINED, State.FINISHED):
             return
         entry.worker = worker
-        entry.deadline = now + self.confirm_seconds
+        self._start_timer(entry, now + self.confirm_seconds)
         self._move(entry, State.FINISHED)
 
     def failed(self, worker: str, task_id: str, error: str, now: float, permanent: bool = False) -> Entry | None:
@@ -198,18 +211,25 @@ class Dispatcher:
     def expire(self, now: float) -> tuple[list[Entry], list[Entry]]:
         """Leases and confirmations past their deadline: (requeued, quarantined)."""
         requeued, quarantined = [], []
-        for entry in self.entries.values():
-            if entry.state in (State.LEASED, State.FINISHED) and entry.deadline < now:
-                reason = "lease expired" if entry.state is State.LEASED else "sink never confirmed"
-                entry.errors.append(f"{reason} (worker {entry.worker})")
-                if entry.state is State.LEASED:
-                    entry.expiries += 1
-                if entry.state is State.LEASED and entry.expiries >= 2 * self.max_attempts:
-                    self._move(entry, State.QUARANTINED)
-                    quarantined.append(entry)
-                else:
-                    self._move(entry, State.PENDING)
-                    requeued.append(entry)
+        heap = self._deadlines
+        while heap and heap[0][0] < now:
+            _, timer, task_id = heapq.heappop(heap)
+            entry = self.entries[task_id]
+            if entry.timer != timer or entry.state not in (State.LEASED, State.FINISHED):
+                continue  # stale: the entry moved on since this deadline was set
+            if entry.deadline >= now:  # extended by heartbeats meanwhile: wait for the new deadline
+                heapq.heappush(heap, (entry.deadline, timer, task_id))
+                continue
+            reason = "lease expired" if entry.state is State.LEASED else "sink never confirmed"
+            entry.errors.append(f"{reason} (worker {entry.worker})")
+            if entry.state is State.LEASED:
+                entry.expiries += 1
+            if entry.state is State.LEASED and entry.expiries >= 2 * self.max_attempts:
+                self._move(entry, State.QUARANTINED)
+                quarantined.append(entry)
+            else:
+                self._move(entry, State.PENDING)
+                requeued.append(entry)
         return requeued, quarantined
 
     # Questions ------------------------------------------------------------
