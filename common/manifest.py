@@ -13,9 +13,13 @@ sink started on another machine picks up from the published copy.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
+from typing import BinaryIO, Iterator
+
+import orjson
 
 from common.storage import LocalStorage
 
@@ -28,24 +32,35 @@ class ManifestMismatch(Exception):
     """The output already holds a manifest of a different job."""
 
 
+def _loads(raw: bytes):
+    """One line's JSON.  orjson: a million-line manifest is parsed at resume, ~3.5x faster than json."""
+    return orjson.loads(raw)
+
+
+def _iter_lines(handle: BinaryIO) -> Iterator[tuple[dict, int, int]]:
+    """(entry, its first byte, the byte after its newline) of each complete,
+    valid line, in order; stops at the first torn or invalid one."""
+    position = 0
+    for raw in handle:
+        end = position + len(raw)
+        if not raw.endswith(b"\n"):  # no newline: torn
+            return
+        try:
+            entry = _loads(raw)
+        except ValueError:
+            return
+        if not isinstance(entry, dict) or "task" not in entry:
+            return
+        yield entry, position, end
+        position = end
+
+
 def _parse_lines(data: bytes) -> tuple[list[dict], int]:
     """Entries, and the byte length of the complete, valid prefix."""
-    entries = []
-    good = 0
-    position = 0
-    for raw in data.split(b"\n"):
-        end = position + len(raw) + 1
-        if end > len(data):  # no newline: torn (or empty tail)
-            break
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            break
-        if not isinstance(entry, dict) or "task" not in entry:
-            break
+    entries, good = [], 0
+    for entry, _start, end in _iter_lines(io.BytesIO(data)):
         entries.append(entry)
         good = end
-        position = end
     return entries, good
 
 
@@ -81,9 +96,21 @@ def read_published(storage) -> tuple[list[dict], int] | None:
 
 
 def read_entries(storage) -> list[dict]:
-    """The published manifest's entries (for checks before a run starts)."""
+    """The published manifest's entries."""
     published = read_published(storage)
     return published[0] if published else []
+
+
+def read_first_entry(storage) -> dict | None:
+    """The published manifest's first line (which job the output holds), read
+    without the rest: a web-scale manifest has millions of lines."""
+    head = storage.get_bytes(MANIFEST_NAME, limit=1 << 16)
+    if head is None:
+        return None
+    for entry, _start, _end in _iter_lines(io.BytesIO(head)):
+        return entry
+    entries = read_entries(storage) if len(head) == 1 << 16 else []  # a first line longer than the head
+    return entries[0] if entries else None
 
 
 class Manifest:
@@ -108,50 +135,64 @@ class Manifest:
         self._handle = None
         self._dirty = False
 
-    def load(self) -> dict[str, dict]:
-        """Read what is there, cut a torn tail, check it is this job's."""
+    def load(self) -> dict[str, str]:
+        """Read what is there, cut a torn tail, check it is this job's: the
+        done tasks, by id, with their versions.
+
+        The lines are streamed, never held: at a million lines only the done
+        set and the running totals are in memory.  The shards are the truth:
+        a line whose files are gone (the output was deleted, while an S3
+        job's journal stayed on this host) no longer makes its task done, and
+        is dropped from the journal, so the task is written again."""
         if not os.path.exists(self.path) and not isinstance(self.storage, LocalStorage):
             remote = self.storage.get_bytes(MANIFEST_NAME)
             if remote:
                 with open(self.path, "wb") as handle:
                     handle.write(remote)
-        data = b""
-        if os.path.exists(self.path):
-            with open(self.path, "rb") as handle:
-                data = handle.read()
-        entries, good = _parse_lines(data)
-        check_job(entries, self.job_id, self.storage.uri(MANIFEST_NAME))
-        if good < len(data):
-            log.warning("manifest %s: dropping a torn last line (%d bytes)", self.path, len(data) - good)
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        good, lines, gone = 0, 0, []  # gone: byte ranges of lines whose files are missing
+        present: set[str] | None = None
+        if size:
+            with open(self.path, "rb", buffering=1 << 20) as handle:
+                for entry, start, end in _iter_lines(handle):
+                    check_job([entry], self.job_id, self.storage.uri(MANIFEST_NAME))
+                    good, lines = end, lines + 1
+                    names = [f["name"] for f in shard_files(entry) + stage_files(entry)]
+                    if names and present is None:
+                        present = set(self.storage.list_outputs())
+                    if not all(name in present for name in names):
+                        gone.append((start, end))
+                    elif entry["task"] not in self.done:
+                        self._count(entry)
+        if good < size:
+            log.warning("manifest %s: dropping a torn last line (%d bytes)", self.path, size - good)
             with open(self.path, "r+b") as handle:
                 handle.truncate(good)
                 os.fsync(handle.fileno())
-        entries = self._without_missing_shards(entries)
-        for entry in entries:
-            if entry["task"] not in self.done:
-                self._count(entry)
+        if gone:
+            log.warning("manifest %s: %d of %d shards it lists are gone from %s; their tasks will be done again",
+                        self.path, len(gone), lines, self.storage.uri(""))
+            self._rewrite_without(gone)
         self._handle = open(self.path, "ab")
-        self._dirty = bool(entries)  # publish at least once what the journal holds
+        self._dirty = bool(lines)  # publish at least once what the journal holds
         return self.done
 
-    def _without_missing_shards(self, entries: list[dict]) -> list[dict]:
-        """The shards are the truth: a line whose shard is gone (the output
-        was deleted, while an S3 job's journal stayed on this host) no longer
-        makes its task done, so the task is written again."""
-        if not entries:
-            return entries
-        present = set(self.storage.list_outputs())
-        kept = [e for e in entries if all(f["name"] in present for f in shard_files(e) + stage_files(e))]
-        if len(kept) < len(entries):
-            log.warning("manifest %s: %d of %d shards it lists are gone from %s; their tasks will be done again",
-                        self.path, len(entries) - len(kept), len(entries), self.storage.uri(""))
-            temporary = f"{self.path}.rewrite"
-            with open(temporary, "wb") as handle:
-                handle.write(b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in kept))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-        return kept
+    def _rewrite_without(self, ranges: list[tuple[int, int]]) -> None:
+        """The journal less the lines at these byte ranges, replaced atomically."""
+        temporary = f"{self.path}.rewrite"
+        with open(self.path, "rb") as source, open(temporary, "wb") as target:
+            position = 0
+            for start, end in ranges + [(os.path.getsize(self.path), None)]:
+                source.seek(position)
+                remaining = start - position
+                while remaining > 0:
+                    chunk = source.read(min(remaining, 1 << 20))
+                    target.write(chunk)
+                    remaining -= len(chunk)
+                position = end
+            target.flush()
+            os.fsync(target.fileno())
+        os.replace(temporary, self.path)
 
     def _count(self, entry: dict) -> None:
         self.done[entry["task"]] = entry.get("version", "")

@@ -35,7 +35,7 @@ class Storage(Protocol):
     def read_all(self, relative: str, version: str) -> bytes: ...
     def open_atomic(self, name: str) -> "AtomicWriter": ...
     def put_bytes(self, name: str, data: bytes) -> str: ...
-    def get_bytes(self, name: str) -> bytes | None: ...
+    def get_bytes(self, name: str, limit: int | None = None) -> bytes | None: ...
     def list_outputs(self) -> list[str]: ...
     def remove_temporaries(self) -> int: ...
 
@@ -143,10 +143,11 @@ class LocalStorage:
             writer.file.write(data)
             return writer.commit()
 
-    def get_bytes(self, name: str) -> bytes | None:
+    def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
+        """The file's bytes (its first ``limit`` only, if given); None if there is no such file."""
         try:
             with open(self.uri(name), "rb") as handle:
-                return handle.read()
+                return handle.read(-1 if limit is None else limit)
         except FileNotFoundError:
             return None
 
@@ -294,15 +295,21 @@ class S3Storage:
             Bucket=self.bucket, Key=self._key(name), Body=data))
         return self.uri(name)
 
-    def get_bytes(self, name: str) -> bytes | None:
+    def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
+        """The object's bytes (its first ``limit`` only, if given: a ranged GET); None if there is none."""
         from botocore.exceptions import ClientError
+
+        ranged = {} if limit is None else {"Range": f"bytes=0-{max(limit, 1) - 1}"}
 
         def get():
             try:
-                return self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()
+                return self.client.get_object(Bucket=self.bucket, Key=self._key(name), **ranged)["Body"].read()
             except ClientError as error:
-                if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                code = error.response.get("Error", {}).get("Code")
+                if code in ("NoSuchKey", "404"):
                     return None
+                if code in ("InvalidRange", "416"):  # a ranged GET of an empty object
+                    return b""
                 raise
 
         return self.retry.run(f"GET {self.uri(name)}", get)

@@ -76,3 +76,42 @@ def test_lines_whose_shard_is_gone_no_longer_count_as_done(tmp_path):
     assert reopened.totals["tasks"] == 2
     reopened.close()
     assert [json.loads(line)["task"] for line in (tmp_path / MANIFEST_NAME).read_text().splitlines()] == ["a", "e"]
+
+
+def test_resume_streams_the_lines_instead_of_holding_them(tmp_path):
+    """A web-scale manifest is read line by line: memory holds the done set
+    and the totals, not every line (30,000 lines of ~400 bytes held as dicts
+    would take ~80 MB)."""
+    import tracemalloc
+
+    line = {**entry("x"), "source": "part-001.txt", "start": 0, "end": 8388608, "version": "123-456",
+            "documents": 2000, "skipped": {"too_short": 3}, "tokens": 1234567, "bytes": 12345678,
+            "worker": "worker-abc-1234"}
+    line["shards"] = [{"name": "x.tfrecord", "records": 1, "sha256": "3" * 64, "bytes": 5}]
+    (tmp_path / "x.tfrecord").write_bytes(b"shard")
+    with open(tmp_path / MANIFEST_NAME, "wb") as handle:
+        for i in range(30_000):
+            handle.write(json.dumps({**line, "task": f"{i:020x}"}, sort_keys=True).encode() + b"\n")
+    manifest = Manifest(LocalStorage(str(tmp_path)), "j1", str(tmp_path / "state"))
+    tracemalloc.start()
+    done = manifest.load()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    manifest.close()
+    assert len(done) == 30_000 and manifest.totals["tokens"] == 30_000 * 1234567
+    assert manifest.totals["skipped_documents"] == {"too_short": 90_000}
+    assert peak < 20e6, f"peak {peak / 1e6:.0f} MB while loading"
+
+
+def test_the_ventilator_reads_only_the_first_line_to_know_the_job(tmp_path):
+    from common.manifest import read_first_entry
+
+    storage = LocalStorage(str(tmp_path))
+    assert read_first_entry(storage) is None
+    (tmp_path / MANIFEST_NAME).write_bytes(b"")
+    assert read_first_entry(storage) is None
+    long_first = {**entry("a"), "padding": "p" * 100_000}  # longer than the head that is read first
+    (tmp_path / MANIFEST_NAME).write_bytes(json.dumps(long_first).encode() + b"\n" + b'{"task": "b", "jo')
+    assert read_first_entry(storage)["task"] == "a"
+    (tmp_path / MANIFEST_NAME).write_bytes(b"".join(json.dumps(entry(t)).encode() + b"\n" for t in "abc"))
+    assert read_first_entry(storage)["task"] == "a"
