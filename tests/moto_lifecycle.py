@@ -18,6 +18,7 @@ JSON line, to the RECORD file that :meth:`MotoServer.completed` reads.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -78,6 +79,7 @@ class MotoServer:
             self.process.kill()
             self.process.wait(timeout=30)
         self._log.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def start_moto() -> tuple[MotoServer, str]:

@@ -231,3 +231,19 @@ def test_expiry_looks_only_at_what_is_due():
     d.entries.looked_up = 0
     assert d.expire(now=11) == ([], [])
     assert d.entries.looked_up == 0  # nothing due: nothing looked at
+
+
+def test_an_expired_task_is_handed_out_before_the_untouched_ones():
+    """A task back from a lost worker holds the job's end back: it goes first,
+    not behind the whole backlog (the scale simulation: with a million tasks
+    pending, a lost worker's task would otherwise wait for all of them)."""
+    d = Dispatcher(tasks(1000), lease_seconds=10, confirm_seconds=30, max_attempts=3)
+    lost = d.lease("w1", now=0)
+    d.expire(now=11)
+    assert d.lease("w2", now=12) is lost and lost.attempts == 2
+    failed = d.lease("w2", now=13)
+    d.failed("w2", failed.task.task_id, "boom", now=14)
+    assert d.lease("w3", now=15) is failed
+    untouched = d.lease("w3", now=16)
+    d.returned("w3", [untouched.task.task_id])  # handed back unstarted: no attempt, its place is the end
+    assert d.lease("w3", now=17) is not untouched

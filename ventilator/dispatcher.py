@@ -99,7 +99,10 @@ class Dispatcher:
         entry.state = state
         if state is State.PENDING:
             entry.worker = ""
-            self._pending[rank].append(entry.task.task_id)
+            if entry.attempts:  # back from a lease: first in line, it holds the job's end back
+                self._pending[rank].appendleft(entry.task.task_id)
+            else:
+                self._pending[rank].append(entry.task.task_id)
 
     @property
     def current_rank(self) -> int | None:
