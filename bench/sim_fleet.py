@@ -27,6 +27,7 @@ import heapq
 import json
 import os
 import resource
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class SimFleet:
         self.timers: list[tuple[float, int, str, SimWorker, str]] = []  # (due, seq, kind, worker, task id)
         self.seq = 0
         self.report = Report(workers=workers)
+        self.stopping = False
 
     def _send(self, worker: SimWorker, message) -> None:
         worker.dealer.send(protocol.encode(message), zmq.NOBLOCK)
@@ -160,7 +162,7 @@ class SimFleet:
         started = time.monotonic()
         deadline = started + duration
         last_hello = started
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopping:
             now = time.monotonic()
             live = [w for w in self.workers if not w.gone]
             if all(w.shutdown for w in live):  # the job ended, or every worker here vanished
@@ -214,6 +216,9 @@ class SimFleet:
 @click.option("--report", "report_path", default=None)
 def main(ventilator, workers, hold, credit, duration, vanish_after, vanish, report_path):
     fleet = SimFleet(ventilator, workers, hold, credit)
+    # SIGTERM (the benchmark stopping a fleet whose workers missed the Shutdown) ends the loop: the report is
+    # still written.
+    signal.signal(signal.SIGTERM, lambda *_: setattr(fleet, "stopping", True))
     try:
         report = fleet.run(duration, vanish_after, vanish)
     finally:

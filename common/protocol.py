@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import msgpack
 
 from common.config import JobConfig
+from common.envelope import checked, open_envelope
 from common.writers.base import ShardFile
 
 PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
@@ -233,19 +234,8 @@ def decode(frame: bytes):
     included, so the receiving loop never meets a wrongly typed value deep
     inside a message it has already started acting on.
     """
-    try:
-        payload = msgpack.unpackb(frame, raw=False, strict_map_key=True)
-    except Exception as error:  # msgpack raises several unrelated types
-        raise ProtocolError(f"not msgpack: {error}") from None
-    if not isinstance(payload, dict):
-        raise ProtocolError("message is not a map")
-    version = payload.pop("v", None)
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {version!r}, expected {PROTOCOL_VERSION}")
-    cls = MESSAGE_TYPES.get(payload.pop("t", None))
-    if cls is None:
-        raise ProtocolError("unknown message type")
-    return _converter(cls, cls.__name__)(payload)
+    cls, payload = open_envelope(frame, PROTOCOL_VERSION, MESSAGE_TYPES, ProtocolError)
+    return checked(_converter(cls, cls.__name__), payload, cls, ProtocolError)
 
 
 # The sink decodes tens of thousands of acknowledgements a second: each

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from common.envelope import checked, open_envelope
+
 VERSION = 1
 
 #: Control messages are small: the server refuses bigger inbound frames (ZMQ_MAXMSGSIZE).
@@ -137,18 +139,8 @@ def encode(message) -> bytes:
 
 
 def decode(frame: bytes):
-    try:
-        payload = msgpack.unpackb(frame, raw=False, strict_map_key=True)
-    except Exception as error:  # msgpack raises several unrelated types
-        raise MessageError(f"not msgpack: {error}") from None
-    if not isinstance(payload, dict):
-        raise MessageError("message is not a map")
-    if payload.pop("v", None) != VERSION:
-        raise MessageError(f"not loader protocol version {VERSION}")
-    cls = TYPES.get(payload.pop("t", None))
-    if cls is None:
-        raise MessageError("unknown message type")
-    return _check(cls, payload, cls.__name__)
+    cls, payload = open_envelope(frame, VERSION, TYPES, MessageError)
+    return checked(lambda fields: _check(cls, fields, cls.__name__), payload, cls, MessageError)
 
 
 @functools.cache

@@ -118,3 +118,64 @@ def test_sink_hello_of_a_big_manifest_fits_the_inbound_limit():
     from common.protocol import MAX_INBOUND_BYTES
     chunk = {f"{i:020x}": f'"{i:032x}-12"' for i in range(5000)}
     assert len(protocol.encode(protocol.SinkHello("sink-host-123-abcdef", "0123456789abcdef", chunk, False))) < MAX_INBOUND_BYTES
+
+
+# Structured fuzzing: msgpack values of every kind, in the envelope's places and the fields'.
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_leaves = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(allow_nan=True),
+                    st.text(max_size=20), st.binary(max_size=20))
+_values = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                       max_leaves=20)
+
+
+def _frames(version: int, type_names: list[str]):
+    known_fields = st.dictionaries(st.sampled_from(["task_id", "peer_id", "held", "config", "shards", "stats",
+                                                    "credit", "done", "rank", "batch", "state", "reason"]),
+                                   _values, max_size=6)
+    return st.builds(lambda v, t, fields: {**fields, "v": v, "t": t},
+                     st.one_of(st.just(version), _values),
+                     st.one_of(st.sampled_from(type_names), _values),
+                     st.one_of(known_fields, st.dictionaries(st.text(max_size=8), _values, max_size=4)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_any_msgpack_frame_is_a_message_or_a_protocol_error(data):
+    """The pipeline's codec and the loader's: whatever a well-formed frame
+    decodes to, the answer is a message or the protocol's own error (the
+    receiving loops catch exactly that), never a TypeError or KeyError."""
+    import msgpack
+
+    from common import protocol
+    from loader import messages
+
+    for decode, error, version, names in (
+            (protocol.decode, protocol.ProtocolError, protocol.PROTOCOL_VERSION, list(protocol.MESSAGE_TYPES)),
+            (messages.decode, messages.MessageError, messages.VERSION, list(messages.TYPES))):
+        payload = data.draw(st.one_of(_frames(version, names), _values))
+        frame = msgpack.packb(payload, use_bin_type=True)
+        try:
+            decode(frame)
+        except error:
+            pass
+
+
+def test_the_nine_byte_frames_that_ended_the_roles():
+    import msgpack
+    import pytest
+
+    from common import protocol
+    from loader import messages
+
+    with pytest.raises(protocol.ProtocolError, match="unknown message type"):
+        protocol.decode(msgpack.packb({"v": protocol.PROTOCOL_VERSION, "t": []}))
+    with pytest.raises(messages.MessageError, match="unknown message type"):
+        messages.decode(msgpack.packb({"v": messages.VERSION, "t": []}))
+    for hostile in ({"v": [], "t": "Hello"}, {"v": {}, "t": "Hello"}, {"v": 4.0, "t": "Hello"}):
+        with pytest.raises(protocol.ProtocolError, match="protocol version"):
+            protocol.decode(msgpack.packb(hostile))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(b"\x91" * 100_000 + b"\xc0")

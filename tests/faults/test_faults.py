@@ -156,6 +156,13 @@ def test_fuzzed_sockets_during_a_run(clean, cluster):
             lambda: msgpack.packb({"v": v, "t": "SinkHello", "sink_id": "evil", "done": []}),
             lambda: msgpack.packb([1, 2, 3])[:rng.randint(0, 3)],
             lambda: b"\x00" * (rng.randint(1, 2_000_000) if rng.random() < 0.02 else rng.randint(1, 300)),
+            # Well-formed msgpack with a hostile envelope: each of these once ended the role (TypeError).
+            lambda: msgpack.packb({"v": v, "t": rng.choice([[], {}, 1.5, None, b"Hello", [1, [2]], True])}),
+            lambda: msgpack.packb({"v": rng.choice([[], {}, "4", 4.0, None]), "t": "Hello"}),
+            lambda: msgpack.packb({"v": v, "t": "Hello", "peer_id": {"a": []}, "host": [], "pid": "x",
+                                   "role": None}),
+            lambda: b"\x91" * 5000 + b"\xc0",  # nested a few thousand arrays deep
+            lambda: msgpack.packb({"v": v, "t": msgpack.ExtType(5, b"x")}),
         ]
         while not stop.is_set() and sent["zmq"] < 6000:
             frame = rng.choice(templates)()
