@@ -40,6 +40,13 @@ class Storage(Protocol):
     def remove_temporaries(self) -> int: ...
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class StorageError(Exception):
     """A storage operation failed after its retries."""
 
@@ -127,6 +134,9 @@ class LocalStorage:
         os.makedirs(directory, exist_ok=True)
         handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{os.path.basename(final)}.", suffix=".tmp",
                                              delete=False)
+        # mkstemp makes the file 0600; the output is read by trainers that may run as another user, so it gets
+        # the mode any other writer's file gets: 0666 less the umask.
+        os.fchmod(handle.fileno(), 0o666 & ~_umask())
 
         def commit() -> str:
             handle.flush()

@@ -115,3 +115,21 @@ def test_the_ventilator_reads_only_the_first_line_to_know_the_job(tmp_path):
     assert read_first_entry(storage)["task"] == "a"
     (tmp_path / MANIFEST_NAME).write_bytes(b"".join(json.dumps(entry(t)).encode() + b"\n" for t in "abc"))
     assert read_first_entry(storage)["task"] == "a"
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_output_files_honour_the_umask(tmp_path, umask, mode):
+    """Shards were 0600 whatever the umask (mkstemp's mode, renamed as it was): a
+    trainer running as another user could not read them."""
+    import os
+    import stat
+
+    previous = os.umask(umask)
+    try:
+        storage = LocalStorage(str(tmp_path))
+        storage.put_bytes("part-x.tfrecord", b"shard")
+        storage.put_bytes("holdout/part-y.parquet", b"shard")
+    finally:
+        os.umask(previous)
+    for name in ("part-x.tfrecord", "holdout/part-y.parquet"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
