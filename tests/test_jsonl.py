@@ -71,3 +71,23 @@ def test_jsonl_only_by_name_or_format_wikiextractor_json_unchanged():
     for name in ("data/part.jsonl", "part.jsonl.gz", "part.jsonl.zst", "part.ndjson.bz2"):
         assert detect(line, name) is JSONL, name
     assert not JSONL.sniff(line)
+
+
+@pytest.mark.parametrize("format_name", ["jsonl", "json"])
+def test_a_bom_and_a_deeply_nested_line_lose_no_good_document(format_name):
+    """A UTF-8 BOM before the first line lost the first document as malformed_json;
+    a line of 100,000 brackets raised RecursionError and lost the whole task."""
+    reader_class = reader_named(format_name)
+    reader = reader_class(reader_class.make_params({}))
+    good = [json.dumps({"text": f"Document {i}. It is fine.", "id": i}).encode() for i in range(5)]
+    data = b"\xef\xbb\xbf" + b"\n".join(good[:2] + [b"[" * 100_000] + good[2:]) + b"\n"
+    report = ParseReport()
+    documents = list(reader.parse(data, 0, report))
+    assert [d.id for d in documents] == ["0", "1", "2", "3", "4"]
+    assert report.skipped == {"json_nested_too_deeply": 1}
+
+
+def test_detection_survives_a_bom_and_a_deeply_nested_first_line():
+    line = json.dumps({"id": "1", "text": "Body."}).encode() + b"\n"
+    assert detect(b"\xef\xbb\xbf" + line).name == "json"
+    assert detect(b"{" * 100_000 + b"\n" + line) is not None  # no RecursionError out of the ventilator's detection

@@ -16,12 +16,12 @@ class WikiExtractorJsonReader(ByteRangeReader):
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
-        stripped = head.lstrip()
+        stripped = head.removeprefix(UTF8_BOM).lstrip()
         if not stripped.startswith(b"{"):
             return False
         try:
             obj = json.loads(stripped.split(b"\n", 1)[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             return False
         return isinstance(obj, dict) and "text" in obj
 
@@ -47,13 +47,20 @@ class WikiExtractorJsonReader(ByteRangeReader):
                            str(identity) if isinstance(identity, (str, int)) else "")
 
 
+#: A byte-order mark some editors and exporters put at a UTF-8 file's start: not part of the first document.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def json_objects(data: bytes, report: ParseReport) -> Iterator[tuple[int, object]]:
     """(offset, decoded value) of each non-blank line; lines that are not
-    UTF-8 or not JSON are counted and left out."""
+    UTF-8 or not JSON are counted and left out, and so is a line nested too
+    deeply for the decoder (``[[[[...``), without losing the others."""
     offset = 0
     for raw in data.split(b"\n"):
         line_offset = offset
         offset += len(raw) + 1
+        if line_offset == 0:
+            raw = raw.removeprefix(UTF8_BOM)
         if not raw.strip():
             continue
         line = decode_utf8(raw, report)
@@ -63,6 +70,8 @@ def json_objects(data: bytes, report: ParseReport) -> Iterator[tuple[int, object
             yield line_offset, json.loads(line)
         except ValueError:
             report.skip("malformed_json")
+        except RecursionError:
+            report.skip("json_nested_too_deeply")
 
 
 def encodable(body: str, report: ParseReport) -> bool:
