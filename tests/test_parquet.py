@@ -206,3 +206,35 @@ def test_a_file_changed_since_planning_fails_its_tasks_permanently(tmp_path, art
     with pytest.raises(Exception) as error:
         reader.read(storage, tasks[0])
     assert is_permanent(error.value) and "changed since it was listed" in str(error.value)
+
+
+@pytest.mark.parametrize("kind", ["dictionary", "large_string", "string_view"])
+def test_every_arrow_string_type_is_text(tmp_path, kind):
+    """A dictionary-encoded, large_string or string_view text column was taken for not text."""
+    texts = [f"Document {i}. It has text." for i in range(6)]
+    column = {"dictionary": pa.array(texts).dictionary_encode(), "large_string": pa.array(texts, pa.large_string()),
+              "string_view": pa.array(texts, pa.string_view())}[kind]
+    pq.write_table(pa.table({"text": column, "id": [str(i) for i in range(6)]}), tmp_path / "a.parquet")
+    _tasks, documents, skipped = read_all(PARQUET(), tmp_path, 10 ** 9)
+    assert skipped == {}
+    assert [d.lines for d in documents] == [[t] for t in texts]
+
+
+def test_a_flipped_byte_in_a_checksummed_page_is_a_corrupt_row_group(tmp_path, articles):
+    """Page checksums were never verified: a flipped byte inside a data page
+    silently changed the text.  Now its row group is counted corrupt and the
+    others are read."""
+    rows = articles[:16]
+    pq.write_table(pa.table({"text": [a.text for a in rows], "id": [a.id for a in rows]}),
+                   tmp_path / "a.parquet", row_group_size=8, write_page_checksum=True, compression="none",
+                   use_dictionary=False)
+    path = tmp_path / "a.parquet"
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    text = next(group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema == "text")
+    data = bytearray(path.read_bytes())
+    middle = text.data_page_offset + text.total_compressed_size // 2  # inside the page's values, not its header
+    data[middle] ^= 0x20  # one letter's case
+    path.write_bytes(bytes(data))
+    _tasks, documents, skipped = read_all(PARQUET(), tmp_path, 10 ** 9)
+    assert skipped == {"corrupt_row_group": 8}
+    assert [d.id for d in documents] == [a.id for a in rows[8:]]

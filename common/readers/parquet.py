@@ -78,6 +78,9 @@ class Footer:
 
 
 def _is_text_type(kind: pa.DataType) -> bool:
+    """Every Arrow string or binary type, dictionary-encoded ones included."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
     return (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
             or pa.types.is_large_binary(kind) or getattr(pa.types, "is_string_view", lambda _: False)(kind)
             or getattr(pa.types, "is_binary_view", lambda _: False)(kind))
@@ -109,7 +112,10 @@ def _open(storage, path: str, version: str, size: int):
     """A ParquetFile reading by range through the storage (and the reader to close)."""
     reader = storage.open_reader(path, version)
     try:
-        return pq.ParquetFile(ReadAtFile(reader.read_at, size), pre_buffer=True), reader
+        # Page checksums, where the writer wrote them, are verified: a flipped byte is a counted corrupt row
+        # group, not silently changed text.
+        return pq.ParquetFile(ReadAtFile(reader.read_at, size), pre_buffer=True,
+                              page_checksum_verification=True), reader
     except (pa.ArrowException, OSError, ValueError) as error:  # pyarrow's; storage errors pass through
         reader.close()
         raise NotParquet(f"not a Parquet file ({_first_line(error)})") from None
@@ -236,7 +242,10 @@ class ParquetReader(Reader):
         try:
             # One thread: a worker host runs one worker process per core already.
             table = parquet_file.read_row_group(index, columns=columns, use_threads=False)
-            text = table.column(self.params.text_column).cast(pa.large_binary())
+            text = table.column(self.params.text_column)
+            if pa.types.is_dictionary(text.type):
+                text = text.cast(text.type.value_type)
+            text = text.cast(pa.large_binary())
         except (pa.ArrowException, OSError, ValueError, IndexError):  # storage errors (StorageError) pass through
             skipped.skip("corrupt_row_group", rows)
             return None
