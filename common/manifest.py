@@ -222,13 +222,32 @@ class Manifest:
                 fresh.setdefault(entry["task"], entry)
         if fresh:
             lines = b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in fresh.values())
-            self._handle.write(lines)
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
+            end = os.path.getsize(self.path)  # every earlier append was flushed
+            try:
+                self._handle.write(lines)
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+            except OSError:
+                self._cut_back(end)  # no torn line left for the next append to follow
+                raise
             self._dirty = True
         for entry in fresh.values():  # done only once it is on disk
             self._count(entry)
         return list(fresh.values())
+
+    def _cut_back(self, end: int) -> None:
+        """After a failed write: the journal back to its last complete line, and a fresh handle."""
+        try:
+            self._handle.close()
+        except OSError:
+            pass  # closing flushes what could not be written: that is the failure being handled
+        try:
+            with open(self.path, "r+b") as handle:
+                handle.truncate(end)
+        except OSError as error:
+            log.error("manifest %s: could not cut a partly written line back (%s); it is dropped at the next load",
+                      self.path, error)
+        self._handle = open(self.path, "ab")
 
     def publish(self) -> None:
         """Copy the journal to the output (S3 only; a local manifest is the output)."""

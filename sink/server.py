@@ -101,6 +101,7 @@ class SinkServer:
         self.ventilator_id = ""
         self.quarantined: dict[str, protocol.Quarantine] = {}
         self.duplicates = 0
+        self.unrecorded = 0  # acknowledgements the manifest could not take (I/O errors), left unconfirmed
 
     def _on_signal(self, signum, _frame) -> None:
         log.info("sink: %s, flushing and exiting", signal.Signals(signum).name)
@@ -170,7 +171,7 @@ class SinkServer:
             if self.manifest is not None and now - last_publish > self.options.publish_seconds:
                 try:
                     self.manifest.publish()
-                except StorageError as error:  # the journal is safe; publish again later
+                except (StorageError, OSError) as error:  # the journal is safe; publish again later
                     log.warning("sink: could not publish the manifest yet: %s", error)
                 last_publish = now
 
@@ -268,7 +269,14 @@ class SinkServer:
             valid.append(ack)
         if not valid:
             return
-        fresh = {entry["task"] for entry in self.manifest.append([manifest_entry(ack) for ack in valid])}
+        try:
+            fresh = {entry["task"] for entry in self.manifest.append([manifest_entry(ack) for ack in valid])}
+        except OSError as error:  # a full or failing disk under the journal: never the sink's end
+            self.unrecorded += len(valid)
+            log.error("sink: could not write %d acknowledgement(s) to the manifest %s (%s); they stay unconfirmed, "
+                      "so the ventilator has those tasks done again once the disk takes writes again",
+                      len(valid), self.manifest.path, error)
+            return
         documents = 0
         for ack in valid:
             if ack.task_id in fresh:
@@ -339,7 +347,7 @@ class SinkServer:
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
             self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
-        except StorageError as error:
+        except (StorageError, OSError) as error:  # a full local disk is an OSError, not a StorageError
             log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "
                       "line: once the store is back, run the ventilator's command again (same --state-dir): it "
                       "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)

@@ -50,6 +50,9 @@ def test_a_task_is_done_only_once_its_line_is_on_disk(tmp_path):
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
+        def close(self):
+            pass
+
     manifest = Manifest(LocalStorage(str(tmp_path)), "j1", str(tmp_path / "state"))
     manifest.load()
     real, manifest._handle = manifest._handle, FullDisk()

@@ -27,3 +27,50 @@ def test_a_manifest_it_cannot_publish_is_exit_status_1(tmp_path, caplog):
     assert server._finish("all tasks done", job_over=True) == 0
     assert (tmp_path / "out" / "summary.json").exists()
     server.manifest.close()
+
+
+def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
+    """ENOSPC while appending acknowledgements ended the sink with a traceback
+    (OSError was not caught beside StorageError).  Now they stay unconfirmed
+    (the ventilator has them done again), the journal keeps no torn line, and
+    the sink goes on and writes its summary."""
+    import errno
+    import json
+
+    from common import protocol
+    from common.config import JobConfig
+    from common.params import Component
+    from common.writers import ShardFile
+
+    out = tmp_path / "out"
+    server = SinkServer(SinkOptions(ventilator="127.0.0.1:1", state_dir=str(tmp_path / "state")))
+    server.config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"),
+                              segmenter="line", tokenizer_json="")
+    server.output = LocalStorage(str(out))
+    server.manifest = Manifest(server.output, server.config.job_id, str(tmp_path / "state"))
+    server.manifest.load()
+    (out / "a.tfrecord").write_bytes(b"shard")
+    ack = protocol.TaskAck("a", server.config.job_id, "w", "src", 0, 1, "v", [ShardFile("a.tfrecord", 1, "0", 5)], 1,
+                           protocol.AckStats())
+    sent = []
+    real = server.manifest._handle
+
+    class HalfWrite:
+        def write(self, data):
+            real.write(data[:7])  # part of the line reaches the file, then the disk is full
+            real.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            real.close()
+
+    server.manifest._handle = HalfWrite()
+    with caplog.at_level(logging.ERROR, logger="sink"):
+        server._record([ack], sent.append)
+    assert sent == [] and server.unrecorded == 1 and "could not write 1 acknowledgement" in caplog.text
+    assert (out / "manifest.jsonl").read_bytes() == b""  # the partial line was cut back
+    server._record([ack], sent.append)  # the disk takes writes again: the redone task's ack is recorded
+    assert [m.task_ids for m in sent] == [["a"]]
+    assert server._finish("all tasks done", job_over=True) == 0
+    assert json.loads((out / "summary.json").read_text())["tasks"] == 1
+    server.manifest.close()
