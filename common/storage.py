@@ -37,6 +37,7 @@ class Storage(Protocol):
     def put_bytes(self, name: str, data: bytes) -> str: ...
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None: ...
     def list_outputs(self) -> list[str]: ...
+    def output_sizes(self) -> dict[str, int]: ...
     def remove_temporaries(self) -> int: ...
 
 
@@ -170,6 +171,16 @@ class LocalStorage:
             relative = os.path.relpath(directory, self.root)
             names += [name if relative == "." else f"{relative}/{name}".replace(os.sep, "/") for name in files]
         return sorted(names)
+
+    def output_sizes(self) -> dict[str, int]:
+        """Every file below the output root and its size in bytes (one listing, not one call per file)."""
+        sizes = {}
+        for name in self.list_outputs():
+            try:
+                sizes[name] = os.path.getsize(self.uri(name))
+            except FileNotFoundError:  # removed since the listing
+                pass
+        return sizes
 
     def remove_temporaries(self) -> int:
         """Delete temporary shards left by writers that died (call when no
@@ -333,6 +344,16 @@ class S3Storage:
                     for obj in page.get("Contents", [])]
         return sorted(self.retry.run("list", names))
 
+    def output_sizes(self) -> dict[str, int]:
+        """Every object below the prefix and its size, from the listing itself (no HEAD per object)."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        prefix = f"{self.prefix}/" if self.prefix else ""
+
+        def sizes() -> dict[str, int]:
+            return {obj["Key"][len(prefix):]: int(obj["Size"])
+                    for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix)
+                    for obj in page.get("Contents", [])}
+        return self.retry.run("list", sizes)
 
     def remove_temporaries(self) -> int:
         """Nothing to do on the store: an unfinished upload never becomes an

@@ -13,7 +13,7 @@ from common.transport import ListenError
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
-from loader.shards import DatasetError, open_dataset
+from loader.shards import SPLITS, DatasetError, open_dataset
 
 
 def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
@@ -35,6 +35,11 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", required=True, metavar="OUT", show_envvar=True,
               help="A finished output of this project (directory or s3://bucket/prefix), read through its manifest.")
+@click.option("--split", type=click.Choice(SPLITS), default="train", show_envvar=True,
+              help="The side to serve: the training side, or the held-out side (--holdout-fraction) for evaluation.")
+@click.option("--allow-partial", is_flag=True, show_envvar=True,
+              help="Serve an output whose job has not finished (no summary.json, or tasks quarantined): what is "
+                   "in its manifest so far.")
 @click.option("--port", type=click.IntRange(1, 65535), default=LOADER_PORT, show_envvar=True,
               help="Port trainer ranks connect to.")
 @click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
@@ -70,7 +75,7 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
               help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, tokenizer, mask_id,
+def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, tokenizer, mask_id,
          vocab_size, masked_lm_prob, max_predictions_per_seq, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
          verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
@@ -92,7 +97,7 @@ def main(data, port, bind_host, batch_size, seed, shuffle_window, dynamic_maskin
         masking = MaskingParams(mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq)
     try:
         curve = Curve(curve_dir) if curve_dir else None
-        storage, shards = open_dataset(data, s3_endpoint_url)
+        storage, shards = open_dataset(data, s3_endpoint_url, split=split, allow_partial=allow_partial)
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
                                 cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
                                 metrics_port=metrics_port)

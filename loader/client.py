@@ -172,7 +172,9 @@ class LoaderClient:
     def torch_dataset(self):
         """A ``torch.utils.data.IterableDataset`` of dicts of tensors; use it
         with ``DataLoader(dataset, batch_size=None, num_workers=0)``: the
-        server batches and the client prefetches."""
+        server batches and the client prefetches.  A worker process is
+        refused: it would iterate a copy of this client, so ``state()`` here
+        would never move and a resume would replay the epoch."""
         import torch
         from torch.utils.data import IterableDataset, get_worker_info
 
@@ -180,9 +182,10 @@ class LoaderClient:
 
         class _LoaderDataset(IterableDataset):
             def __iter__(self):
-                info = get_worker_info()
-                if info is not None and info.num_workers > 1:
-                    raise LoaderError("use num_workers=0 or 1: every worker would pull the same rank's batches")
+                if get_worker_info() is not None:
+                    raise LoaderError("use DataLoader(..., num_workers=0): in a worker process the client's state() "
+                                      "would not follow the batches, and a resume would replay them (the server "
+                                      "batches and the client prefetches already)")
                 for features in client:
                     yield {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in features.items()}
 

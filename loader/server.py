@@ -23,6 +23,7 @@ import zmq
 
 from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
+from common.storage import StorageError
 from common.transport import DroppedMessages, listen, make_socket
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
@@ -73,6 +74,7 @@ class LoaderServer:
         self.dropped = DroppedMessages("loader")
         self.batches_sent = 0
         self.bytes_sent = 0
+        self.shard_failures = 0  # batches that could not be built (their rank was told)
         self.stopping = False
         self._features: list[messages.FeatureSpec] | None = None
 
@@ -239,6 +241,8 @@ class LoaderServer:
                     labels={str(r.rank): max(0, r.sent - (r.allowed - r.window)) for r in ranks}, label="rank")
         yield gauge("mlm_loader_cache_bytes", "Decoded shards held (bounded by --cache-mb).", self.cache.bytes)
         yield counter("mlm_loader_shard_loads", "Shards read and decoded.", self.cache.loads)
+        yield counter("mlm_loader_shard_failures", "Batches that could not be built from their shards (the rank was "
+                      "told).", self.shard_failures)
         yield counter("mlm_loader_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
 
     # Batches ----------------------------------------------------------
@@ -247,7 +251,11 @@ class LoaderServer:
         for rank in list(self.ranks.values()):
             if rank.sent >= rank.allowed:
                 continue
-            built = self.maker.build(rank.rank, rank.world_size, rank.epoch, rank.batch)
+            try:
+                built = self.maker.build(rank.rank, rank.world_size, rank.epoch, rank.batch)
+            except (DatasetError, StorageError, OSError) as error:
+                self._fail_rank(router, rank, error)
+                continue
             header = messages.BatchHeader(rank.session, rank.epoch, rank.batch, built.last_in_epoch,
                                           len(built.record_ids))
             router.send_multipart([rank.identity, messages.encode(header), built.matrix, built.record_ids],
@@ -259,6 +267,16 @@ class LoaderServer:
                 rank.epoch, rank.batch = rank.epoch + 1, 0
             else:
                 rank.batch += 1
+
+    def _fail_rank(self, router: zmq.Socket, rank: _Rank, error: Exception) -> None:
+        """A shard this rank needs cannot be read (deleted, cut, store down): the
+        rank is told why, and raises it; the server and the other ranks go on.
+        The shard is read again on the next attach, so a passing fault heals."""
+        reason = f"epoch {rank.epoch} batch {rank.batch} cannot be built: {error}"
+        log.error("loader: rank %d (%s): %s", rank.rank, rank.client_id, reason)
+        self.shard_failures += 1
+        router.send_multipart([rank.identity, messages.encode(messages.Refused(rank.session, reason))])
+        self.ranks.pop(rank.identity, None)
 
     def _forget_silent(self, now: float) -> None:
         for identity, rank in list(self.ranks.items()):

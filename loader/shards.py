@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,17 +35,34 @@ class DatasetError(ValueError):
     """The output cannot be served (reason in the message, one line)."""
 
 
-def entry_files(entry: dict) -> list[tuple[str, int]]:
-    """(file name relative to the output root, records) of a manifest line.
+class ListedFile(NamedTuple):
+    """A file as a manifest line lists it."""
 
-    Two shapes: ``shards``, a list of {name, records, sha256, bytes} (one
-    task may write several files), and the older single ``shard`` (a URI)
-    with the line's ``records``.
+    name: str  # relative to the output root
+    records: int
+    size: int | None  # bytes, when the line says (the older single-shard shape does not)
+    holdout: bool  # a file of the held-out side (--holdout-fraction)
+
+
+#: What ``--split`` chooses between: the training side, or the held-out side for evaluation.
+SPLITS = ("train", "holdout")
+
+
+def entry_files(entry: dict) -> list[ListedFile]:
+    """The files of a manifest line.
+
+    Two shapes: ``shards``, a list of {name, records, sha256, bytes[, holdout]}
+    (one task may write several files), and the older single ``shard`` (a
+    URI) with the line's ``records``.
     """
     if "shards" in entry:
-        return [(str(shard["name"]), int(shard["records"])) for shard in entry["shards"] or []]
+        return [ListedFile(str(shard["name"]), int(shard["records"]),
+                           int(shard["bytes"]) if shard.get("bytes") is not None else None,
+                           bool(shard.get("holdout", False)))
+                for shard in entry["shards"] or []]
     if entry.get("shard"):
-        return [(str(entry["shard"]).replace("\\", "/").rsplit("/", 1)[-1], int(entry.get("records", 0)))]
+        return [ListedFile(str(entry["shard"]).replace("\\", "/").rsplit("/", 1)[-1], int(entry.get("records", 0)),
+                           None, False)]
     return []
 
 
@@ -125,28 +144,94 @@ class ShardList:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
-    def from_entries(cls, entries: list[dict]) -> "ShardList":
-        files = [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
-                 for file in entry_files(entry) if file[1] > 0]
-        for name, _ in files:
-            reader_for(name)
-        counts = np.asarray([count for _, count in files], dtype=np.int64)
+    def from_entries(cls, entries: list[dict], split: str = "train") -> "ShardList":
+        """The files of one side (``train`` or ``holdout``) that hold records, in task order."""
+        files = cls.listed(entries, split)
+        for file in files:
+            reader_for(file.name)
+        counts = np.asarray([file.records for file in files], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        return cls(tuple(name for name, _ in files), counts, offsets)
+        return cls(tuple(file.name for file in files), counts, offsets)
+
+    @staticmethod
+    def listed(entries: list[dict], split: str = "train") -> list[ListedFile]:
+        if split not in SPLITS:
+            raise DatasetError(f"--split {split}: choose one of {', '.join(SPLITS)}")
+        held = split == "holdout"
+        return [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
+                for file in entry_files(entry) if file.records > 0 and file.holdout == held]
 
 
-def open_dataset(uri: str, endpoint_url: str | None = None) -> tuple[object, ShardList]:
-    """The storage and the shard list of a finished output; DatasetError if there is none."""
+SUMMARY_NAME = "summary.json"
+
+
+def check_finished(storage) -> str | None:
+    """Why the output is not a finished job's (None if it is): the sink writes
+    ``summary.json`` last, and says there whether every task's output is in."""
+    data = storage.get_bytes(SUMMARY_NAME)
+    if data is None:
+        return "no summary.json: the job has not ended (or its sink was killed)"
+    try:
+        summary = json.loads(data)
+    except ValueError:
+        return "summary.json is not JSON"
+    if not isinstance(summary, dict):
+        return "summary.json is not a JSON object"
+    if summary.get("quarantined"):
+        return f"{len(summary['quarantined'])} task(s) were quarantined: their documents are not in it"
+    complete = summary.get("complete")
+    if complete is None:  # written before summaries said so
+        complete = str(summary.get("reason", "")).endswith("all tasks done")
+    if not complete:
+        return f"the job did not finish ({summary.get('reason', 'no reason given')})"
+    return None
+
+
+def check_shards_present(storage, uri: str, files: list[ListedFile]) -> None:
+    """Every listed file is there with the size the manifest says (one listing):
+    a missing or cut shard fails now, not hours into training."""
+    sizes = storage.output_sizes()
+    missing = [file.name for file in files if file.name not in sizes]
+    cut = [f"{file.name} ({sizes[file.name]} bytes, the manifest says {file.size})" for file in files
+           if file.name in sizes and file.size is not None and sizes[file.name] != file.size]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} shard(s) listed in the manifest are missing ({missing[0]}"
+                        f"{', ...' if len(missing) > 1 else ''})")
+    if cut:
+        problems.append(f"{len(cut)} shard(s) have another size ({cut[0]}{', ...' if len(cut) > 1 else ''})")
+    if problems:
+        raise DatasetError(f"--data {uri}: {'; '.join(problems)}: run mlm-verify")
+
+
+def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train",
+                 allow_partial: bool = False) -> tuple[object, ShardList]:
+    """The storage and the shard list of one side of a finished output.
+
+    DatasetError (one line) if there is no output, if the job has not
+    finished (unless ``allow_partial``), if the side is empty, or if a
+    listed shard is missing or of another size than the manifest says.
+    """
     storage = open_storage(uri, endpoint_url)
     published = read_published(storage)
     if published is None:
         raise DatasetError(f"--data {uri}: no manifest.jsonl (not an output of this project, or not finished)")
     entries, torn = published
+    unfinished = check_finished(storage)
+    if unfinished and not allow_partial:
+        raise DatasetError(f"--data {uri} is not a finished output: {unfinished}; pass --allow-partial to serve "
+                           f"the {len(entries)} task(s) written so far")
+    if unfinished:
+        log.warning("%s is not a finished output (%s): serving the %d task(s) written so far (--allow-partial)",
+                    uri, unfinished, len(entries))
     if torn:
         log.warning("%s: the manifest ends with %d bytes of an incomplete line; serving the complete lines", uri, torn)
-    shards = ShardList.from_entries(entries)
+    shards = ShardList.from_entries(entries, split)
     if shards.records == 0:
+        if split == "holdout":
+            raise DatasetError(f"--data {uri}: no held-out side (the job was run without --holdout-fraction)")
         raise DatasetError(f"--data {uri}: the manifest lists no records")
+    check_shards_present(storage, uri, ShardList.listed(entries, split))
     return storage, shards
 
 

@@ -339,6 +339,8 @@ class SinkServer:
         if self.manifest is None:
             return 0
         summary = self.summary(reason)
+        # What readers check before serving (the loader): the job ended with every task's output in the manifest.
+        summary["complete"] = bool(job_over and not self.quarantined)
         try:
             self.manifest.publish()
             removed = self.output.remove_temporaries() if job_over else 0

@@ -19,15 +19,20 @@ from loader.shards import READERS, DatasetError, ShardCache, ShardList, entry_fi
 
 def test_entry_files_reads_both_manifest_shapes():
     new = {"task": "b", "records": 5, "shards": [{"name": "part-b.tfrecord", "records": 3, "sha256": "x", "bytes": 9},
-                                                 {"name": "part-b-1.parquet", "records": 2, "sha256": "y", "bytes": 9}]}
+                                                 {"name": "part-b-1.parquet", "records": 2, "sha256": "y", "bytes": 9},
+                                                 {"name": "holdout/part-b.parquet", "records": 4, "sha256": "w",
+                                                  "bytes": 8, "holdout": True}]}
     old = {"task": "a", "shard": "s3://bucket/out/part-a.tfrecord.gz", "records": 7, "sha256": "z"}
     empty_new, empty_old = {"task": "c", "records": 0, "shards": []}, {"task": "d", "records": 0, "shard": None}
-    assert entry_files(new) == [("part-b.tfrecord", 3), ("part-b-1.parquet", 2)]
-    assert entry_files(old) == [("part-a.tfrecord.gz", 7)]
+    assert entry_files(new) == [("part-b.tfrecord", 3, 9, False), ("part-b-1.parquet", 2, 9, False),
+                                ("holdout/part-b.parquet", 4, 8, True)]
+    assert entry_files(old) == [("part-a.tfrecord.gz", 7, None, False)]
     assert entry_files(empty_new) == entry_files(empty_old) == []
     shards = ShardList.from_entries([new, empty_new, old, empty_old])
     assert shards.names == ("part-a.tfrecord.gz", "part-b.tfrecord", "part-b-1.parquet")  # sorted by task id
     assert shards.offsets.tolist() == [0, 7, 10, 12]
+    held = ShardList.from_entries([new, empty_new, old, empty_old], split="holdout")
+    assert held.names == ("holdout/part-b.parquet",) and held.records == 4
 
 
 def test_files_the_loader_cannot_read_are_refused_before_serving():

@@ -151,7 +151,11 @@ class _ParquetTaskOutput(TaskOutput):
 
     def _file(self, bin_index: int) -> _ParquetFile:
         if bin_index not in self._files:
-            name = f"{self._stem}.parquet" if not self._bin_size else f"bin-{bin_index:03d}/{self._stem}.parquet"
+            if not self._bin_size:
+                name = f"{self._stem}.parquet"
+            else:  # the bin inside the stem's directory: the held-out side stays under holdout/ (holdout/bin-K/)
+                directory, _, base = self._stem.rpartition("/")
+                name = f"{directory + '/' if directory else ''}bin-{bin_index:03d}/{base}.parquet"
             self._files[bin_index] = _ParquetFile(self._output, name, self._schema)
         return self._files[bin_index]
 
