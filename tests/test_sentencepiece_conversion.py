@@ -36,7 +36,7 @@ KNOWN = {"e\u0301\u0302\u0303\u0304": "stacked combining marks: sentencepiece co
 def model():
     need_shared()
     path = tokenizer_path("sentencepiece")
-    return path, spm.SentencePieceProcessor(model_file=path), load_vocabulary(tokenizer_file=path)
+    return path, spm.SentencePieceProcessor(model_file=path), load_vocabulary(tokenizer_file=path, do_lower_case=False)
 
 
 def rows(vocabulary, texts):
@@ -120,3 +120,28 @@ def test_what_is_not_converted_is_refused(tmp_path):
         load_tokenizer(tokenizer_file=str(garbage))
     with pytest.raises(ConversionError, match="no pieces"):
         convert(b"")
+
+
+def test_a_user_defined_mask_piece_written_in_text_stays_text(tmp_path):
+    """sentencepiece itself turns a user-defined piece written in text into its
+    id (control pieces it never does).  When that piece is the mask token, the
+    project does not: a document's "[MASK]" must not become a masked position
+    (docs/tokenizers.md)."""
+    need_shared()
+    lines = [line for line in corpus_lines()[:1000]]
+    path = tmp_path / "user-mask.model"
+    import io
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=1500,
+                                   pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols="[CLS],[SEP]",
+                                   user_defined_symbols="[MASK]", minloglevel=2, num_threads=1)
+    path.write_bytes(model.getvalue())
+    processor = spm.SentencePieceProcessor(model_file=str(path))
+    mask = processor.piece_to_id("[MASK]")
+    assert mask in processor.encode("the [MASK] of it")  # sentencepiece: the id
+    vocabulary = load_vocabulary(tokenizer_file=str(path), do_lower_case=False)
+    assert vocabulary.special.mask == mask
+    ids = rows(vocabulary, ["the [MASK] of it"])[0]
+    assert mask not in ids and len(ids) > 3  # here: text
+    assert rows(vocabulary, ["the mask of it"]) == [processor.encode("the mask of it")]

@@ -92,8 +92,10 @@ def _size(_ctx, _param, value):
               help="The padding token ([PAD], <pad>) where the tokenizer does not say.  [default: the tokenizer's]")
 @click.option("--unk-token", default=None, show_envvar=True,
               help="The unknown token ([UNK], <unk>) where the tokenizer does not say.  [default: the tokenizer's]")
-@click.option("--do-lower-case/--no-do-lower-case", default=True, show_envvar=True,
-              help="Lower-case and strip accents (uncased models). Applies to --vocab-file.")
+@click.option("--do-lower-case/--no-do-lower-case", default=None, show_envvar=True,
+              help="Lower-case the text before the tokenizer (and strip accents, for a vocab.txt), whatever its "
+                   "family.  [default: on for a vocab.txt (BERT's); for a SentencePiece .model the objective's "
+                   "reference (on for bert, albert, electra); a tokenizers JSON or model directory as it says]")
 @click.option("--task-size", default="8M", callback=_size, show_envvar=True,
               help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
 @click.option("--holdout-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_envvar=True,

@@ -41,7 +41,7 @@ class JobOptions:
     output: str
     vocab_file: str | None = None
     tokenizer: str | None = None
-    do_lower_case: bool = True
+    do_lower_case: bool | None = None  # None: each family's default (common/tokenization/loading.py)
     #: Special tokens named by role (cls, sep, mask, pad, unk) where the tokenizer does not say (--mask-token ...).
     special_tokens: dict[str, str] = field(default_factory=dict)
     corpus_format: str = "auto"
@@ -145,10 +145,12 @@ def prepare_job(options: JobOptions) -> Job:
 
     try:
         vocabulary = load_vocabulary(options.vocab_file, options.tokenizer, options.do_lower_case,
-                                     options.special_tokens)
+                                     options.special_tokens, reference=objective_class.reference_casing)
     except TokenizerError as error:
         raise JobError(f"tokenizer: {error}") from None
     log.info("tokenizer: %s", vocabulary.describe())
+    if warning := vocabulary.casing_warning():
+        log.warning("tokenizer: %s", warning)
 
     storage = open_storage(options.data, options.s3_endpoint_url)
     try:

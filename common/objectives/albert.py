@@ -29,6 +29,8 @@ output is not reproducible; ours is, from (seed, task, pass).
 
 from __future__ import annotations
 
+from common.tokenization.loading import ReferenceCasing
+
 import random
 from dataclasses import dataclass
 from typing import Iterator
@@ -175,6 +177,7 @@ class AlbertObjective(Objective):
     google-research/albert's run_pretraining.py."""
 
     name = "albert"
+    reference_casing = ReferenceCasing(lower_case=True, sentencepiece_strips_accents=True)  # preprocess_text
     Params = AlbertParams
     needs = ("cls", "sep", "mask", "pad")
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from common.objectives.documents import TokenizedDocuments
 from common.params import Configurable
+from common.tokenization.loading import ReferenceCasing
 from common.tokenization.vocabulary import SpecialIds
 
 
@@ -78,6 +79,9 @@ class Objective(Configurable, abc.ABC):
     #: The unit the reference script adds, when it fixes one ("line": ELECTRA packs its input's lines): what
     #: ``--segmenter auto`` means for this objective.  None: the reader's default.
     segment_unit: ClassVar[str | None] = None
+    #: What the reference script does to text before a bare SentencePiece .model, unless --[no-]do-lower-case
+    #: says: BERT's and ELECTRA's do_lower_case=True; ALBERT's also drops accents; fairseq's RoBERTa neither.
+    reference_casing: ClassVar[ReferenceCasing] = ReferenceCasing()
 
     def __init__(self, params, special: SpecialIds):
         self.params = params

@@ -32,6 +32,8 @@ whole-word masking).
 
 from __future__ import annotations
 
+from common.tokenization.loading import ReferenceCasing
+
 import bisect
 from dataclasses import dataclass
 from typing import Iterator
@@ -202,6 +204,7 @@ class RobertaObjective(Objective):
     """RoBERTa / MLM-only blocks of contiguous full sentences, no NSP."""
 
     name = "roberta"
+    reference_casing = ReferenceCasing(lower_case=False)  # fairseq's RoBERTa keeps case
     Params = RobertaParams
     needs = ("cls", "sep")
 

@@ -11,6 +11,8 @@ random: the same documents give the same records, whatever the pass.
 
 from __future__ import annotations
 
+from common.tokenization.loading import ReferenceCasing
+
 from typing import Iterator
 
 import numpy as np
@@ -25,6 +27,7 @@ BATCH_DOCUMENTS = 4096
 
 class TokensObjective(Objective):
     name = "tokens"
+    reference_casing = ReferenceCasing(lower_case=False)  # no reference: the text as it is
     Params = NoParams
     needs = ()
 

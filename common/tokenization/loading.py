@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from dataclasses import dataclass
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per worker process
 
@@ -25,6 +26,18 @@ SENTENCEPIECE_NAMES = ("spiece.model", "sentencepiece.bpe.model", "sentencepiece
 
 class TokenizerError(ValueError):
     """The tokenizer cannot be used (reason in the message)."""
+
+
+@dataclass(frozen=True)
+class ReferenceCasing:
+    """What an objective's reference script does to text before a bare
+    SentencePiece model, when no flag says otherwise.  ALBERT's
+    create_pretraining_data.py runs every line through preprocess_text:
+    NFKD with combining marks dropped, always, and lower-casing under
+    do_lower_case (True by default)."""
+
+    lower_case: bool = True
+    sentencepiece_strips_accents: bool = False
 
 
 def bert_tokenizer_from_vocab(vocab_file: str, do_lower_case: bool = True) -> Tokenizer:
@@ -59,34 +72,71 @@ def _read_config(model_dir: str) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def sentencepiece_tokenizer(path: str, lowercase: bool = False, keep_accents: bool = True) -> Tokenizer:
+def sentencepiece_tokenizer(path: str, lowercase: bool = False, keep_accents: bool = True,
+                            replace_quotes: bool = True) -> Tokenizer:
     """A SentencePiece .model converted to tokenizers (same ids)."""
     from common.tokenization.sentencepiece_conversion import ConversionError, convert
 
     try:
         with open(path, "rb") as handle:
             data = handle.read()
-        return Tokenizer.from_str(convert(data, lowercase=lowercase, keep_accents=keep_accents))
+        return Tokenizer.from_str(convert(data, lowercase=lowercase, keep_accents=keep_accents,
+                                          replace_quotes=replace_quotes))
     except OSError as error:
         raise TokenizerError(f"{path}: unreadable ({error})") from None
     except ConversionError as error:
         raise TokenizerError(f"{path}: {error}") from None
 
 
-def _from_model_directory(path: str, do_lower_case: bool) -> Tokenizer:
+def _from_model_directory(path: str, do_lower_case: bool | None) -> Tokenizer:
+    """A model directory says how it cases (tokenizer.json's normalizer,
+    tokenizer_config.json's do_lower_case); an explicit flag overrides it."""
     config = _read_config(path)
     if os.path.exists(os.path.join(path, "tokenizer.json")):
-        return _from_json_file(os.path.join(path, "tokenizer.json"))
+        return apply_lower_case(_from_json_file(os.path.join(path, "tokenizer.json")), do_lower_case, path)
     vocab = os.path.join(path, "vocab.txt")
     if os.path.exists(vocab):
-        return bert_tokenizer_from_vocab(vocab, bool(config.get("do_lower_case", do_lower_case)))
+        lower = do_lower_case if do_lower_case is not None else bool(config.get("do_lower_case", True))
+        return bert_tokenizer_from_vocab(vocab, lower)
     found = [os.path.join(path, name) for name in SENTENCEPIECE_NAMES if os.path.exists(os.path.join(path, name))]
     found = found or sorted(glob.glob(os.path.join(path, "*.model")))
     if found:
         # ALBERT/XLNet's Python tokenizers lower-case and strip accents before sentencepiece when their config says so.
-        return sentencepiece_tokenizer(found[0], lowercase=bool(config.get("do_lower_case", False)),
-                                       keep_accents=bool(config.get("keep_accents", True)))
+        lower = do_lower_case if do_lower_case is not None else bool(config.get("do_lower_case", False))
+        return sentencepiece_tokenizer(found[0], lowercase=lower, keep_accents=bool(config.get("keep_accents", True)))
     raise TokenizerError(f"{path}: a model directory needs tokenizer.json, vocab.txt or a SentencePiece .model")
+
+
+def lowercases(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer's normalizer lower-cases its input (Lowercase, or
+    BertNormalizer's lowercase, at any depth of a Sequence)."""
+    def walk(spec) -> bool:
+        if not isinstance(spec, dict):
+            return False
+        kind = spec.get("type")
+        if kind == "Lowercase":
+            return True
+        if kind == "BertNormalizer":
+            return bool(spec.get("lowercase"))
+        return kind == "Sequence" and any(walk(step) for step in spec.get("normalizers") or [])
+    return walk(json.loads(tokenizer.to_str()).get("normalizer"))
+
+
+def apply_lower_case(tokenizer: Tokenizer, do_lower_case: bool | None, where: str) -> Tokenizer:
+    """A tokenizers JSON cases as its normalizer says; ``--do-lower-case`` puts
+    Lowercase in front of it (as ALBERT's reference lower-cases before
+    sentencepiece), and ``--no-do-lower-case`` cannot undo a normalizer
+    that lower-cases (TokenizerError)."""
+    if do_lower_case is None:
+        return tokenizer
+    if do_lower_case and not lowercases(tokenizer):
+        current = tokenizer.normalizer
+        steps = [normalizers.Lowercase()] + ([current] if current is not None else [])
+        tokenizer.normalizer = normalizers.Sequence(steps)
+    elif not do_lower_case and lowercases(tokenizer):
+        raise TokenizerError(f"{where}: --no-do-lower-case, but this tokenizer lower-cases in its own normalizer "
+                             "(an uncased model): drop the flag")
+    return tokenizer
 
 
 def _from_json_file(path: str) -> Tokenizer:
@@ -105,8 +155,15 @@ def check_model(tokenizer: Tokenizer, where: str = "the tokenizer") -> None:
 
 
 def load_tokenizer(vocab_file: str | None = None, tokenizer_file: str | None = None,
-                   do_lower_case: bool = True) -> Tokenizer:
-    """From a vocab.txt, a tokenizers JSON, a SentencePiece .model, or a local HF model directory."""
+                   do_lower_case: bool | None = None, reference: ReferenceCasing = ReferenceCasing()) -> Tokenizer:
+    """From a vocab.txt, a tokenizers JSON, a SentencePiece .model, or a local HF model directory.
+
+    ``do_lower_case`` (None: not given) applies to every family.  When it is
+    not given: a vocab.txt lower-cases (BERT's default), a bare SentencePiece
+    .model does as the objective's ``reference`` script does (ALBERT's
+    lower-cases every line and drops accents before sentencepiece), and a
+    tokenizers JSON or model directory does as it says itself.
+    """
     if tokenizer_file:
         path = tokenizer_file
         if os.path.isdir(path):
@@ -119,15 +176,18 @@ def load_tokenizer(vocab_file: str | None = None, tokenizer_file: str | None = N
             from common.tokenization.sentencepiece_conversion import looks_like_sentencepiece
 
             if path.endswith(".model") or looks_like_sentencepiece(head):
-                return sentencepiece_tokenizer(path)
+                lower = do_lower_case if do_lower_case is not None else reference.lower_case
+                return sentencepiece_tokenizer(path, lowercase=lower,
+                                               keep_accents=not reference.sentencepiece_strips_accents,
+                                               replace_quotes=False)
             if path.endswith(".txt"):
                 raise TokenizerError(f"--tokenizer {path}: not a tokenizers JSON (a BERT vocab.txt goes with "
                                      "--vocab-file)")
-        return _from_json_file(path)
+        return apply_lower_case(_from_json_file(path), do_lower_case, path)
     if vocab_file:
         if not os.path.exists(vocab_file):
             raise TokenizerError(f"--vocab-file {vocab_file}: no such file")
-        return bert_tokenizer_from_vocab(vocab_file, do_lower_case)
+        return bert_tokenizer_from_vocab(vocab_file, True if do_lower_case is None else do_lower_case)
     raise TokenizerError("no tokenizer: pass --vocab-file (a BERT vocab.txt) or --tokenizer (tokenizer.json, a "
                          "SentencePiece .model, or a model directory)")
 

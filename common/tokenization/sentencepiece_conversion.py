@@ -106,11 +106,12 @@ def parse_model(data: bytes) -> dict:
     return {"pieces": pieces, "trainer": trainer, "normalizer": normalizer}
 
 
-def _albert_preprocessing(lowercase: bool, keep_accents: bool) -> list[dict]:
+def _albert_preprocessing(lowercase: bool, keep_accents: bool, replace_quotes: bool = True) -> list[dict]:
     """What ALBERT's (and XLNet's) Python tokenizer does before sentencepiece,
-    when a model directory's tokenizer_config.json asks for it."""
+    when a model directory's tokenizer_config.json asks for it (HF's also
+    turns `` and '' into "; ALBERT's own script does not)."""
     steps = [{"type": "Replace", "pattern": {"String": "``"}, "content": '"'},
-             {"type": "Replace", "pattern": {"String": "''"}, "content": '"'}]
+             {"type": "Replace", "pattern": {"String": "''"}, "content": '"'}] if replace_quotes else []
     if not keep_accents:
         steps += [{"type": "NFKD"}, {"type": "StripAccents"}]
     if lowercase:
@@ -118,7 +119,7 @@ def _albert_preprocessing(lowercase: bool, keep_accents: bool) -> list[dict]:
     return steps
 
 
-def convert(data: bytes, *, lowercase: bool = False, keep_accents: bool = True) -> str:
+def convert(data: bytes, *, lowercase: bool = False, keep_accents: bool = True, replace_quotes: bool = True) -> str:
     """tokenizers JSON for a SentencePiece Unigram model (see the module doc).
 
     ``lowercase`` / ``keep_accents``: ALBERT-style preprocessing before
@@ -147,7 +148,7 @@ def convert(data: bytes, *, lowercase: bool = False, keep_accents: bool = True) 
             added.append({"id": index, "content": piece, "single_word": False, "lstrip": False, "rstrip": False,
                           "normalized": False, "special": True})
 
-    steps = _albert_preprocessing(lowercase, keep_accents) if (lowercase or not keep_accents) else []
+    steps = _albert_preprocessing(lowercase, keep_accents, replace_quotes) if (lowercase or not keep_accents) else []
     if spec["precompiled_charsmap"]:
         steps.append({"type": "Precompiled",
                       "precompiled_charsmap": base64.b64encode(spec["precompiled_charsmap"]).decode()})

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.tokenization.loading import (BERT_MAX_INPUT_CHARS_PER_WORD, TokenizerError, bert_tokenizer_from_vocab,
-                                         check_model, configured_roles, load_tokenizer)
+                                         ReferenceCasing, check_model, configured_roles, load_tokenizer,
+                                         lowercases)
 from common.tokenization.special_tokens import ROLES, SpecialTokenError, find_roles, special_contents
 from common.tokenization.word_boundaries import (CONTINUATION, START_MARKER, WordBoundaries, detect,
                                                  marker_word_starts, starts_word_by_id, word_ids_starts)
@@ -155,7 +156,25 @@ class Vocabulary:
         roles = ", ".join(f"{role} {self.tokenizer.id_to_token(i)!r}" if i is not None else f"{role} none"
                           for role, i in self.roles.items())
         return (f"{type(self.tokenizer.model).__name__}, {self.size} ids; {roles}; "
+                f"{'lower-cases its input' if lowercases(self.tokenizer) else 'keeps case'}; "
                 f"{self.boundaries.describe()}")
+
+    def casing_warning(self) -> str | None:
+        """A tokenizer that keeps case but whose pieces have no upper-case
+        letter is an uncased model fed cased text: most capitalised words
+        would become rare pieces or the unknown token."""
+        if lowercases(self.tokenizer):
+            return None
+        pieces = self.tokenizer.get_vocab()
+        cased = sum(1 for piece in pieces if any(ch.isupper() for ch in piece) and piece not in self._special_tokens())
+        letters = sum(1 for piece in pieces if any(ch.isalpha() for ch in piece))
+        if cased == 0 and letters >= 100:
+            return (f"the tokenizer keeps case, but none of its {letters} pieces with letters has an upper-case "
+                    "one (an uncased model?): pass --do-lower-case")
+        return None
+
+    def _special_tokens(self) -> set[str]:
+        return {self.tokenizer.id_to_token(i) for i in self.roles.values() if i is not None}
 
     @classmethod
     def from_json(cls, text: str) -> "Vocabulary":
@@ -242,10 +261,13 @@ def _check_specials_stay_out_of_text(text_tokenizer: Tokenizer, specials: dict[s
                                  "pre-tokenizer does not keep special tokens apart from text")
 
 
-def load_vocabulary(vocab_file: str | None = None, tokenizer_file: str | None = None, do_lower_case: bool = True,
-                    special_tokens: dict[str, str | None] | None = None) -> Vocabulary:
+def load_vocabulary(vocab_file: str | None = None, tokenizer_file: str | None = None,
+                    do_lower_case: bool | None = None, special_tokens: dict[str, str | None] | None = None,
+                    reference: ReferenceCasing = ReferenceCasing()) -> Vocabulary:
     """The ventilator's entry point: the tokenizer, with roles from the model
-    directory's configuration overridden by explicit ones (flags)."""
+    directory's configuration overridden by explicit ones (flags).
+    Casing: :func:`common.tokenization.loading.load_tokenizer`."""
     roles = configured_roles(tokenizer_file)
     roles.update({role: token for role, token in (special_tokens or {}).items() if token})
-    return Vocabulary.from_tokenizer(load_tokenizer(vocab_file, tokenizer_file, do_lower_case), roles)
+    return Vocabulary.from_tokenizer(load_tokenizer(vocab_file, tokenizer_file, do_lower_case, reference),
+                                     roles)
