@@ -92,6 +92,7 @@ def train_unigram(lines, vocab_size: int, do_lower_case: bool = True):
     trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=UNIGRAM_SPECIALS, unk_token="<unk>",
                                       show_progress=False)
     tokenizer.train_from_iterator(lines, trainer=trainer)
+    tokenizer = _stable_unigram(tokenizer)
     cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
@@ -99,19 +100,46 @@ def train_unigram(lines, vocab_size: int, do_lower_case: bool = True):
     return tokenizer
 
 
-def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list[str]:
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+#: Unigram scores are kept to this many decimals: the trainer sums in a hash map's order, which is seeded per
+#: process, so the same corpus gave scores that differ in the last bit from run to run.
+UNIGRAM_SCORE_DECIMALS = 6
 
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=do_lower_case, strip_accents=do_lower_case)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    # BERT's layout: [PAD] first (id 0 pads), then [UNK] [CLS] [SEP] [MASK].
+
+def _stable_unigram(tokenizer):
+    """The trained Unigram with its scores rounded and its pieces in a stated
+    order: the special tokens first, as trained, then by descending score,
+    ties by the piece's code points.  Same corpus, same file."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tokenizer.to_str())
+    pieces = spec["model"]["vocab"]
+    specials = [[piece, 0.0] for piece, _ in pieces[:len(UNIGRAM_SPECIALS)]]
+    assert [piece for piece, _ in specials] == UNIGRAM_SPECIALS, "the trainer put its special tokens first"
+    rest = [[piece, round(score, UNIGRAM_SCORE_DECIMALS)] for piece, score in pieces[len(UNIGRAM_SPECIALS):]]
+    # The trainer appends the characters no kept piece covers with scores just below the lowest piece's, one
+    # 1e-4 step each, in a hash set's order: the same characters get the same scores, handed out in code point
+    # order.
+    singles = [item for item in rest if len(item[0]) == 1]
+    lowest = min((score for piece, score in rest if len(piece) > 1), default=0.0)
+    appended = [item for item in singles if item[1] <= lowest + 1e-4 * (len(singles) + 1)]
+    for item, score in zip(sorted(appended, key=lambda item: item[0]),
+                           sorted((item[1] for item in appended), reverse=True)):
+        item[1] = score
+    rest.sort(key=lambda item: (-item[1], item[0]))
+    spec["model"]["vocab"] = specials + rest
+    spec["model"]["unk_id"] = UNIGRAM_SPECIALS.index("<unk>")
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list[str]:
+    """BERT's layout: [PAD] first (id 0 pads), then [UNK] [CLS] [SEP] [MASK]; deterministic
+    (common/tokenization/wordpiece_training.py)."""
+    from common.tokenization.wordpiece_training import train_wordpiece, word_counts
+
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special,
-                                        continuing_subword_prefix="##", show_progress=False)
-    tokenizer.train_from_iterator(lines, trainer=trainer)
-    vocab = tokenizer.get_vocab()
-    return [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    return train_wordpiece(word_counts(lines, do_lower_case), vocab_size, special)
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM_VOCAB", "show_default": True,
