@@ -21,6 +21,8 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from common import holdout
 from common.config import JobConfig
 from common.dedup import stages as dedup_stages
@@ -29,7 +31,7 @@ from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE
 from common.objectives import TokenizedDocuments, objective_named
 from common.protocol import AckStats
 from common.readers import Document, ParseReport, reader_named
-from common.sentences import Segmenter, split_segments
+from common.sentences import Segmenter, segment_pieces
 from common.tasks import Task
 from common.tokenization import Vocabulary
 from common.writers import ShardFile, writer_named
@@ -124,10 +126,13 @@ class TaskProcessor:
         """Segments and token ids of ``documents`` (those without a usable segment counted in ``report``),
         and how many tokens they had in all."""
         with stats.stage("split"):
-            segmented = [split_segments(document.lines, self.segmenter) for document in documents]
+            segmented = [segment_pieces(document.lines, self.segmenter) for document in documents]
         with stats.stage("tokenize"):
-            flat_texts = [segment for segments in segmented for segment in segments]
-            ids, lengths, word_starts = self.vocabulary.encode_with_word_starts(flat_texts)
+            # Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's
+            # tokens are its pieces' tokens end to end.
+            pieces = [piece for segments in segmented for segment in segments for piece in segment]
+            ids, piece_lengths, word_starts = self.vocabulary.encode_with_word_starts(pieces)
+            lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
             tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
                                                                    word_starts)
         if unusable:
@@ -216,3 +221,13 @@ class TaskProcessor:
         stats.bytes_out = sum(f.bytes for f in files)
         stats.cpu_seconds = time.process_time() - cpu_started
         return ShardResult(files, sum(f.records for f in files if not f.holdout), stats)
+
+
+def _per_segment(piece_lengths: np.ndarray, pieces_per_segment: list[int]) -> np.ndarray:
+    """Tokens per segment from tokens per piece (most segments are one piece)."""
+    counts = np.asarray(pieces_per_segment, dtype=np.int64)
+    if len(counts) == len(piece_lengths):
+        return piece_lengths
+    if not len(counts):
+        return np.zeros(0, dtype=np.int64)
+    return np.add.reduceat(piece_lengths, np.concatenate(([0], np.cumsum(counts)[:-1])))
