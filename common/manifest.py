@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterator
 
 import orjson
 
+from common.dedup.settings import FIRST_STAGES, made_without_earlier_tasks
 from common.storage import LocalStorage
 
 log = logging.getLogger(__name__)
@@ -152,11 +153,16 @@ class Manifest:
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         good, lines, gone = 0, 0, []  # gone: byte ranges of lines whose files are missing
         present: set[str] | None = None
+        staged: list[tuple[int, int, str]] = []  # a job with stages: every line's range and stage
+        incomplete_stage = False  # a later stage ran without some task of an earlier one
         if size:
             with open(self.path, "rb", buffering=1 << 20) as handle:
                 for entry, start, end in _iter_lines(handle):
                     check_job([entry], self.job_id, self.storage.uri(MANIFEST_NAME))
                     good, lines = end, lines + 1
+                    if "stage" in entry or staged:
+                        staged.append((start, end, str(entry.get("stage", ""))))
+                        incomplete_stage = incomplete_stage or made_without_earlier_tasks(entry)
                     names = [f["name"] for f in shard_files(entry) + stage_files(entry)]
                     if names and present is None:
                         present = set(self.storage.list_outputs())
@@ -164,6 +170,14 @@ class Manifest:
                         gone.append((start, end))
                     elif entry["task"] not in self.done:
                         self._count(entry)
+        if incomplete_stage:
+            # Its results (and the normal pass built on them) lack those tasks' documents: a job that ends
+            # well must have deduplicated the whole corpus, so everything after the first stage is done again.
+            redone = [(start, end) for start, end, stage in staged if stage not in FIRST_STAGES]
+            log.warning("manifest %s: a dedup stage ran without tasks that had failed; %d task(s) after the "
+                        "signature stage will be done again, so the whole corpus is deduplicated", self.path,
+                        len(redone))
+            gone = sorted(set(gone) | set(redone))
         if good < size:
             log.warning("manifest %s: dropping a torn last line (%d bytes)", self.path, size - good)
             with open(self.path, "r+b") as handle:
@@ -173,6 +187,8 @@ class Manifest:
             log.warning("manifest %s: %d of %d shards it lists are gone from %s; their tasks will be done again",
                         self.path, len(gone), lines, self.storage.uri(""))
             self._rewrite_without(gone)
+        if incomplete_stage:
+            self._recount()
         self._handle = open(self.path, "ab")
         self._dirty = bool(lines)  # publish at least once what the journal holds
         return self.done
@@ -193,6 +209,16 @@ class Manifest:
             target.flush()
             os.fsync(target.fileno())
         os.replace(temporary, self.path)
+
+    def _recount(self) -> None:
+        """Done set and totals from the journal as it now is (after lines were dropped)."""
+        self.done, self.dedup_totals = {}, {}
+        self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
+                       "skipped_documents": {}}
+        with open(self.path, "rb", buffering=1 << 20) as handle:
+            for entry, _start, _end in _iter_lines(handle):
+                if entry["task"] not in self.done:
+                    self._count(entry)
 
     def _count(self, entry: dict) -> None:
         self.done[entry["task"]] = entry.get("version", "")

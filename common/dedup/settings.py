@@ -16,6 +16,17 @@ SIGNATURE = "signature"
 BUCKET = "bucket"
 RESOLVE = "resolve"
 STAGES = (SIGNATURE, BUCKET, RESOLVE)
+#: Stages whose tasks read only the input: nothing earlier can make them stale.
+FIRST_STAGES = (SIGNATURE,)
+#: The counter a stage's task reports when it ran without earlier tasks (quarantined ones).
+SKIPPED_COUNTER = "signature_tasks_skipped"
+
+
+def made_without_earlier_tasks(entry: dict) -> bool:
+    """A manifest line of a stage's task that ran without some task of an
+    earlier stage: its result lacks those tasks' documents (see
+    common/manifest.py, which has it and what followed done again)."""
+    return bool((entry.get("dedup") or {}).get(SKIPPED_COUNTER))
 
 MODES = ("off", "exact", "minhash")
 

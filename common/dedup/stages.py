@@ -38,7 +38,7 @@ from common.dedup.clusters import candidate_pairs, components, split_handle
 from common.dedup.files import CorruptFile
 from common.dedup.keys import KeyMaker
 from common.dedup.normalise import document_text
-from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, DedupSettings
+from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, SKIPPED_COUNTER, DedupSettings
 from common.tasks import Task
 from common.writers.base import ShardFile
 
@@ -179,7 +179,7 @@ def find_pairs(output, task: Task, plan: list[Task], skips: set[str]) -> StageRe
     first, other, kind = candidate_pairs(join(kinds, np.uint16), join(keys, np.uint64), join(members, np.uint64))
     pairs = _put(output, pairs_name(partition), {"partition": partition},
                  {"first": first, "other": other, "kind": kind}, len(first))
-    return StageResult([pairs], {"candidate_pairs": len(first), "signature_tasks_skipped": skipped})
+    return StageResult([pairs], {"candidate_pairs": len(first), SKIPPED_COUNTER: skipped})
 
 
 def _member(source: Task, meta: dict, arrays: dict, ordinal: int) -> dict:

@@ -6,6 +6,7 @@ twice into the manifest."""
 from __future__ import annotations
 
 import re
+import shutil
 import time
 
 import pytest
@@ -56,3 +57,38 @@ def test_kill_9_workers_and_ventilator_during_the_dedup_stages(data, tmp_path):
     assert set(ours) == set(reference)
     assert shard_digests(c.output) == shard_digests(clean)
     assert (c.output / stages.CLUSTERS_NAME).read_bytes() == (clean / stages.CLUSTERS_NAME).read_bytes()
+
+
+def test_a_dedup_job_resumed_after_a_quarantine_deduplicates_the_whole_corpus(data, tmp_path):
+    """An input file unreadable during the signature stage: the first run ends rc 3; with the file back, the
+    same command ends rc 0 with the clean run's output (not the duplicates the stale stages let through)."""
+    job = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "64K", "--dedup", "exact",
+           "--dedup-partitions", "4", "--max-attempts", "2"]
+    clean = tmp_path / "clean"
+    result = run_ventilator(data, clean, *job, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    inputs = tmp_path / "inputs"
+    shutil.copytree(data, inputs)
+    victim = sorted(p for p in inputs.rglob("*") if p.is_file())[-1]  # its tasks come last
+    away = tmp_path / "away"
+    c = Cluster(inputs, tmp_path / "out", job, tmp_path).start(1)
+    try:
+        c.wait_for_progress(1)  # planned, and in the signature stage
+        victim.rename(away)
+        assert c.wait() == 3, c.tail()
+    finally:
+        c.close()
+    away.rename(victim)
+    first = manifest(tmp_path / "out")
+    assert any((e.get("dedup") or {}).get("signature_tasks_skipped") for e in first.values()), "no stale stage"
+
+    result = run_ventilator(inputs, tmp_path / "out", *job, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done again, so the whole corpus is deduplicated" in result.stderr
+    ours, reference = manifest(tmp_path / "out"), manifest(clean)
+    assert set(ours) == set(reference)
+    assert sum(e["documents"] for e in ours.values()) == sum(e["documents"] for e in reference.values())
+    assert shard_digests(tmp_path / "out") == shard_digests(clean)
+    assert ((tmp_path / "out" / stages.CLUSTERS_NAME).read_bytes()
+            == (clean / stages.CLUSTERS_NAME).read_bytes())
