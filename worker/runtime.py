@@ -15,6 +15,7 @@ again, into the same shard name with the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -37,9 +38,13 @@ from common.tasks import Task
 from common.tokenization import Vocabulary
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, endpoint, make_socket, new_identity,
                               parse_address)
+from worker.backoff import Backoff, no_room
 from worker.pipeline import ShardResult, TaskProcessor
 
 log = logging.getLogger("worker")
+
+#: The stage name under which a task's waits for room are reported (the sink sums it per stage).
+WAIT_STAGE = "wait_for_room"
 
 
 @dataclass
@@ -73,12 +78,14 @@ class _Outcome:
 class _Compute(threading.Thread):
     """Processes tasks one at a time; posts outcomes and pings the PAIR socket."""
 
-    def __init__(self, context: zmq.Context, address: str):
+    def __init__(self, context: zmq.Context, address: str, backoff: Backoff | None = None):
         super().__init__(name="compute", daemon=True)
         self.context = context
         self.address = address
         self.inbox: queue.Queue = queue.Queue()
         self.outbox: queue.Queue = queue.Queue()
+        self.backoff = backoff or Backoff()
+        self.stop_waiting = threading.Event()  # draining: a task waiting for room is given up, not waited on
 
     def run(self) -> None:
         notify = self.context.socket(zmq.PAIR)
@@ -94,22 +101,35 @@ class _Compute(threading.Thread):
         finally:
             notify.close()
 
-    @staticmethod
-    def _process(job: _Job, task: Task, content: bytes | None) -> _Outcome:
-        try:
-            started = time.perf_counter()
-            if content is None and task.reads_input:  # not shipped: read it here
-                content = job.processor.reader.read(job.input_storage, task)
-            read_seconds = time.perf_counter() - started
-            return _Outcome(job, task, job.processor.process(task, content or b"", read_seconds))
-        except CorruptFile as error:  # an earlier dedup task's file: that task is done again, then this one
-            log.warning("task %s (%s): %s; asking for its writer to be done again", task.task_id, task.key, error)
-            return _Outcome(job, task, None, f"CorruptFile: {error}", redo=[error.writer_task] if error.writer_task
-                            else [])
-        except Exception as error:  # a bad task must not kill the worker
-            log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
-            log.debug("%s", traceback.format_exc())
-            return _Outcome(job, task, None, f"{type(error).__name__}: {error}", is_permanent(error))
+    def _process(self, job: _Job, task: Task, content: bytes | None) -> _Outcome:
+        """The task's outcome; while the output has no room (worker/backoff.py) the task is retried after a
+        growing wait, keeping its lease and its attempts."""
+        backoff = dataclasses.replace(self.backoff)
+        while True:
+            try:
+                started = time.perf_counter()
+                if content is None and task.reads_input:  # not shipped: read it here
+                    content = job.processor.reader.read(job.input_storage, task)
+                read_seconds = time.perf_counter() - started
+                result = job.processor.process(task, content or b"", read_seconds)
+                if backoff.waited:  # in the sink's per-stage seconds (mlm_sink_worker_stage_seconds_total)
+                    result.stats.seconds[WAIT_STAGE] += backoff.waited
+                return _Outcome(job, task, result)
+            except CorruptFile as error:  # an earlier dedup task's file: that task is done again, then this one
+                log.warning("task %s (%s): %s; asking for its writer to be done again", task.task_id, task.key, error)
+                return _Outcome(job, task, None, f"CorruptFile: {error}",
+                                redo=[error.writer_task] if error.writer_task else [])
+            except Exception as error:  # a bad task must not kill the worker
+                reason = no_room(error)
+                if reason and not self.stop_waiting.is_set():
+                    delay = backoff.next_delay()
+                    log.warning("task %s (%s): %s; retrying in %.0f s without spending an attempt (%.0f s waited "
+                                "so far)", task.task_id, task.key, reason, delay, backoff.waited - delay)
+                    self.stop_waiting.wait(delay)
+                    continue
+                log.error("task %s (%s) failed: %s", task.task_id, task.key, error)
+                log.debug("%s", traceback.format_exc())
+                return _Outcome(job, task, None, f"{type(error).__name__}: {error}", is_permanent(error))
 
 
 @dataclass
@@ -173,6 +193,7 @@ class WorkerProcess:
         try:
             return self._loop(dealer, pair, compute, host)
         finally:
+            compute.stop_waiting.set()
             compute.inbox.put(None)
             dealer.close()
             pair.close()
@@ -200,6 +221,7 @@ class WorkerProcess:
             if self.draining:
                 if drain_deadline is None:
                     drain_deadline = now + self.options.drain_seconds
+                    compute.stop_waiting.set()  # a task waiting for room is not worth the drain's time
                     state.last_heartbeat = 0.0  # tell the ventilator now that we want nothing more
                 self._hand_back_queued(send, compute, state)
                 # Credit still out: an assignment may be on its way. Exit once the ventilator has
