@@ -56,8 +56,9 @@ def test_every_documents_ids_are_the_tokenizers(vocabulary, tmp_path, level):  #
     assert all(d.dtype == np.uint16 for d in datasets), "BERT's 30,522 ids fit uint16"
     ours = [[s.tolist() for s in document] for d in datasets for document in d.documents()]
     expected = expected_documents(vocabulary)
-    if level == "document":
-        expected = [[[t for sentence in document for t in sentence]] for document in expected]
+    if level == "document":  # one sequence per document, ending with Megatron's EOD ([SEP]), as --append-eod
+        expected = [[[t for sentence in document for t in sentence] + [vocabulary.special.sep]]
+                    for document in expected]
     assert ours == expected
     assert len(ours) == 103
 

@@ -89,7 +89,8 @@ class TaskProcessor:
         objective_class = objective_named(config.objective.name)
         self.objective = objective_class(objective_class.make_params(config.objective.params), vocabulary.special)
         writer_class = writer_named(config.writer.name)
-        self.writer = writer_class(writer_class.make_params(config.writer.params), self.objective.features)
+        self.writer = writer_class(writer_class.make_params(config.writer.params), self.objective.features,
+                                   vocabulary.special)
         self.dedup = config.dedup
         self._keys = KeyMaker(config.dedup) if config.dedup.enabled else None
         self._plan = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from common.objectives.base import Batch, Feature
+from common.tokenization.vocabulary import SpecialIds
 from common.params import Configurable
 
 
@@ -50,9 +51,10 @@ class Writer(Configurable, abc.ABC):
     #: Endings of the files it writes (for mlm-verify and readers of an output).
     suffixes: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, params, features: list[Feature]):
+    def __init__(self, params, features: list[Feature], special: SpecialIds | None = None):
         self.params = params
         self.features = features
+        self.special = special  # the tokenizer's special ids, for formats that write one (Megatron's EOD)
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:

@@ -18,7 +18,10 @@ all little-endian, checked against megatron-core's ``indexed_dataset.py``
 layout has not changed since Megatron-LM 23.x).  ``--megatron-level
 sentence`` makes each sentence a sequence (what Megatron's BERT dataset
 needs: ``preprocess_data.py --split-sentences``); ``document`` one sequence
-per document.  The dtype is uint16 when the vocabulary has fewer than 65,500
+per document, ending with the end-of-document token as
+``preprocess_data.py --append-eod`` writes it (Megatron's ``eod``: the
+tokenizer's separator, ``[SEP]`` for BERT's WordPiece, ``</s>`` for
+RoBERTa's), so GPT-style samples that cross a document boundary see it.  The dtype is uint16 when the vocabulary has fewer than 65,500
 ids (Megatron's ``best_fitting_dtype``), int32 otherwise.
 
 At the end of the job the sink writes ``megatron_data_path.txt``: ``TOKENS
@@ -120,11 +123,12 @@ class _Stream:
 
 
 class _MegatronTaskOutput(TaskOutput):
-    def __init__(self, output, stem: str, dtype: np.dtype, level: str):
+    def __init__(self, output, stem: str, dtype: np.dtype, level: str, eod: int | None = None):
         self._output = output
         self._stem = stem
         self._dtype = dtype
         self._level = level
+        self._eod = eod  # document level: appended to every document, as preprocess_data.py --append-eod
         self._bin = _Stream(output, f"{stem}.bin")
         self._lengths: list[np.ndarray] = []
         self._document_ends: list[np.ndarray] = []
@@ -132,13 +136,18 @@ class _MegatronTaskOutput(TaskOutput):
 
     def write(self, batch: Batch) -> None:
         ids, sentences = batch.columns["input_ids"], batch.columns["sentence_lengths"]
-        self._bin.write(np.asarray(ids.values).astype(self._dtype).tobytes())
+        values = np.asarray(ids.values)
         if self._level == "sentence":
             lengths = np.asarray(sentences.values, dtype=np.int32)
             per_document = np.asarray(sentences.lengths, dtype=np.int64)
         else:
             lengths = np.asarray(ids.lengths, dtype=np.int32)
             per_document = np.ones(len(ids.lengths), dtype=np.int64)
+            if self._eod is not None and len(lengths):  # each document's ids, then the EOD token
+                ends = np.cumsum(lengths)
+                values = np.insert(values, ends, self._eod)
+                lengths = lengths + 1
+        self._bin.write(values.astype(self._dtype).tobytes())
         self._lengths.append(lengths)
         self._document_ends.append(self._sequences + np.cumsum(per_document))
         self._sequences += int(per_document.sum())
@@ -183,7 +192,8 @@ class MegatronWriter(Writer):
 
     def open(self, output, stem: str) -> TaskOutput:
         ids = next(f for f in self.features if f.name == "input_ids")
-        return _MegatronTaskOutput(output, stem, best_fitting_dtype(ids.bound), self.params.megatron_level)
+        eod = self.special.sep if self.special is not None else None  # Megatron's eod: [SEP] for BERT, </s>
+        return _MegatronTaskOutput(output, stem, best_fitting_dtype(ids.bound), self.params.megatron_level, eod)
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
