@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket as _socket
+import time
 import uuid
 
 import zmq
@@ -87,17 +88,43 @@ def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = pro
 
 
 class DroppedMessages:
-    """Counts messages dropped as malformed, logging the first few of each kind."""
+    """Counts messages dropped as malformed, logging the first few of each kind.
+
+    Bounded whatever a peer sends: hostile frames make every reason text
+    unique (it quotes what was wrong), so at most ``MAX_REASONS`` reasons are
+    kept apart (the rest are counted as one), and at most ``LOG_LINES`` lines
+    are logged per ``LOG_WINDOW`` seconds.  A flood costs a counter, not the
+    log, memory, or the time to write either."""
+
+    MAX_REASONS = 64
+    OTHER = "other reasons"
+    LOG_LINES = 20
+    LOG_WINDOW = 60.0
 
     def __init__(self, role: str):
         self.role = role
         self.dropped: dict[str, int] = {}
+        self._window_start = -self.LOG_WINDOW
+        self._logged = 0
+        self._unlogged = 0
 
     def drop(self, reason: str) -> None:
+        if reason not in self.dropped and len(self.dropped) >= self.MAX_REASONS:
+            reason = self.OTHER
         count = self.dropped.get(reason, 0) + 1
         self.dropped[reason] = count
         if count <= 3 or count in (10, 100, 1000) or count % 10000 == 0:
-            log.warning("%s dropped a message (%s), %d so far", self.role, reason, count)
+            now = time.monotonic()
+            if now - self._window_start >= self.LOG_WINDOW:
+                if self._unlogged:
+                    log.warning("%s dropped %d more malformed message(s) without logging each", self.role,
+                                self._unlogged)
+                self._window_start, self._logged, self._unlogged = now, 0, 0
+            if self._logged < self.LOG_LINES:
+                self._logged += 1
+                log.warning("%s dropped a message (%s), %d so far", self.role, reason, count)
+            else:
+                self._unlogged += 1
 
     @property
     def total(self) -> int:

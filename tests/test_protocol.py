@@ -179,3 +179,19 @@ def test_the_nine_byte_frames_that_ended_the_roles():
             protocol.decode(msgpack.packb(hostile))
     with pytest.raises(protocol.ProtocolError):
         protocol.decode(b"\x91" * 100_000 + b"\xc0")
+
+
+def test_dropped_messages_stay_bounded_whatever_the_reasons(caplog):
+    """Hostile frames make each reason unique: the counts stay bounded, and so does the log."""
+    import logging
+
+    from common.transport import DroppedMessages
+
+    dropped = DroppedMessages("sink")
+    with caplog.at_level(logging.WARNING, logger="common.transport"):
+        for i in range(20_000):
+            dropped.drop(f"protocol version {i}, expected 4")
+    assert dropped.total == 20_000
+    assert len(dropped.dropped) == DroppedMessages.MAX_REASONS + 1
+    assert dropped.dropped[DroppedMessages.OTHER] == 20_000 - DroppedMessages.MAX_REASONS
+    assert len(caplog.records) <= DroppedMessages.LOG_LINES
