@@ -42,8 +42,8 @@ def bad_corpus(tmp_path_factory):
     (root / "b_bad" / "binary").write_bytes(bytes(random.Random(1).getrandbits(8) for _ in range(4096)).replace(b"<", b"."))
     (root / "b_bad" / "no_sentence").write_text(doc(30, "\x01\x02\x03\n\n\x07") + doc(31, paragraphs[24]), encoding="utf-8")
     os.symlink(root / "does-not-exist", root / "b_bad" / "dangling")
-    # One 50 MB document (real text, repeated), among small ones.
-    big_body = "\n\n".join(paragraphs * (50_000_000 // sum(len(p) + 2 for p in paragraphs) + 1))[:50_000_000]
+    # One 20 MB document (real text, repeated), among small ones: ten times a task, a single document.
+    big_body = "\n\n".join(paragraphs * (20_000_000 // sum(len(p) + 2 for p in paragraphs) + 1))[:20_000_000]
     (root / "c_big").mkdir()
     (root / "c_big" / "wiki_00").write_text(doc(40, paragraphs[25]) + doc(41, big_body) + doc(42, paragraphs[26]),
                                             encoding="utf-8")
@@ -65,7 +65,7 @@ def test_bad_input_is_skipped_and_counted(bad_corpus, tmp_path):
     assert summary["documents"] == 11
     assert summary["quarantined"] == {}
     totals = check_shards(output)
-    assert totals["records"] > 40000  # the 50 MB document alone gives ~100k instances
+    assert totals["records"] > 16000  # the 20 MB document alone gives ~40k instances
 
 
 @pytest.mark.parametrize("case,expected", [
