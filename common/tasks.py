@@ -16,6 +16,11 @@ from typing import Iterable, Iterator
 
 from common.dedup.settings import STAGES
 
+#: The stage of a format's own tasks after the normal pass (``Writer.finish_tasks``: Megatron's merge).
+FINISH = "finish"
+#: Stages in the order they run: a stage's tasks wait for every task of the stages before it.
+STAGE_ORDER = {**{stage: rank for rank, stage in enumerate(STAGES)}, "": len(STAGES), FINISH: len(STAGES) + 1}
+
 #: Suffixes of inputs that cannot be split by byte range: one task per file.
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 
@@ -108,7 +113,7 @@ class Task:
                 raise TypeError("task offsets must be non-negative integers")
         if not start <= end <= size:
             raise ValueError("task range out of bounds")
-        if stage not in ("", *STAGES):
+        if stage not in STAGE_ORDER:
             raise ValueError(f"unknown task stage {stage!r}")
         return cls(path, start, end, size, version, compression, stage)
 

@@ -117,3 +117,33 @@ def test_tokens_records_in_parquet_keep_sentences(vocabulary, tmp_path):  # noqa
 def test_feature_bound_is_the_vocabulary(vocabulary):  # noqa: F811
     features = TokensObjective(TokensObjective.make_params({}), vocabulary.special).features
     assert features[0] == Feature("input_ids", "int32", None, bound=vocabulary.special.vocab_size)
+
+
+def test_merged_pairs_hold_every_tasks_documents_in_order(tmp_path):
+    """A job's pairs merged into one (Megatron-LM's merge_datasets): the same documents, in the data path
+    list's order, read back by this project's reader and, when installed, by megatron-core's own."""
+    from common.writers.megatron import merge_parts
+
+    special = SpecialIds(cls=None, sep=None, mask=None, pad=None, unk=0, vocab_size=1000, starts_word=np.ones(1000, bool))
+    objective = TokensObjective(TokensObjective.make_params({}), special)
+    writer = MegatronWriter(MegatronWriter.make_params({}), objective.features)
+    output = LocalStorage(str(tmp_path))
+    parts = {"part-a": [[[1, 2], [3]], [[4]]], "part-b": [[[5, 6, 7]]], "part-c": [[[8], [9], [10, 11]]]}
+    for stem, documents in parts.items():
+        with writer.writing(output, stem) as task_output:
+            for batch in objective.batches(TokenizedDocuments.from_lists(documents), stem, 0):
+                task_output.write(batch)
+            task_output.commit()
+    files = merge_parts(output, ["part-a", "part-missing", "part-b", "part-c"], "megatron/merged-00000")
+    assert [f.name for f in files] == ["megatron/merged-00000.bin", "megatron/merged-00000.idx"]
+    (merged,) = read_back(tmp_path, files)
+    expected = [document for documents in parts.values() for document in documents]
+    assert [[s.tolist() for s in d] for d in merged.documents()] == expected
+    assert merged.document_indices.tolist() == [0, 2, 3, 4, 7]
+    try:
+        from megatron.core.datasets.indexed_dataset import IndexedDataset as MegatronIndexedDataset
+    except ImportError:
+        return
+    theirs = MegatronIndexedDataset(str(tmp_path / "megatron" / "merged-00000"))
+    assert [theirs[i].tolist() for i in range(len(theirs))] == [s for d in expected for s in d]
+    assert theirs.document_indices.tolist() == [0, 2, 3, 4, 7]

@@ -29,11 +29,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from common.dedup.settings import STAGES
-from common.tasks import Task
-
-#: The order of stages (the normal pass, "", last); a stage's tasks wait for every task of the stages before it.
-STAGE_ORDER = {**{stage: rank for rank, stage in enumerate(STAGES)}, "": len(STAGES)}
+from common.tasks import STAGE_ORDER, Task
 
 
 class State(enum.Enum):

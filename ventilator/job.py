@@ -233,4 +233,10 @@ def prepare_job(options: JobOptions) -> Job:
                  f" (MinHash {d.perm} permutations, {d.bands} bands x {d.rows} rows, {d.ngram}-word shingles)"
                  if d.uses_minhash else "")
         tasks = dedup_stages.stage_tasks(tasks, config.dedup)
+    normal = [task for task in tasks if not task.stage]
+    try:
+        tasks += writer_class.finish_tasks(writer_params, output, config.job_id, normal, vocabulary.special)
+    except Exception as error:
+        raise JobError(f"--output {options.output}: cannot plan the {writer_class.name} stage after the normal "
+                       f"pass: {error}") from None
     return Job(config, tasks, files, skipped, storage, reader)

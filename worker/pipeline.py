@@ -32,7 +32,7 @@ from common.objectives import TokenizedDocuments, objective_named
 from common.protocol import AckStats
 from common.readers import Document, ParseReport, reader_named
 from common.sentences import Segmenter, segment_pieces
-from common.tasks import Task
+from common.tasks import FINISH, Task
 from common.tokenization import Vocabulary
 from common.writers import ShardFile, writer_named
 
@@ -179,6 +179,11 @@ class TaskProcessor:
         elif task.stage == BUCKET:
             with stats.stage("bucket"):
                 result = dedup_stages.find_pairs(self.output, task, self.plan(), dedup_stages.decode_skips(payload))
+        elif task.stage == FINISH:  # the format's own stage (Megatron's merge): its files are the stage's
+            with stats.stage(FINISH):
+                files = self.writer.finish_task(self.output, task, self.config.job_id,
+                                                dedup_stages.decode_skips(payload))
+            return ShardResult(files, 0, stats)
         elif task.stage == RESOLVE:
             with stats.stage("resolve"):
                 result = dedup_stages.resolve(self.output, self.plan(), self.dedup.partitions,

@@ -70,6 +70,16 @@ class Writer(Configurable, abc.ABC):
         """Records in a file this writer wrote, checking its framing; ValueError if it is corrupt."""
 
     @classmethod
+    def finish_tasks(cls, params, output, job_id: str, normal: list, special: SpecialIds) -> list:
+        """Tasks of the format's own stage after the normal pass (stage ``common.tasks.FINISH``), planned
+        with the job: none by default.  Whatever they need to know is written to ``output`` here."""
+        return []
+
+    def finish_task(self, output, task, job_id: str, skipped: list[str]) -> list[ShardFile]:
+        """Do one of those tasks; ``skipped``: normal tasks quarantined (their files are missing)."""
+        raise ValueError(f"{self.name} has no stage after the normal pass")
+
+    @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
         """Called by the sink once every task is done: files that describe the
         whole output (a dataset description, a blend list).  Nothing by default."""

@@ -34,16 +34,24 @@ import hashlib
 import struct
 from dataclasses import dataclass
 
+import msgpack
 import numpy as np
 
+from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
 from common.objectives.base import Batch, Feature
 from common.params import param
+from common.tasks import FINISH, Task, parse_size
 from common.writers.base import ShardFile, TaskOutput, Writer
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 DATA_PATH_LIST = "megatron_data_path.txt"
+MERGE_PLAN_NAME = "megatron/merge-plan.bin"  # which tasks' pairs each merged pair holds, written when planning
+MERGED_PREFIX = "megatron/merged-"  # merged pairs: megatron/merged-NNNNN.{bin,idx} (and under holdout/)
+#: Input characters per token, to size merge groups before any pair exists (English Wikipedia and web
+#: text give ~4.2-4.6 with 30k-50k vocabularies): a group's input is about merge size x this / dtype bytes.
+CHARS_PER_TOKEN = 4.4
 HOLDOUT_DATA_PATH_LIST = "holdout/megatron_data_path.txt"  # the held-out side's, for Megatron's validation split
 LEVELS = ("sentence", "document")
 
@@ -52,10 +60,14 @@ LEVELS = ("sentence", "document")
 class MegatronParams:
     megatron_level: str = param("sentence", "sentence: each sentence a sequence, documents delimited (Megatron's "
                                             "BERT); document: one sequence per document (GPT, T5).")
+    megatron_merge_size: str = param("4G", "After the normal pass, merge the tasks' pairs into pairs of about "
+                                           "this size (Megatron-LM's merge_datasets); 0: keep one pair per task.")
 
     def validate(self) -> None:
         if self.megatron_level not in LEVELS:
             raise ValueError(f"--megatron-level must be one of {', '.join(LEVELS)}")
+        if parse_size(self.megatron_merge_size) < 0:
+            raise ValueError("--megatron-merge-size must be 0 (no merge) or a size")
 
 
 def best_fitting_dtype(vocab_size: int | None) -> np.dtype:
@@ -122,6 +134,61 @@ class _Stream:
         self.bytes += len(data)
 
 
+def _commit_pair(output, data: _Stream, index_name: str, dtype: np.dtype, lengths: np.ndarray,
+                 pointers: np.ndarray, document_indices: np.ndarray, holdout: bool = False) -> list[ShardFile]:
+    """Write the index of ``data`` (written, not yet committed) and commit both, the index last: a reader
+    that finds the .idx finds its .bin complete."""
+    index = _Stream(output, index_name)
+    try:
+        index.write(INDEX_HEADER + struct.pack("<QBQQ", INDEX_VERSION, DTYPE_CODES[dtype], len(lengths),
+                                               len(document_indices)))
+        index.write(lengths.astype("<i4").tobytes())
+        index.write(pointers.astype("<i8").tobytes())
+        index.write(document_indices.astype("<i8").tobytes())
+        data.atomic.commit()
+        index.atomic.commit()
+    except BaseException:
+        index.atomic.abort()
+        raise
+    return [ShardFile(data.name, 0, data.sha256.hexdigest(), data.bytes, holdout),
+            ShardFile(index.name, len(lengths), index.sha256.hexdigest(), index.bytes, holdout)]
+
+
+def merge_parts(output, parts: list[str], name: str, holdout: bool = False) -> list[ShardFile]:
+    """The pairs ``parts`` (prefixes, in order) as one pair ``name``: their data end to end, their
+    indices joined (pointers and document ends moved by what comes before), as Megatron-LM's
+    tools/merge_datasets.py does.  No file when no part exists (tasks that wrote nothing)."""
+    read = []
+    for prefix in parts:
+        index = output.get_bytes(f"{prefix}.idx")
+        if index is not None:
+            read.append((prefix, IndexedDataset.parse_index(index)))
+    if not read:
+        return []
+    dtype = read[0][1].dtype
+    if any(part.dtype != dtype for _, part in read):
+        raise ValueError(f"{name}: its parts have different dtypes")
+    data = _Stream(output, f"{name}.bin")
+    try:
+        lengths, pointers, document_indices = [], [], [np.zeros(1, np.int64)]
+        sequences = 0
+        for prefix, part in read:
+            blob = output.get_bytes(f"{prefix}.bin")
+            expected = int(part.sequence_lengths.sum()) * dtype.itemsize
+            if blob is None or len(blob) != expected:
+                raise ValueError(f"{prefix}.bin is missing or not the size its index says (run mlm-verify)")
+            lengths.append(part.sequence_lengths)
+            pointers.append(part.sequence_pointers + data.bytes)
+            document_indices.append(part.document_indices[1:] + sequences)
+            sequences += len(part.sequence_lengths)
+            data.write(blob)
+        return _commit_pair(output, data, f"{name}.idx", dtype, np.concatenate(lengths),
+                            np.concatenate(pointers), np.concatenate(document_indices), holdout)
+    except BaseException:
+        data.atomic.abort()
+        raise
+
+
 class _MegatronTaskOutput(TaskOutput):
     def __init__(self, output, stem: str, dtype: np.dtype, level: str, eod: int | None = None):
         self._output = output
@@ -157,21 +224,8 @@ class _MegatronTaskOutput(TaskOutput):
         pointers = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))[:-1]]) * self._dtype.itemsize \
             if len(lengths) else np.zeros(0, np.int64)
         document_indices = np.concatenate([[0], *self._document_ends]).astype(np.int64)
-        index = _Stream(self._output, f"{self._stem}.idx")
-        try:
-            index.write(INDEX_HEADER + struct.pack("<QBQQ", INDEX_VERSION, DTYPE_CODES[self._dtype], len(lengths),
-                                                   len(document_indices)))
-            index.write(lengths.astype("<i4").tobytes())
-            index.write(pointers.astype("<i8").tobytes())
-            index.write(document_indices.astype("<i8").tobytes())
-            # The index last: a reader that finds the .idx finds its .bin complete.
-            self._bin.atomic.commit()
-            index.atomic.commit()
-        except BaseException:
-            index.atomic.abort()
-            raise
-        return [ShardFile(self._bin.name, 0, self._bin.sha256.hexdigest(), self._bin.bytes),
-                ShardFile(index.name, len(lengths), index.sha256.hexdigest(), index.bytes)]
+        return _commit_pair(self._output, self._bin, f"{self._stem}.idx", self._dtype, lengths, pointers,
+                            document_indices)
 
     def abort(self) -> None:
         self._bin.atomic.abort()
@@ -196,6 +250,39 @@ class MegatronWriter(Writer):
         return _MegatronTaskOutput(output, stem, best_fitting_dtype(ids.bound), self.params.megatron_level, eod)
 
     @classmethod
+    def finish_tasks(cls, params, output, job_id: str, normal: list, special) -> list:
+        """One merge task per group of tasks, in the order the data path list names them (task id),
+        each group about ``--megatron-merge-size`` of output (estimated from its input: CHARS_PER_TOKEN)."""
+        limit = parse_size(params.megatron_merge_size)
+        if not limit:
+            return []
+        budget = limit * CHARS_PER_TOKEN / best_fitting_dtype(special.vocab_size).itemsize
+        groups: list[list[str]] = []
+        size = 0
+        for task in sorted(normal, key=lambda t: t.task_id):
+            if not groups or (size + task.length > budget and groups[-1]):
+                groups.append([])
+                size = 0
+            groups[-1].append(task.shard_stem)
+            size += task.length
+        output.put_bytes(MERGE_PLAN_NAME, msgpack.packb({"job": job_id, "groups": groups}))
+        return [Task(f"{MERGED_PREFIX}{i:05d}", 0, 0, 0, "", "", FINISH) for i in range(len(groups))]
+
+    def finish_task(self, output, task, job_id: str, skipped: list[str]) -> list[ShardFile]:
+        """One merged pair per side (training, held out) from its group's pairs."""
+        if skipped:  # merged without them, a rerun that does them would keep the stale merge
+            raise ValueError(f"{len(skipped)} normal task(s) quarantined: nothing is merged without them (a "
+                             "rerun merges once they are done)")
+        data = output.get_bytes(MERGE_PLAN_NAME)
+        plan = msgpack.unpackb(data) if data is not None else None
+        if not isinstance(plan, dict) or plan.get("job") != job_id:
+            raise ValueError(f"{output.uri(MERGE_PLAN_NAME)} is missing or of another job")
+        stems = plan["groups"][int(task.path.rsplit("-", 1)[1])]
+        return (merge_parts(output, stems, task.path)
+                + merge_parts(output, [f"{HOLDOUT_DIRECTORY}/{stem}" for stem in stems],
+                              f"{HOLDOUT_DIRECTORY}/{task.path}", holdout=True))
+
+    @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
         """Sequences in an index (its structure checked); a .bin holds no record count of its own."""
         if name.endswith(".bin"):
@@ -204,17 +291,21 @@ class MegatronWriter(Writer):
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
-        """``megatron_data_path.txt``: each shard's prefix weighted by its tokens."""
-        from common.manifest import read_entries, shard_files
+        """``megatron_data_path.txt``: each pair's prefix weighted by its tokens: the merged pairs when
+        the job merged, else every task's."""
+        from common.manifest import read_entries, shard_files, stage_files
         from common.tokenization import Vocabulary
 
         dtype = best_fitting_dtype(Vocabulary.from_json(config.tokenizer_json).special.vocab_size)
+        entries = read_entries(output)
+        merged = [f for e in entries if e.get("stage") == FINISH for f in stage_files(e)]
+        files = sorted(merged, key=lambda f: f["name"]) if merged else [
+            f for e in sorted(entries, key=lambda e: e["task"]) if not e.get("stage") for f in shard_files(e)]
         lines: dict[bool, list[str]] = {False: [], True: []}  # held out or not (--holdout-fraction)
-        for entry in sorted(read_entries(output), key=lambda e: e["task"]):
-            for f in shard_files(entry):
-                if f["name"].endswith(".bin"):
-                    prefix = output.uri(f["name"][:-len(".bin")])
-                    lines[bool(f.get("holdout"))].append(f"{f['bytes'] // dtype.itemsize} {prefix}")
+        for f in files:
+            if f["name"].endswith(".bin"):
+                prefix = output.uri(f["name"][:-len(".bin")])
+                lines[bool(f.get("holdout"))].append(f"{f['bytes'] // dtype.itemsize} {prefix}")
         for held, name in ((False, DATA_PATH_LIST), (True, HOLDOUT_DATA_PATH_LIST)):
             if lines[held] or not held:
                 output.put_bytes(name, ("\n".join(lines[held]) + "\n").encode() if lines[held] else b"")
