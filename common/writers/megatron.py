@@ -47,7 +47,7 @@ INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 DATA_PATH_LIST = "megatron_data_path.txt"
-MERGE_PLAN_NAME = "megatron/merge-plan.bin"  # which tasks' pairs each merged pair holds, written when planning
+MERGE_PLAN_NAME = "megatron/merge-plan.msgpack"  # which tasks' pairs each merged pair holds, written when planning
 MERGED_PREFIX = "megatron/merged-"  # merged pairs: megatron/merged-NNNNN.{bin,idx} (and under holdout/)
 #: Input characters per token, to size merge groups before any pair exists (English Wikipedia and web
 #: text give ~4.2-4.6 with 30k-50k vocabularies): a group's input is about merge size x this / dtype bytes.

@@ -205,7 +205,10 @@ def test_other_formats_to_s3_are_the_local_bytes(s3, tmp_path, flags, suffixes):
     assert result.returncode == 0, result.stderr[-3000:]
     keys = [o["Key"][len("out/"):] for o in client.list_objects_v2(Bucket=bucket, Prefix="out/").get("Contents", [])]
     files = sorted(k for k in keys if k.endswith(suffixes))
-    assert files and files == sorted(str(p.relative_to(local)) for p in local.rglob("part-*") if p.is_file())
+    # Every file of the format, Megatron's merged pairs included, with the local run's names and bytes.
+    assert files and files == sorted(str(p.relative_to(local)) for p in local.rglob("*")
+                                     if p.is_file() and p.name.endswith(suffixes))
+    assert any(name.rsplit("/", 1)[-1].startswith("part-") for name in files)
     for key in files:
         body = client.get_object(Bucket=bucket, Key=f"out/{key}")["Body"].read()
         assert body == (local / key).read_bytes(), key
