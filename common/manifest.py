@@ -156,19 +156,23 @@ class Manifest:
         staged: list[tuple[int, int, str]] = []  # a job with stages: every line's range and stage
         incomplete_stage = False  # a later stage ran without some task of an earlier one
         if size:
+            job_id, where, done = self.job_id, self.storage.uri(MANIFEST_NAME), self.done
             with open(self.path, "rb", buffering=1 << 20) as handle:
-                for entry, start, end in _iter_lines(handle):
-                    check_job([entry], self.job_id, self.storage.uri(MANIFEST_NAME))
+                for entry, start, end in _iter_lines(handle):  # per line only what must be: a million at resume
+                    if entry.get("job") != job_id:
+                        check_job([entry], job_id, where)
                     good, lines = end, lines + 1
                     if "stage" in entry or staged:
                         staged.append((start, end, str(entry.get("stage", ""))))
                         incomplete_stage = incomplete_stage or made_without_earlier_tasks(entry)
-                    names = [f["name"] for f in shard_files(entry) + stage_files(entry)]
-                    if names and present is None:
-                        present = set(self.storage.list_outputs())
-                    if not all(name in present for name in names):
-                        gone.append((start, end))
-                    elif entry["task"] not in self.done:
+                    files = entry.get("shards") or entry.get("files")
+                    if files:
+                        if present is None:
+                            present = set(self.storage.list_outputs())
+                        if not all(f["name"] in present for f in shard_files(entry) + stage_files(entry)):
+                            gone.append((start, end))
+                            continue
+                    if entry["task"] not in done:
                         self._count(entry)
         if incomplete_stage:
             # Its results (and the normal pass built on them) lack those tasks' documents: a job that ends
@@ -225,7 +229,8 @@ class Manifest:
         totals = self.totals
         totals["tasks"] += 1
         files = shard_files(entry)
-        totals["shards"] += sum(1 for f in files if not f.get("holdout"))
+        if files:
+            totals["shards"] += sum(1 for f in files if not f.get("holdout"))
         if "holdout" in entry:  # --holdout-fraction: the training side's counts above, the held-out side's here
             held = totals.setdefault("holdout", {"shards": 0, "records": 0, "documents": 0, "tokens": 0})
             held["shards"] += sum(1 for f in files if f.get("holdout"))
@@ -235,10 +240,13 @@ class Manifest:
         totals["documents"] += entry.get("documents", 0)
         totals["tokens"] += entry.get("tokens", 0)
         totals["bytes_written"] += entry.get("bytes", 0)
-        for reason, count in (entry.get("skipped") or {}).items():
-            totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
-        for name, count in (entry.get("dedup") or {}).items():
-            self.dedup_totals[name] = self.dedup_totals.get(name, 0) + count
+        skipped, dedup = entry.get("skipped"), entry.get("dedup")
+        if skipped:
+            for reason, count in skipped.items():
+                totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
+        if dedup:
+            for name, count in dedup.items():
+                self.dedup_totals[name] = self.dedup_totals.get(name, 0) + count
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""

@@ -223,8 +223,10 @@ Message = typing.Union[tuple(MESSAGE_TYPES.values())]
 
 def encode(message) -> bytes:
     payload = {"v": PROTOCOL_VERSION, "t": type(message).__name__}
-    payload.update(_to_map(message))
-    return msgpack.packb(payload, use_bin_type=True)
+    payload.update(_fields(message))
+    # msgpack packs maps, lists and scalars itself and asks ``default`` only for nested messages: a
+    # sink's hello of 5,000 done tasks is one C call, not 5,000 Python ones.
+    return msgpack.packb(payload, use_bin_type=True, default=_fields)
 
 
 def decode(frame: bytes):
@@ -247,14 +249,11 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _to_map(value):
-    if dataclasses.is_dataclass(value):
-        return {name: _to_map(getattr(value, name)) for name in _field_names(type(value))}
-    if isinstance(value, list):
-        return [_to_map(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_map(v) for k, v in value.items()}
-    return value
+def _fields(value) -> dict:
+    """A message's (or nested message's) fields as a map; anything else cannot be sent."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        raise TypeError(f"cannot encode {type(value).__name__}")
+    return {name: getattr(value, name) for name in _field_names(type(value))}
 
 
 #: What msgpack decodes each plain hint from (exact types: bool is not an int here).
@@ -311,7 +310,7 @@ def _converter(hint, where: str):
         def items(value):
             if type(value) is not list:
                 raise wrong()
-            if plain_item is not None and all(type(v) in plain_item for v in value):
+            if plain_item is not None and set(map(type, value)) <= plain_item:  # C loops: 5,000-item lists
                 return value
             return [item(v) for v in value]
         return items
@@ -323,8 +322,8 @@ def _converter(hint, where: str):
         def mapping(value):
             if type(value) is not dict:
                 raise wrong()
-            if plain_key is not None and plain_value is not None and all(
-                    type(k) in plain_key and type(v) in plain_value for k, v in value.items()):
+            if plain_key is not None and plain_value is not None and set(map(type, value)) <= plain_key \
+                    and set(map(type, value.values())) <= plain_value:
                 return value
             return {key(k): val(v) for k, v in value.items()}
         return mapping

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from common.dedup.settings import STAGES
@@ -67,19 +67,19 @@ class Task:
     #: "" for the normal pass; a dedup stage's name for its tasks (see common/dedup/stages.py).  Only
     #: those carry it in their key, so the normal pass's task ids and random streams never change.
     stage: str = ""
+    #: Derived from (path, range) only: output does not depend on where the corpus is stored.  The version
+    #: guards against mixing file revisions instead (resume redoes a task whose version changed; an S3 read
+    #: fails if the object's ETag differs from the listed one).  Computed once: a million-task job looks
+    #: ids up millions of times (the dispatcher's tables, resume).
+    task_id: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task_id", hashlib.sha256(self.key.encode()).hexdigest()[:20])
 
     @property
     def key(self) -> str:
         where = f"{self.path}@{self.start}-{self.end}"
         return f"{self.stage}:{where}" if self.stage else where
-
-    @property
-    def task_id(self) -> str:
-        """Derived from (path, range) only: output does not depend on where
-        the corpus is stored.  The version guards against mixing file
-        revisions instead (resume redoes a task whose version changed; an S3
-        read fails if the object's ETag differs from the listed one)."""
-        return hashlib.sha256(self.key.encode()).hexdigest()[:20]
 
     @property
     def shard_stem(self) -> str:

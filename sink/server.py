@@ -189,6 +189,11 @@ class SinkServer:
                     self.dropped.drop(str(error))
                     continue
                 if isinstance(message, protocol.Welcome):
+                    if introduced and message.ventilator_id == self.ventilator_id:
+                        # The answer to a Hello repeated while the ventilator was still planning (queued
+                        # Hellos reach it together): it has our done list already, and at a million tasks
+                        # sending it again costs seconds on both sides.
+                        continue
                     introduced = True
                     if self.config is not None and _books(message.config) != _books(self.config):
                         # A new ventilator with another job: close this one's books first.

@@ -69,7 +69,7 @@ def test_heartbeat_adopts_tasks_held_from_a_previous_ventilator():
 def test_resume_skips_done_tasks_only_when_the_version_matches():
     ts = tasks(2)
     d = Dispatcher(ts, 10, 30, 3)
-    d.mark_done([ts[0].task_id, ts[1].task_id], {ts[0].task_id: "v", ts[1].task_id: "old"})
+    d.resync({ts[0].task_id: "v", ts[1].task_id: "old"})
     assert d.entries[ts[0].task_id].state is State.DONE
     assert d.entries[ts[1].task_id].state is State.PENDING
 
@@ -157,9 +157,9 @@ def test_a_new_sink_without_some_done_tasks_gets_them_done_again():
     old sink confirmed after that is done again, not left out of the output."""
     all_tasks = tasks(4)
     d = Dispatcher(all_tasks, lease_seconds=10, confirm_seconds=10, max_attempts=3)
-    d.mark_done([t.task_id for t in all_tasks], {t.task_id: t.version for t in all_tasks})
+    d.resync({t.task_id: t.version for t in all_tasks})
     assert d.complete
-    undone = d.keep_only_done({t.task_id: t.version for t in all_tasks[:2]})
+    undone = d.resync({t.task_id: t.version for t in all_tasks[:2]})
     assert sorted(e.task.task_id for e in undone) == sorted(t.task_id for t in all_tasks[2:])
     assert d.counts[State.DONE] == 2 and d.counts[State.PENDING] == 2 and not d.complete
     assert d.lease("w", 0.0).task.task_id in {t.task_id for t in all_tasks[2:]}
@@ -247,3 +247,60 @@ def test_an_expired_task_is_handed_out_before_the_untouched_ones():
     untouched = d.lease("w3", now=16)
     d.returned("w3", [untouched.task.task_id])  # handed back unstarted: no attempt, its place is the end
     assert d.lease("w3", now=17) is not untouched
+
+
+def _recounted(d: Dispatcher) -> tuple[dict, dict, dict]:
+    """The oracle for the bulk counters: counts, input bytes and open tasks per stage rank, from scratch."""
+    from common.tasks import STAGE_ORDER
+
+    counts, in_bytes, opened = {s: 0 for s in State}, {s: 0 for s in State}, {}
+    for entry in d.entries.values():
+        counts[entry.state] += 1
+        in_bytes[entry.state] += entry.task.length
+        rank = STAGE_ORDER[entry.task.stage]
+        opened[rank] = opened.get(rank, 0) + (entry.state not in (State.DONE, State.QUARANTINED))
+    return counts, in_bytes, opened
+
+
+def test_resync_settles_what_one_task_at_a_time_would():
+    """A sink's hello after random work (leases, finishes, failures, quarantines, confirmations): resync's
+    bulk counters equal a recount, a task the sink holds in its version is DONE, one it lacks (or holds in
+    another version) that was DONE is handed out again, and every other task keeps its state."""
+    import random
+
+    for seed in range(30):
+        rng = random.Random(seed)
+        ts = tasks(30)
+        d = Dispatcher(ts, lease_seconds=5, confirm_seconds=7, max_attempts=2)
+        now = 0.0
+        for _ in range(120):
+            now += rng.random()
+            action = rng.random()
+            if action < 0.4:
+                d.lease(rng.choice(["w1", "w2"]), now)
+            elif action < 0.6:
+                leased = [e for e in d.entries.values() if e.state is State.LEASED]
+                if leased:
+                    e = rng.choice(leased)
+                    d.finished(e.worker, e.task.task_id, now)
+            elif action < 0.7:
+                leased = [e for e in d.entries.values() if e.state is State.LEASED]
+                if leased:
+                    e = rng.choice(leased)
+                    d.failed(e.worker, e.task.task_id, "boom", now)
+            elif action < 0.85:
+                finished = [e.task.task_id for e in d.entries.values() if e.state is State.FINISHED]
+                d.mark_done(rng.sample(finished, min(len(finished), 3)))
+            else:
+                d.expire(now)
+        before = {task_id: e.state for task_id, e in d.entries.items()}
+        sink = {t.task_id: rng.choice([t.version, t.version, "other"]) for t in rng.sample(ts, rng.randint(0, 30))}
+        undone = d.resync(sink)
+        assert (d.counts, d._bytes, {r: c for r, c in d._open.items()}) == _recounted(d), seed
+        for task_id, entry in d.entries.items():
+            if sink.get(task_id) == entry.task.version:
+                assert entry.state is State.DONE, seed
+            elif before[task_id] is State.DONE:
+                assert entry.state is State.PENDING and entry in undone, seed
+            else:
+                assert entry.state is before[task_id], seed

@@ -232,8 +232,7 @@ class VentilatorServer:
             if message.last:
                 # All chunks first: marking each as it came could make the job look complete
                 # between two of them, before tasks the sink lacks are put back.
-                self.dispatcher.mark_done(list(self._sink_done), self._sink_done)
-                undone = self.dispatcher.keep_only_done(self._sink_done)
+                undone = self.dispatcher.resync(self._sink_done)
                 self._sink_done = {}
                 if undone:
                     log.warning("sink %s does not have %d task(s) a sink confirmed before: doing them again",
