@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import enum
 import heapq
+import itertools
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from common.tasks import STAGE_ORDER, Task
 
@@ -49,8 +50,13 @@ class Entry:
     attempts: int = 0  # leases
     failures: int = 0  # reported by a worker
     expiries: int = 0  # leases that ran out
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = None  # what went wrong, oldest first (a list from the first error: most tasks have none)
     timer: int = 0  # which deadline of this entry the heap's item is for; a newer one makes older items stale
+
+    def note(self, error: str) -> None:
+        if self.errors is None:
+            self.errors = []
+        self.errors.append(error)
 
 
 class Dispatcher:
@@ -59,18 +65,24 @@ class Dispatcher:
         self.confirm_seconds = confirm_seconds
         self.max_attempts = max_attempts
         self.entries: dict[str, Entry] = {}
-        for task in tasks:
-            self.entries.setdefault(task.task_id, Entry(task))
+        entries = self.entries
         self._pending: dict[int, deque[str]] = {}
         self._open: dict[int, int] = {}  # stage rank -> its tasks neither DONE nor QUARANTINED
-        for task_id, entry in self.entries.items():
-            rank = STAGE_ORDER[entry.task.stage]
-            self._pending.setdefault(rank, deque()).append(task_id)
-            self._open[rank] = self._open.get(rank, 0) + 1
+        pending_bytes = 0
+        for stage, group in itertools.groupby(tasks, key=lambda task: task.stage):  # one pass: a million tasks
+            rank = STAGE_ORDER[stage]
+            pending = self._pending.setdefault(rank, deque())
+            before = len(entries)
+            for task in group:
+                if task.task_id not in entries:
+                    entries[task.task_id] = Entry(task)
+                    pending.append(task.task_id)
+                    pending_bytes += task.end - task.start
+            self._open[rank] = self._open.get(rank, 0) + len(entries) - before
         self.counts = {state: 0 for state in State}
-        self.counts[State.PENDING] = len(self.entries)
+        self.counts[State.PENDING] = len(entries)
         self._bytes = {state: 0 for state in State}  # input bytes of the tasks in each state
-        self._bytes[State.PENDING] = sum(entry.task.length for entry in self.entries.values())
+        self._bytes[State.PENDING] = pending_bytes
         self.redeliveries = 0
         # Deadlines of LEASED and FINISHED entries, earliest first: (deadline, timer, task id).  An item is
         # stale once its entry left that state or got a new timer; a heartbeat only moves ``entry.deadline``
@@ -115,7 +127,7 @@ class Dispatcher:
         for task_id in task_ids:
             entry = self.entries.get(task_id)
             if entry is not None and entry.state in (State.DONE, State.FINISHED):
-                entry.errors.append("its output was found missing or corrupt")
+                entry.note("its output was found missing or corrupt")
                 self._move(entry, State.PENDING)
                 again.append(entry)
         return again
@@ -207,7 +219,7 @@ class Dispatcher:
             return None
         if entry.state is State.LEASED and entry.worker != worker:
             return None  # a stale report: someone else holds it now
-        entry.errors.append(error)
+        entry.note(error)
         entry.failures += 1
         if permanent or entry.failures >= self.max_attempts:
             self._move(entry, State.QUARANTINED)
@@ -237,7 +249,7 @@ class Dispatcher:
                 heapq.heappush(heap, (entry.deadline, timer, task_id))
                 continue
             reason = "lease expired" if entry.state is State.LEASED else "sink never confirmed"
-            entry.errors.append(f"{reason} (worker {entry.worker})")
+            entry.note(f"{reason} (worker {entry.worker})")
             if entry.state is State.LEASED:
                 entry.expiries += 1
             if entry.state is State.LEASED and entry.expiries >= 2 * self.max_attempts:

@@ -331,7 +331,7 @@ class VentilatorServer:
             if announce:
                 log.error("task %s quarantined after %d attempts: %s", entry.task.key, entry.attempts,
                           entry.errors[-1] if entry.errors else "")
-            errors = [error[:QUARANTINE_ERROR_CHARS] for error in entry.errors[-5:]]
+            errors = [error[:QUARANTINE_ERROR_CHARS] for error in (entry.errors or [])[-5:]]
             failures[entry.task.task_id] = protocol.Quarantine(entry.task.path, entry.task.start, entry.task.end,
                                                                entry.attempts, errors)
         if self.sink is None:
