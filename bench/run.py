@@ -141,8 +141,11 @@ def _rows() -> list[Row]:
             "{:.2f}", "< 1 at 5,000", lambda v: v < 1),
         Row("sc_resume_s", "Scale: resume over a manifest listing every task, command to exit: seconds", "{:.1f}",
             "< 15 at 1M", lambda v: v < 15),
-        Row("sc_loss_late_s", "Scale: workers vanished at once, holding tasks: all handed out again, seconds past "
-            "one lease period (negative: sooner)", "{:.2f}", "≤ 0.5 (expiry runs every 0.5 s)", lambda v: v <= 0.5),
+        Row("sc_loss_late_s", "Scale: workers vanished at once, holding tasks: all back in the queue "
+            "(mlm_ventilator_requeued_total), seconds past one lease period (negative: sooner)", "{:.2f}",
+            "≤ 0.5 (expiry runs every 0.5 s)", lambda v: v <= 0.5),
+        Row("sc_loss_handed_out_s", "Scale: ... and all handed out again to live workers, seconds after the "
+            "vanish", "{:.2f}"),
         # Pipeline
         Row("p_input_mb", "Pipeline input (MB)", "{:.1f}"),
         Row("p1_mb_s", "Pipeline, 1 worker (d=10): steady-state input MB/s", "{:.2f}"),
@@ -1018,6 +1021,7 @@ def scale_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.notes["sc_heartbeat_core"] = f" ({busiest['workers']:,} workers every {busiest['heartbeat_s']:g} s)"
     lost = points["loss"][0]
     res.add("sc_loss_late_s", lost["requeued_after_s"] - lost["lease_s"])
+    res.add("sc_loss_handed_out_s", lost["handed_out_after_s"])
     res.notes["sc_loss_late_s"] = (f" ({lost['vanished']:,} of {lost['workers']:,} workers holding {lost['held']:,} "
                                    f"tasks, lease {lost['lease_s']:g} s; manifest: each task once)")
     res.tables.append(scale.curves(points))

@@ -17,8 +17,10 @@ Each scenario returns one point of a curve (a dict of figures):
 * ``heartbeats(N)``: N workers holding tasks, heartbeating: the
   ventilator's share of a core;
 * ``loss(N, M, V)``: V of N workers vanish at once, holding tasks: the time
-  until every one of their tasks is handed out again, and the manifest
-  lists each task exactly once at the end.
+  until every one of their tasks is back in the queue (their leases ran out:
+  ``mlm_ventilator_requeued_total{reason="lease_expired"}``) and until each
+  is handed out again, and the manifest lists each task exactly once at the
+  end.
 """
 
 from __future__ import annotations
@@ -250,12 +252,17 @@ def loss(work: Path, vocab: str, workers: int, tasks: int, vanish: int, lease: f
         held = len(gone["vanished_held"])
         if not held:
             raise RuntimeError("the job ended before the workers vanished: give the loss scenario more tasks")
-        redeliveries0 = job.metric("mlm_ventilator_redeliveries_total")
+        expired = 'mlm_ventilator_requeued_total{reason="lease_expired"}'
+        expired0, redeliveries0 = job.metric(expired), job.metric("mlm_ventilator_redeliveries_total")
+        requeued_after = None  # back in the queue (their leases ran out), then handed out again
         while job.metric("mlm_ventilator_redeliveries_total") - redeliveries0 < held:
+            if requeued_after is None and job.metric(expired) - expired0 >= held:
+                requeued_after = time.time() - gone["vanished_at"]
             if time.time() - gone["vanished_at"] > 10 * lease:
                 raise RuntimeError("the vanished workers' tasks were not handed out again within 10 leases")
             time.sleep(0.1)
-        requeued_after = time.time() - gone["vanished_at"]
+        handed_out_after = time.time() - gone["vanished_at"]
+        requeued_after = handed_out_after if requeued_after is None else requeued_after
         code = ventilator.wait(timeout=900)
         stop([p for p, _ in rest], timeout=30)
     finally:
@@ -266,7 +273,7 @@ def loss(work: Path, vocab: str, workers: int, tasks: int, vanish: int, lease: f
     assert len(done) == len(set(done)) == tasks, (len(done), len(set(done)), tasks)
     assert set(gone["vanished_held"]) <= set(done)
     return {"workers": workers, "tasks": tasks, "vanished": gone["vanished"], "held": held, "lease_s": lease,
-            "requeued_after_s": requeued_after}
+            "requeued_after_s": requeued_after, "handed_out_after_s": handed_out_after}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ def test_lease_expires_without_heartbeat_and_is_redelivered():
     assert d.expire(now=15) == ([], [])
     requeued, _ = d.expire(now=19)
     assert requeued == [entry]
+    assert d.requeued["lease_expired"] == 1 and d.redeliveries == 0  # back in the queue, not yet handed out
     again = d.lease("w2", now=20)
     assert again is entry and entry.attempts == 2 and d.redeliveries == 1
 
@@ -304,3 +305,19 @@ def test_resync_settles_what_one_task_at_a_time_would():
                 assert entry.state is State.PENDING and entry in undone, seed
             else:
                 assert entry.state is before[task_id], seed
+
+
+def test_requeues_are_counted_by_reason():
+    """Every way a task goes back to pending is counted under its own reason, and nothing else is."""
+    d = Dispatcher(tasks(5), lease_seconds=10, confirm_seconds=30, max_attempts=3)
+    a, b, c, e = (d.lease("w", 0) for _ in range(4))
+    d.failed("w", a.task.task_id, "boom", 1)
+    d.returned("w", [b.task.task_id])
+    d.finished("w", c.task.task_id, 1)
+    d.expire(now=11)  # e's lease runs out; c waits for the sink until 31
+    d.expire(now=32)  # c was never confirmed
+    d.mark_done([d.lease("w", 40).task.task_id])
+    done = next(x for x in d.entries.values() if x.state is State.DONE)
+    d.redo([done.task.task_id])
+    assert d.requeued == {"lease_expired": 1, "unconfirmed": 1, "failed": 1, "returned": 1, "redo": 1}
+    assert e.state is State.PENDING and c.state is State.PENDING

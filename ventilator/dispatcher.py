@@ -41,6 +41,11 @@ class State(enum.Enum):
     QUARANTINED = "quarantined"
 
 
+#: Why a task went back to pending: its lease ran out, the sink never confirmed its output, its worker
+#: reported a failure, a draining worker handed it back unstarted, or a later task found its files missing.
+REQUEUE_REASONS = ("lease_expired", "unconfirmed", "failed", "returned", "redo")
+
+
 @dataclass(slots=True)
 class Entry:
     task: Task
@@ -84,6 +89,9 @@ class Dispatcher:
         self._bytes = {state: 0 for state in State}  # input bytes of the tasks in each state
         self._bytes[State.PENDING] = pending_bytes
         self.redeliveries = 0
+        #: Tasks put back in the queue, by why (REQUEUE_REASONS): a lost worker's show as lease_expired once
+        #: its leases run out, before any other worker takes them (the redeliveries).
+        self.requeued = dict.fromkeys(REQUEUE_REASONS, 0)
         # Deadlines of LEASED and FINISHED entries, earliest first: (deadline, timer, task id).  An item is
         # stale once its entry left that state or got a new timer; a heartbeat only moves ``entry.deadline``
         # later, and the item is pushed again when it comes up early.  So expiry looks at what is due, not at
@@ -129,6 +137,7 @@ class Dispatcher:
             if entry is not None and entry.state in (State.DONE, State.FINISHED):
                 entry.note("its output was found missing or corrupt")
                 self._move(entry, State.PENDING)
+                self.requeued["redo"] += 1
                 again.append(entry)
         return again
 
@@ -226,6 +235,7 @@ class Dispatcher:
             return entry
         if entry.state is State.LEASED:
             self._move(entry, State.PENDING)
+            self.requeued["failed"] += 1
         return None
 
     def returned(self, worker: str, task_ids: list[str]) -> None:
@@ -235,6 +245,7 @@ class Dispatcher:
             if entry is not None and entry.state is State.LEASED and entry.worker == worker:
                 entry.attempts -= 1
                 self._move(entry, State.PENDING)
+                self.requeued["returned"] += 1
 
     def expire(self, now: float) -> tuple[list[Entry], list[Entry]]:
         """Leases and confirmations past their deadline: (requeued, quarantined)."""
@@ -256,6 +267,7 @@ class Dispatcher:
                 self._move(entry, State.QUARANTINED)
                 quarantined.append(entry)
             else:
+                self.requeued["lease_expired" if entry.state is State.LEASED else "unconfirmed"] += 1
                 self._move(entry, State.PENDING)
                 requeued.append(entry)
         return requeued, quarantined

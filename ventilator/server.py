@@ -399,6 +399,10 @@ class VentilatorServer:
                       self.documents_done)
         yield counter("mlm_ventilator_redeliveries", "Tasks handed out again after a lease expired or a failure.",
                       d.redeliveries)
+        yield counter("mlm_ventilator_requeued", "Tasks put back in the queue, by reason: lease_expired (a lost "
+                      "or stuck worker), unconfirmed (the sink never confirmed), failed, returned (by a draining "
+                      "worker, unstarted), redo (a later task found its files missing).",
+                      labels=dict(d.requeued), label="reason")
         yield gauge("mlm_ventilator_workers", "Worker processes heard from within the last three heartbeats.",
                     self.worker_count)
         yield gauge("mlm_ventilator_sink_ready", "1 once the sink has said which tasks are done.",

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from ventilator.dispatcher import REQUEUE_REASONS
+
 from tests.cluster import Cluster
 from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, scrape
 
@@ -69,6 +71,7 @@ def test_metrics_follow_the_run(tmp_path):
         finally:
             worker.send_signal(signal.SIGCONT)
         assert vent[("mlm_ventilator_workers", ())] == 1
+        assert all(vent[("mlm_ventilator_requeued_total", (("reason", reason),))] == 0 for reason in REQUEUE_REASONS)
         assert vent[("mlm_ventilator_documents_total", ())] == sum(e["documents"] for e in entries.values())
         assert vent[("mlm_ventilator_input_bytes_done", ())] == sum(e["end"] - e["start"] for e in entries.values())
         assert sink[("mlm_sink_tasks_total", ())] == done
