@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Protocol
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 from common.tasks import InputFile
 
@@ -252,17 +252,30 @@ class S3Storage:
         return f"s3://{self.bucket}/{self._key(name)}"
 
     # Inputs -----------------------------------------------------------------
-    def list_inputs(self) -> list[InputFile]:
-        found = []
-        paginator = self.client.get_paginator("list_objects_v2")
+    #: Keys per listing request (S3's own maximum; tests page smaller).
+    list_page_size = 1000
+
+    def _objects(self, what: str) -> Iterator[tuple[str, dict]]:
+        """(name below the prefix, its listing entry) of every object, a page at a time.  Each page is one
+        request, retried on its own (a failure on page 900 of a million-object listing does not start it
+        over), and dropped once read: the listing is never held as pages beside what is kept of it."""
         prefix = f"{self.prefix}/" if self.prefix else ""
-        for page in self.retry.run("list", lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=prefix))):
-            for obj in page.get("Contents", []):
-                relative = obj["Key"][len(prefix):]
-                if not relative or relative.endswith("/") or _ignored(relative):
-                    continue
-                found.append(InputFile(relative, obj["Size"], obj["ETag"]))
-        found.sort(key=lambda f: f.path)
+        request = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": self.list_page_size}
+        pages = 0
+        while True:
+            page = self.retry.run(f"list {self.uri('')} (page {pages + 1})",
+                                  lambda: self.client.list_objects_v2(**request))
+            pages += 1
+            for obj in page.get("Contents", ()):
+                yield obj["Key"][len(prefix):], obj
+            if not page.get("IsTruncated"):
+                return
+            request["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_inputs(self) -> list[InputFile]:
+        found = [InputFile(name, obj["Size"], obj["ETag"]) for name, obj in self._objects("list")
+                 if name and not name.endswith("/") and not _ignored(name)]
+        found.sort(key=lambda f: f.path)  # S3 lists in UTF-8 byte order, which is code point order: no work
         return found
 
     def _get(self, relative: str, version: str, byte_range: str | None) -> bytes:
@@ -336,24 +349,11 @@ class S3Storage:
         return self.retry.run(f"GET {self.uri(name)}", get)
 
     def list_outputs(self) -> list[str]:
-        paginator = self.client.get_paginator("list_objects_v2")
-        prefix = f"{self.prefix}/" if self.prefix else ""
-
-        def names() -> list[str]:  # keys only: a page's metadata is dropped as soon as it is read
-            return [obj["Key"][len(prefix):] for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix)
-                    for obj in page.get("Contents", [])]
-        return sorted(self.retry.run("list", names))
+        return sorted(name for name, _obj in self._objects("list"))
 
     def output_sizes(self) -> dict[str, int]:
         """Every object below the prefix and its size, from the listing itself (no HEAD per object)."""
-        paginator = self.client.get_paginator("list_objects_v2")
-        prefix = f"{self.prefix}/" if self.prefix else ""
-
-        def sizes() -> dict[str, int]:
-            return {obj["Key"][len(prefix):]: int(obj["Size"])
-                    for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix)
-                    for obj in page.get("Contents", [])}
-        return self.retry.run("list", sizes)
+        return {name: int(obj["Size"]) for name, obj in self._objects("list")}
 
     def remove_temporaries(self) -> int:
         """Nothing to do on the store: an unfinished upload never becomes an

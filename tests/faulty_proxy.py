@@ -3,7 +3,8 @@ with S3's own throttling and server errors, for fault-injection tests.
 
 Requests are forwarded unchanged (the Host header included, so SigV4
 signatures still verify upstream); every ``fail_every``-th request is
-answered instead with ``503 SlowDown`` or ``500 InternalError``.
+answered instead with ``503 SlowDown`` or ``500 InternalError`` (and so is
+each request numbered in ``fail_requests``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ _ERRORS = [(503, "SlowDown", "Please reduce your request rate."),
 
 
 class FaultyProxy:
-    def __init__(self, upstream: str, fail_every: int = 3):
+    def __init__(self, upstream: str, fail_every: int = 3, fail_requests: frozenset[int] = frozenset()):
+        """``fail_requests``: these requests (numbered from 1) fail too, so several in a row can (more than
+        botocore's own retries absorb)."""
         target = urlsplit(upstream)
         counter = itertools.count(1)
         self.failed = 0
+        self.requests = 0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -35,7 +39,8 @@ class FaultyProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 number = next(counter)
-                if number % fail_every == 0:
+                proxy.requests = number
+                if (fail_every and number % fail_every == 0) or number in fail_requests:
                     proxy.failed += 1
                     status, code, text = _ERRORS[(number // fail_every) % 2]
                     payload = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>{text}</Message></Error>".encode()
