@@ -45,6 +45,7 @@ class Peer:
     last_seen: float
     wanted: int = 0
     host: str = ""
+    welcomed: float = 0.0  # when we last answered its Hello
 
 
 @dataclass
@@ -89,6 +90,10 @@ class VentilatorServer:
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
         self._welcome = protocol.encode(protocol.Welcome(self.config, self.ventilator_id))
+        # A peer repeats its Hello each heartbeat interval (the sink each second) until welcomed; a repeat
+        # sooner than this after our Welcome is not answered again.
+        self._rewelcome_after = max(2.0, self.config.heartbeat_seconds)
+        self.repeated_hellos = 0
 
     # ------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -179,7 +184,14 @@ class VentilatorServer:
             if message.role not in ("worker", "sink"):
                 self.dropped.drop(f"hello from role {message.role!r}")
                 return
-            self.peers[identity] = Peer(identity, message.role, message.peer_id, now, host=message.host)
+            if peer is not None and peer.name == message.peer_id and now - peer.welcomed < self._rewelcome_after:
+                # A Hello repeated before our Welcome reached it: that Welcome is on its way (the job's config,
+                # the tokenizer included: ~0.5 MB for BERT's).  Answering every repeat made a fleet of
+                # thousands joining at once a storm of Welcomes that starved the grants.
+                self.repeated_hellos += 1
+                return
+            self.peers[identity] = Peer(identity, message.role, message.peer_id, now, host=message.host,
+                                        welcomed=now)
             if message.role == "sink":
                 self._sink_done = {}  # its SinkHellos follow
             router.send_multipart([identity, self._welcome])
@@ -407,6 +419,8 @@ class VentilatorServer:
                     self.worker_count)
         yield gauge("mlm_ventilator_sink_ready", "1 once the sink has said which tasks are done.",
                     int(self.sink_ready))
+        yield counter("mlm_ventilator_repeated_hellos", "Hellos repeated before our Welcome arrived, not answered "
+                      "again (a fleet joining at once).", self.repeated_hellos)
         yield counter("mlm_ventilator_dropped_messages", "Malformed or unexpected messages dropped.",
                       self.dropped.total)
 
