@@ -75,7 +75,8 @@ class VentilatorServer:
         self.config = job.config
         self.options = options
         self.ventilator_id = uuid.uuid4().hex[:12]
-        self.dispatcher = Dispatcher(job.tasks, self.config.lease_seconds, options.confirm_seconds, options.max_attempts)
+        self.dispatcher: Dispatcher | None = None  # built in run(), while the first Hellos are answered
+        self._early: list[list[bytes]] = []  # frames other than Hellos that came while it was built
         self.peers: dict[bytes, Peer] = {}
         self.waiting: deque[bytes] = deque()  # workers with credit, in arrival order
         self.sink: bytes | None = None
@@ -112,6 +113,7 @@ class VentilatorServer:
         metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
+            self.dispatcher = self._build_while_greeting(router)
             log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
                      self.ventilator_id, self.config.job_id, self.dispatcher.total,
                      self.input_bytes / 1e6, self.config.data_uri, self.options.port)
@@ -131,7 +133,42 @@ class VentilatorServer:
                 authenticator.stop()
             context.term()
 
+    def _build_while_greeting(self, router: zmq.Socket) -> Dispatcher:
+        """The task table, built in a thread while this one answers Hellos.  The sink (started before the
+        job was planned) has its Hello waiting: welcomed at once, it reads its manifest while the table
+        is built, which at a million tasks takes seconds each.  Every other frame waits for the table."""
+        built: dict[str, object] = {}
+
+        def build() -> None:
+            try:
+                built["dispatcher"] = Dispatcher(self.job.tasks, self.config.lease_seconds,
+                                                 self.options.confirm_seconds, self.options.max_attempts)
+            except BaseException as error:  # noqa: BLE001 - raised again in the serving thread
+                built["error"] = error
+
+        builder = threading.Thread(target=build, name="build-dispatcher", daemon=True)
+        builder.start()
+        while builder.is_alive():
+            if not router.poll(20):
+                continue
+            frames = router.recv_multipart()
+            try:
+                hello = len(frames) == 2 and isinstance(protocol.decode(frames[1]), protocol.Hello)
+            except protocol.ProtocolError:
+                hello = False
+            if hello:
+                self._receive(router, frames)
+            else:
+                self._early.append(frames)
+        builder.join()
+        if "error" in built:
+            raise built["error"]
+        return built["dispatcher"]
+
     def _loop(self, router: zmq.Socket) -> RunResult:
+        early, self._early = self._early, []
+        for frames in early:  # in arrival order, before anything newer
+            self._receive(router, frames)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         last_housekeeping = last_progress = 0.0
