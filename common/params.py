@@ -93,11 +93,24 @@ class OptionSpec:
     type: type
     help: str
     defaults: dict[str, Any]  # component name -> its default
+    declared_by: str = ""  # the first component with the field, to name in a clash
+
+
+class ParamClash(Exception):
+    """Two components (a plugin's, say) give one option different types: it cannot be one flag."""
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) or str(hint)
+
+
+def _described(component: type) -> str:
+    return f"{component.name!r} ({component.__module__}.{component.__qualname__})"
 
 
 def option_specs(components: Iterable[type[Configurable]]) -> list[OptionSpec]:
     """The union of the components' parameters, one option per field name.
-    Two components that share a field name must give it the same type."""
+    Two components that share a field name must give it the same type: otherwise ParamClash, naming both."""
     specs: dict[str, OptionSpec] = {}
     for component in components:
         hints = typing.get_type_hints(component.Params)
@@ -105,9 +118,11 @@ def option_specs(components: Iterable[type[Configurable]]) -> list[OptionSpec]:
             spec = specs.get(f.name)
             if spec is None:
                 spec = specs[f.name] = OptionSpec(f.name, flag_of(component.Params, f.name), hints[f.name],
-                                                  f.metadata.get("help", ""), {})
+                                                  f.metadata.get("help", ""), {}, _described(component))
             elif spec.type is not hints[f.name]:
-                raise TypeError(f"{f.name}: {component.name} declares {hints[f.name]}, another component {spec.type}")
+                raise ParamClash(f"{spec.flag} is declared {_type_name(spec.type)} by {spec.declared_by} and "
+                                 f"{_type_name(hints[f.name])} by {_described(component)}: "
+                                 f"variants share one flag per parameter name, so rename one of them")
             spec.defaults[component.name] = f.default
     return list(specs.values())
 

@@ -41,3 +41,40 @@ def test_train_vocab_reads_every_input_format(tmp_path):
     assert result.exit_code == 0, result.output
     vocabulary = (tmp_path / "v.txt").read_text().split("\n")
     assert "rivers" in vocabulary and "[MASK]" in vocabulary
+
+
+def test_two_variants_giving_one_option_two_types_are_refused_naming_both(monkeypatch, capsys):
+    """A plugin objective whose parameter shares a name (so a flag) with an installed one but not its type:
+    one line naming both variants, at discovery, instead of a TypeError traceback that kills --help."""
+    import dataclasses
+
+    import pytest
+
+    from common.objectives import objectives
+    from common.params import ParamClash, option_specs
+    from ventilator import cli
+
+    bert = objectives()["bert"]
+    clashing = {f.name for f in dataclasses.fields(bert.Params)} & {"masked_lm_prob"}
+    assert clashing, "the test needs a field of BERT's"
+
+    @dataclasses.dataclass(frozen=True)
+    class PluginParams:
+        masked_lm_prob: str = "0.15"
+
+    class PluginObjective(bert):
+        name = "plugin"
+        Params = PluginParams
+
+    with pytest.raises(ParamClash) as clash:
+        option_specs([bert, PluginObjective])
+    message = str(clash.value)
+    assert "--masked-lm-prob" in message and "'bert'" in message and "'plugin'" in message
+    assert "float" in message and "str" in message
+
+    monkeypatch.setattr(cli, "objectives", lambda: {"bert": bert, "plugin": PluginObjective})
+    with pytest.raises(SystemExit) as exited:
+        cli.component_options(lambda: None)
+    assert exited.value.code == cli.EXIT_FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mlm-ventilator: error: --masked-lm-prob is declared float by 'bert'")

@@ -13,7 +13,7 @@ from common.config import JobConfig
 from common.dedup.settings import MODES, DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
-from common.params import defaults_text, option_specs
+from common.params import ParamClash, defaults_text, option_specs
 from common.readers import readers
 from common.writers import writers
 from common.security import Curve
@@ -38,7 +38,11 @@ def component_options(command):
     """One option per parameter of every reader, objective and writer (see
     common/params.py): unset ones stay None, so each component keeps its own
     default and a flag the chosen ones do not take can be refused."""
-    specs = option_specs([*readers().values(), *objectives().values(), *writers().values()])
+    try:
+        specs = option_specs([*readers().values(), *objectives().values(), *writers().values()])
+    except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
+        print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
     for spec in reversed(specs):
         decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
         command = click.option(*decls, type=None if spec.type is bool else spec.type, default=None,
