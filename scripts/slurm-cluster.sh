@@ -15,9 +15,10 @@
 #   sbatch deploy/slurm/mlm-pipeline.sbatch --data ... --output ... --vocab-file ...
 #   scripts/slurm-cluster.sh stop /tmp/slurm
 #
-# DIR should be short (the munge socket path must fit in 108 bytes).  The one
-# node is called mlm1, at 127.0.0.1, with CPUS cpus (default: nproc); the
-# controller and slurmd listen on free ports chosen here.  KillWait (seconds
+# DIR should be short (the munge socket path must fit in 108 bytes).  The
+# nodes are called mlm1..mlmN (N = SLURM_CLUSTER_NODES, default 1), all at
+# 127.0.0.1 with CPUS cpus each (default: nproc), one slurmd each; the
+# controller and the slurmds listen on free ports chosen here.  KillWait (seconds
 # between scancel's SIGTERM and SIGKILL) is SLURM_CLUSTER_KILL_WAIT, default 60.
 set -euo pipefail
 
@@ -81,10 +82,14 @@ start() {
         || die "munged did not start" "$dir/log/munged.log"
     wait_for munged "$dir/log/munged.log" test -S "$dir/munge/munge.socket"
 
-    local controller_port slurmd_port host
+    local controller_port slurmd_port host nodes=${SLURM_CLUSTER_NODES:-1} node_lines="" n
+    [[ $nodes =~ ^[1-9][0-9]?$ ]] || die "SLURM_CLUSTER_NODES must be 1-99"
     controller_port=$(free_port)
     slurmd_port=$(free_port)
     host=$(hostname -s)
+    for n in $(seq "$nodes"); do  # one slurmd each, on its own port
+        node_lines+="NodeName=mlm$n NodeHostname=$host NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN"$'\n'
+    done
     cat >"$dir/slurm.conf" <<EOF
 # Written by scripts/slurm-cluster.sh: a one-node cluster on 127.0.0.1.
 ClusterName=mlmtest
@@ -119,15 +124,17 @@ ReturnToService=2
 KillWait=${SLURM_CLUSTER_KILL_WAIT:-60}
 # The node may say it has other cpus than it has: we declare what we want.
 SlurmdParameters=config_overrides
-NodeName=mlm1 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+$node_lines
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
     export SLURM_CONF=$dir/slurm.conf
     slurmctld -i -f "$SLURM_CONF" || die "slurmctld did not start" "$dir/log/slurmctld.log"
     wait_for slurmctld "$dir/log/slurmctld.log" scontrol ping
-    slurmd -f "$SLURM_CONF" -N mlm1 || die "slurmd did not start" "$dir/log/slurmd.mlm1.log"
-    node_idle() { [[ $(sinfo -h -n mlm1 -o %t) == idle ]]; }
-    wait_for "slurmd (node mlm1 idle)" "$dir/log/slurmd.mlm1.log" node_idle
+    for n in $(seq "$nodes"); do
+        slurmd -f "$SLURM_CONF" -N "mlm$n" || die "slurmd mlm$n did not start" "$dir/log/slurmd.mlm$n.log"
+    done
+    all_idle() { [[ $(sinfo -h -N -o %t | sort -u) == idle && $(sinfo -h -N -o %N | wc -l) == "$nodes" ]]; }
+    wait_for "slurmd (nodes mlm1..mlm$nodes idle)" "$dir/log/slurmd.mlm1.log" all_idle
     echo "export SLURM_CONF=$SLURM_CONF"
 }
 
@@ -154,7 +161,10 @@ stop() {
         SLURM_CONF=$dir/slurm.conf timeout 20 scancel --full --signal=KILL --partition=debug 2>/dev/null || true
         SLURM_CONF=$dir/slurm.conf timeout 20 scancel --partition=debug 2>/dev/null || true
     fi
-    kill_pidfile "$dir/run/slurmd.mlm1.pid" slurmd
+    local pidfile
+    for pidfile in "$dir"/run/slurmd.*.pid; do
+        kill_pidfile "$pidfile" slurmd
+    done
     kill_pidfile "$dir/run/slurmctld.pid" slurmctld
     kill_pidfile "$dir/run/munged.pid" munged
     rm -rf "$dir"

@@ -1,6 +1,6 @@
 """deploy/slurm/mlm-pipeline.sbatch on a real single-host Slurm (scripts/slurm-cluster.sh, Debian's slurmctld,
-slurmd and munge): the job submitted with sbatch gives a local run's bytes, passes mlm-verify, and resumes from the
-manifest after scancel (resubmitted) and after a drain that requeues it."""
+slurmd and munge; two nodes of one cpu, a slurmd each): the job submitted with sbatch gives a local run's bytes,
+passes mlm-verify, and resumes from the manifest after scancel (resubmitted) and after a drain that requeues it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ SCRIPT = REPO / "deploy" / "slurm" / "mlm-pipeline.sbatch"
 CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 # 16 tasks of ~0.7 s of work each: long enough (about 6 s on two cores) to stop mid-job.
 JOB = ["--vocab-file", VOCAB, "--dupe-factor", "10", "--task-size", "128K", "--report-seconds", "1"]
+NODES = 2  # of one cpu each: two worker processes in all, as in the local run
 SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
@@ -38,8 +39,8 @@ def slurm():
     directory = tempfile.mkdtemp(prefix="mlm-slurm-")  # short: the munge socket's path must fit
     # KillWait 5 s: after a plain scancel, a worker whose sink went with it lingers up to 30 s to deliver its last
     # acknowledgement; Slurm's SIGKILL ends that sooner, as on a real cluster (KillWait is 30 s by default).
-    started = subprocess.run([str(CLUSTER), "start", directory, "2"], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "SLURM_CLUSTER_KILL_WAIT": "5"})
+    started = subprocess.run([str(CLUSTER), "start", directory, "1"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "SLURM_CLUSTER_KILL_WAIT": "5", "SLURM_CLUSTER_NODES": str(NODES)})
     assert started.returncode == 0, started.stderr
     conf = started.stdout.strip().removeprefix("export SLURM_CONF=")
     assert Path(conf).is_file(), started.stdout
@@ -72,7 +73,8 @@ class Job:
         self.job_id = ""
 
     def submit(self) -> str:
-        result = self.slurm("sbatch", "--parsable", f"--output={self.log}", str(SCRIPT), *self.args)
+        result = self.slurm("sbatch", "--parsable", f"--nodes={NODES}", f"--output={self.log}", str(SCRIPT),
+                            *self.args)
         self.job_id = result.stdout.strip().split(";")[0]
         return self.job_id
 
@@ -126,9 +128,13 @@ def test_sbatch_job_gives_a_local_runs_bytes(slurm, local_run, tmp_path):
     assert shown["JobState"] == "COMPLETED" and shown["ExitCode"] == "0:0", job.log_text()[-3000:]
     log = job.log_text()
     assert "ventilator at 127.0.0.1:" in log  # the workers reached the first node by its NodeAddr
-    # One srun task on the node, with as many worker processes as the node has cpus (2).
+    # One srun task on each node, with as many worker processes as the node has cpus (1), all of them working.
+    assert shown["NumNodes"] == str(NODES)
+    for node in range(1, NODES + 1):
+        assert f"mlm-pipeline: node mlm{node}: 1 worker processes" in log
     assert len({line.split("worker-")[1].split(":")[0] for line in log.splitlines()
-                if " I worker: worker-" in line and "writing to" in line}) == 2
+                if " I worker: worker-" in line and "writing to" in line}) == NODES
+    assert len({entry["worker"] for entry in manifest(job.output).values()}) == NODES
     assert_same_as_local(job, local_run)
 
 
