@@ -7,12 +7,18 @@
 #   target being the tasks one instance computes at once;
 # * a wake-up step policy: tasks wait and the group is empty -> number_of_worker
 #   (target tracking cannot scale out from zero instances);
-# * a job-ended step policy: the ventilator's last JobActive = 0 -> min size;
+# * a job-ended step policy: the ventilator's last JobActive = 0, or nothing
+#   published for job_silence_minutes (the ventilator killed or never
+#   started) -> min size;
 # * a termination lifecycle hook: scale-in waits until the worker has drained
 #   (it completes the action itself, see worker/lifecycle.py), or the timeout.
 #
-# number_of_worker stays the desired size `terraform apply` sets; 0 turns the
-# group off (min = max = desired = 0), so no worker runs.
+# number_of_worker is the desired size `terraform apply` sets when it creates
+# the group; later applies leave the size the policies chose (ignore_changes).
+# 0 turns the group off (min = max = 0), so no worker runs.  Instances the
+# group starts install package_spec and start their workers at boot: with
+# autoscale, nothing else would (a precondition refuses a group that would
+# idle).
 
 locals {
   worker_group_name    = "${var.fleet_name}-workers"
@@ -24,6 +30,16 @@ locals {
   autoscale       = var.autoscale && var.number_of_worker > 0
   worker_max_size = local.autoscale ? max(var.worker_max_size, var.number_of_worker) : var.number_of_worker
   worker_min_size = local.autoscale ? min(var.worker_min_size, var.number_of_worker) : var.number_of_worker
+  # null: as autoscale (var.autoscale, so a group turned off with number_of_worker = 0 asks nothing more).
+  start_workers_on_boot = coalesce(var.start_workers_on_boot, var.autoscale)
+  # What the group may launch must agree with worker_instance_type: --processes and the scaling target
+  # come from its vCPUs, the AMI from its architecture.
+  worker_vcpus = { for t, d in data.aws_ec2_instance_type.worker_types : t => d.default_vcpus }
+  worker_archs = { for t, d in data.aws_ec2_instance_type.worker_types : t => sort(d.supported_architectures) }
+  types_disagreeing = [for t in local.worker_types : t if(
+    local.worker_vcpus[t] != data.aws_ec2_instance_type.worker.default_vcpus ||
+    local.worker_archs[t] != sort(data.aws_ec2_instance_type.worker.supported_architectures)
+  )]
 
   # Backlog (pending + leased tasks) one instance takes: one task per worker process, times the setting.
   target_backlog_per_instance = module.fleet.effective_worker_processes * var.scaling_tasks_per_process
@@ -40,7 +56,7 @@ resource "aws_launch_template" "worker" {
   user_data     = base64encode(module.fleet.worker_user_data)
 
   iam_instance_profile {
-    name = aws_iam_instance_profile.fleet.name
+    name = aws_iam_instance_profile.worker.name
   }
 
   network_interfaces {
@@ -80,7 +96,7 @@ resource "aws_autoscaling_group" "worker" {
   min_size            = local.worker_min_size
   max_size            = local.worker_max_size
   desired_capacity    = var.number_of_worker
-  vpc_zone_identifier = [local.subnet_id]
+  vpc_zone_identifier = local.worker_subnet_ids
   capacity_rebalance  = var.capacity_rebalance
   health_check_type   = "EC2"
   # Target tracking divides by GroupInServiceInstances; the wake-up alarm reads GroupDesiredCapacity.
@@ -128,9 +144,20 @@ resource "aws_autoscaling_group" "worker" {
   }
 
   lifecycle {
+    # The policies own the size once the group exists: an apply during a job must not reset it.
+    ignore_changes = [desired_capacity]
+
     precondition {
       condition     = var.worker_min_size <= var.worker_max_size
       error_message = "worker_min_size must not exceed worker_max_size."
+    }
+    precondition {
+      condition     = !local.autoscale || (var.package_spec != null && local.start_workers_on_boot)
+      error_message = "autoscale = true: the instances the group starts must install and start their workers on their own. Set package_spec (a pip requirement they can install: a version on your index, a git URL, or a wheel in your bucket, see docs/fleet.md) and leave start_workers_on_boot unset or true; or set autoscale = false for a fixed group set up by Ansible."
+    }
+    precondition {
+      condition     = length(local.types_disagreeing) == 0
+      error_message = "worker_instance_types must have the vCPUs and architecture of worker_instance_type (${data.aws_ec2_instance_type.worker.default_vcpus} vCPUs, ${join("/", data.aws_ec2_instance_type.worker.supported_architectures)}): ${join(", ", local.types_disagreeing)} differ."
     }
   }
 }
@@ -267,11 +294,30 @@ resource "aws_cloudwatch_metric_alarm" "job_ended" {
   alarm_actions       = [aws_autoscaling_policy.job_ended[0].arn]
 }
 
-# ---------------------------------------------------------------- what the instance role may do for this
+# Nothing published for job_silence_minutes: the ventilator was killed (no last JobActive = 0), its instance is
+# gone, or no job was started; the group goes to its minimum all the same.  Missing data breaches here.
+resource "aws_cloudwatch_metric_alarm" "ventilator_silent" {
+  count = local.autoscale ? 1 : 0
 
-resource "aws_iam_role_policy" "autoscaling" {
-  name = "backlog-metrics-and-drain-hook"
-  role = aws_iam_role.fleet.id
+  alarm_name          = "${var.fleet_name}-ventilator-silent"
+  alarm_description   = "No backlog published for ${var.job_silence_minutes} minutes: the workers' group goes to its minimum."
+  namespace           = local.cloudwatch_namespace
+  metric_name         = "JobActive"
+  statistic           = "Maximum"
+  period              = 60
+  evaluation_periods  = var.job_silence_minutes
+  datapoints_to_alarm = var.job_silence_minutes
+  comparison_operator = "LessThanThreshold"
+  threshold           = 1
+  treat_missing_data  = "breaching"
+  alarm_actions       = [aws_autoscaling_policy.job_ended[0].arn]
+}
+
+# ---------------------------------------------------------------- what each instance role may do for this
+
+resource "aws_iam_role_policy" "backlog" {
+  name = "publish-backlog-metrics"
+  role = aws_iam_role.ventilator.id
   policy = jsonencode({
     Version = "2012-10-17"
     Statement = [
@@ -282,10 +328,21 @@ resource "aws_iam_role_policy" "autoscaling" {
         Resource  = ["*"] # PutMetricData takes no resource; the namespace condition limits it
         Condition = { StringEquals = { "cloudwatch:namespace" = local.cloudwatch_namespace } }
       },
+    ]
+  })
+}
+
+resource "aws_iam_role_policy" "drain" {
+  name = "drain-hook-and-leave-the-group"
+  role = aws_iam_role.worker.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
       {
-        Sid      = "CompleteTheDrainHookOfThisGroupOnly"
-        Effect   = "Allow"
-        Action   = ["autoscaling:CompleteLifecycleAction"]
+        Sid    = "CompleteTheDrainHookAndLeaveThisGroupOnly"
+        Effect = "Allow"
+        # TerminateInstanceInAutoScalingGroup: a worker drained on a rebalance recommendation leaves at once
+        Action   = ["autoscaling:CompleteLifecycleAction", "autoscaling:TerminateInstanceInAutoScalingGroup"]
         Resource = ["arn:${data.aws_partition.current.partition}:autoscaling:${var.region}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${local.worker_group_name}"]
       },
     ]

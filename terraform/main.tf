@@ -23,7 +23,7 @@ module "fleet" {
   bucket_prefix          = var.bucket_prefix
   package_spec           = var.package_spec
   pip_extra_args         = var.pip_extra_args
-  start_workers_on_boot  = var.start_workers_on_boot
+  start_workers_on_boot  = local.start_workers_on_boot
   data_dir               = var.data_dir
   vocab_file             = var.vocab_file
   job_args               = var.job_args
@@ -55,6 +55,12 @@ data "aws_availability_zones" "available" {
 
 data "aws_ec2_instance_type" "worker" {
   instance_type = var.worker_instance_type
+}
+
+# Every type the group may launch: they must agree with worker_instance_type (autoscaling.tf's precondition).
+data "aws_ec2_instance_type" "worker_types" {
+  for_each      = toset(local.worker_types)
+  instance_type = each.key
 }
 
 data "aws_ec2_instance_type" "ventilator" {
@@ -97,9 +103,17 @@ data "aws_ami" "ubuntu" {
 
 locals {
   create_vpc = var.subnet_id == null
-  az         = coalesce(var.availability_zone, data.aws_availability_zones.available.names[0])
-  subnet_id  = local.create_vpc ? aws_subnet.fleet[0].id : var.subnet_id
-  vpc_id     = local.create_vpc ? aws_vpc.fleet[0].id : data.aws_subnet.given[0].vpc_id
+  # One /24 per zone: as many as vpc_cidr holds.
+  subnet_capacity = pow(2, 24 - tonumber(split("/", var.vpc_cidr)[1]))
+  zone_choice = distinct(concat(
+    var.availability_zone == null ? [] : [var.availability_zone],
+    length(var.availability_zones) > 0 ? var.availability_zones : slice(data.aws_availability_zones.available.names, 0, min(3, length(data.aws_availability_zones.available.names))),
+  ))
+  zones = length(var.availability_zones) > 0 ? local.zone_choice : slice(local.zone_choice, 0, min(length(local.zone_choice), local.subnet_capacity))
+  # The ventilator's subnet; the workers' group spreads over all of them.
+  subnet_id         = local.create_vpc ? aws_subnet.fleet[0].id : var.subnet_id
+  worker_subnet_ids = local.create_vpc ? aws_subnet.fleet[*].id : distinct(concat([var.subnet_id], var.worker_subnet_ids))
+  vpc_id            = local.create_vpc ? aws_vpc.fleet[0].id : data.aws_subnet.given[0].vpc_id
 }
 
 data "aws_subnet" "given" {
@@ -124,13 +138,20 @@ resource "aws_internet_gateway" "fleet" {
 }
 
 resource "aws_subnet" "fleet" {
-  count = local.create_vpc ? 1 : 0
+  count = local.create_vpc ? length(local.zones) : 0
 
   vpc_id                  = aws_vpc.fleet[0].id
-  cidr_block              = cidrsubnet(var.vpc_cidr, 24 - tonumber(split("/", var.vpc_cidr)[1]), 0)
-  availability_zone       = local.az
+  cidr_block              = cidrsubnet(var.vpc_cidr, 24 - tonumber(split("/", var.vpc_cidr)[1]), count.index)
+  availability_zone       = local.zones[count.index]
   map_public_ip_on_launch = var.associate_public_ip
-  tags                    = { Name = "${var.fleet_name}-subnet" }
+  tags                    = { Name = "${var.fleet_name}-subnet-${local.zones[count.index]}" }
+
+  lifecycle {
+    precondition {
+      condition     = length(local.zones) <= local.subnet_capacity
+      error_message = "availability_zones lists more zones than vpc_cidr holds /24 subnets: use a larger vpc_cidr (a /22 holds four)."
+    }
+  }
 }
 
 resource "aws_route_table" "fleet" {
@@ -145,9 +166,9 @@ resource "aws_route_table" "fleet" {
 }
 
 resource "aws_route_table_association" "fleet" {
-  count = local.create_vpc ? 1 : 0
+  count = local.create_vpc ? length(local.zones) : 0
 
-  subnet_id      = aws_subnet.fleet[0].id
+  subnet_id      = aws_subnet.fleet[count.index].id
   route_table_id = aws_route_table.fleet[0].id
 }
 
@@ -227,7 +248,10 @@ resource "aws_vpc_security_group_egress_rule" "all" {
   cidr_ipv4         = "0.0.0.0/0"
 }
 
-# ---------------------------------------------------------------- IAM: instance role, no access keys
+# ---------------------------------------------------------------- IAM: instance roles, no access keys
+# One role per side, each with only what it uses: both read the corpus and write below the output prefix
+# (the ventilator its manifest and summary, the workers their shards); the ventilator publishes the backlog,
+# the workers complete their drain hook and leave the group (autoscaling.tf).
 
 data "aws_iam_policy_document" "assume_ec2" {
   statement {
@@ -239,21 +263,34 @@ data "aws_iam_policy_document" "assume_ec2" {
   }
 }
 
-resource "aws_iam_role" "fleet" {
-  name_prefix        = "${var.fleet_name}-fleet-"
-  description        = "mlm-pipeline fleet ${var.fleet_name}: write shards below ${module.fleet.output_uri}"
+resource "aws_iam_role" "ventilator" {
+  name_prefix        = "${var.fleet_name}-ventilator-"
+  description        = "mlm-pipeline fleet ${var.fleet_name}, ventilator/sink: manifest below ${module.fleet.output_uri}"
+  assume_role_policy = data.aws_iam_policy_document.assume_ec2.json
+}
+
+resource "aws_iam_role" "worker" {
+  name_prefix        = "${var.fleet_name}-worker-"
+  description        = "mlm-pipeline fleet ${var.fleet_name}, workers: shards below ${module.fleet.output_uri}"
   assume_role_policy = data.aws_iam_policy_document.assume_ec2.json
 }
 
 resource "aws_iam_role_policy" "shards" {
+  for_each = { ventilator = aws_iam_role.ventilator.id, worker = aws_iam_role.worker.id }
+
   name   = "write-shards-under-prefix"
-  role   = aws_iam_role.fleet.id
+  role   = each.value
   policy = module.fleet.s3_policy_json
 }
 
-resource "aws_iam_instance_profile" "fleet" {
-  name_prefix = "${var.fleet_name}-fleet-"
-  role        = aws_iam_role.fleet.name
+resource "aws_iam_instance_profile" "ventilator" {
+  name_prefix = "${var.fleet_name}-ventilator-"
+  role        = aws_iam_role.ventilator.name
+}
+
+resource "aws_iam_instance_profile" "worker" {
+  name_prefix = "${var.fleet_name}-worker-"
+  role        = aws_iam_role.worker.name
 }
 
 # ---------------------------------------------------------------- S3 bucket (optional)
@@ -332,7 +369,7 @@ resource "aws_instance" "ventilator" {
   instance_type               = var.ventilator_instance_type
   subnet_id                   = local.subnet_id
   vpc_security_group_ids      = [aws_security_group.fleet.id]
-  iam_instance_profile        = aws_iam_instance_profile.fleet.name
+  iam_instance_profile        = aws_iam_instance_profile.ventilator.name
   key_name                    = local.key_name
   associate_public_ip_address = var.associate_public_ip
   user_data                   = module.fleet.ventilator_user_data

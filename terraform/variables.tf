@@ -17,13 +17,35 @@ variable "region" {
 }
 
 variable "availability_zone" {
-  description = "Availability zone of the subnet this module creates; null = the region's first available zone. Ignored when subnet_id is set."
+  description = "Availability zone of the ventilator's subnet (the first one this module creates); null = the first of availability_zones. Ignored when subnet_id is set."
   type        = string
   default     = null
 
   validation {
     condition     = var.availability_zone == null || can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]+[a-z]$", var.availability_zone))
     error_message = "availability_zone must be a zone name such as \"us-east-1a\" (or null for the first available zone)."
+  }
+}
+
+variable "availability_zones" {
+  description = "Zones of the subnets this module creates (one /24 each): the workers' group spreads over them, so a spot shortage in one zone does not stop the job. Empty = the region's first three available zones (as many as vpc_cidr holds). Ignored when subnet_id is set."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for z in var.availability_zones : can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]+[a-z]$", z))])
+    error_message = "availability_zones must be zone names such as [\"us-east-1a\", \"us-east-1b\"]."
+  }
+}
+
+variable "worker_subnet_ids" {
+  description = "With subnet_id: more existing subnets (other zones, same VPC) for the workers' group; the ventilator stays in subnet_id."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for s in var.worker_subnet_ids : can(regex("^subnet-[0-9a-f]{8,17}$", s))])
+    error_message = "worker_subnet_ids must look like [\"subnet-0123456789abcdef0\"]."
   }
 }
 
@@ -39,7 +61,7 @@ variable "subnet_id" {
 }
 
 variable "vpc_cidr" {
-  description = "CIDR of the VPC created when subnet_id is null (the subnet is its first /24)."
+  description = "CIDR of the VPC created when subnet_id is null (one /24 subnet per zone: a /23 holds two zones, a /22 or larger three)."
   type        = string
   default     = "10.42.0.0/16"
 
@@ -152,9 +174,9 @@ variable "worker_instance_types" {
 }
 
 variable "spot_allocation_strategy" {
-  description = "How the group picks spot pools: capacity-optimized (fewest interruptions) or price-capacity-optimized, lowest-price."
+  description = "How the group picks spot pools. price-capacity-optimized (AWS's advice since 2022): the cheapest of the pools least likely to be interrupted; capacity-optimized ignores price; lowest-price ignores interruptions (each costs a drain and a redone task)."
   type        = string
-  default     = "capacity-optimized"
+  default     = "price-capacity-optimized"
 
   validation {
     condition     = contains(["capacity-optimized", "capacity-optimized-prioritized", "price-capacity-optimized", "lowest-price"], var.spot_allocation_strategy)
@@ -226,6 +248,17 @@ variable "worker_warmup_seconds" {
   validation {
     condition     = var.worker_warmup_seconds >= 0 && var.worker_warmup_seconds <= 3600
     error_message = "worker_warmup_seconds must be from 0 to 3600."
+  }
+}
+
+variable "job_silence_minutes" {
+  description = "The workers' group goes to worker_min_size when the ventilator has published no backlog for this many minutes (killed, its instance gone, or never started), not only when it says the job ended."
+  type        = number
+  default     = 15
+
+  validation {
+    condition     = var.job_silence_minutes >= 2 && var.job_silence_minutes <= 1440 && floor(var.job_silence_minutes) == var.job_silence_minutes
+    error_message = "job_silence_minutes must be a whole number of minutes from 2 to 1440."
   }
 }
 
@@ -344,7 +377,7 @@ variable "worker_processes" {
 }
 
 variable "package_spec" {
-  description = "pip requirement that cloud-init installs into /opt/mlm/venv (e.g. \"git+https://github.com/ORG/mlm-pipeline.git@v0.1.0\" or a wheel URL); null = leave it to ansible init.yaml."
+  description = "pip requirement that cloud-init installs into /opt/mlm/venv (e.g. \"git+https://github.com/ORG/mlm-pipeline.git@v0.1.0\" or a wheel URL, e.g. one in your bucket); null = leave it to ansible init.yaml, which only a fixed group (autoscale = false) can wait for: autoscale = true refuses null."
   type        = string
   default     = null
 }
@@ -356,9 +389,9 @@ variable "pip_extra_args" {
 }
 
 variable "start_workers_on_boot" {
-  description = "cloud-init starts the worker service (pointed at the ventilator) as soon as the package is installed: a new worker joins with no manual step. Needs package_spec."
+  description = "cloud-init starts the worker service (pointed at the ventilator) as soon as the package is installed: a new worker joins with no manual step. Needs package_spec. null = as autoscale (an instance the group starts must work on its own: autoscale refuses false)."
   type        = bool
-  default     = false
+  default     = null
 }
 
 variable "ventilator_port" {

@@ -82,12 +82,14 @@ class Cluster:
             assert self.ventilator is None or self.ventilator.poll() is None, self.tail()
             time.sleep(0.05)
 
-    def wait(self, timeout: float = 300) -> int:
-        """The ventilator's exit status; every other process must exit 0 too."""
+    def wait(self, timeout: float = 300, others_timeout: float = 180) -> int:
+        """The ventilator's exit status; every other process must exit 0 too.  ``others_timeout`` is generous:
+        a worker started near the job's end (a replacement) on a loaded machine may spend most of a minute
+        importing before its --idle-exit-seconds even start."""
         code = self.ventilator.wait(timeout=timeout)
         for process in [self.sink, *self.workers]:
             if process is not None and process.returncode is None:
-                process.wait(timeout=60)
+                process.wait(timeout=others_timeout)
         return code
 
     def tail(self, lines: int = 40) -> str:

@@ -69,7 +69,16 @@ class MotoServer:
         """(hook, group, instance id, result) of every accepted CompleteLifecycleAction."""
         if not self._record.exists():
             return []
-        return [tuple(json.loads(line)) for line in self._record.read_text().splitlines() if line]
+        return [tuple(entry) for entry in self._entries() if entry[0] != "TERMINATED"]
+
+    def terminated(self) -> list[tuple[str, str]]:
+        """(instance id, ShouldDecrementDesiredCapacity) of every TerminateInstanceInAutoScalingGroup."""
+        return [tuple(entry[1:]) for entry in self._entries() if entry[0] == "TERMINATED"]
+
+    def _entries(self) -> list[list]:
+        if not self._record.exists():
+            return []
+        return [json.loads(line) for line in self._record.read_text().splitlines() if line]
 
     def log(self) -> str:
         return (self._dir / "server.log").read_text(errors="replace")
@@ -102,6 +111,8 @@ def _serve(port: int, record: Path) -> None:
     from moto.autoscaling.responses import AutoScalingResponse
     from moto.core.responses import EmptyResult
 
+    left_through_the_hook: set[str] = set()  # terminated by request while a termination hook exists
+
     def complete_lifecycle_action(self) -> EmptyResult:
         hook, group = self._get_param("LifecycleHookName"), self._get_param("AutoScalingGroupName")
         instance, result = self._get_param("InstanceId"), self._get_param("LifecycleActionResult")
@@ -109,6 +120,7 @@ def _serve(port: int, record: Path) -> None:
         if f"{group}_{hook}" not in backend.lifecycle_hooks:
             raise ValidationError(f"No Lifecycle Hook found with name {hook} for group {group}")
         members = {state.instance.id for state in backend.autoscaling_groups[group].instance_states}
+        members |= left_through_the_hook
         if instance not in members or result not in ("CONTINUE", "ABANDON"):
             raise ValidationError(f"No active Lifecycle Action found with instance ID {instance}")
         with open(record, "a") as out:
@@ -117,6 +129,19 @@ def _serve(port: int, record: Path) -> None:
 
     if not hasattr(AutoScalingResponse, "complete_lifecycle_action"):
         AutoScalingResponse.complete_lifecycle_action = complete_lifecycle_action
+    # moto terminates at once where AWS holds the instance in Terminating:Wait for the termination hook (which
+    # then accepts CompleteLifecycleAction for it): remember it, and record the call (TERMINATED lines).
+    terminate = AutoScalingResponse.terminate_instance_in_auto_scaling_group
+
+    def terminate_instance_in_auto_scaling_group(self):
+        instance = self._get_param("InstanceId")
+        decrement = self._get_param("ShouldDecrementDesiredCapacity")
+        left_through_the_hook.add(instance)
+        with open(record, "a") as out:
+            out.write(json.dumps(["TERMINATED", instance, str(decrement).lower()]) + "\n")
+        return terminate(self)
+
+    AutoScalingResponse.terminate_instance_in_auto_scaling_group = terminate_instance_in_auto_scaling_group
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -33,7 +33,8 @@ def _run_one(options: WorkerOptions, verbose: int, release_at=None) -> None:
 
 
 def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds | None = None,
-              notice_drain_seconds: float = DEFAULT_NOTICE_DRAIN_SECONDS, watch_seconds: float = 5.0) -> int:
+              notice_drain_seconds: float = DEFAULT_NOTICE_DRAIN_SECONDS, watch_seconds: float = 5.0,
+              noticed: list | None = None) -> int:
     """Run ``processes`` worker processes; restart any that dies abnormally,
     forward SIGTERM/SIGINT so they drain; exit when all have exited cleanly.
     With ``watch``, an interruption notice from IMDS drains them too, with its deadline."""
@@ -48,6 +49,8 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
 
     def on_notice(notice) -> None:
         nonlocal draining
+        if noticed is not None:
+            noticed.append(notice)
         release_at.value = notice.release_at
         draining = True
         for process in children:
@@ -137,14 +140,20 @@ def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds:
     options = WorkerOptions(ventilator=ventilator, sink=sink, credit=credit, drain_seconds=drain_seconds,
                             curve=Curve(curve_dir) if curve_dir else None, idle_exit_seconds=idle_exit_seconds)
     imds = Imds(imds_endpoint) if spot_watch else None
+    noticed: list = []  # the notice the watcher acted on, if any
     if processes == 1:
         worker = WorkerProcess(options)
         if imds is not None:
-            InterruptionWatcher(imds, lambda notice: worker.interrupt(notice.release_at),
-                                interval=spot_watch_seconds, drain_seconds=notice_drain_seconds).start()
+            def on_notice(notice) -> None:
+                noticed.append(notice)
+                worker.interrupt(notice.release_at)
+            InterruptionWatcher(imds, on_notice, interval=spot_watch_seconds,
+                                drain_seconds=notice_drain_seconds).start()
         code = worker.run()
     else:
-        code = supervise(options, processes, verbose, imds, notice_drain_seconds, spot_watch_seconds)
+        code = supervise(options, processes, verbose, imds, notice_drain_seconds, spot_watch_seconds, noticed)
     if imds is not None and lifecycle_hook:
-        complete_after_drain(imds, LifecycleHook(lifecycle_hook, autoscaling_group, lifecycle_wait_seconds))
+        rebalanced = any(notice.kind == "rebalance-recommendation" for notice in noticed)
+        complete_after_drain(imds, LifecycleHook(lifecycle_hook, autoscaling_group, lifecycle_wait_seconds),
+                             leave=rebalanced)
     sys.exit(code)

@@ -27,15 +27,21 @@ class LifecycleHook:
     poll_seconds: float = 5.0
 
 
-def complete_after_drain(imds: Imds, hook: LifecycleHook) -> bool:
+def complete_after_drain(imds: Imds, hook: LifecycleHook, leave: bool = False) -> bool:
     """Once IMDS says the group is terminating this instance, complete the
     hook's action with CONTINUE.  True if the group accepted it.
 
-    A worker that drained on a rebalance recommendation waits here for the
-    scale-in the group's capacity rebalancing brings; one that drained on a
-    spot notice may be gone before; either way the hook's timeout is the
-    fallback, so failing here costs minutes of an idle instance, not data."""
+    With ``leave`` (the worker drained on a rebalance recommendation) the
+    instance first asks the group to terminate it
+    (TerminateInstanceInAutoScalingGroup, the desired size kept, so the group
+    starts a replacement if capacity rebalancing has not yet): drained, it
+    would otherwise sit idle and billed until the spot notice or a scale-in.
+    One that drained on a spot notice may be gone before; either way the
+    hook's timeout is the fallback, so failing here costs minutes of an idle
+    instance, not data."""
     deadline = time.monotonic() + hook.wait_seconds
+    if leave and not _leave_group(imds, hook):
+        return False
     try:
         while imds.get(LIFECYCLE_STATE) != "Terminated":
             if time.monotonic() > deadline:
@@ -59,4 +65,27 @@ def complete_after_drain(imds: Imds, hook: LifecycleHook) -> bool:
                     instance_id, error)
         return False
     log.info("lifecycle: completed %s for %s in %s: the group may terminate it", hook.name, instance_id, hook.group)
+    return True
+
+
+def _leave_group(imds: Imds, hook: LifecycleHook) -> bool:
+    """Ask the group to terminate this instance (through the drain hook, as a scale-in)."""
+    try:
+        identity = imds.identity()
+    except ImdsError as error:
+        log.warning("lifecycle: %s; cannot leave %s, the instance stays until the group removes it", error,
+                    hook.group)
+        return False
+    instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
+    import boto3  # only on EC2, when a hook is configured
+    from botocore.exceptions import BotoCoreError, ClientError
+    try:
+        boto3.client("autoscaling", region_name=region or None).terminate_instance_in_auto_scaling_group(
+            InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
+    except (BotoCoreError, ClientError) as error:
+        log.warning("lifecycle: could not leave %s (%s): %s; the instance stays until the group removes it",
+                    hook.group, instance_id, error)
+        return False
+    log.info("lifecycle: drained after a rebalance recommendation: %s leaves %s (a replacement keeps its size)",
+             instance_id, hook.group)
     return True

@@ -15,6 +15,10 @@ mock_provider "aws" {
     values = { default_vcpus = 8, supported_architectures = ["x86_64"] }
   }
   override_data {
+    target = data.aws_ec2_instance_type.worker_types
+    values = { default_vcpus = 8, supported_architectures = ["x86_64"] }
+  }
+  override_data {
     target = data.aws_ec2_instance_type.ventilator
     values = { default_vcpus = 2, supported_architectures = ["x86_64"] }
   }
@@ -45,8 +49,9 @@ mock_provider "aws" {
 }
 
 variables {
-  bucket_name = "my-bert-shards"
-  admin_cidrs = ["203.0.113.7/32"]
+  bucket_name  = "my-bert-shards"
+  admin_cidrs  = ["203.0.113.7/32"]
+  package_spec = "mlm-pipeline==0.1.0"
 }
 
 run "group_of_spot_workers" {
@@ -64,9 +69,9 @@ run "group_of_spot_workers" {
     condition = (
       aws_autoscaling_group.worker.mixed_instances_policy[0].instances_distribution[0].on_demand_base_capacity == 0 &&
       aws_autoscaling_group.worker.mixed_instances_policy[0].instances_distribution[0].on_demand_percentage_above_base_capacity == 0 &&
-      aws_autoscaling_group.worker.mixed_instances_policy[0].instances_distribution[0].spot_allocation_strategy == "capacity-optimized"
+      aws_autoscaling_group.worker.mixed_instances_policy[0].instances_distribution[0].spot_allocation_strategy == "price-capacity-optimized"
     )
-    error_message = "spot by default, capacity-optimized, an on-demand base of 0"
+    error_message = "spot by default, price-capacity-optimized, an on-demand base of 0"
   }
   assert {
     condition     = [for o in aws_autoscaling_group.worker.mixed_instances_policy[0].launch_template[0].override : o.instance_type] == ["c6i.2xlarge", "c6a.2xlarge", "c7i.2xlarge", "c5.2xlarge"]
@@ -77,8 +82,20 @@ run "group_of_spot_workers" {
     error_message = "the group launches from the workers' launch template"
   }
   assert {
-    condition     = aws_autoscaling_group.worker.vpc_zone_identifier == toset([aws_subnet.fleet[0].id])
-    error_message = "the workers are in the fleet's subnet"
+    condition     = length(aws_subnet.fleet) == 2 && aws_autoscaling_group.worker.vpc_zone_identifier == toset(aws_subnet.fleet[*].id)
+    error_message = "the workers spread over a subnet in each zone"
+  }
+  assert {
+    condition     = [for s in aws_subnet.fleet : s.availability_zone] == ["us-east-1a", "us-east-1b"] && aws_instance.ventilator.subnet_id == aws_subnet.fleet[0].id
+    error_message = "one subnet per available zone; the ventilator in the first"
+  }
+  assert {
+    condition     = length(aws_route_table_association.fleet) == 2
+    error_message = "every subnet routes to the internet gateway"
+  }
+  assert {
+    condition     = strcontains(module.fleet.worker_user_data, "mlm-pipeline==0.1.0") && strcontains(module.fleet.worker_user_data, "systemctl")
+    error_message = "group instances install the package at boot"
   }
   assert {
     condition     = aws_autoscaling_group.worker.enabled_metrics == toset(["GroupInServiceInstances", "GroupDesiredCapacity"])
@@ -98,8 +115,12 @@ run "same_user_data_role_and_group_as_before" {
     error_message = "workers watch IMDS and complete the drain hook of their group"
   }
   assert {
-    condition     = aws_launch_template.worker.iam_instance_profile[0].name == aws_iam_instance_profile.fleet.name
-    error_message = "the instance role of the fleet"
+    condition     = aws_launch_template.worker.iam_instance_profile[0].name == aws_iam_instance_profile.worker.name && aws_instance.ventilator.iam_instance_profile == aws_iam_instance_profile.ventilator.name
+    error_message = "workers and the ventilator each have their own instance role"
+  }
+  assert {
+    condition     = aws_iam_instance_profile.worker.role == aws_iam_role.worker.name && aws_iam_instance_profile.ventilator.role == aws_iam_role.ventilator.name
+    error_message = "each profile holds its own role"
   }
   assert {
     condition     = aws_launch_template.worker.network_interfaces[0].security_groups == toset([aws_security_group.fleet.id])
@@ -130,12 +151,16 @@ run "drain_hook_on_scale_in" {
     error_message = "a termination lifecycle hook on the group from its creation"
   }
   assert {
-    condition     = strcontains(aws_iam_role_policy.autoscaling.policy, "autoscaling:CompleteLifecycleAction") && strcontains(aws_iam_role_policy.autoscaling.policy, "autoScalingGroupName/mlm-workers")
-    error_message = "the instance role may complete the hook of this group only"
+    condition     = strcontains(aws_iam_role_policy.drain.policy, "autoscaling:CompleteLifecycleAction") && strcontains(aws_iam_role_policy.drain.policy, "autoScalingGroupName/mlm-workers")
+    error_message = "the workers' role may complete the hook of this group only"
   }
   assert {
-    condition     = aws_iam_role_policy.autoscaling.role == aws_iam_role.fleet.id
-    error_message = "on the fleet's instance role"
+    condition     = aws_iam_role_policy.drain.role == aws_iam_role.worker.id && aws_iam_role_policy.backlog.role == aws_iam_role.ventilator.id
+    error_message = "the drain hook on the workers' role, the backlog metrics on the ventilator's"
+  }
+  assert {
+    condition     = !strcontains(aws_iam_role_policy.drain.policy, "PutMetricData") && !strcontains(aws_iam_role_policy.backlog.policy, "autoscaling:")
+    error_message = "neither role holds the other's permissions"
   }
 }
 
@@ -175,6 +200,15 @@ run "scaling_policies_wired_to_the_backlog" {
     error_message = "at the job's end the group goes to its minimum"
   }
   assert {
+    condition = (
+      aws_cloudwatch_metric_alarm.ventilator_silent[0].metric_name == "JobActive" &&
+      aws_cloudwatch_metric_alarm.ventilator_silent[0].treat_missing_data == "breaching" &&
+      aws_cloudwatch_metric_alarm.ventilator_silent[0].evaluation_periods == 15 &&
+      aws_cloudwatch_metric_alarm.ventilator_silent[0].alarm_actions == toset([aws_autoscaling_policy.job_ended[0].arn])
+    )
+    error_message = "nothing published for job_silence_minutes (missing data breaches) takes the group to its minimum too"
+  }
+  assert {
     condition     = aws_cloudwatch_metric_alarm.work_waiting[0].alarm_actions == toset([aws_autoscaling_policy.wake[0].arn]) && [for a in aws_autoscaling_policy.wake[0].step_adjustment : a.scaling_adjustment] == [2]
     error_message = "tasks waiting on an empty group wake it to number_of_worker"
   }
@@ -203,8 +237,8 @@ run "zero_workers_is_no_worker" {
     number_of_worker = 0
   }
   assert {
-    condition     = aws_autoscaling_group.worker.desired_capacity == 0 && aws_autoscaling_group.worker.max_size == 0 && aws_autoscaling_group.worker.min_size == 0
-    error_message = "number_of_worker = 0 leaves no worker running, and none can start"
+    condition     = aws_autoscaling_group.worker.max_size == 0 && aws_autoscaling_group.worker.min_size == 0
+    error_message = "number_of_worker = 0 leaves no worker running, and none can start (AWS holds the desired size within min and max)"
   }
   assert {
     condition     = length(aws_autoscaling_policy.backlog) + length(aws_autoscaling_policy.wake) + length(aws_cloudwatch_metric_alarm.work_waiting) == 0
@@ -240,4 +274,74 @@ run "min_above_max_is_refused" {
     worker_max_size = 10
   }
   expect_failures = [aws_autoscaling_group.worker]
+}
+
+run "apply_during_a_job_keeps_the_groups_size" {
+  command = apply
+  variables {
+    number_of_worker = 7
+  }
+  assert {
+    condition     = aws_autoscaling_group.worker.desired_capacity == 2
+    error_message = "ignore_changes: the size the policies chose (here the first apply's 2) survives a later apply"
+  }
+  assert {
+    condition     = [for a in aws_autoscaling_policy.wake[0].step_adjustment : a.scaling_adjustment] == [7]
+    error_message = "the rest of the change applies"
+  }
+}
+
+run "autoscale_without_a_package_source_is_refused" {
+  command = plan
+  variables {
+    package_spec = null
+  }
+  expect_failures = [aws_autoscaling_group.worker]
+}
+
+run "autoscale_with_workers_not_started_on_boot_is_refused" {
+  command = plan
+  variables {
+    start_workers_on_boot = false
+  }
+  expect_failures = [aws_autoscaling_group.worker]
+}
+
+run "fixed_group_needs_no_package_source" {
+  command = plan
+  variables {
+    autoscale    = false
+    package_spec = null
+  }
+  assert {
+    condition     = length(aws_autoscaling_policy.backlog) == 0
+    error_message = "a fixed group, set up by Ansible"
+  }
+}
+
+run "instance_types_of_other_vcpus_are_refused" {
+  command = plan
+  override_data {
+    target = data.aws_ec2_instance_type.worker_types
+    values = { default_vcpus = 4, supported_architectures = ["x86_64"] }
+  }
+  expect_failures = [aws_autoscaling_group.worker]
+}
+
+run "instance_types_of_another_architecture_are_refused" {
+  command = plan
+  override_data {
+    target = data.aws_ec2_instance_type.worker_types
+    values = { default_vcpus = 8, supported_architectures = ["arm64"] }
+  }
+  expect_failures = [aws_autoscaling_group.worker]
+}
+
+run "more_zones_than_the_vpc_holds_are_refused" {
+  command = plan
+  variables {
+    vpc_cidr           = "10.42.0.0/23"
+    availability_zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+  }
+  expect_failures = [aws_subnet.fleet]
 }

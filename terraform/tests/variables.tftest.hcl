@@ -140,6 +140,30 @@ run "subnet_id" {
   expect_failures = [var.subnet_id]
 }
 
+run "availability_zones" {
+  command = plan
+  variables {
+    availability_zones = ["us-east-1a", "east"]
+  }
+  expect_failures = [var.availability_zones]
+}
+
+run "worker_subnet_ids" {
+  command = plan
+  variables {
+    worker_subnet_ids = ["subnet-0123456789abcdef0", "my-subnet"]
+  }
+  expect_failures = [var.worker_subnet_ids]
+}
+
+run "job_silence_minutes" {
+  command = plan
+  variables {
+    job_silence_minutes = 1
+  }
+  expect_failures = [var.job_silence_minutes]
+}
+
 run "spot_price" {
   command = plan
   variables {

@@ -119,3 +119,53 @@ def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
         assert_same_as_clean(c.output, clean)
     finally:
         server.stop()
+
+
+def test_rebalance_drains_and_leaves_the_group(clean, cluster):
+    """A rebalance recommendation: the worker drains, then asks the group to terminate its instance
+    (TerminateInstanceInAutoScalingGroup, desired size kept) instead of idling until a spot notice, and
+    completes the drain hook the group then runs (moto, with AWS's Terminating:Wait modelled)."""
+    server, endpoint = start_moto()
+    try:
+        env = aws_env(endpoint)
+        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
+                           aws_secret_access_key="testing")
+        autoscaling = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=endpoint,
+                                   aws_access_key_id="testing", aws_secret_access_key="testing")
+        ami = ec2.describe_images()["Images"][0]["ImageId"]
+        ec2.create_launch_template(LaunchTemplateName="mlm-worker",
+                                   LaunchTemplateData={"ImageId": ami, "InstanceType": "c6i.large"})
+        autoscaling.create_auto_scaling_group(AutoScalingGroupName="mlm-workers", MinSize=0, MaxSize=4,
+                                              DesiredCapacity=2, AvailabilityZones=["us-east-1a"],
+                                              LaunchTemplate={"LaunchTemplateName": "mlm-worker"})
+        autoscaling.put_lifecycle_hook(LifecycleHookName="mlm-drain", AutoScalingGroupName="mlm-workers",
+                                       LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+                                       HeartbeatTimeout=300, DefaultResult="CONTINUE")
+        instance_id = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"][0][
+            "InstanceId"]
+
+        c = cluster(env=env)
+        with FakeImds(instance_id=instance_id) as imds:
+            watched = c.start_worker(*WATCH, "--processes", "1", "--imds-endpoint", imds.endpoint,
+                                     "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers",
+                                     "--lifecycle-wait-seconds", "60")
+            c.wait_for_progress(2)
+            imds.rebalance = {"noticeTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+            deadline = time.monotonic() + 60
+            while not server.terminated():  # the drained worker asks to leave...
+                assert time.monotonic() < deadline and watched.poll() is None, c.tail()
+                time.sleep(0.1)
+            imds.lifecycle_state = "Terminated"  # ...and the group's drain hook holds it, as IMDS then says
+            _exits_zero_soon(watched, within=20)
+            c.start_worker(*REPLACEMENT)
+            assert c.wait() == 0, c.tail()
+        text = c.log_text()
+        assert "rebalance-recommendation" in text and f"{instance_id} leaves mlm-workers" in text, c.tail()
+        assert server.terminated() == [(instance_id, "false")]  # the desired size kept: the group replaces it
+        group = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+        assert group["DesiredCapacity"] == 2 and instance_id not in {i["InstanceId"] for i in group["Instances"]}
+        assert ("mlm-drain", "mlm-workers", instance_id, "CONTINUE") in server.completed()
+        assert "lease expired" not in text
+        assert_same_as_clean(c.output, clean)
+    finally:
+        server.stop()

@@ -199,6 +199,8 @@ def test_security_group_never_opens_pipeline_ports_to_the_world(resources):
 def test_number_of_worker_is_the_groups_desired_size(resources):
     group = resources["aws_autoscaling_group.worker"]
     assert group["desired_capacity"] == "${var.number_of_worker}"
+    # ... when the group is created: afterwards the policies own it, an apply during a job keeps their size
+    assert "desired_capacity" in json.dumps(_as_list(group["lifecycle"])[0]["ignore_changes"])
     assert group["min_size"] == "${local.worker_min_size}" and group["max_size"] == "${local.worker_max_size}"
     assert not [k for k in resources if k.startswith("aws_instance.") and k != "aws_instance.ventilator"], \
         "workers come from the Auto Scaling group only"
@@ -212,8 +214,8 @@ def test_number_of_worker_is_the_groups_desired_size(resources):
 
 def test_instances_use_role_group_and_imdsv2(resources):
     ventilator, template = resources["aws_instance.ventilator"], resources["aws_launch_template.worker"]
-    assert ventilator["iam_instance_profile"] == "${aws_iam_instance_profile.fleet.name}"
-    assert _as_list(template["iam_instance_profile"])[0]["name"] == "${aws_iam_instance_profile.fleet.name}"
+    assert ventilator["iam_instance_profile"] == "${aws_iam_instance_profile.ventilator.name}"
+    assert _as_list(template["iam_instance_profile"])[0]["name"] == "${aws_iam_instance_profile.worker.name}"
     assert ventilator["vpc_security_group_ids"] == ["${aws_security_group.fleet.id}"]
     assert _as_list(template["network_interfaces"])[0]["security_groups"] == ["${aws_security_group.fleet.id}"]
     for body in (ventilator, template):
@@ -240,7 +242,7 @@ def test_workers_are_a_mixed_spot_group_with_a_drain_hook(resources):
     assert "instance_market_options" not in json.dumps(resources["aws_instance.ventilator"])
     variables = blocks(load_dir(TERRAFORM_DIR), "variable")
     assert variables["use_spot"]["default"] is True
-    assert variables["spot_allocation_strategy"]["default"] == "capacity-optimized"
+    assert variables["spot_allocation_strategy"]["default"] == "price-capacity-optimized"  # AWS's advice
     assert variables["on_demand_base_capacity"]["default"] == 0
     assert len(variables["worker_instance_types"]["default"]) > 1
 
@@ -278,7 +280,11 @@ def test_root_module_autoscaling_terraform_test(terraform, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"Success! \d+ passed, 0 failed", proc.stdout), proc.stdout
     for run in ("group_of_spot_workers", "drain_hook_on_scale_in", "scaling_policies_wired_to_the_backlog",
-                "no_public_ports", "zero_workers_is_no_worker"):
+                "no_public_ports", "zero_workers_is_no_worker", "apply_during_a_job_keeps_the_groups_size",
+                "autoscale_without_a_package_source_is_refused",
+                "autoscale_with_workers_not_started_on_boot_is_refused", "fixed_group_needs_no_package_source",
+                "instance_types_of_other_vcpus_are_refused", "instance_types_of_another_architecture_are_refused",
+                "more_zones_than_the_vpc_holds_are_refused"):
         assert f'run "{run}"... pass' in proc.stdout
 
 
@@ -298,7 +304,14 @@ def test_instance_role_writes_only_the_prefix(resources):
     assume = json.dumps(blocks(load_dir(TERRAFORM_DIR), "data")["aws_iam_policy_document.assume_ec2"])
     assert "ec2.amazonaws.com" in assume and "sts:AssumeRole" in assume
     assert resources["aws_iam_role_policy.shards"]["policy"] == "${module.fleet.s3_policy_json}"
-    assert resources["aws_iam_instance_profile.fleet"]["role"] == "${aws_iam_role.fleet.name}"
+    assert set(resources["aws_iam_role_policy.shards"]["for_each"].values()) == {
+        "${aws_iam_role.ventilator.id}", "${aws_iam_role.worker.id}"}
+    for side in ("ventilator", "worker"):
+        assert resources[f"aws_iam_instance_profile.{side}"]["role"] == f"${{aws_iam_role.{side}.name}}"
+    assert resources["aws_iam_role_policy.backlog"]["role"] == "${aws_iam_role.ventilator.id}"
+    assert resources["aws_iam_role_policy.drain"]["role"] == "${aws_iam_role.worker.id}"
+    assert "PutMetricData" not in json.dumps(resources["aws_iam_role_policy.drain"])
+    assert "autoscaling:" not in json.dumps(resources["aws_iam_role_policy.backlog"])
     policies = [k for k in resources if k.startswith(("aws_iam_role_policy_attachment.", "aws_iam_policy."))]
     assert not policies, f"no managed policies (e.g. AmazonS3FullAccess): {policies}"
 
@@ -354,7 +367,8 @@ def test_variables_documented_validated_and_provider_free(root):
         assert "type" in body, f"variable {name} has no type"
     must_validate = {"region", "number_of_worker", "worker_instance_type", "ventilator_instance_type", "volume_size",
                      "admin_cidrs", "bucket_name", "bucket_prefix", "worker_processes", "fleet_name",
-                     "ventilator_port", "sink_port", "subnet_id"}
+                     "ventilator_port", "sink_port", "subnet_id", "availability_zones", "worker_subnet_ids",
+                     "job_silence_minutes"}
     for name in must_validate:
         validations = _as_list(variables[name].get("validation", []))
         assert validations, f"variable {name} has no validation"

@@ -1,0 +1,180 @@
+"""deploy/slurm/mlm-pipeline.sbatch on a real single-host Slurm (scripts/slurm-cluster.sh, Debian's slurmctld,
+slurmd and munge; two nodes of one cpu, a slurmd each): the job submitted with sbatch gives a local run's bytes,
+passes mlm-verify, and resumes from the manifest after scancel (resubmitted) and after a drain that requeues it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = REPO / "deploy" / "slurm" / "mlm-pipeline.sbatch"
+CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
+# 16 tasks of ~0.7 s of work each: long enough (about 6 s on two cores) to stop mid-job.
+JOB = ["--vocab-file", VOCAB, "--dupe-factor", "10", "--task-size", "128K", "--report-seconds", "1"]
+NODES = 2  # of one cpu each: two worker processes in all, as in the local run
+SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The environment (SLURM_CONF) of a one-node Slurm started for this module, stopped after it."""
+    if os.geteuid() != 0:
+        pytest.skip("a real Slurm needs root here (slurmd starts the jobs): run the suite as root, as CI does")
+    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b, path=SBIN)]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): "
+                    "apt-get install slurmctld slurmd slurm-client munge (as .ci/run does)")
+    need_shared()
+    directory = tempfile.mkdtemp(prefix="mlm-slurm-")  # short: the munge socket's path must fit
+    # KillWait 5 s: after a plain scancel, a worker whose sink went with it lingers up to 30 s to deliver its last
+    # acknowledgement; Slurm's SIGKILL ends that sooner, as on a real cluster (KillWait is 30 s by default).
+    started = subprocess.run([str(CLUSTER), "start", directory, "1"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "SLURM_CLUSTER_KILL_WAIT": "5", "SLURM_CLUSTER_NODES": str(NODES)})
+    assert started.returncode == 0, started.stderr
+    conf = started.stdout.strip().removeprefix("export SLURM_CONF=")
+    assert Path(conf).is_file(), started.stdout
+    try:
+        yield {**os.environ, "PATH": SBIN, "SLURM_CONF": conf}
+    finally:
+        subprocess.run([str(CLUSTER), "stop", directory], timeout=120)
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The same job run locally (python -m ventilator --workers 2): the bytes every Slurm run must give."""
+    need_shared()
+    output = tmp_path_factory.mktemp("local") / "out"
+    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+class Job:
+    """One submission of the sbatch script with its own ports, output and log."""
+
+    def __init__(self, env: dict, tmp_path: Path):
+        vport, sink_port = free_ports(2)
+        self.env = {**env, "MLM_PYTHON": sys.executable, "MLM_VPORT": str(vport), "MLM_SINK_PORT": str(sink_port)}
+        self.output = tmp_path / "out"
+        self.log = tmp_path / "job.log"
+        self.args = ["--data", str(WIKI), "--output", str(self.output), "--bind-host", "127.0.0.1",
+                     "--state-dir", str(tmp_path / "state"), *map(str, JOB)]
+        self.job_id = ""
+
+    def submit(self) -> str:
+        result = self.slurm("sbatch", "--parsable", f"--nodes={NODES}", f"--output={self.log}", str(SCRIPT),
+                            *self.args)
+        self.job_id = result.stdout.strip().split(";")[0]
+        return self.job_id
+
+    def slurm(self, *command: str) -> subprocess.CompletedProcess:
+        result = subprocess.run(command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, f"{' '.join(command)}: {result.stderr}"
+        return result
+
+    def show(self) -> dict[str, str]:
+        text = self.slurm("scontrol", "show", "job", "--oneliner", self.job_id).stdout
+        return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+    def wait_for(self, *states: str, timeout: float = 120) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            shown = self.show()
+            if shown["JobState"] in states:
+                return shown
+            time.sleep(0.5)
+        raise AssertionError(f"job {self.job_id} still {shown['JobState']} after {timeout}s, not {states}:\n"
+                             f"{self.log_text()[-3000:]}")
+
+    def wait_for_tasks(self, count: int, timeout: float = 60) -> int:
+        """Until at least ``count`` tasks are in the manifest; how many there are then."""
+        deadline = time.monotonic() + timeout
+        path = self.output / "manifest.jsonl"
+        while time.monotonic() < deadline:
+            done = len(path.read_text().splitlines()) if path.is_file() else 0
+            if done >= count:
+                return done
+            time.sleep(0.1)
+        raise AssertionError(f"fewer than {count} tasks done after {timeout}s:\n{self.log_text()[-3000:]}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.is_file() else ""
+
+
+def assert_same_as_local(job: Job, local_run: Path) -> None:
+    verified = subprocess.run([sys.executable, "-m", "sink.verify", str(job.output)], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "all match the manifest" in verified.stdout
+    assert set(manifest(job.output)) == set(manifest(local_run))
+    assert shard_digests(job.output) == shard_digests(local_run)
+
+
+def test_sbatch_job_gives_a_local_runs_bytes(slurm, local_run, tmp_path):
+    job = Job(slurm, tmp_path)
+    job.submit()
+    shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
+    assert shown["JobState"] == "COMPLETED" and shown["ExitCode"] == "0:0", job.log_text()[-3000:]
+    log = job.log_text()
+    assert "ventilator at 127.0.0.1:" in log  # the workers reached the first node by its NodeAddr
+    # One srun task on each node, with as many worker processes as the node has cpus (1), all of them working.
+    assert shown["NumNodes"] == str(NODES)
+    for node in range(1, NODES + 1):
+        assert f"mlm-pipeline: node mlm{node}: 1 worker processes" in log
+    assert len({line.split("worker-")[1].split(":")[0] for line in log.splitlines()
+                if " I worker: worker-" in line and "writing to" in line}) == NODES
+    assert len({entry["worker"] for entry in manifest(job.output).values()}) == NODES
+    assert_same_as_local(job, local_run)
+
+
+def test_scancel_then_resubmit_resumes_from_the_manifest(slurm, local_run, tmp_path):
+    total = len(manifest(local_run))
+    job = Job(slurm, tmp_path)
+    job.submit()
+    job.wait_for_tasks(2)
+    job.slurm("scancel", job.job_id)
+    shown = job.wait_for("CANCELLED", "COMPLETED", "FAILED")
+    done_before = len(manifest(job.output))
+    assert shown["JobState"] == "CANCELLED" and done_before < total, "the job ended before scancel: make it longer"
+
+    job.submit()  # the same command again
+    shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
+    assert shown["JobState"] == "COMPLETED", job.log_text()[-3000:]
+    assert f"manifest {job.output / 'manifest.jsonl'} holds {done_before} tasks" in job.log_text()
+    assert_same_as_local(job, local_run)
+
+
+def test_drain_signal_requeues_and_the_job_completes(slurm, local_run, tmp_path):
+    """USR1 to the batch shell (what --signal=B:USR1@600 sends before the time limit): the workers drain while the
+    sink still records their tasks, then the job requeues itself and its second run finishes the rest."""
+    total = len(manifest(local_run))
+    job = Job(slurm, tmp_path)
+    job.submit()
+    job.wait_for_tasks(2)
+    job.slurm("scancel", "--batch", "--signal=USR1", job.job_id)
+    deadline = time.monotonic() + 120
+    while job.show()["Restarts"] == "0":
+        assert time.monotonic() < deadline, job.log_text()[-3000:]
+        time.sleep(0.5)
+    first_run = job.log_text()
+    done_before = len(manifest(job.output))
+    assert "SIGUSR1: draining workers" in first_run and "requeueing job" in first_run
+    assert "drained, exiting" in first_run and "Killed" not in first_run, first_run[-3000:]
+    assert 0 < done_before < total, "the job ended before the signal: make it longer"
+    # A requeued job is eligible only two minutes later (Slurm's rule): let it start now.
+    job.slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
+    shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
+    assert shown["JobState"] == "COMPLETED" and shown["Restarts"] == "1", job.log_text()[-3000:]
+    assert "(restart 1)" in job.log_text()
+    assert_same_as_local(job, local_run)
