@@ -2,6 +2,20 @@ import pytest
 
 from tests import s3_server
 
+#: The longest files (minutes each, on 2 cores), started first: the suite runs on two xdist workers with
+#: --dist loadfile (setup.cfg), which hands out files in collection order, so a long file met last would
+#: run alone at the end.
+LONGEST_FIRST = ("tests/fleet/test_fleet_netns.py", "tests/test_bench_quick.py", "tests/fleet/test_fleet_ansible.py",
+                 "tests/e2e/test_bad_input.py", "tests/faults/test_faults.py", "tests/e2e/test_s3.py",
+                 "tests/slurm/test_slurm_job.py", "tests/faults/test_objective_faults.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)  # stable: every file keeps its own order
+
 
 @pytest.fixture(scope="session")
 def s3():
