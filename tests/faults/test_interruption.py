@@ -80,6 +80,25 @@ def test_spot_notice_releases_the_task_and_exits_0(clean, cluster):
     assert_same_as_clean(c.output, clean)
 
 
+def worker_group(endpoint: str):
+    """A workers' group of two (moto) with the drain hook on termination: its client and one instance's id."""
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
+                       aws_secret_access_key="testing")
+    autoscaling = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=endpoint,
+                               aws_access_key_id="testing", aws_secret_access_key="testing")
+    ami = ec2.describe_images()["Images"][0]["ImageId"]
+    ec2.create_launch_template(LaunchTemplateName="mlm-worker",
+                               LaunchTemplateData={"ImageId": ami, "InstanceType": "c6i.large"})
+    autoscaling.create_auto_scaling_group(AutoScalingGroupName="mlm-workers", MinSize=0, MaxSize=4,
+                                          DesiredCapacity=2, AvailabilityZones=["us-east-1a"],
+                                          LaunchTemplate={"LaunchTemplateName": "mlm-worker"})
+    autoscaling.put_lifecycle_hook(LifecycleHookName="mlm-drain", AutoScalingGroupName="mlm-workers",
+                                   LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+                                   HeartbeatTimeout=300, DefaultResult="CONTINUE")
+    group = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    return autoscaling, group["Instances"][0]["InstanceId"]
+
+
 def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
     """Two processes under one supervisor, the group's scale-in seen in IMDS:
     both finish their tasks, exit 0, and the lifecycle action is completed
@@ -87,21 +106,7 @@ def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
     server, endpoint = start_moto()
     try:
         env = aws_env(endpoint)
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
-                           aws_secret_access_key="testing")
-        autoscaling = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=endpoint,
-                                   aws_access_key_id="testing", aws_secret_access_key="testing")
-        ami = ec2.describe_images()["Images"][0]["ImageId"]
-        ec2.create_launch_template(LaunchTemplateName="mlm-worker",
-                                   LaunchTemplateData={"ImageId": ami, "InstanceType": "c6i.large"})
-        autoscaling.create_auto_scaling_group(AutoScalingGroupName="mlm-workers", MinSize=0, MaxSize=4,
-                                              DesiredCapacity=2, AvailabilityZones=["us-east-1a"],
-                                              LaunchTemplate={"LaunchTemplateName": "mlm-worker"})
-        autoscaling.put_lifecycle_hook(LifecycleHookName="mlm-drain", AutoScalingGroupName="mlm-workers",
-                                       LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
-                                       HeartbeatTimeout=300, DefaultResult="CONTINUE")
-        group = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
-        instance_id = group["Instances"][0]["InstanceId"]
+        autoscaling, instance_id = worker_group(endpoint)
 
         c = cluster(env=env)
         with FakeImds(instance_id=instance_id) as imds:
@@ -128,21 +133,7 @@ def test_rebalance_drains_and_leaves_the_group(clean, cluster):
     server, endpoint = start_moto()
     try:
         env = aws_env(endpoint)
-        ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
-                           aws_secret_access_key="testing")
-        autoscaling = boto3.client("autoscaling", region_name="us-east-1", endpoint_url=endpoint,
-                                   aws_access_key_id="testing", aws_secret_access_key="testing")
-        ami = ec2.describe_images()["Images"][0]["ImageId"]
-        ec2.create_launch_template(LaunchTemplateName="mlm-worker",
-                                   LaunchTemplateData={"ImageId": ami, "InstanceType": "c6i.large"})
-        autoscaling.create_auto_scaling_group(AutoScalingGroupName="mlm-workers", MinSize=0, MaxSize=4,
-                                              DesiredCapacity=2, AvailabilityZones=["us-east-1a"],
-                                              LaunchTemplate={"LaunchTemplateName": "mlm-worker"})
-        autoscaling.put_lifecycle_hook(LifecycleHookName="mlm-drain", AutoScalingGroupName="mlm-workers",
-                                       LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
-                                       HeartbeatTimeout=300, DefaultResult="CONTINUE")
-        instance_id = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"][0][
-            "InstanceId"]
+        autoscaling, instance_id = worker_group(endpoint)
 
         c = cluster(env=env)
         with FakeImds(instance_id=instance_id) as imds:
