@@ -118,7 +118,9 @@ class SinkServer:
         if curve:
             curve.serve(pull)
         host, port = parse_address(self.options.ventilator, VENTILATOR_PORT)
-        dealer = make_socket(context, zmq.DEALER)
+        # It connects to its ventilator only, like a worker, and the Welcome holds the tokenizer (over 1 MB for
+        # vocabularies of 80k+ tokens): a limit here cut the connection at each Welcome and the job waited forever.
+        dealer = make_socket(context, zmq.DEALER, max_message_bytes=-1)
         dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
         if curve:
             curve.connect_as_client(dealer)

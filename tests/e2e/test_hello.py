@@ -60,3 +60,42 @@ def test_repeated_hellos_get_one_welcome_and_a_late_one_another(tmp_path):
         context.term()
         ventilator.terminate()
         ventilator.wait(timeout=60)
+
+
+def test_a_welcome_over_a_megabyte_reaches_the_sink(tmp_path):
+    """The Welcome carries the tokenizer: a vocabulary of 80k WordPiece tokens (multilingual BERT has 120k)
+    makes it over 1 MB, the inbound limit of the sockets that bind.  The sink's connection to its
+    ventilator is not one of those: with that limit it was cut at each Welcome, and the job waited forever
+    for a sink that was never welcomed."""
+    import itertools
+    import string
+    import subprocess
+
+    from common.tokenization.vocabulary import load_vocabulary
+
+    need_shared()
+    tokens = VOCAB.read_text(encoding="utf-8").splitlines()
+    known = set(tokens)
+    extra = (f"##{''.join(letters)}" for letters in itertools.product(string.ascii_lowercase, repeat=4))
+    tokens += list(itertools.islice((token for token in extra if token not in known), 50_000))
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    assert len(load_vocabulary(str(vocab)).to_json().encode()) > protocol.MAX_INBOUND_BYTES
+
+    vport, sink_port = free_ports(2)
+    log = tmp_path / "ventilator.log"
+    with open(log, "w") as out:  # a file, not a pipe: its sink and workers write there too
+        ventilator = python_module("ventilator", "--data", WIKI / "AA", "--output", tmp_path / "out",
+                                   "--vocab-file", vocab, "--workers", "1", "--vport", vport, "--sink-port",
+                                   sink_port, "--bind-host", "127.0.0.1", "--state-dir", tmp_path / "state",
+                                   stdout=out)
+    try:
+        ventilator.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        ventilator.terminate()  # it stops its sink and workers
+        ventilator.wait(timeout=150)
+        pytest.fail(f"the job never finished: {log.read_text()[-2000:]}")
+    output = log.read_text()
+    assert ventilator.returncode == 0, output[-2000:]
+    assert "ready: 0 of 1 tasks already done" in output, output[-2000:]
+    assert (tmp_path / "out" / "manifest.jsonl").read_text().count("\n") == 1
