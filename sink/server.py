@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from common import protocol
+from common import dataset_info, protocol
 from common.config import JobConfig
 from common.manifest import Manifest, ManifestMismatch
 from common.metrics import MetricsServer, counter, gauge
@@ -346,6 +346,8 @@ class SinkServer:
             removed = self.output.remove_temporaries() if job_over else 0
             if removed:
                 log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
+            if self.config is not None:  # every format, complete or not: what a reader needs to know
+                dataset_info.write(self.output, self.config, self.manifest.totals, summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
             self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
