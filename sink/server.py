@@ -76,6 +76,8 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
         "version": ack.version, "shards": [] if ack.stage else files, "records": ack.records,
         "documents": stats.documents, "skipped": stats.skipped, "tokens": stats.tokens, "bytes": stats.bytes_out,
         "worker": ack.worker_id,
+        # When the sink recorded it and what it took: throughput over time, per worker (mlm-report).
+        "at": round(time.time(), 3), "seconds": round(sum(stats.seconds.values()), 3), "bytes_in": stats.bytes_in,
     }
     if ack.stage:  # a dedup stage's task: its files are not training shards (docs/dedup.md)
         entry["stage"] = ack.stage
