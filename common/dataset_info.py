@@ -5,7 +5,7 @@ which tokenizer made its ids, a Megatron pair does not say which id is EOD.
 At the end of a job the sink writes this one file beside the manifest: the
 format and its parameters, every feature's name, dtype and shape as the files
 hold it, the tokenizer (model, vocabulary size, special tokens' ids,
-lower-casing, the sha256 of its JSON), the objective with every parameter
+lower-casing, the sha256 of its JSON, and the JSON itself as tokenizer.json), the objective with every parameter
 (sequence length and predictions per sequence named at the top), the reader,
 holdout and dedup settings, the totals, and the command and version that made
 the output.  ``mlm-verify`` checks every file against it (:func:`check_columns`).
@@ -22,6 +22,9 @@ import numpy as np
 from common.objectives.base import Ragged
 
 DATASET_INFO = "dataset_info.json"
+#: The tokenizer itself (tokenizers JSON) beside it: a reader turns ids back into text with it (mlm-report's
+#: top tokens), and its sha256 is the card's.
+TOKENIZER_NAME = "tokenizer.json"
 #: Bumped when a key changes meaning (readers check it).
 INFO_VERSION = 1
 
@@ -39,6 +42,7 @@ def tokenizer_identity(tokenizer_json: str) -> dict:
                                   if index is not None else None) for role, index in vocabulary.roles.items()},
         "lower_case": lowercases(vocabulary.tokenizer),
         "sha256": hashlib.sha256(tokenizer_json.encode()).hexdigest(),
+        "file": TOKENIZER_NAME,
     }
 
 
@@ -71,6 +75,7 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "reader": {"name": config.reader.name, **config.reader.params},
         "writer": {"name": config.writer.name, **config.writer.params},
         "segmenter": config.segmenter,
+        "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode},
         "holdout": ({"fraction": config.holdout_fraction, "seed": config.holdout_seed,
                      "directory": HOLDOUT_DIRECTORY} if config.holdout_fraction else None),
         "dedup": asdict(config.dedup) if config.dedup.enabled else None,
@@ -87,7 +92,11 @@ def describe(config, totals: dict, complete: bool) -> dict:
 
 
 def write(output, config, totals: dict, complete: bool) -> None:
+    from common.tokenization import Vocabulary
+
     info = describe(config, totals, complete)
+    # The plain tokenizers JSON (what Tokenizer.from_file reads); roles named on the command line are in the info.
+    output.put_bytes(TOKENIZER_NAME, Vocabulary.from_json(config.tokenizer_json).tokenizer.to_str().encode())
     output.put_bytes(DATASET_INFO, json.dumps(info, indent=2, sort_keys=True).encode() + b"\n")
 
 
