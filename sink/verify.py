@@ -139,8 +139,9 @@ def main(output: str, s3_endpoint_url: str) -> None:
     """Check every shard of OUTPUT against its manifest.jsonl.
 
     Exits 0 when each listed file is present with its sha256, intact
-    framing and checksums, and its record count, and no part-* file is
-    there that the manifest does not list; 1 with one line per problem.
+    framing and checksums, its record count, and the features, shapes and
+    dtypes dataset_info.json describes, and no part-* file is there that
+    the manifest does not list; 1 with one line per problem.
     """
     try:
         result = verify_output(open_storage(output, s3_endpoint_url or None))
