@@ -335,6 +335,15 @@ class SinkServer:
             "cost": self.cost.summary(sequence_length(self.config)),
         }
 
+    def _describe(self, complete: bool) -> None:
+        """dataset_info.json and tokenizer.json; a job that cannot be described (a bug) still gets its summary."""
+        try:
+            dataset_info.write(self.output, self.config, self.manifest.totals, complete)
+        except (StorageError, OSError):
+            raise
+        except Exception as error:  # noqa: BLE001
+            log.error("sink: could not describe the output in %s: %s", dataset_info.DATASET_INFO, error)
+
     def _finish(self, reason: str, job_over: bool = False) -> int:
         """Publish the manifest and the summary; the exit status (1 if the
         output store would not take them: the journal still holds every line)."""
@@ -349,7 +358,7 @@ class SinkServer:
             if removed:
                 log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
             if self.config is not None:  # every format, complete or not: what a reader needs to know
-                dataset_info.write(self.output, self.config, self.manifest.totals, summary["complete"])
+                self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
             self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
