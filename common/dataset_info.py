@@ -127,7 +127,7 @@ def check_columns(info: dict, name: str, columns: dict) -> list[str]:
     expected = info["features"]
     exact = writer_named(info["format"]).exact_dtypes
     vocab_size = int((info.get("tokenizer") or {}).get("vocab_size") or 2 ** 63 - 1)
-    if list(columns) != list(expected) and set(columns) != set(expected):
+    if set(columns) != set(expected):
         return [f"{name}: features {sorted(columns)}, {DATASET_INFO} says {sorted(expected)}"]
     records = None
     for feature, spec in expected.items():

@@ -38,7 +38,7 @@ def unknown_by_script(input_storage, reader, task_size: int, tokenizer, unk_id: 
 
     files = input_storage.list_inputs()
     tokens, unknown, texts = Counter(), Counter(), Counter()
-    read = documents = 0
+    read = tasks = 0
     for task in reader.plan(files[:16], max(task_size, 1), input_storage):
         if read >= budget_bytes:
             break
@@ -46,7 +46,7 @@ def unknown_by_script(input_storage, reader, task_size: int, tokenizer, unk_id: 
         read += len(payload)
         lines = [line for document in reader.documents(task, payload, ParseReport())
                  for line in document.lines if line.strip()]
-        documents += 1
+        tasks += 1
         for start in range(0, len(lines), 1024):
             batch = lines[start:start + 1024]
             for line, encoding in zip(batch, tokenizer.encode_batch(batch, add_special_tokens=False)):
@@ -60,7 +60,7 @@ def unknown_by_script(input_storage, reader, task_size: int, tokenizer, unk_id: 
     total = sum(tokens.values())
     return {
         "input_bytes_read": read,
-        "tasks_read": documents,
+        "tasks_read": tasks,
         "tokens": total,
         "unk": sum(unknown.values()),
         "rate": sum(unknown.values()) / total if total else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -202,3 +203,34 @@ def test_megatron_documents_are_read_from_the_index(tmp_path):
     assert documents["count"] == sum(e["documents"] for e in entries) > 0
     assert round(documents["mean"] * documents["count"]) == sum(e["tokens"] for e in entries)
     assert report["records"]["train"]["masking"] is None and report["records"]["train"]["labels"] is None
+
+
+@pytest.mark.s3
+def test_a_report_of_an_s3_output_is_written_beside_it(s3, finished):
+    """The same job to S3 (radosgw): the report reads the manifest and shards there and writes only report/."""
+    output, _before, _made = finished
+    client = s3.client()
+    bucket = s3.new_bucket("report")
+    result = run_ventilator(output.parent / "corpus", f"s3://{bucket}/run", "--vocab-file", VOCAB, "--task-size",
+                            "64K", "--workers", "2", "--dupe-factor", "2", "--holdout-fraction", "0.2",
+                            "--s3-endpoint-url", s3.endpoint_url, env=s3.env(), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def listing() -> dict[str, str]:
+        return {o["Key"]: o["ETag"] for o in client.list_objects_v2(Bucket=bucket, Prefix="run/")["Contents"]}
+
+    before = listing()
+    made = subprocess.run([sys.executable, "-m", "report", f"s3://{bucket}/run", "--s3-endpoint-url",
+                           s3.endpoint_url], cwd=REPO, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **s3.env()})
+    assert made.returncode == 0, made.stderr
+    after = listing()
+    assert {k: v for k, v in after.items() if not k.startswith("run/report/")} == before
+    assert {k for k in after if k.startswith("run/report/")} == {"run/report/index.html", "run/report/report.json"}
+    report = json.loads(client.get_object(Bucket=bucket, Key="run/report/report.json")["Body"].read())
+    local = json.loads((output / "report" / "report.json").read_text())
+    assert report["ok"], report["problems"]
+    assert report["sides"] == local["sides"]  # the same job, stored elsewhere
+    for side in ("train", "holdout"):
+        assert report["records"][side]["unk"] == local["records"][side]["unk"]
+        assert report["records"][side]["labels"] == local["records"][side]["labels"]
