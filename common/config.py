@@ -43,6 +43,10 @@ class JobConfig:
     dedup: DedupSettings = field(default_factory=DedupSettings)  # mode "off": no dedup stage
     holdout_fraction: float = 0.0  # --holdout-fraction: documents held out to OUT/holdout/ (common/holdout.py)
     holdout_seed: int = 0  # --holdout-seed: which documents those are
+    #: Provenance, for dataset_info.json and the dataset card; not part of the job's identity (a resume may be
+    #: typed otherwise): the ventilator's command line and mlm-pipeline's version (common/version.py).
+    command: str = ""
+    version: str = ""
 
     @staticmethod
     def digest_inputs(files) -> str:

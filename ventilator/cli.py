@@ -18,6 +18,7 @@ from common.readers import readers
 from common.writers import writers
 from common.security import Curve
 from common.tasks import parse_size
+from common.version import command_line
 from common.transport import SINK_PORT, VENTILATOR_PORT, ListenError
 from ventilator.cloudwatch import CloudWatchOptions
 from ventilator.job import JobError, JobOptions, prepare_job
@@ -187,7 +188,8 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
         lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
         dedup=DedupSettings(mode=dedup, ngram=minhash_ngram, perm=minhash_perm, bands=minhash_bands,
-                            rows=minhash_rows, threshold=minhash_threshold, partitions=dedup_partitions))
+                            rows=minhash_rows, threshold=minhash_threshold, partitions=dedup_partitions),
+        command=command_line())
     if sink_address and sink_metrics_port is not None:
         click.echo("ventilator: error: --sink-metrics-port is for the sink this command starts; with --sink, "
                    "give that sink its own --metrics-port", err=True)

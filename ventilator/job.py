@@ -26,6 +26,7 @@ from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
 from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, load_vocabulary
+from common.version import version
 from common.writers import writer_named
 
 log = logging.getLogger("ventilator")
@@ -61,6 +62,7 @@ class JobOptions:
     lease_seconds: float = JobConfig.lease_seconds
     heartbeat_seconds: float = JobConfig.heartbeat_seconds
     dedup: DedupSettings = field(default_factory=DedupSettings)
+    command: str = ""  # the command line, recorded in the output's dataset_info.json and card
 
 
 @dataclass
@@ -212,6 +214,8 @@ def prepare_job(options: JobOptions) -> Job:
         dedup=options.dedup.resolved(sum(f.size for f in files)) if options.dedup.enabled else DedupSettings(),
         holdout_fraction=float(options.holdout_fraction),
         holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
+        command=options.command,
+        version=version(),
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:

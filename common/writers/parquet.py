@@ -13,15 +13,16 @@ bin, LDDL's binning: bin k holds records whose length (``input_mask``'s sum,
 else ``input_ids``' length) is in ((k-1)·N, k·N], under ``bin-K/``, so a
 trainer draws batches from one bin and pads less.
 
-At the end of the job the sink writes ``dataset_info.json``: the schema, the
-job's reader, objective and writer with their parameters, and the totals.
+At the end of the job the sink writes ``README.md``, a dataset card whose
+YAML names the splits' files for ``datasets.load_dataset(OUT)``
+(common/dataset_card.py); ``dataset_info.json`` is every format's
+(common/dataset_info.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -37,7 +38,6 @@ pq = LazyModule("pyarrow.parquet")
 
 #: Records per row group: ~2-10 MB of token ids at 128-512 tokens, one read each.
 ROW_GROUP_ROWS = 8192
-DATASET_INFO = "dataset_info.json"
 
 
 @dataclass(frozen=True)
@@ -212,25 +212,48 @@ class ParquetWriter(Writer):
             raise ValueError(f"not a readable Parquet file: {error}") from None
 
     @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
-        """``dataset_info.json``: what a reader needs to know without opening a file."""
-        from common.objectives import objective_named
-        from common.tokenization import Vocabulary
+    def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
+        """The columns: a one-value feature is a scalar column (shape []), the others lists."""
+        schema = arrow_schema(features)
+        return {f.name: {"dtype": f.dtype, "shape": [] if f.length == 1 else [f.length],
+                         "arrow_type": str(schema.field(f.name).type)} for f in features}
 
-        objective_class = objective_named(config.objective.name)
-        special = Vocabulary.from_json(config.tokenizer_json).special
-        objective = objective_class(objective_class.make_params(config.objective.params), special)
-        schema = arrow_schema(objective.features)
-        info = {
-            "format": "parquet",
-            "features": {field.name: str(field.type) for field in schema},
-            "feature_lengths": {f.name: f.length for f in objective.features},
-            "reader": {"name": config.reader.name, **config.reader.params},
-            "objective": {"name": config.objective.name, **config.objective.params},
-            "writer": {"name": config.writer.name, **config.writer.params},
-            "job": config.job_id,
-            "records": totals.get("records", 0),
-            "files": totals.get("shards", 0),
-            "row_group_rows": ROW_GROUP_ROWS,
-        }
-        output.put_bytes(DATASET_INFO, json.dumps(info, indent=2, sort_keys=True).encode() + b"\n")
+    @classmethod
+    def format_details(cls, params, features: list[Feature], special) -> dict:
+        return {"compression": "zstd", "row_group_rows": ROW_GROUP_ROWS, "bin_size": params.bin_size}
+
+    @classmethod
+    def read_columns(cls, name: str, data: bytes, companion) -> dict:
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(f"not a readable Parquet file: {error}") from None
+        columns = {}
+        for field in table.schema:
+            column = table.column(field.name).combine_chunks()
+            if not pa.types.is_list(field.type):
+                columns[field.name] = column.to_numpy(zero_copy_only=False)
+                continue
+            lengths = column.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+            values = column.flatten().to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths == lengths[0]).all():
+                columns[field.name] = values.reshape(len(lengths), int(lengths[0]))
+            else:
+                columns[field.name] = Ragged(values, lengths)
+        return columns
+
+    @classmethod
+    def arrow_types(cls, name: str, data: bytes) -> dict[str, str]:
+        """The file's columns and their Arrow types, from its footer alone."""
+        try:
+            schema = pq.ParquetFile(io.BytesIO(data)).schema_arrow
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(f"not a readable Parquet file: {error}") from None
+        return {field.name: str(field.type) for field in schema}
+
+    @classmethod
+    def finish_job(cls, output, config, totals: dict) -> None:
+        """``README.md``: a dataset card that ``datasets.load_dataset(OUT)`` follows (common/dataset_card.py)."""
+        from common.dataset_card import write_card
+
+        write_card(output, config)

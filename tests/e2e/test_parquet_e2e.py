@@ -37,7 +37,7 @@ def test_parquet_output_is_the_same_whatever_the_fleet(tmp_path):
     info = json.loads((outputs[0] / "dataset_info.json").read_text())
     assert info["records"] == sum(e["records"] for e in manifest(outputs[0]).values()) > 0
     assert info["writer"] == {"name": "parquet", "bin_size": 64}
-    assert info["features"]["input_ids"].startswith("list<")
+    assert info["features"]["input_ids"]["arrow_type"].startswith("list<")
 
 
 @pytest.mark.parametrize("flags,reason", [
