@@ -44,10 +44,33 @@ ROW_GROUP_ROWS = 8192
 class ParquetParams:
     bin_size: int = param(0, "Write records to sequence-length bins of this width (bin k: lengths in "
                              "((k-1)N, kN]), one file per bin and task; 0: one file per task.")
+    chinese_ref: bool = param(False, "Also write chinese_ref, the positions of tokens that continue a word (Hugging "
+                                     "Face's run_chinese_ref.py column, read by DataCollatorForWholeWordMask), from "
+                                     "the records' word_starts (--objective roberta --masking none).")
 
     def validate(self) -> None:
         if self.bin_size < 0:
             raise ValueError("--bin-size must be 0 (no bins) or a positive width")
+
+
+CHINESE_REF = Feature("chinese_ref", "int32", None)
+
+
+def chinese_ref(batch: Batch) -> Ragged:
+    """Per record, the positions of tokens that continue a word: text tokens
+    (not special, not padding) whose ``word_starts`` is 0.  Hugging Face's
+    run_chinese_ref.py lists only such Han characters; ``##`` pieces are
+    continuations to DataCollatorForWholeWordMask anyway, so listing them too
+    masks the same words."""
+    starts = np.asarray(batch.columns["word_starts"]) != 0
+    text = np.ones_like(starts)
+    if "special_tokens_mask" in batch.columns:
+        text &= np.asarray(batch.columns["special_tokens_mask"]) == 0
+    if "input_mask" in batch.columns:
+        text &= np.asarray(batch.columns["input_mask"]) != 0
+    continues = text & ~starts
+    rows, positions = np.nonzero(continues)
+    return Ragged(positions.astype(np.int32), np.bincount(rows, minlength=len(starts)).astype(np.int64))
 
 
 def arrow_schema(features: list[Feature]) -> pa.Schema:
@@ -160,12 +183,10 @@ class _ParquetTaskOutput(TaskOutput):
         return self._files[bin_index]
 
     def _table(self, batch: Batch, rows: np.ndarray | None = None) -> pa.Table:
-        columns = []
-        for feature in self._features:
-            values = batch.columns[feature.name]
-            if rows is not None:
-                values = np.asarray(values)[rows]
-            columns.append(_column(values, feature))
+        if rows is not None:  # binning: fixed-length records only (check_features), chinese_ref derived after
+            batch = Batch({name: np.asarray(values)[rows] for name, values in batch.columns.items()})
+        columns = [_column(chinese_ref(batch) if feature is CHINESE_REF else batch.columns[feature.name], feature)
+                   for feature in self._features]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
     def write(self, batch: Batch) -> None:
@@ -191,8 +212,13 @@ class ParquetWriter(Writer):
     Params = ParquetParams
     suffixes = (".parquet",)
 
+    def __init__(self, params, features: list[Feature], special=None):
+        super().__init__(params, features + [CHINESE_REF] if params.chinese_ref else features, special)
+
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
+        if params.chinese_ref and "word_starts" not in {f.name for f in features}:
+            raise ValueError("--chinese-ref needs records with word_starts (--objective roberta --masking none)")
         if params.bin_size:
             names = {f.name for f in features}
             ragged_ids = any(f.name == "input_ids" and f.length is None for f in features)
@@ -214,6 +240,7 @@ class ParquetWriter(Writer):
     @classmethod
     def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
         """The columns: a one-value feature is a scalar column (shape []), the others lists."""
+        features = features + ([CHINESE_REF] if getattr(params, "chinese_ref", False) else [])
         schema = arrow_schema(features)
         return {f.name: {"dtype": f.dtype, "shape": [] if f.length == 1 else [f.length],
                          "arrow_type": str(schema.field(f.name).type)} for f in features}
