@@ -365,3 +365,29 @@ def test_chinese_ref_masks_whole_words_in_huggingfaces_collator(tmp_path, vocabu
         tokens_total += sum(1 for w in word_of if w is not None)
     assert multi > 100
     assert 0.13 <= masked_total / tokens_total <= 0.155, masked_total / tokens_total
+
+
+def test_train_vocab_on_chinese_splits_characters_as_bert(tmp_path):
+    """mlm-train-vocab's WordPiece on Chinese text: every Han character is its own piece (BERT's
+    tokenize_chinese_chars), none is a ## continuation or part of a longer piece, and the text has no [UNK]."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "zh"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text((DATA / "kong_yiji.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    (corpus / "b.txt").write_text("\n".join("".join(words) for words in gold_sentences()) + "\n", encoding="utf-8")
+    output = tmp_path / "vocab.txt"
+    done = subprocess.run([sys.executable, "-m", "common.tokenization.training", "--data", str(corpus), "--output",
+                           str(output), "--vocab-size", "3000", "--format", "text"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pieces = output.read_text(encoding="utf-8").splitlines()
+    with_han = [p for p in pieces if han_runs(p)]
+    assert len(with_han) > 1500
+    assert all(len(p) == 1 for p in with_han), [p for p in with_han if len(p) != 1][:5]
+    vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(output)))
+    text = (DATA / "kong_yiji.txt").read_text(encoding="utf-8")
+    ids, _ = vocabulary.encode_many([text])
+    assert vocabulary.unk_id not in ids.tolist()
+    assert len(ids) == sum(end - start for start, end in han_runs(text)) + sum(
+        1 for ch in text if not ch.isspace() and not han_runs(ch))  # one token per character
