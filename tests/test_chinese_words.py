@@ -39,9 +39,23 @@ def gold_sentences() -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def vocabulary():
+def vocab_file(tmp_path_factory) -> Path:
+    """bert-base-uncased's vocab.txt plus the Han characters of the test texts it lacks (63% of Kong Yiji's
+    characters would otherwise be [UNK]), as a Chinese BERT's vocabulary has them."""
     need_shared()
-    return Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
+    pieces = VOCAB.read_text(encoding="utf-8").splitlines()
+    known = set(pieces)
+    text = "".join((DATA / name).read_text(encoding="utf-8") for name in
+                   ("kong_yiji.txt", "rashomon.txt", "gsdsimp_test_segmented.txt"))
+    han = sorted({ch for start, end in han_runs(text) for ch in text[start:end]} - known)
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(pieces + han) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def vocabulary(vocab_file):
+    return Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(vocab_file)))
 
 
 @pytest.fixture(scope="module")
@@ -240,6 +254,7 @@ def test_masked_sets_are_unions_of_words(objective, tmp_path, vocabulary):
                 randomised += int(((current != vocabulary.mask_id) & (current != original[chosen])).sum())
     assert multi_masked > 200  # words of two or more characters, masked whole
     assert 0.13 <= masked / total <= 0.155, masked / total  # masked_lm_prob 0.15, whole words may fall short
+    assert (documents.tokens == vocabulary.unk_id).mean() < 0.01
     assert abs(replaced / masked - 0.8) < 0.03 and abs(kept / masked - 0.1) < 0.03 and \
         abs(randomised / masked - 0.1) < 0.03
 
@@ -263,3 +278,116 @@ def test_bad_input_is_counted_never_fatal(tmp_path, vocabulary):
     assert result.records > 0 and result.stats.documents == 2
     assert sum(result.stats.skipped.values()) == 1, result.stats.skipped  # the surrogate document, counted
     assert result.stats.seconds["words"] > 0
+
+
+# ---------------------------------------------------------------- chinese_ref for Hugging Face
+
+#: transformers 4.x (DataCollatorForWholeWordMask reads chinese_ref; 5.x dropped both) with the tokenizers and
+#: huggingface_hub it pins, installed apart by .ci/run (they conflict with this project's newer tokenizers).
+TRANSFORMERS4 = Path(__file__).resolve().parent.parent / ".ci" / "transformers4"
+
+COLLATE = r'''
+import json, sys
+import numpy as np, pyarrow.parquet as pq, torch
+from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast, DataCollatorForWholeWordMask
+import transformers
+assert transformers.__version__.startswith("4."), transformers.__version__
+shard, vocab = sys.argv[1], sys.argv[2]
+rows = pq.read_table(shard).to_pylist()
+tokenizer = BertTokenizerFast(vocab_file=vocab, do_lower_case=True)
+collator = DataCollatorForWholeWordMask(tokenizer=tokenizer, mlm_probability=0.15, return_tensors="pt")
+torch.manual_seed(0)
+examples = [{"input_ids": r["input_ids"][:sum(r["input_mask"])], "chinese_ref": r["chinese_ref"]} for r in rows]
+masked = []
+model = BertForMaskedLM(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, intermediate_size=64, max_position_embeddings=128))
+losses = []
+for start in range(0, len(examples), 16):
+    batch = collator(examples[start:start + 16])
+    masked += [np.nonzero(row.numpy() != -100)[0].tolist() for row in batch["labels"]]
+    losses.append(float(model(input_ids=batch["input_ids"], labels=batch["labels"]).loss))
+print(json.dumps({"masked": masked, "losses": losses}))
+'''
+
+
+def test_chinese_ref_masks_whole_words_in_huggingfaces_collator(tmp_path, vocabulary, vocab_file):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    if not (TRANSFORMERS4 / "transformers").is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"{TRANSFORMERS4} is missing: .ci/run installs transformers 4 there")
+        pytest.skip(f"transformers 4 is not installed in {TRANSFORMERS4} (see .ci/run)")
+    corpus = chinese_corpus(tmp_path)
+    config = JobConfig(data_uri=str(corpus), output_uri=str(tmp_path / "out"), reader=Component("wikiextractor"),
+                       segmenter="blingfire", tokenizer_json="",
+                       objective=Component("roberta", {"masking": "none", "max_seq_length": 128}),
+                       writer=Component("parquet", {"chinese_ref": True}), word_segmenter=Component("jieba"))
+    processor = TaskProcessor(config, vocabulary, LocalStorage(str(tmp_path / "out")))
+    storage = LocalStorage(str(corpus))
+    (task,) = plan_tasks(storage.list_inputs(), 1 << 30)
+    (shard,) = processor.process(task, processor.reader.read(storage, task)).files
+    rows = pq.read_table(tmp_path / "out" / shard.name).to_pylist()
+    words_of_two_or_more = 0
+    for row in rows:  # chinese_ref: exactly the text tokens that do not begin a word
+        text = [i for i, (s, m) in enumerate(zip(row["special_tokens_mask"], row["input_mask"])) if m and not s]
+        assert row["chinese_ref"] == [i for i in text if not row["word_starts"][i]]
+        words_of_two_or_more += sum(1 for i in text if not row["word_starts"][i] and row["word_starts"][i - 1])
+    assert words_of_two_or_more > 1000
+
+    env = {**os.environ, "PYTHONPATH": str(TRANSFORMERS4), "USE_TF": "0", "USE_TORCH": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", COLLATE, str(tmp_path / "out" / shard.name), str(vocab_file)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(np.isfinite(result["losses"]))
+    masked_total = tokens_total = multi = 0
+    for row, masked in zip(rows, result["masked"]):
+        starts = row["word_starts"]
+        length = sum(row["input_mask"])
+        word_of, word = [], -1
+        for i in range(length):
+            word += bool(starts[i]) or bool(row["special_tokens_mask"][i])
+            word_of.append(word if not row["special_tokens_mask"][i] else None)
+        masked_words = {word_of[i] for i in masked}
+        assert None not in masked_words  # never a special token
+        # whole words only; the collator never labels the unknown token (a special token to it), even inside a word
+        members = {w: [i for i in range(length) if word_of[i] == w and row["input_ids"][i] != vocabulary.unk_id]
+                   for w in masked_words}
+        assert sorted(masked) == sorted(i for w in masked_words for i in members[w])
+        multi += sum(1 for w in masked_words if len(members[w]) > 1)
+        masked_total += len(masked)
+        tokens_total += sum(1 for w in word_of if w is not None)
+    assert multi > 100
+    assert 0.13 <= masked_total / tokens_total <= 0.155, masked_total / tokens_total
+
+
+def test_train_vocab_on_chinese_splits_characters_as_bert(tmp_path):
+    """mlm-train-vocab's WordPiece on Chinese text: every Han character is its own piece (BERT's
+    tokenize_chinese_chars), none is a ## continuation or part of a longer piece, and the text has no [UNK]."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "zh"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text((DATA / "kong_yiji.txt").read_text(encoding="utf-8"), encoding="utf-8")
+    (corpus / "b.txt").write_text("\n".join("".join(words) for words in gold_sentences()) + "\n", encoding="utf-8")
+    output = tmp_path / "vocab.txt"
+    done = subprocess.run([sys.executable, "-m", "common.tokenization.training", "--data", str(corpus), "--output",
+                           str(output), "--vocab-size", "3000", "--format", "text"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pieces = output.read_text(encoding="utf-8").splitlines()
+    with_han = [p for p in pieces if han_runs(p)]
+    assert len(with_han) > 1500
+    assert all(len(p) == 1 for p in with_han), [p for p in with_han if len(p) != 1][:5]
+    vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(output)))
+    text = (DATA / "kong_yiji.txt").read_text(encoding="utf-8")
+    ids, _ = vocabulary.encode_many([text])
+    assert vocabulary.unk_id not in ids.tolist()
+    assert len(ids) == sum(end - start for start, end in han_runs(text)) + sum(
+        1 for ch in text if not ch.isspace() and not han_runs(ch))  # one token per character
