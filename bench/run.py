@@ -14,7 +14,7 @@ machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
 Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
-loader, scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
+loader, report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
 curves are printed after the table).
 """
 
@@ -308,6 +308,13 @@ def _rows() -> list[Row]:
         Row("l_rss_big", "Peak RSS loader server, larger output (MB)", "{:.0f}"),
         Row("l_rss_growth", "Peak RSS loader server growth, smaller → larger output", "{:+.0%}", "flat (≤ +10%)",
             lambda v: v <= 0.10),
+        # mlm-report (bench/report_bench.py): a real run's shards hard-linked to the target size
+        Row("rep_gb", "mlm-report input: output size (GB of TFRecord shards)", "{:.2f}"),
+        Row("rep_s", "mlm-report on that output (default --sample 64M, --input-sample 1M): wall seconds", "{:.1f}",
+            "< 60", lambda v: v < 60),
+        Row("rep_read", "mlm-report: share of the output's shard bytes read", "{:.1%}"),
+        Row("rep_small_s", "mlm-report on the run itself (every file read): wall seconds", "{:.1f}"),
+        Row("rep_ratio", "mlm-report: large output / the run itself, wall seconds (same run)", "{:.1f}×"),
     ]
     return rows
 
@@ -320,7 +327,7 @@ STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, 
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
 SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "readers", "dedup", "extras",
-            "loader", "scale")
+            "loader", "report", "scale")
 
 
 # --------------------------------------------------------------------------
@@ -1000,6 +1007,26 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
 
 
+def report_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench.report_bench import enlarge, run_report
+    from bench.roles import pipeline
+
+    data = corpora.replicate(sources, tmp / "rep-corpus", 1)
+    pipeline(data.root, tmp / "runs" / "rep", str(VOCAB), 2, task_size="256K", dupe_factor=2)
+    shutil.rmtree(data.root)
+    base = tmp / "runs" / "rep" / "out"
+    size = enlarge(base, tmp / "runs" / "rep-big", (32 << 20) if s.quick else (1 << 30))
+    res.add("rep_gb", size / 1e9)
+    for repeat in range(s.repeats):
+        log(f"report: repeat {repeat + 1}/{s.repeats}, {size / 1e9:.2f} GB output")
+        small, _ = run_report(base)
+        wall, report = run_report(tmp / "runs" / "rep-big")
+        res.add("rep_s", wall)
+        res.add("rep_read", report["sample"]["bytes_read"] / report["sample"]["bytes_total"])
+        res.add("rep_small_s", small)
+        res.add("rep_ratio", wall / small)
+
+
 def scale_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import scale
 
@@ -1030,7 +1057,8 @@ def scale_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "ventilator": ventilator_section,
                      "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "readers": readers_section,
                      "dedup": dedup_section,
-                     "extras": extras_section, "loader": loader_section, "scale": scale_section}
+                     "extras": extras_section, "loader": loader_section, "report": report_section,
+                     "scale": scale_section}
 
 
 # --------------------------------------------------------------------------
@@ -1040,6 +1068,8 @@ SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section,
 def _section_of(key: str) -> str:
     if key.startswith("sc_"):
         return "scale"
+    if key.startswith("rep_"):
+        return "report"
     if key.startswith("dd_"):
         return "dedup"
     if key.startswith("l") and key[1:2] in ("_", "1", "8"):

@@ -43,6 +43,12 @@ class JobConfig:
     dedup: DedupSettings = field(default_factory=DedupSettings)  # mode "off": no dedup stage
     holdout_fraction: float = 0.0  # --holdout-fraction: documents held out to OUT/holdout/ (common/holdout.py)
     holdout_seed: int = 0  # --holdout-seed: which documents those are
+    #: Provenance, for dataset_info.json and the dataset card; not part of the job's identity (a resume may be
+    #: typed otherwise): the ventilator's command line and mlm-pipeline's version (common/version.py).
+    command: str = ""
+    version: str = ""
+    #: --word-segmenter (common/word_segmenters/): words inside Han runs for whole-word masking; "none": none
+    word_segmenter: Component = field(default_factory=lambda: Component("none"))
 
     @staticmethod
     def digest_inputs(files) -> str:
@@ -79,5 +85,7 @@ class JobConfig:
             identity["dedup"] = dataclasses.asdict(self.dedup)
         if self.holdout_fraction:  # only then: jobs without a holdout keep the ids they had
             identity["holdout"] = [self.holdout_fraction, self.holdout_seed]
+        if self.word_segmenter.name != "none":  # likewise
+            identity["word_segmenter"] = dataclasses.asdict(self.word_segmenter)
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

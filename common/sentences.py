@@ -4,12 +4,16 @@ BERT's segments are sentences.  WikiExtractor writes one paragraph per line,
 so by default paragraphs are cut into sentences with Bling Fire, a
 finite-state splitter that runs at ~17 MB/s on this corpus (rule-based
 pysbd was ~100x slower; see docs/design.md).  BERT's own text format already
-has one sentence per line, so there lines are kept as they are.
+has one sentence per line, so there lines are kept as they are.  In Chinese
+and Japanese text, Bling Fire's cuts are corrected (common/cjk_sentences.py):
+closing quotes stay with their sentence, and ；and … end one too.
 """
 
 from __future__ import annotations
 
 import enum
+
+from common.cjk_sentences import adjust_starts
 
 #: Segments longer than this are cut at whitespace: a segment is useful only
 #: up to max_seq_length tokens, and one giant line would otherwise make the
@@ -78,7 +82,7 @@ def segment_pieces(lines: list[str], segmenter: Segmenter) -> list[list[str]]:
 
     text = "\n".join(paragraphs)
     _, offsets = blingfire.text_to_sentences_and_offsets(text)
-    starts = sorted(start for start, _ in offsets)
+    starts = adjust_starts(text, sorted(start for start, _ in offsets))  # CJK: closers, ；and …
     segments: list[list[str]] = []
     begin, next_start = 0, 0
     for paragraph in paragraphs:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from common import protocol
+from common import dataset_info, protocol
 from common.config import JobConfig
 from common.manifest import Manifest, ManifestMismatch
 from common.metrics import MetricsServer, counter, gauge
@@ -76,6 +76,8 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
         "version": ack.version, "shards": [] if ack.stage else files, "records": ack.records,
         "documents": stats.documents, "skipped": stats.skipped, "tokens": stats.tokens, "bytes": stats.bytes_out,
         "worker": ack.worker_id,
+        # When the sink recorded it and what it took: throughput over time, per worker (mlm-report).
+        "at": round(time.time(), 3), "seconds": round(sum(stats.seconds.values()), 3), "bytes_in": stats.bytes_in,
     }
     if ack.stage:  # a dedup stage's task: its files are not training shards (docs/dedup.md)
         entry["stage"] = ack.stage
@@ -340,6 +342,15 @@ class SinkServer:
             "cost": self.cost.summary(sequence_length(self.config)),
         }
 
+    def _describe(self, complete: bool) -> None:
+        """dataset_info.json and tokenizer.json; a job that cannot be described (a bug) still gets its summary."""
+        try:
+            dataset_info.write(self.output, self.config, self.manifest.totals, complete)
+        except (StorageError, OSError):
+            raise
+        except Exception as error:  # noqa: BLE001
+            log.error("sink: could not describe the output in %s: %s", dataset_info.DATASET_INFO, error)
+
     def _finish(self, reason: str, job_over: bool = False) -> int:
         """Publish the manifest and the summary; the exit status (1 if the
         output store would not take them: the journal still holds every line)."""
@@ -353,6 +364,8 @@ class SinkServer:
             removed = self.output.remove_temporaries() if job_over else 0
             if removed:
                 log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
+            if self.config is not None:  # every format, complete or not: what a reader needs to know
+                self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
             self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")

@@ -3,8 +3,10 @@
 Before hours of pretraining read them, every file the manifest lists is
 read back: present, the sha256 the worker reported, its format's framing
 intact (each writer counts its own files' records), as many records as
-acknowledged; and no ``part-*`` file is there that the manifest does not
-list.  No TensorFlow needed.
+acknowledged, and its records as ``dataset_info.json`` describes them
+(features, their shapes and dtypes, token ids below the vocabulary's size);
+and no ``part-*`` file is there that the manifest does not list.  No
+TensorFlow needed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from common import dataset_info
 from common.manifest import read_published, shard_files, stage_files
 from common.storage import StorageError, open_storage
 from common.writers import writer_for_file
@@ -43,6 +46,7 @@ def verify_output(storage) -> Verification:
         result.problems.append("no manifest.jsonl: not an mlm-pipeline output, or no task has finished yet")
         return result
     entries, torn = published
+    info = _dataset_info(storage, entries, result)
     if torn:
         result.problems.append(f"manifest.jsonl ends with {torn} bytes that are not a complete line")
     listed: dict[str, str] = {}  # shard name -> task
@@ -55,7 +59,7 @@ def verify_output(storage) -> Verification:
         seen_tasks.add(task)
         result.tasks += 1
         for shard in shard_files(entry):
-            _verify_file(storage, task, shard, result)
+            _verify_file(storage, task, shard, result, info)
             listed[shard["name"]] = task
         for stage_file in stage_files(entry):  # --dedup's files: present and as written (docs/dedup.md)
             data = storage.get_bytes(stage_file["name"])
@@ -69,7 +73,33 @@ def verify_output(storage) -> Verification:
     return result
 
 
-def _verify_file(storage, task: str, shard: dict, result: Verification) -> None:
+def _dataset_info(storage, entries: list[dict], result: Verification) -> dict | None:
+    """The output's dataset_info.json, its job and totals checked against the manifest (None: none to check
+    the files against, a problem already reported)."""
+    try:
+        info = dataset_info.read(storage)
+    except ValueError as error:
+        result.problems.append(f"{dataset_info.DATASET_INFO}: {error}")
+        return None
+    if info is None:
+        result.problems.append(f"no {dataset_info.DATASET_INFO}: the sink has not finished this output (or an "
+                               "older mlm-pipeline made it)")
+        return None
+    jobs = {entry.get("job") for entry in entries}
+    if jobs and jobs != {info.get("job")}:
+        result.problems.append(f"{dataset_info.DATASET_INFO} describes job {info.get('job')}, the manifest "
+                               f"{', '.join(sorted(map(str, jobs)))}")
+    if info.get("complete"):
+        unique = {entry["task"]: entry for entry in entries}.values()
+        records = sum(entry.get("records", 0) for entry in unique)
+        files = sum(1 for entry in unique for f in shard_files(entry) if not f.get("holdout"))
+        if (info.get("records"), info.get("files")) != (records, files):
+            result.problems.append(f"{dataset_info.DATASET_INFO} counts {info.get('records')} records in "
+                                   f"{info.get('files')} files, the manifest {records} in {files}")
+    return info
+
+
+def _verify_file(storage, task: str, shard: dict, result: Verification, info: dict | None = None) -> None:
     name = shard["name"]
     data = storage.get_bytes(name)
     if data is None:
@@ -79,14 +109,27 @@ def _verify_file(storage, task: str, shard: dict, result: Verification) -> None:
     result.bytes += len(data)
     if hashlib.sha256(data).hexdigest() != shard.get("sha256"):
         result.problems.append(f"{name}: sha256 differs from the manifest's")
+    writer = writer_for_file(name)
     try:
-        records = writer_for_file(name).count_records(name, data)
+        records = writer.count_records(name, data)
     except (ValueError, OSError, EOFError, zlib.error) as error:
         result.problems.append(f"{name}: corrupt: {error}")
         return
     result.records += records
     if records != shard.get("records"):
         result.problems.append(f"{name}: {records} records, the manifest says {shard.get('records')}")
+    if info is None:
+        return
+    if writer.name != info.get("format"):
+        result.problems.append(f"{name}: a {writer.name} file, {dataset_info.DATASET_INFO} says {info.get('format')}")
+        return
+    try:
+        columns = writer.read_columns(name, data, storage.get_bytes)
+    except (ValueError, OSError, EOFError, zlib.error) as error:
+        result.problems.append(f"{name}: cannot be read as {dataset_info.DATASET_INFO} says: {error}")
+        return
+    if columns is not None:
+        result.problems += dataset_info.check_columns(info, name, columns)
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"]})
@@ -96,8 +139,9 @@ def main(output: str, s3_endpoint_url: str) -> None:
     """Check every shard of OUTPUT against its manifest.jsonl.
 
     Exits 0 when each listed file is present with its sha256, intact
-    framing and checksums, and its record count, and no part-* file is
-    there that the manifest does not list; 1 with one line per problem.
+    framing and checksums, its record count, and the features, shapes and
+    dtypes dataset_info.json describes, and no part-* file is there that
+    the manifest does not list; 1 with one line per problem.
     """
     try:
         result = verify_output(open_storage(output, s3_endpoint_url or None))

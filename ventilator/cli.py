@@ -16,8 +16,10 @@ from common.objectives import objectives
 from common.params import ParamClash, defaults_text, option_specs
 from common.readers import readers
 from common.writers import writers
+from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenters
 from common.security import Curve
 from common.tasks import parse_size
+from common.version import command_line
 from common.transport import SINK_PORT, VENTILATOR_PORT, ListenError
 from ventilator.cloudwatch import CloudWatchOptions
 from ventilator.job import JobError, JobOptions, prepare_job
@@ -35,11 +37,12 @@ EXIT_INTERRUPTED = 130
 
 
 def component_options(command):
-    """One option per parameter of every reader, objective and writer (see
-    common/params.py): unset ones stay None, so each component keeps its own
+    """One option per parameter of every reader, objective, writer and word
+    segmenter (see common/params.py), and the word segmenter's choice: unset ones stay None, so each component keeps its own
     default and a flag the chosen ones do not take can be refused."""
     try:
-        specs = option_specs([*readers().values(), *objectives().values(), *writers().values()])
+        specs = option_specs([*readers().values(), *objectives().values(), *writers().values(),
+                              *word_segmenters().values()])
     except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
         print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
@@ -48,6 +51,11 @@ def component_options(command):
         command = click.option(*decls, type=None if spec.type is bool else spec.type, default=None,
                                show_default=False, show_envvar=True,
                                help=f"{spec.help}  {defaults_text(spec)}")(command)
+    command = click.option(
+        "--word-segmenter", "word_segmenter", type=click.Choice([NO_WORD_SEGMENTER, *sorted(word_segmenters())]),
+        default=NO_WORD_SEGMENTER, show_envvar=True,
+        help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
+             "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")(command)
     return command
 
 
@@ -182,12 +190,14 @@ def main(data, output, vport, bind_host, sink_address, sink_port, workers, corpu
         special_tokens={role: token for role, token in (("cls", cls_token), ("sep", sep_token), ("mask", mask_token),
                                                         ("pad", pad_token), ("unk", unk_token)) if token},
         corpus_format=corpus_format, segmenter=segmenter, objective=objective, output_format=output_format,
+        word_segmenter=component_params.pop("word_segmenter"),
         params={name: value for name, value in component_params.items() if value is not None},
         task_size=task_size, holdout_fraction=holdout_fraction, holdout_seed=holdout_seed, shared_fs=shared_fs,
         s3_endpoint_url=s3_endpoint_url, sink_address=sink_address or f":{sink_port}",
         lease_seconds=lease_seconds, heartbeat_seconds=heartbeat_seconds,
         dedup=DedupSettings(mode=dedup, ngram=minhash_ngram, perm=minhash_perm, bands=minhash_bands,
-                            rows=minhash_rows, threshold=minhash_threshold, partitions=dedup_partitions))
+                            rows=minhash_rows, threshold=minhash_threshold, partitions=dedup_partitions),
+        command=command_line())
     if sink_address and sink_metrics_port is not None:
         click.echo("ventilator: error: --sink-metrics-port is for the sink this command starts; with --sink, "
                    "give that sink its own --metrics-port", err=True)

@@ -26,7 +26,11 @@ from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
 from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, load_vocabulary
+from common.version import version
 from common.writers import writer_named
+from common.tokenization import han_words
+from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenter_named
+from common.params import Component
 
 log = logging.getLogger("ventilator")
 
@@ -48,6 +52,7 @@ class JobOptions:
     segmenter: str = "auto"
     objective: str = "bert"
     output_format: str = "tfrecord"
+    word_segmenter: str = NO_WORD_SEGMENTER  # --word-segmenter (common/word_segmenters/)
     #: Component parameters given on the command line (unset ones are absent), by field name: each
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
@@ -61,6 +66,7 @@ class JobOptions:
     lease_seconds: float = JobConfig.lease_seconds
     heartbeat_seconds: float = JobConfig.heartbeat_seconds
     dedup: DedupSettings = field(default_factory=DedupSettings)
+    command: str = ""  # the command line, recorded in the output's dataset_info.json and card
 
 
 @dataclass
@@ -123,7 +129,7 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
     for name, value in given.items():
         takers = [i for i, c in enumerate(components) if name in {f.name for f in dataclasses.fields(c.Params)}]
         if not takers:
-            reader, objective, writer = components
+            reader, objective, writer = components[:3]
             raise JobError(f"--{name.replace('_', '-')} does not apply to --objective {objective.name}, "
                            f"--output-format {writer.name} or --format {reader.name}")
         for i in takers:
@@ -140,6 +146,7 @@ def prepare_job(options: JobOptions) -> Job:
         HoldoutSplit(options.holdout_fraction, options.holdout_seed)
         objective_class = objective_named(options.objective)
         writer_class = writer_named(options.output_format)
+        word_segmenter_class = word_segmenter_named(options.word_segmenter)
     except ValueError as error:
         raise JobError(str(error)) from None
 
@@ -173,8 +180,17 @@ def prepare_job(options: JobOptions) -> Job:
         except ValueError as error:
             raise JobError(str(error)) from None
 
-    reader_given, objective_given, writer_given = split_params(options.params, reader_class, objective_class,
-                                                               writer_class)
+    extra = (word_segmenter_class,) if word_segmenter_class is not None else ()
+    reader_given, objective_given, writer_given, *segmenter_given = split_params(
+        options.params, reader_class, objective_class, writer_class, *extra)
+    word_segmenter = Component(NO_WORD_SEGMENTER)
+    if word_segmenter_class is not None:
+        try:
+            han_words.check_tokenizer(vocabulary)
+            word_segmenter = word_segmenter_class.component(word_segmenter_class.make_params(segmenter_given[0]))
+        except ValueError as error:
+            raise JobError(f"--word-segmenter {word_segmenter_class.name}: {error}") from None
+        log.info("word segmenter: %s, inside runs of Han characters", word_segmenter.name)
     try:
         reader_params = reader_class.make_params(reader_given)
         objective_params = objective_class.make_params(objective_given)
@@ -212,6 +228,9 @@ def prepare_job(options: JobOptions) -> Job:
         dedup=options.dedup.resolved(sum(f.size for f in files)) if options.dedup.enabled else DedupSettings(),
         holdout_fraction=float(options.holdout_fraction),
         holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
+        command=options.command,
+        version=version(),
+        word_segmenter=word_segmenter,
     )
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:

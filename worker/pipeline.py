@@ -34,9 +34,11 @@ from common.readers import Document, ParseReport, reader_named
 from common.sentences import Segmenter, segment_pieces
 from common.tasks import FINISH, Task
 from common.tokenization import Vocabulary
+from common.tokenization import han_words
+from common.word_segmenters import make_word_segmenter
 from common.writers import ShardFile, writer_named
 
-STAGES = ("read", "parse", "split", "tokenize", "build", "write")
+STAGES = ("read", "parse", "split", "words", "tokenize", "build", "write")  # words: with --word-segmenter only
 
 
 @dataclass
@@ -86,6 +88,7 @@ class TaskProcessor:
         reader_class = reader_named(config.reader.name)
         self.reader = reader_class(reader_class.make_params(config.reader.params))
         self.segmenter = Segmenter(config.segmenter)
+        self.word_segmenter = make_word_segmenter(config.word_segmenter)
         objective_class = objective_named(config.objective.name)
         self.objective = objective_class(objective_class.make_params(config.objective.params), vocabulary.special)
         writer_class = writer_named(config.writer.name)
@@ -132,7 +135,16 @@ class TaskProcessor:
             # Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's
             # tokens are its pieces' tokens end to end.
             pieces = [piece for segments in segmented for segment in segments for piece in segment]
-            ids, piece_lengths, word_starts = self.vocabulary.encode_with_word_starts(pieces)
+        if self.word_segmenter is not None:
+            with stats.stage("words"):
+                words = han_words.find_words(pieces, self.word_segmenter)
+        with stats.stage("tokenize"):
+            if self.word_segmenter is None:
+                ids, piece_lengths, word_starts = self.vocabulary.encode_with_word_starts(pieces)
+            else:
+                ids, piece_lengths, word_starts, unmapped = han_words.encode_with_words(self.vocabulary, words)
+                if unmapped:
+                    report.skip("han_run_not_one_token_per_character", unmapped)  # kept, with the tokenizer's words
             lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
             tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
                                                                    word_starts)

@@ -22,7 +22,7 @@ to end are the task's tokens (with the separators).
 
 ``--masking static`` masks each block with BERT's rule (common/objectives/masking.py:
 ``num_to_predict`` of the sentence tokens, 80% [MASK] / 10% kept / 10%
-random), ``--dupe-factor`` times with different masks, and writes
+random; whole words with ``--do-whole-word-mask``), ``--dupe-factor`` times with different masks, and writes
 run_pretraining.py's masked-LM features.  ``--masking none`` (RoBERTa's
 dynamic masking) writes the unmasked blocks plus what a train-time masker
 needs: ``special_tokens_mask`` (1 at [CLS], [SEP], separators and padding:
@@ -42,7 +42,7 @@ import numpy as np
 
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
-from common.objectives.masking import apply_masks, num_to_predict, select_tokens
+from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
 from common.params import param
 from common.tokenization.vocabulary import SpecialIds
 
@@ -67,6 +67,9 @@ class RobertaParams:
                                             "many as --masked-lm-prob asks of a full block.")
     dupe_factor: int = param(1, "Passes over each task's blocks, each with different masks (--masking static).")
     random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
+    do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces; Chinese words with "
+                                            "--word-segmenter, as RoBERTa-wwm-ext) instead of single pieces "
+                                            "(--masking static).")
 
     def validate(self) -> None:
         if self.max_seq_length < 3:
@@ -245,7 +248,10 @@ class RobertaObjective(Objective):
             else:
                 candidates = layout.content & ~layout.separator
                 budget = num_to_predict(layout.sequence_length, params.masked_lm_prob, params.max_predictions)
-                selected = select_tokens(candidates, budget, rng)
+                if params.do_whole_word_mask:
+                    selected = select_whole_words(candidates, layout.word_start, budget, rng)
+                else:
+                    selected = select_tokens(candidates, budget, rng)
                 masked = apply_masks(layout.original, selected, params.max_predictions, self.special.mask,
                                      self.special.vocab_size, rng)
                 columns["input_ids"] = masked.input_ids

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from common.objectives.base import Batch, Feature
 from common.tokenization.vocabulary import SpecialIds
@@ -50,6 +50,8 @@ class Writer(Configurable, abc.ABC):
 
     #: Endings of the files it writes (for mlm-verify and readers of an output).
     suffixes: ClassVar[tuple[str, ...]] = ()
+    #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
+    exact_dtypes: ClassVar[bool] = True
 
     def __init__(self, params, features: list[Feature], special: SpecialIds | None = None):
         self.params = params
@@ -78,6 +80,25 @@ class Writer(Configurable, abc.ABC):
     def finish_task(self, output, task, job_id: str, skipped: list[str]) -> list[ShardFile]:
         """Do one of those tasks; ``skipped``: normal tasks quarantined (their files are missing)."""
         raise ValueError(f"{self.name} has no stage after the normal pass")
+
+    @classmethod
+    def stored_features(cls, params, features: list[Feature], special: SpecialIds) -> dict[str, dict]:
+        """Each feature as this format's files hold it (dataset_info.json): its ``dtype`` and ``shape``
+        (``[n]`` a fixed length, ``[None]`` variable, ``[]`` one value per record)."""
+        return {f.name: {"dtype": f.dtype, "shape": [f.length]} for f in features}
+
+    @classmethod
+    def format_details(cls, params, features: list[Feature], special: SpecialIds) -> dict:
+        """What else a reader of this format needs to know (dataset_info.json's ``format_details``)."""
+        return {}
+
+    @classmethod
+    def read_columns(cls, name: str, data: bytes, companion: Callable[[str], bytes | None]) -> dict | None:
+        """A file's records as columns, by feature name: a (records, length) array per fixed-length feature,
+        a 1-D array per one-value feature, a :class:`Ragged` per variable one.  None for a file that holds
+        no records of its own (read with its companion); ``companion(name)`` gives another file's bytes.
+        ValueError if the file is corrupt."""
+        raise NotImplementedError(f"{cls.name} files cannot be read back")
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:

@@ -38,7 +38,7 @@ import msgpack
 import numpy as np
 
 from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.objectives.base import Batch, Feature
+from common.objectives.base import Batch, Feature, Ragged
 from common.params import param
 from common.tasks import FINISH, Task, parse_size
 from common.writers.base import ShardFile, TaskOutput, Writer
@@ -288,6 +288,41 @@ class MegatronWriter(Writer):
         if name.endswith(".bin"):
             return 0
         return len(IndexedDataset.parse_index(data).sequence_lengths)
+
+    @classmethod
+    def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
+        """Per document: its token ids (the .bin, in the index's dtype), and its sequences' lengths (the
+        .idx): a sequence is a sentence or, at document level, the whole document and its EOD."""
+        return {"input_ids": {"dtype": best_fitting_dtype(special.vocab_size).name, "shape": [None]},
+                "sequence_lengths": {"dtype": "int32", "shape": [None]}}
+
+    @classmethod
+    def format_details(cls, params, features: list[Feature], special) -> dict:
+        level = params.megatron_level
+        return {"level": level, "sequence": "a sentence" if level == "sentence" else "a document",
+                "eod_id": special.sep if level == "document" else None,
+                "dtype_code": DTYPE_CODES[best_fitting_dtype(special.vocab_size)],
+                "merge_size": params.megatron_merge_size, "data_path_list": DATA_PATH_LIST}
+
+    @classmethod
+    def read_columns(cls, name: str, data: bytes, companion) -> dict | None:
+        """An index with its .bin: ``input_ids`` per document (its sequences end to end), ``sequence_lengths``
+        per document (each of its sequences' length).  A .bin alone: None (read through its index)."""
+        if name.endswith(".bin"):
+            return None
+        dataset = IndexedDataset.parse_index(data)
+        blob = companion(name[:-len(".idx")] + ".bin")
+        if blob is None:
+            raise ValueError(f"{name[:-len('.idx')]}.bin is missing")
+        dataset.with_data(blob)
+        lengths = dataset.sequence_lengths.astype(np.int64)
+        ends = dataset.document_indices
+        if len(lengths) and not (np.diff(dataset.sequence_pointers) == lengths[:-1] * dataset.dtype.itemsize).all():
+            raise ValueError(f"{name}: sequences are not end to end in the .bin")
+        per_document = np.diff(ends).astype(np.int64)
+        token_ends = np.concatenate([[0], np.cumsum(lengths)])[ends]
+        return {"input_ids": Ragged(dataset.data, np.diff(token_ends).astype(np.int64)),
+                "sequence_lengths": Ragged(dataset.sequence_lengths, per_document)}
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:

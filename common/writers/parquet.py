@@ -13,15 +13,16 @@ bin, LDDL's binning: bin k holds records whose length (``input_mask``'s sum,
 else ``input_ids``' length) is in ((k-1)·N, k·N], under ``bin-K/``, so a
 trainer draws batches from one bin and pads less.
 
-At the end of the job the sink writes ``dataset_info.json``: the schema, the
-job's reader, objective and writer with their parameters, and the totals.
+At the end of the job the sink writes ``README.md``, a dataset card whose
+YAML names the splits' files for ``datasets.load_dataset(OUT)``
+(common/dataset_card.py); ``dataset_info.json`` is every format's
+(common/dataset_info.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -37,17 +38,39 @@ pq = LazyModule("pyarrow.parquet")
 
 #: Records per row group: ~2-10 MB of token ids at 128-512 tokens, one read each.
 ROW_GROUP_ROWS = 8192
-DATASET_INFO = "dataset_info.json"
 
 
 @dataclass(frozen=True)
 class ParquetParams:
     bin_size: int = param(0, "Write records to sequence-length bins of this width (bin k: lengths in "
                              "((k-1)N, kN]), one file per bin and task; 0: one file per task.")
+    chinese_ref: bool = param(False, "Also write chinese_ref, the positions of tokens that continue a word (Hugging "
+                                     "Face's run_chinese_ref.py column, read by DataCollatorForWholeWordMask), from "
+                                     "the records' word_starts (--objective roberta --masking none).")
 
     def validate(self) -> None:
         if self.bin_size < 0:
             raise ValueError("--bin-size must be 0 (no bins) or a positive width")
+
+
+CHINESE_REF = Feature("chinese_ref", "int32", None)
+
+
+def chinese_ref(batch: Batch) -> Ragged:
+    """Per record, the positions of tokens that continue a word: text tokens
+    (not special, not padding) whose ``word_starts`` is 0.  Hugging Face's
+    run_chinese_ref.py lists only such Han characters; ``##`` pieces are
+    continuations to DataCollatorForWholeWordMask anyway, so listing them too
+    masks the same words."""
+    starts = np.asarray(batch.columns["word_starts"]) != 0
+    text = np.ones_like(starts)
+    if "special_tokens_mask" in batch.columns:
+        text &= np.asarray(batch.columns["special_tokens_mask"]) == 0
+    if "input_mask" in batch.columns:
+        text &= np.asarray(batch.columns["input_mask"]) != 0
+    continues = text & ~starts
+    rows, positions = np.nonzero(continues)
+    return Ragged(positions.astype(np.int32), np.bincount(rows, minlength=len(starts)).astype(np.int64))
 
 
 def arrow_schema(features: list[Feature]) -> pa.Schema:
@@ -160,12 +183,10 @@ class _ParquetTaskOutput(TaskOutput):
         return self._files[bin_index]
 
     def _table(self, batch: Batch, rows: np.ndarray | None = None) -> pa.Table:
-        columns = []
-        for feature in self._features:
-            values = batch.columns[feature.name]
-            if rows is not None:
-                values = np.asarray(values)[rows]
-            columns.append(_column(values, feature))
+        if rows is not None:  # binning: fixed-length records only (check_features), chinese_ref derived after
+            batch = Batch({name: np.asarray(values)[rows] for name, values in batch.columns.items()})
+        columns = [_column(chinese_ref(batch) if feature is CHINESE_REF else batch.columns[feature.name], feature)
+                   for feature in self._features]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
     def write(self, batch: Batch) -> None:
@@ -191,8 +212,13 @@ class ParquetWriter(Writer):
     Params = ParquetParams
     suffixes = (".parquet",)
 
+    def __init__(self, params, features: list[Feature], special=None):
+        super().__init__(params, features + [CHINESE_REF] if params.chinese_ref else features, special)
+
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
+        if params.chinese_ref and "word_starts" not in {f.name for f in features}:
+            raise ValueError("--chinese-ref needs records with word_starts (--objective roberta --masking none)")
         if params.bin_size:
             names = {f.name for f in features}
             ragged_ids = any(f.name == "input_ids" and f.length is None for f in features)
@@ -212,25 +238,49 @@ class ParquetWriter(Writer):
             raise ValueError(f"not a readable Parquet file: {error}") from None
 
     @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
-        """``dataset_info.json``: what a reader needs to know without opening a file."""
-        from common.objectives import objective_named
-        from common.tokenization import Vocabulary
+    def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
+        """The columns: a one-value feature is a scalar column (shape []), the others lists."""
+        features = features + ([CHINESE_REF] if getattr(params, "chinese_ref", False) else [])
+        schema = arrow_schema(features)
+        return {f.name: {"dtype": f.dtype, "shape": [] if f.length == 1 else [f.length],
+                         "arrow_type": str(schema.field(f.name).type)} for f in features}
 
-        objective_class = objective_named(config.objective.name)
-        special = Vocabulary.from_json(config.tokenizer_json).special
-        objective = objective_class(objective_class.make_params(config.objective.params), special)
-        schema = arrow_schema(objective.features)
-        info = {
-            "format": "parquet",
-            "features": {field.name: str(field.type) for field in schema},
-            "feature_lengths": {f.name: f.length for f in objective.features},
-            "reader": {"name": config.reader.name, **config.reader.params},
-            "objective": {"name": config.objective.name, **config.objective.params},
-            "writer": {"name": config.writer.name, **config.writer.params},
-            "job": config.job_id,
-            "records": totals.get("records", 0),
-            "files": totals.get("shards", 0),
-            "row_group_rows": ROW_GROUP_ROWS,
-        }
-        output.put_bytes(DATASET_INFO, json.dumps(info, indent=2, sort_keys=True).encode() + b"\n")
+    @classmethod
+    def format_details(cls, params, features: list[Feature], special) -> dict:
+        return {"compression": "zstd", "row_group_rows": ROW_GROUP_ROWS, "bin_size": params.bin_size}
+
+    @classmethod
+    def read_columns(cls, name: str, data: bytes, companion) -> dict:
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(f"not a readable Parquet file: {error}") from None
+        columns = {}
+        for field in table.schema:
+            column = table.column(field.name).combine_chunks()
+            if not pa.types.is_list(field.type):
+                columns[field.name] = column.to_numpy(zero_copy_only=False)
+                continue
+            lengths = column.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+            values = column.flatten().to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths == lengths[0]).all():
+                columns[field.name] = values.reshape(len(lengths), int(lengths[0]))
+            else:
+                columns[field.name] = Ragged(values, lengths)
+        return columns
+
+    @classmethod
+    def arrow_types(cls, name: str, data: bytes) -> dict[str, str]:
+        """The file's columns and their Arrow types, from its footer alone."""
+        try:
+            schema = pq.ParquetFile(io.BytesIO(data)).schema_arrow
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(f"not a readable Parquet file: {error}") from None
+        return {field.name: str(field.type) for field in schema}
+
+    @classmethod
+    def finish_job(cls, output, config, totals: dict) -> None:
+        """``README.md``: a dataset card that ``datasets.load_dataset(OUT)`` follows (common/dataset_card.py)."""
+        from common.dataset_card import write_card
+
+        write_card(output, config)

@@ -355,6 +355,7 @@ class TFRecordWriter(Writer):
     name = "tfrecord"
     Params = TFRecordParams
     suffixes = (".tfrecord", ".tfrecord.gz")
+    exact_dtypes = False  # the decoder narrows int64 lists to int32 where they fit
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
@@ -369,11 +370,34 @@ class TFRecordWriter(Writer):
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
+        return sum(1 for _ in read_records(cls._raw(name, data)))
+
+    @staticmethod
+    def _raw(name: str, data: bytes) -> bytes:
         try:
-            raw = gzip.decompress(data) if name.endswith(".gz") else data
+            return gzip.decompress(data) if name.endswith(".gz") else data
         except (OSError, EOFError) as error:
             raise CorruptShard(f"corrupt gzip data: {error}") from None
-        return sum(1 for _ in read_records(raw))
+
+    @classmethod
+    def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
+        """tf.train.Example holds int64 and float lists only: what a trainer's FixedLenFeature declares."""
+        return {f.name: {"dtype": "float32" if f.dtype.startswith("float") else "int64", "shape": [f.length]}
+                for f in features}
+
+    @classmethod
+    def format_details(cls, params, features: list[Feature], special) -> dict:
+        return {"compression": "GZIP" if params.gzip else "", "record": "tf.train.Example"}
+
+    @classmethod
+    def read_columns(cls, name: str, data: bytes, companion) -> dict:
+        """Every record's features as (records, length) arrays (the loader's decoder: no TensorFlow)."""
+        from loader.example import decode_examples
+
+        raw = cls._raw(name, data)
+        lengths = np.fromiter((len(record) for record in read_records(raw)), dtype=np.int64)
+        starts = np.cumsum(lengths + 16) - lengths - 4  # each record: length, its CRC, the data, its CRC
+        return decode_examples(np.frombuffer(raw, dtype=np.uint8), starts, lengths)
 
 
 class _Tee:

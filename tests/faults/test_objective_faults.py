@@ -32,16 +32,21 @@ CASES = {
 }
 
 
+#: Files that record the run itself: compared apart, or not at all (dataset_info.json and the dataset card
+#: README.md name the command line, which differs between the clean run and the cluster's).
+RUN_RECORDS = ("summary.json", "manifest.jsonl", "dataset_info.json", "README.md")
+
+
 def _files(output: Path) -> dict[str, str]:
     """Every file of the output but the run's own records (summary, manifest: compared apart): name → sha256
     (of the bytes with the output's own location written as OUT: Megatron's blend list names its prefixes)."""
     return {str(p.relative_to(output)): hashlib.sha256(p.read_bytes().replace(str(output).encode(), b"OUT")).hexdigest()
-            for p in sorted(output.rglob("*")) if p.is_file() and p.name not in ("summary.json", "manifest.jsonl")}
+            for p in sorted(output.rglob("*")) if p.is_file() and p.name not in RUN_RECORDS}
 
 
 def _entries(output: Path) -> dict[str, dict]:
     """The manifest by task, without which worker wrote each line."""
-    return {task: {k: v for k, v in entry.items() if k != "worker"} for task, entry in manifest(output).items()}
+    return {task: {k: v for k, v in entry.items() if k not in ("worker", "at", "seconds")} for task, entry in manifest(output).items()}
 
 
 def _ventilator_log(cluster: Cluster) -> str:

@@ -1,0 +1,172 @@
+"""``OUT/README.md`` for a Parquet output: a Hugging Face dataset card.
+
+Its YAML front matter names each split's files (``configs``/``data_files``:
+``train``, and ``validation`` for the held-out side of --holdout-fraction;
+with --bin-size one config per length bin besides the default one of every
+bin), so ``datasets.load_dataset(OUT)`` gives the right splits without being
+told where the files are, and the held-out files never land in ``train``.
+It also states the features, a size category, a license placeholder (the
+corpus's license is the user's to state), and the command, version and
+tokenizer (identity and sha256) that made the output.
+
+The YAML is written by hand: strings as JSON strings (valid YAML double-quoted
+scalars), so the sink needs no YAML library.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.manifest import read_entries, shard_files
+
+CARD_NAME = "README.md"
+#: Hugging Face's size_categories tags, by upper bound of the number of records.
+SIZE_CATEGORIES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                   (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"),
+                   (10_000_000_000, "1B<n<10B"), (100_000_000_000, "10B<n<100B"),
+                   (1_000_000_000_000, "100B<n<1T")]
+_BIN = re.compile(r"(?:^|/)(bin-\d+)/")
+
+
+def size_category(records: int) -> str:
+    for bound, name in SIZE_CATEGORIES:
+        if records < bound:
+            return name
+    return "n>1T"
+
+
+def _q(text) -> str:
+    return json.dumps(str(text))
+
+
+def split_files(entries: list[dict]) -> dict[str, dict[str, int]]:
+    """Records per (config, split): config ``default`` (every file) and, for binned output, ``bin-K``."""
+    counts: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        if entry.get("stage"):
+            continue
+        for f in shard_files(entry):
+            if not f["name"].endswith(".parquet"):
+                continue
+            split = "validation" if f.get("holdout") else "train"
+            match = _BIN.search(f["name"])
+            for config in ["default"] + ([match.group(1)] if match else []):
+                per_split = counts.setdefault(config, {})
+                per_split[split] = per_split.get(split, 0) + int(f.get("records", 0))
+    return counts
+
+
+def _pattern(config: str, split: str, binned: bool) -> str:
+    where = "" if split == "train" else f"{HOLDOUT_DIRECTORY}/"
+    if not binned:
+        return f"{where}part-*.parquet"
+    return f"{where}{'bin-*' if config == 'default' else config}/part-*.parquet"
+
+
+def _feature_yaml(name: str, spec: dict) -> list[str]:
+    if spec["shape"] == []:
+        return [f"  - name: {_q(name)}", f"    dtype: {spec['dtype']}"]
+    return [f"  - name: {_q(name)}", f"    sequence: {spec['dtype']}"]
+
+
+def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
+    """The card's text from the output's dataset_info (common/dataset_info.py) and its files' records."""
+    binned = bool(info.get("format_params", {}).get("bin_size"))
+    objective = info["objective"]
+    tokenizer = info["tokenizer"]
+    made_by = info.get("made_by") or {}
+    records = sum(counts.get("default", {}).values())
+    names = info.get("feature_names") or list(info["features"])  # the files' column order
+    title = f"mlm-pipeline {objective['name']} pretraining data"
+    lines = ["---", f"pretty_name: {_q(title)}",
+             "license: unknown  # placeholder: state the corpus's license (e.g. cc-by-sa-3.0 for Wikipedia)",
+             "task_categories:", "- fill-mask", "tags:", "- mlm-pipeline", f"- {_q(objective['name'])}",
+             "size_categories:", f"- {size_category(records)}", "configs:"]
+    configs = ["default"] + sorted(c for c in counts if c != "default")
+    for config in configs:
+        splits = counts.get(config, {})
+        if config != "default" and not splits:
+            continue
+        lines.append(f"- config_name: {config}")
+        if config == "default":
+            lines.append("  default: true")
+        lines.append("  data_files:")
+        for split in ("train", "validation"):
+            if split in splits:
+                lines += [f"  - split: {split}", f"    path: {_q(_pattern(config, split, binned))}"]
+        if not splits:  # an output without a record: the default config still names where they would be
+            lines += ["  - split: train", f"    path: {_q(_pattern(config, 'train', binned))}"]
+    lines.append("dataset_info:")
+    for config in configs:
+        splits = counts.get(config, {})
+        if config != "default" and not splits:
+            continue
+        # No ``splits`` here: datasets wants their in-memory bytes, which only it can count.
+        lines += [f"- config_name: {config}", "  features:"]
+        for name in names:
+            lines += _feature_yaml(name, info["features"][name])
+    lines.append("---")
+    params = ", ".join(f"{k}={v}" for k, v in sorted(objective.items()) if k != "name")
+    specials = ", ".join(f"{role} {s['token']!s} ({s['id']})" for role, s in tokenizer["special_tokens"].items() if s)
+    holdout = info.get("holdout")
+    body = [
+        "",
+        f"# mlm-pipeline: {objective['name']} pretraining data",
+        "",
+        f"Made by mlm-pipeline {made_by.get('version') or '(version unknown)'} (job `{info['job']}`) with:",
+        "",
+        "```bash",
+        made_by.get("command") or "(command not recorded)",
+        "```",
+        "",
+        "## Loading",
+        "",
+        "```python",
+        "import datasets",
+        "ds = datasets.load_dataset(\"path/to/this/directory\")   # splits: "
+        + ", ".join(s for s in ("train", "validation") if s in counts.get("default", {})),
+    ]
+    if binned:
+        body.append(f"bin = datasets.load_dataset(\"path/to/this/directory\", \"{next((c for c in configs if c != 'default'), 'bin-001')}\")"
+                    "   # one sequence-length bin")
+    body += [
+        "```",
+        "",
+        "## Records",
+        "",
+        f"- objective: {objective['name']} ({params or 'no parameters'})",
+        f"- sequence length: {info.get('sequence_length')}; masked positions per sequence at most: "
+        f"{info.get('max_predictions_per_seq')}",
+        f"- records: {records:,} ("
+        + ", ".join(f"{split} {n:,}" for split, n in sorted(counts.get("default", {}).items())) + ")",
+        f"- features: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in ((n, info["features"][n]) for n in names)),
+        f"- held out: {holdout['fraction']} of the documents (seed {holdout['seed']}), under `{HOLDOUT_DIRECTORY}/`"
+        if holdout else "- held out: nothing (no --holdout-fraction)",
+        f"- length bins of {info['format_params']['bin_size']} tokens: `bin-K/` holds lengths in ((K-1)·N, K·N]"
+        if binned else "- length bins: none (no --bin-size)",
+        "",
+        "## Tokenizer",
+        "",
+        f"- {tokenizer['model']}, {tokenizer['vocab_size']:,} ids, "
+        f"{'lower-cases its input' if tokenizer['lower_case'] else 'keeps case'}",
+        f"- special tokens: {specials}",
+        f"- sha256 of its tokenizers JSON: `{tokenizer['sha256']}`",
+        "",
+        "## License",
+        "",
+        "The records are derived from the input corpus: state its license in the `license` field above.",
+        "",
+        "`dataset_info.json` beside this card describes the output for other readers; `manifest.jsonl` lists every "
+        "file with its sha256 (check them with `mlm-verify`).",
+        "",
+    ]
+    return "\n".join(lines + body)
+
+
+def write_card(output, config) -> None:
+    from common import dataset_info
+
+    info = dataset_info.read(output) or dataset_info.describe(config, {}, complete=False)
+    output.put_bytes(CARD_NAME, render(info, split_files(read_entries(output))).encode())

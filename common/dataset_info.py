@@ -1,0 +1,157 @@
+"""``OUT/dataset_info.json``: what a reader needs to know before opening a file, for every format.
+
+A TFRecord file does not say its sequence length, a Parquet file does not say
+which tokenizer made its ids, a Megatron pair does not say which id is EOD.
+At the end of a job the sink writes this one file beside the manifest: the
+format and its parameters, every feature's name, dtype and shape as the files
+hold it, the tokenizer (model, vocabulary size, special tokens' ids,
+lower-casing, the sha256 of its JSON, and the JSON itself as tokenizer.json), the objective with every parameter
+(sequence length and predictions per sequence named at the top), the reader,
+holdout and dedup settings, the totals, and the command and version that made
+the output.  ``mlm-verify`` checks every file against it (:func:`check_columns`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+
+import numpy as np
+
+from common.objectives.base import Ragged
+
+DATASET_INFO = "dataset_info.json"
+#: The tokenizer itself (tokenizers JSON) beside it: a reader turns ids back into text with it (mlm-report's
+#: top tokens), and its sha256 is the card's.
+TOKENIZER_NAME = "tokenizer.json"
+#: Bumped when a key changes meaning (readers check it).
+INFO_VERSION = 1
+
+
+def tokenizer_identity(tokenizer_json: str) -> dict:
+    """The tokenizer as a card or report names it: model family, size, special tokens, casing, hash."""
+    from common.tokenization import Vocabulary
+    from common.tokenization.loading import lowercases
+
+    vocabulary = Vocabulary.from_json(tokenizer_json)
+    return {
+        "model": type(vocabulary.tokenizer.model).__name__,
+        "vocab_size": vocabulary.size,
+        "special_tokens": {role: ({"id": index, "token": vocabulary.tokenizer.id_to_token(index)}
+                                  if index is not None else None) for role, index in vocabulary.roles.items()},
+        "lower_case": lowercases(vocabulary.tokenizer),
+        "sha256": hashlib.sha256(tokenizer_json.encode()).hexdigest(),
+        "file": TOKENIZER_NAME,
+    }
+
+
+def describe(config, totals: dict, complete: bool) -> dict:
+    """The description of the output ``config`` makes (``totals``: the manifest's, as the sink keeps them)."""
+    from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+    from common.objectives import objective_named
+    from common.tokenization import Vocabulary
+    from common.writers import writer_named
+
+    special = Vocabulary.from_json(config.tokenizer_json).special
+    objective_class = objective_named(config.objective.name)
+    objective = objective_class(objective_class.make_params(config.objective.params), special)
+    writer_class = writer_named(config.writer.name)
+    writer_params = writer_class.make_params(config.writer.params)
+    features = writer_class.stored_features(writer_params, objective.features, special)
+    objective_params = config.objective.params
+    info = {
+        "info_version": INFO_VERSION,
+        "format": config.writer.name,
+        "format_params": dict(config.writer.params),
+        "format_details": writer_class.format_details(writer_params, objective.features, special),
+        "file_suffixes": list(writer_class.suffixes),
+        "sequence_length": objective_params.get("max_seq_length"),
+        "max_predictions_per_seq": objective_params.get("max_predictions_per_seq"),
+        "feature_names": list(features),
+        "features": features,
+        "tokenizer": tokenizer_identity(config.tokenizer_json),
+        "objective": {"name": config.objective.name, **objective_params},
+        "reader": {"name": config.reader.name, **config.reader.params},
+        "writer": {"name": config.writer.name, **config.writer.params},
+        "segmenter": config.segmenter,
+        "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode},
+        "holdout": ({"fraction": config.holdout_fraction, "seed": config.holdout_seed,
+                     "directory": HOLDOUT_DIRECTORY} if config.holdout_fraction else None),
+        "dedup": asdict(config.dedup) if config.dedup.enabled else None,
+        "job": config.job_id,
+        "complete": complete,
+        "records": totals.get("records", 0),
+        "files": totals.get("shards", 0),
+        "documents": totals.get("documents", 0),
+        "tokens": totals.get("tokens", 0),
+        "holdout_totals": dict(totals["holdout"]) if "holdout" in totals else None,
+        "made_by": {"command": config.command, "version": config.version},
+    }
+    return info
+
+
+def write(output, config, totals: dict, complete: bool) -> None:
+    from common.tokenization import Vocabulary
+
+    info = describe(config, totals, complete)
+    # The plain tokenizers JSON (what Tokenizer.from_file reads); roles named on the command line are in the info.
+    output.put_bytes(TOKENIZER_NAME, Vocabulary.from_json(config.tokenizer_json).tokenizer.to_str().encode())
+    output.put_bytes(DATASET_INFO, json.dumps(info, indent=2, sort_keys=True).encode() + b"\n")
+
+
+def read(storage) -> dict | None:
+    """The output's description; None when there is none; ValueError when it is not one."""
+    data = storage.get_bytes(DATASET_INFO)
+    if data is None:
+        return None
+    try:
+        info = json.loads(data)
+    except ValueError as error:
+        raise ValueError(f"{DATASET_INFO} is not JSON: {error}") from None
+    if not isinstance(info, dict) or not isinstance(info.get("features"), dict):
+        raise ValueError(f"{DATASET_INFO} does not describe features")
+    return info
+
+
+def _kind(dtype) -> str:
+    return "float" if np.dtype(dtype).kind == "f" else "int"
+
+
+def check_columns(info: dict, name: str, columns: dict) -> list[str]:
+    """How a file's columns (a writer's ``read_columns``) differ from the description: names, and each
+    feature's shape and dtype (exact where the format keeps it, int or float where its reader widens)."""
+    from common.writers import writer_named
+
+    problems = []
+    expected = info["features"]
+    exact = writer_named(info["format"]).exact_dtypes
+    vocab_size = int((info.get("tokenizer") or {}).get("vocab_size") or 2 ** 63 - 1)
+    if set(columns) != set(expected):
+        return [f"{name}: features {sorted(columns)}, {DATASET_INFO} says {sorted(expected)}"]
+    records = None
+    for feature, spec in expected.items():
+        column = columns[feature]
+        shape = spec.get("shape") or []
+        if isinstance(column, Ragged):
+            values, count = np.asarray(column.values), len(column.lengths)
+            if shape and shape[0] is not None and len(column.lengths) and (column.lengths != shape[0]).any():
+                problems.append(f"{name}: {feature} varies in length, {DATASET_INFO} says {shape[0]}")
+        else:
+            values = np.asarray(column)
+            count = len(values)
+            width = values.shape[1] if values.ndim == 2 else None
+            if shape == [] and values.ndim != 1:
+                problems.append(f"{name}: {feature} holds {width} values a record, {DATASET_INFO} says one")
+            elif shape and shape[0] is not None and width != shape[0]:
+                problems.append(f"{name}: {feature} holds {width} values a record, {DATASET_INFO} says {shape[0]}")
+        if values.size and _kind(values.dtype) != _kind(spec["dtype"]):
+            problems.append(f"{name}: {feature} is {values.dtype}, {DATASET_INFO} says {spec['dtype']}")
+        elif values.size and exact and values.dtype != np.dtype(spec["dtype"]):
+            problems.append(f"{name}: {feature} is {values.dtype}, {DATASET_INFO} says {spec['dtype']}")
+        if feature == "input_ids" and values.size and int(values.max()) >= vocab_size:
+            problems.append(f"{name}: token id {int(values.max())} is not below the vocabulary's size {vocab_size}")
+        if records is not None and count != records:
+            problems.append(f"{name}: {feature} has {count} records, the other features {records}")
+        records = count
+    return problems

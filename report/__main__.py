@@ -1,0 +1,3 @@
+from report.cli import main
+
+main()

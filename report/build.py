@@ -1,0 +1,243 @@
+"""What ``mlm-report`` reads and in what order: the output's own records, then a bounded sample of its files.
+
+The manifest, summary.json and dataset_info.json are read whole (they are
+small next to the shards); the files are sampled: evenly spread over the
+manifest's order (tasks, so the corpus's order), both sides, whole files,
+until ``budget_bytes`` are read.  Each file is read through its format's
+writer (``read_columns``: the same reading side mlm-verify uses), so every
+format reports the same numbers.  Nothing goes wrong silently: a torn
+manifest, a missing or unreadable shard, a file no job writes, an
+unfinished job, each becomes a line of ``problems`` and the report is still
+made from what is there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from common import dataset_info
+from common.manifest import MANIFEST_NAME, read_published, shard_files, stage_files
+from common.writers import writer_for_file
+from report import stats
+from report.unknown_text import unknown_by_script
+
+log = logging.getLogger("report")
+
+REPORT_DIRECTORY = "report"
+SUMMARY_NAME = "summary.json"
+CLUSTERS_NAME = "dedup/clusters.jsonl"
+#: Files a job writes beside the shards the manifest lists (its own records, and the formats' job files).
+JOB_FILES = {MANIFEST_NAME, SUMMARY_NAME, dataset_info.DATASET_INFO, dataset_info.TOKENIZER_NAME, "README.md",
+             "megatron_data_path.txt", "holdout/megatron_data_path.txt", "megatron/merge-plan.msgpack",
+             "dedup/plan.bin"}
+#: Of dedup/clusters.jsonl, at most this many bytes are read (cluster sizes are a sample beyond it).
+CLUSTERS_LIMIT = 16 << 20
+
+
+def _json(storage, name: str, problems: list[str]) -> dict | None:
+    data = storage.get_bytes(name)
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        problems.append(f"{name} is not JSON")
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def choose_files(files: list[dict], budget_bytes: int) -> list[dict]:
+    """Files spread evenly over ``files`` (in order) until their bytes pass the budget; at least one."""
+    if not files:
+        return []
+    total = sum(int(f.get("bytes", 0)) for f in files)
+    if total <= budget_bytes:
+        return list(files)
+    chosen, size = [], 0
+    step = max(total / max(budget_bytes, 1), 1.0)
+    position = 0.0
+    while position < len(files) and size < budget_bytes:
+        f = files[int(position)]
+        chosen.append(f)
+        size += int(f.get("bytes", 0))
+        position += step
+    return chosen
+
+
+def _record_files(entries: list[dict], output_suffix_filter) -> list[dict]:
+    """The files of the normal tasks that hold records (Megatron: the .idx, read with its .bin)."""
+    files = []
+    for entry in entries:
+        if entry.get("stage"):
+            continue
+        for f in shard_files(entry):
+            if output_suffix_filter(f["name"]):
+                files.append(f)
+    return files
+
+
+def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int = 1 << 20,
+                 input_storage_opener=None) -> dict:
+    """The report's numbers (report.json) for the output in ``storage``."""
+    started = time.monotonic()
+    problems: list[str] = []
+    published = read_published(storage)
+    if published is None:
+        problems.append("no manifest.jsonl: not an mlm-pipeline output, or no task has finished yet")
+        entries, torn = [], 0
+    else:
+        entries, torn = published
+    if torn:
+        problems.append(f"incomplete manifest: it ends with {torn} bytes that are not a complete line")
+    unique: dict[str, dict] = {}
+    for entry in entries:
+        if entry["task"] in unique:
+            problems.append(f"task {entry['task']} is listed twice in the manifest")
+        unique.setdefault(entry["task"], entry)
+    entries = list(unique.values())
+    summary = _json(storage, SUMMARY_NAME, problems)
+    if summary is None:
+        problems.append("no summary.json: the job has not finished (or its sink never ended)")
+    elif not summary.get("complete"):
+        quarantined = len(summary.get("quarantined") or {})
+        problems.append(f"the job is incomplete: {summary.get('reason', 'no reason')}"
+                        + (f"; {quarantined} task(s) quarantined" if quarantined else ""))
+    try:
+        info = dataset_info.read(storage)
+    except ValueError as error:
+        problems.append(str(error))
+        info = None
+    if info is None:
+        problems.append("no dataset_info.json: features and tokenizer are taken from the files themselves")
+
+    sizes = storage.output_sizes()
+    listed = {f["name"] for e in entries for f in shard_files(e) + stage_files(e)}
+    missing = sorted(name for name in listed if name not in sizes)
+    for name in missing[:20]:
+        problems.append(f"missing shard: {name} is in the manifest, not in the output")
+    if len(missing) > 20:
+        problems.append(f"... and {len(missing) - 20} more missing files")
+    foreign = sorted(name for name in sizes if name not in listed and name not in JOB_FILES
+                     and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/"))
+    for name in foreign[:20]:
+        base = name.rsplit("/", 1)[-1]
+        why = "a temporary file left by a writer that died" if base.startswith(".") and base.endswith(".tmp") \
+            else "a file no job writes" if not base.startswith("part-") else "a shard the manifest does not list"
+        problems.append(f"foreign file: {name} ({why})")
+    if len(foreign) > 20:
+        problems.append(f"... and {len(foreign) - 20} more foreign files")
+
+    from tokenizers import Tokenizer
+
+    tokenizer = None
+    tokenizer_json = storage.get_bytes(dataset_info.TOKENIZER_NAME)
+    if tokenizer_json is not None:
+        try:
+            tokenizer = Tokenizer.from_str(tokenizer_json.decode())
+        except Exception as error:  # noqa: BLE001 - any reason the file is not a tokenizer
+            problems.append(f"{dataset_info.TOKENIZER_NAME} cannot be loaded: {error}")
+    specials = stats.Specials.from_info(info) if info else stats.Specials()
+    vocab_size = int((info or {}).get("tokenizer", {}).get("vocab_size") or
+                     (tokenizer.get_vocab_size(with_added_tokens=True) if tokenizer else 1 << 20))
+
+    def holds_records(name: str) -> bool:
+        try:
+            return writer_for_file(name).name != "megatron" or name.endswith(".idx")
+        except ValueError:
+            return False
+
+    record_files = _record_files(entries, holds_records)
+    sides = {"train": stats.SideStats(vocab_size, specials), "holdout": stats.SideStats(vocab_size, specials)}
+    read_bytes = read_files = 0
+    for side, held in (("train", False), ("holdout", True)):
+        candidates = [f for f in record_files if bool(f.get("holdout")) == held and f["name"] not in missing]
+        share = budget_bytes if side == "train" else max(budget_bytes // 4, 1)
+        for f in choose_files(candidates, share):
+            name = f["name"]
+            data = storage.get_bytes(name)
+            if data is None:
+                problems.append(f"missing shard: {name} disappeared while being read")
+                continue
+            companion_bytes = []
+
+            def companion(other: str) -> bytes | None:
+                blob = storage.get_bytes(other)
+                companion_bytes.append(len(blob or b""))
+                return blob
+            try:
+                columns = writer_for_file(name).read_columns(name, data, companion)
+            except Exception as error:  # noqa: BLE001 - a corrupt file is reported, the others still read
+                problems.append(f"unreadable shard: {name}: {error}")
+                continue
+            read_bytes += len(data) + sum(companion_bytes)
+            read_files += 1
+            if columns is not None:
+                sides[side].add(columns)
+
+    numbers = stats.manifest_numbers(entries)
+    total_bytes = sum(side["bytes"] for side in numbers["sides"].values())
+    report: dict = {
+        "output": storage.uri(""),
+        "generated_unix": round(time.time(), 3),
+        "ok": not problems,
+        "problems": problems,
+        "job": (info or {}).get("job") or (entries[0].get("job") if entries else None),
+        "format": (info or {}).get("format"),
+        "objective": (info or {}).get("objective"),
+        "tokenizer": (info or {}).get("tokenizer"),
+        "made_by": (info or {}).get("made_by"),
+        "tasks": len(entries),
+        "sides": numbers["sides"],
+        "sample": {"files_read": read_files, "files_total": len(record_files), "bytes_read": read_bytes,
+                   "bytes_total": total_bytes,
+                   "records_read": {k: v.records for k, v in sides.items()},
+                   "budget_bytes": budget_bytes},
+        "records": {side: value.numbers(tokenizer) for side, value in sides.items() if value.records},
+        "skipped_documents": numbers["skipped"],
+        "mean_tokens_per_document_by_task": numbers["mean_tokens_per_document_by_task"],
+        "dedup": None,
+        "throughput": stats.throughput(entries),
+        "cost": (summary or {}).get("cost"),
+        "run": {key: (summary or {}).get(key) for key in ("reason", "complete", "this_run", "quarantined")},
+    }
+    if numbers["dedup"] or (summary or {}).get("dedup"):
+        report["dedup"] = {"counters": (summary or {}).get("dedup") or numbers["dedup"]}
+        clusters = storage.get_bytes(CLUSTERS_NAME, limit=CLUSTERS_LIMIT)
+        if clusters is not None:
+            lines = []
+            for raw in clusters.splitlines():
+                try:
+                    lines.append(json.loads(raw))
+                except ValueError:
+                    break  # the last line, cut by the limit
+            report["dedup"].update(stats.cluster_sizes(lines))
+            report["dedup"]["clusters_sampled"] = len(clusters) >= CLUSTERS_LIMIT
+    report["unknown_text"] = _unknown_text(info, tokenizer, specials, input_budget_bytes, input_storage_opener)
+    report["seconds"] = round(time.monotonic() - started, 3)
+    return report
+
+
+def _unknown_text(info, tokenizer, specials, budget_bytes: int, opener) -> dict:
+    """[UNK] by script from a sample of the input, or why not."""
+    if not budget_bytes:
+        return {"skipped": "not asked for (--input-sample 0)"}
+    if info is None or tokenizer is None or "input" not in info:
+        return {"skipped": "the output does not name its input and tokenizer (dataset_info.json, tokenizer.json)"}
+    from common.readers import reader_named
+    from common.storage import StorageError
+    from common.tokenization import Vocabulary
+
+    uri = info["input"]["uri"]
+    try:
+        reader_params = {k: v for k, v in info["reader"].items() if k != "name"}
+        reader_class = reader_named(info["reader"]["name"])
+        reader = reader_class(reader_class.make_params(reader_params))
+        roles = {role: s["token"] for role, s in info["tokenizer"]["special_tokens"].items() if s}
+        vocabulary = Vocabulary.from_tokenizer(tokenizer, roles)
+        storage = opener(uri)
+        return unknown_by_script(storage, reader, int(info["input"].get("task_size") or 1 << 20),
+                                 vocabulary.text_tokenizer, specials.unk, budget_bytes)
+    except (StorageError, OSError, ValueError) as error:
+        return {"skipped": f"the input {uri} could not be read: {error}"}

@@ -1,0 +1,79 @@
+"""``mlm-report OUT``: look at the data before training on it.
+
+Writes ``OUT/report/index.html`` (one self-contained page, plots inline)
+and ``OUT/report/report.json`` (the same numbers), and nothing else in OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from common import logs
+from common.storage import StorageError, open_storage
+from common.tasks import parse_size
+from report.build import REPORT_DIRECTORY, build_report
+
+PAGE_NAME = f"{REPORT_DIRECTORY}/index.html"
+JSON_NAME = f"{REPORT_DIRECTORY}/report.json"
+
+
+def _size(_ctx, _param, value):
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def write_report(output: str, s3_endpoint_url: str = "", sample: int = 64 << 20, input_sample: int = 1 << 20) -> dict:
+    """Build the report of ``output`` and write its page and JSON there; the report."""
+    storage = open_storage(output, s3_endpoint_url or None)
+    report = build_report(storage, sample, input_sample,
+                          input_storage_opener=lambda uri: open_storage(uri, s3_endpoint_url or None))
+    from report.page import render
+
+    storage.put_bytes(JSON_NAME, json.dumps(report, indent=1, sort_keys=True, default=str).encode() + b"\n")
+    storage.put_bytes(PAGE_NAME, render(report).encode())
+    return report
+
+
+@click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"],
+                                 "show_default": True})
+@click.argument("output", metavar="DIR|s3://BUCKET/PREFIX")
+@click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
+@click.option("--sample", default="64M", callback=_size, show_envvar=True,
+              help="Bytes of shards to read (whole files, spread over the output; a quarter more for the held-out "
+                   "side). The manifest's counts are exact whatever it is.")
+@click.option("--input-sample", default="1M", callback=_size, show_envvar=True,
+              help="Bytes of the job's input to tokenize again for [UNK] by script and the text behind it; 0: skip.")
+@click.option("-v", "--verbose", count=True, help="More logging.")
+def main(output: str, s3_endpoint_url: str, sample: int, input_sample: int, verbose: int) -> None:
+    """Write OUTPUT/report/index.html and report.json: sequences, lengths,
+    padding, [UNK], top tokens, masking, labels, skips, dedup, throughput
+    and cost.  Exits 0 when the report is written (1 if it could not be);
+    an output with problems still gets one, marked as such, and the
+    problems are printed."""
+    logs.configure(verbose)
+    try:
+        report = write_report(output, s3_endpoint_url, sample, input_sample)
+    except (StorageError, OSError) as error:
+        click.echo(f"mlm-report: error: {error}", err=True)
+        sys.exit(1)
+    except ImportError as error:
+        click.echo(f"mlm-report: error: {error.name or error} is not installed: pip install "
+                   "'mlm-pipeline[report]'", err=True)
+        sys.exit(1)
+    for problem in report["problems"]:
+        click.echo(f"mlm-report: {problem}", err=True)
+    sample_info = report["sample"]
+    click.echo(f"{output.rstrip('/')}/{PAGE_NAME}: {report['sides']['train']['sequences']:,} sequences; read "
+               f"{sample_info['files_read']} of {sample_info['files_total']} files "
+               f"({sample_info['bytes_read'] / 1e6:,.1f} of {sample_info['bytes_total'] / 1e6:,.1f} MB) in "
+               f"{report['seconds']:.1f} s; " + ("no problem found" if report["ok"]
+                                                 else f"{len(report['problems'])} problem(s)"))
+
+
+if __name__ == "__main__":
+    main()

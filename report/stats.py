@@ -1,0 +1,237 @@
+"""The report's numbers from records already read: pure logic, no I/O.
+
+:class:`SideStats` takes one file's columns at a time (a writer's
+``read_columns``) and keeps running counts, so memory does not grow with what
+is sampled: sequence lengths, padding, the tokens as they were before masking
+(``[UNK]`` among them, and a count per id for the top tokens), the masked
+positions and what each became (the measured 80/10/10), and the NSP/SOP
+labels.  The manifest's numbers (documents, skips, dedup, throughput) are
+summed by :func:`manifest_numbers` and :func:`throughput`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from common.objectives.base import Ragged
+
+#: Histogram bins of sequence lengths and tokens per document.
+LENGTH_BINS = 40
+
+
+@dataclass
+class Specials:
+    """The tokenizer's special ids by role (None when it has none)."""
+
+    cls: int | None = None
+    sep: int | None = None
+    mask: int | None = None
+    pad: int | None = None
+    unk: int | None = None
+
+    @classmethod
+    def from_info(cls, info: dict) -> "Specials":
+        tokens = (info.get("tokenizer") or {}).get("special_tokens") or {}
+        return cls(**{role: (tokens.get(role) or {}).get("id") for role in ("cls", "sep", "mask", "pad", "unk")})
+
+    def ids(self) -> list[int]:
+        return [i for i in (self.cls, self.sep, self.mask, self.pad) if i is not None]
+
+
+def _rows(column) -> tuple[np.ndarray, np.ndarray]:
+    """(values flat, per-record lengths) of a fixed or ragged column."""
+    if isinstance(column, Ragged):
+        return np.asarray(column.values), np.asarray(column.lengths, dtype=np.int64)
+    array = np.asarray(column)
+    if array.ndim == 1:
+        return array, np.ones(len(array), dtype=np.int64)
+    return array.reshape(-1), np.full(array.shape[0], array.shape[1], dtype=np.int64)
+
+
+@dataclass
+class SideStats:
+    """Running counts over the sampled records of one side (training or held out)."""
+
+    vocab_size: int
+    specials: Specials
+    records: int = 0
+    files: int = 0
+    lengths: list[np.ndarray] = field(default_factory=list)  # per record: its real tokens (no padding)
+    document_tokens: list[np.ndarray] = field(default_factory=list)  # records that are whole documents
+    positions: int = 0  # token positions, padding included
+    padding: int = 0
+    real_tokens: int = 0  # tokens from text (no special token, no padding), as they were before masking
+    unk: int = 0
+    masked: int = 0
+    masked_as: Counter = field(default_factory=Counter)  # mask / random / kept
+    masked_per_sequence: list[np.ndarray] = field(default_factory=list)
+    labels: Counter = field(default_factory=Counter)
+    token_counts: np.ndarray | None = None
+
+    def add(self, columns: dict) -> None:
+        ids_column = columns.get("input_ids")
+        if ids_column is None:
+            return
+        self.files += 1
+        ids, per_record = _rows(ids_column)
+        records = len(per_record)
+        self.records += records
+        if isinstance(ids_column, Ragged):  # a record per document (tokens objective, Megatron)
+            self.document_tokens.append(per_record)
+        original = ids.astype(np.int64, copy=True)
+        if "masked_lm_positions" in columns and not isinstance(ids_column, Ragged):
+            self._masks(columns, np.asarray(ids_column), original)
+        if "input_mask" in columns and not isinstance(columns["input_mask"], Ragged):
+            mask = np.asarray(columns["input_mask"]).reshape(-1).astype(bool)
+            self.lengths.append(np.asarray(columns["input_mask"]).sum(axis=1).astype(np.int64))
+        else:
+            mask = np.ones(len(ids), dtype=bool)
+            self.lengths.append(per_record)
+        self.positions += len(ids)
+        self.padding += int((~mask).sum())
+        real = original[mask]
+        special = self.specials.ids()
+        if special:
+            real = real[~np.isin(real, special)]
+        self.real_tokens += len(real)
+        if self.specials.unk is not None:
+            self.unk += int((real == self.specials.unk).sum())
+        counts = np.bincount(real[(real >= 0) & (real < self.vocab_size)], minlength=self.vocab_size)
+        self.token_counts = counts if self.token_counts is None else self.token_counts + counts
+        if "next_sentence_labels" in columns:
+            labels = np.asarray(columns["next_sentence_labels"]).reshape(-1)
+            self.labels.update({int(k): int(v) for k, v in zip(*np.unique(labels, return_counts=True))})
+
+    def _masks(self, columns: dict, ids: np.ndarray, original: np.ndarray) -> None:
+        """The masked positions: what each input became (the 80/10/10), and the tokens before masking."""
+        positions = np.asarray(columns["masked_lm_positions"]).astype(np.int64)
+        targets = np.asarray(columns["masked_lm_ids"]).astype(np.int64)
+        weights = np.asarray(columns.get("masked_lm_weights", (positions > 0).astype(np.float32)))
+        used = weights > 0
+        rows = np.broadcast_to(np.arange(ids.shape[0])[:, None], positions.shape)[used]
+        where, target = positions[used], targets[used]
+        seen = ids[rows, where].astype(np.int64)
+        self.masked += len(where)
+        self.masked_per_sequence.append(used.sum(axis=1))
+        is_mask = seen == self.specials.mask if self.specials.mask is not None else np.zeros(len(seen), bool)
+        kept = (seen == target) & ~is_mask
+        self.masked_as.update({"mask": int(is_mask.sum()), "kept": int(kept.sum()),
+                               "random": int((~is_mask & ~kept).sum())})
+        original.reshape(ids.shape)[rows, where] = target
+
+    def numbers(self, tokenizer=None, top: int = 30) -> dict:
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        per_sequence = np.concatenate(self.masked_per_sequence) if self.masked_per_sequence else None
+        documents = np.concatenate(self.document_tokens) if self.document_tokens else None
+        out = {
+            "records_read": self.records,
+            "files_read": self.files,
+            "sequence_length": _distribution(lengths),
+            "padding_share": self.padding / self.positions if self.positions else None,
+            "tokens_read": self.real_tokens,
+            "unk": {"count": self.unk, "rate": self.unk / self.real_tokens if self.real_tokens else None},
+            "top_tokens": [],
+            "masking": None,
+            "labels": ({str(k): v for k, v in sorted(self.labels.items())} if self.labels else None),
+            "tokens_per_document": _distribution(documents) if documents is not None else None,
+        }
+        if self.token_counts is not None:
+            order = np.argsort(-self.token_counts, kind="stable")[:top]
+            out["top_tokens"] = [{"id": int(i), "token": tokenizer.id_to_token(int(i)) if tokenizer else None,
+                                  "count": int(self.token_counts[i]),
+                                  "share": float(self.token_counts[i] / self.real_tokens)}
+                                 for i in order if self.token_counts[i] > 0]
+        if self.masked or per_sequence is not None:
+            total = max(self.masked, 1)
+            out["masking"] = {
+                "masked": self.masked,
+                "masked_share": self.masked / self.real_tokens if self.real_tokens else None,
+                "as_mask": self.masked_as["mask"] / total, "as_random": self.masked_as["random"] / total,
+                "as_kept": self.masked_as["kept"] / total,
+                "per_sequence": _distribution(per_sequence if per_sequence is not None else np.zeros(0)),
+            }
+        return out
+
+
+def _distribution(values: np.ndarray) -> dict:
+    """Summary and histogram of integer values (an empty one when there are none)."""
+    values = np.asarray(values, dtype=np.int64)
+    if not len(values):
+        return {"count": 0, "histogram": {"edges": [], "counts": []}}
+    top = int(values.max())
+    edges = np.unique(np.linspace(0, top + 1, min(LENGTH_BINS, top + 1) + 1).round().astype(np.int64))
+    counts, edges = np.histogram(values, bins=edges)
+    return {"count": int(len(values)), "mean": float(values.mean()), "min": int(values.min()),
+            "median": float(np.median(values)), "max": top,
+            "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+
+
+def manifest_numbers(entries: list[dict]) -> dict:
+    """Documents, sequences and tokens per side, skips by reason, dedup counters: summed from the lines."""
+    sides = {"train": {"documents": 0, "sequences": 0, "tokens": 0, "files": 0, "bytes": 0},
+             "holdout": {"documents": 0, "sequences": 0, "tokens": 0, "files": 0, "bytes": 0}}
+    skipped: Counter = Counter()
+    dedup: Counter = Counter()
+    per_task_document_tokens = []
+    for entry in entries:
+        skipped.update(entry.get("skipped") or {})
+        dedup.update(entry.get("dedup") or {})
+        if entry.get("stage"):
+            continue
+        train = sides["train"]
+        train["documents"] += entry.get("documents", 0)
+        train["sequences"] += entry.get("records", 0)
+        train["tokens"] += entry.get("tokens", 0)
+        held = entry.get("holdout") or {}
+        sides["holdout"]["documents"] += held.get("documents", 0)
+        sides["holdout"]["sequences"] += held.get("records", 0)
+        sides["holdout"]["tokens"] += held.get("tokens", 0)
+        for f in entry.get("shards") or []:
+            side = sides["holdout" if f.get("holdout") else "train"]
+            side["files"] += 1
+            side["bytes"] += int(f.get("bytes", 0))
+        if entry.get("documents"):
+            per_task_document_tokens.append(entry.get("tokens", 0) / entry["documents"])
+    return {"sides": sides, "skipped": dict(sorted(skipped.items())), "dedup": dict(sorted(dedup.items())),
+            "mean_tokens_per_document_by_task": _distribution(np.round(per_task_document_tokens))}
+
+
+def throughput(entries: list[dict], bins: int = 30) -> dict | None:
+    """Tokens and input bytes per second over the run, overall and per worker, from when the sink recorded
+    each task (``at``); None for a manifest without times (an older output)."""
+    timed = [e for e in entries if isinstance(e.get("at"), (int, float)) and not e.get("stage")]
+    if not timed:
+        return None
+    start = min(e["at"] - e.get("seconds", 0) for e in timed)
+    end = max(e["at"] for e in timed)
+    span = max(end - start, 1e-3)
+    edges = np.linspace(0, span, bins + 1)
+    at = np.asarray([e["at"] - start for e in timed])
+    tokens = np.asarray([e.get("tokens", 0) + (e.get("holdout") or {}).get("tokens", 0) for e in timed], float)
+    index = np.clip(np.searchsorted(edges, at, side="right") - 1, 0, bins - 1)
+    width = span / bins
+    overall = np.bincount(index, weights=tokens, minlength=bins) / width
+    workers: dict[str, dict] = {}
+    for entry, i, n in zip(timed, index.tolist(), tokens.tolist()):
+        worker = workers.setdefault(str(entry.get("worker", "?")), {"tasks": 0, "tokens": 0, "bytes_in": 0,
+                                                                   "seconds": 0.0, "rate": [0.0] * bins})
+        worker["tasks"] += 1
+        worker["tokens"] += int(n)
+        worker["bytes_in"] += int(entry.get("bytes_in", 0))
+        worker["seconds"] += float(entry.get("seconds", 0))
+        worker["rate"][i] += n / width
+    for worker in workers.values():
+        worker["tokens_per_second_working"] = worker["tokens"] / worker["seconds"] if worker["seconds"] else None
+    return {"seconds": span, "bin_seconds": width, "tokens_per_second": overall.tolist(),
+            "mean_tokens_per_second": float(tokens.sum() / span), "workers": dict(sorted(workers.items()))}
+
+
+def cluster_sizes(lines: list[dict]) -> dict:
+    """Documents per dedup cluster (dedup/clusters.jsonl: the kept one and its removed copies)."""
+    sizes = np.asarray([len(line.get("members") or []) for line in lines], dtype=np.int64)
+    methods: Counter = Counter(m.get("method") for line in lines for m in line.get("members") or []
+                               if m.get("method"))
+    return {"clusters": int(len(sizes)), "sizes": _distribution(sizes), "removed_by_method": dict(methods)}
