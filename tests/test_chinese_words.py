@@ -110,17 +110,24 @@ def test_english_gets_bling_fires_cuts_unchanged():
 
 # ---------------------------------------------------------------- words
 
-def test_han_chunks_give_the_ids_of_the_whole_text(vocabulary, jieba):
+def test_every_han_character_maps_to_its_token(vocabulary, jieba):
+    """Texts are encoded whole (the ids without a segmenter); each Han character is one token, so every text
+    with Han characters, mixed scripts included, gets the segmenter's words."""
     pieces = [p for name in ("kong_yiji.txt", "rashomon.txt") for p in lines_of(name)]
     pieces += ["".join(words) for words in gold_sentences()]
     pieces += ["iPhone手机很好用。A股大涨", "ｶﾀｶﾅ漢字ひらがな", "中\u0301文", "", "English only, no Han.", "𠀀𠀁丈\uf900豈",
                "混合mixed文字 text 中文。", "한국어 漢字"]
     ids, lengths = vocabulary.encode_many(pieces)
     words = find_words(pieces, jieba)
-    chunked_ids, chunked_lengths, starts, unmapped = encode_with_words(vocabulary, words)
-    assert np.array_equal(ids, chunked_ids) and np.array_equal(lengths, chunked_lengths)
-    assert unmapped == 0 and len(starts) == len(ids)
-    assert words.han_chars > 10_000
+    same_ids, same_lengths, starts, unmapped = encode_with_words(vocabulary, words)
+    assert np.array_equal(ids, same_ids) and np.array_equal(lengths, same_lengths)
+    assert unmapped == 0 and words.bad_runs == 0 and len(starts) == len(ids)
+    assert words.han_chars.sum() > 10_000
+    # a text whose unknown token is not a Han character cannot be mapped: counted, the tokenizer's words kept
+    odd = ["中文\u2fffx中文"]
+    odd_ids, _, odd_starts, odd_unmapped = encode_with_words(vocabulary, find_words(odd, jieba))
+    if vocabulary.unk_id in odd_ids.tolist() and odd_unmapped:
+        assert np.array_equal(odd_starts, vocabulary.starts_word[odd_ids])
 
 
 def test_word_starts_inside_han_runs_are_the_segmenters(vocabulary, jieba):
