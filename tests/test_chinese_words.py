@@ -398,3 +398,13 @@ def test_train_vocab_on_chinese_splits_characters_as_bert(tmp_path):
     assert vocabulary.unk_id not in ids.tolist()
     assert len(ids) == sum(end - start for start, end in han_runs(text)) + sum(
         1 for ch in text if not ch.isspace() and not han_runs(ch))  # one token per character
+
+
+def test_segmenter_output_that_does_not_cover_its_run_is_counted():
+    class Broken:  # too long a word for run 1, no word for run 2: those runs stay one-character words
+        def word_lengths(self, runs):
+            return [[len(r) + 1] if i == 1 else [] if i == 2 else [2] * (len(r) // 2) for i, r in enumerate(runs)]
+
+    words = find_words(["中文，你好。中国", "人们"], Broken())
+    assert words.bad_runs == 2
+    assert words.starts_word.tolist() == [True, False, True, True, True, True, True, False]

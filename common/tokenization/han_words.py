@@ -17,6 +17,7 @@ tokenizer's word starts and is counted, never fatal.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 
@@ -48,28 +49,33 @@ def isolates_han(tokenizer_spec: dict) -> str | None:
 
 
 def find_words(texts: list[str], segmenter: WordSegmenter) -> PieceWords:
-    """Segment every Han run of ``texts`` into words."""
+    """Segment every Han run of ``texts`` into words (in bulk: one call, then numpy)."""
     runs: list[str] = []
     han_chars = np.zeros(len(texts), dtype=np.int64)
     for index, text in enumerate(texts):
-        for start, end in han_runs(text):
-            runs.append(text[start:end])
-            han_chars[index] += end - start
-    starts = np.ones(int(han_chars.sum()), dtype=bool)
-    bad = 0
-    if runs:
-        position = 0
-        word_offsets = []
-        for run, lengths in zip(runs, segmenter.word_lengths(runs)):
-            if sum(lengths) == len(run) and all(length > 0 for length in lengths):
-                word_offsets.append(position + np.concatenate(([0], np.cumsum(lengths[:-1]))).astype(np.int64))
-                starts[position:position + len(run)] = False
-            else:
-                bad += 1
-            position += len(run)
-        if word_offsets:
-            starts[np.concatenate(word_offsets)] = True
-    return PieceWords(texts, han_chars, starts, bad)
+        spans = han_runs(text)
+        runs.extend(text[start:end] for start, end in spans)
+        han_chars[index] = sum(end - start for start, end in spans)
+    total = int(han_chars.sum())
+    if not runs:
+        return PieceWords(texts, han_chars, np.ones(total, dtype=bool), 0)
+    lists = segmenter.word_lengths(runs)
+    words_per_run = np.fromiter(map(len, lists), dtype=np.int64, count=len(runs))
+    flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(words_per_run.sum()))
+    run_length = np.fromiter(map(len, runs), dtype=np.int64, count=len(runs))
+    run_of_word = np.repeat(np.arange(len(runs)), words_per_run)
+    ok = np.bincount(run_of_word, weights=flat, minlength=len(runs)).astype(np.int64) == run_length
+    ok &= np.bincount(run_of_word[flat <= 0], minlength=len(runs)) == 0
+    # a word's start inside its run: the lengths before it, less those of the runs before
+    before = np.cumsum(flat) - flat
+    first_word = np.cumsum(words_per_run) - words_per_run
+    within = before - before[np.minimum(first_word, max(len(flat) - 1, 0))][run_of_word]
+    run_start = np.cumsum(run_length) - run_length
+    starts = np.ones(total, dtype=bool)
+    starts[ok[np.repeat(np.arange(len(runs)), run_length)]] = False
+    keep = ok[run_of_word]
+    starts[(run_start[run_of_word] + within)[keep]] = True
+    return PieceWords(texts, han_chars, starts, int(np.count_nonzero(~ok)))
 
 
 def han_token_table(vocabulary) -> np.ndarray:
