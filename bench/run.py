@@ -254,6 +254,15 @@ def _rows() -> list[Row]:
         Row("rd_plan_files", "Ventilator planning: Parquet files (4 row groups each)", "{:,.0f}"),
         Row("rd_plan_s", "Ventilator planning those files, footers only (check + plan): wall seconds", "{:.2f}"),
         Row("rd_plan_ms_file", "Ventilator planning: CPU ms per Parquet file", "{:.2f}"),
+        # Chinese
+        Row("zh_input_mb", "Chinese input: one task of Kong Yiji + GSDSimp text (MB)", "{:.1f}"),
+        Row("zh_words_cpu_mb", "Word segmentation alone (jieba-rs on the Han runs): CPU-s per MB of Chinese text",
+            "{:.3f}"),
+        Row("zh_worker_cpu_mb", "Worker d=1, BERT whole words, Chinese, no --word-segmenter: CPU-s per input MB",
+            "{:.3f}"),
+        Row("zh_worker_words_cpu_mb", "The same with --word-segmenter jieba: CPU-s per input MB", "{:.3f}"),
+        Row("zh_words_ratio", "Whole task CPU with --word-segmenter jieba / without it (same run)", "{:.2f}×",
+            "≤ 2×", lambda v: v <= 2),
         # Extras
         Row("tf_import_s", "python -c 'import tensorflow': seconds", "{:.2f}", needs=("tensorflow",)),
         Row("tf_import_rss", "python -c 'import tensorflow': peak RSS (MB)", "{:.0f}", needs=("tensorflow",)),
@@ -326,7 +335,7 @@ STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
 STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, "Worker electra (--segmenter line)"),
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
-SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "readers", "dedup", "extras",
+SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup", "extras",
             "loader", "report", "scale")
 
 
@@ -857,6 +866,23 @@ def readers_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     shutil.rmtree(tmp / "readers")
 
 
+def chinese_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    from bench import chinese_bench
+
+    vocabulary = chinese_bench.chinese_vocabulary(str(VOCAB), tmp)
+    megabytes = chinese_bench.make_corpus(tmp / "zh", 0.3 if s.quick else 4.0)
+    res.add("zh_input_mb", megabytes)
+    for repeat in range(s.repeats):
+        log(f"chinese: repeat {repeat + 1}/{s.repeats} ({megabytes:.1f} MB, with and without --word-segmenter)")
+        res.add("zh_words_cpu_mb", chinese_bench.segmentation_cpu_per_mb(megabytes))
+        without, _ = chinese_bench.task_cpu(vocabulary, tmp / "zh", tmp / "runs" / f"zh-{repeat}", "none")
+        with_words, _ = chinese_bench.task_cpu(vocabulary, tmp / "zh", tmp / "runs" / f"zh-w-{repeat}", "jieba")
+        res.add("zh_worker_cpu_mb", without / megabytes)
+        res.add("zh_worker_words_cpu_mb", with_words / megabytes)
+        res.add("zh_words_ratio", with_words / without)
+    shutil.rmtree(tmp / "zh")
+
+
 def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import extras
     from bench.worker_bench import documents_of, load_vocabulary, split_all
@@ -1056,7 +1082,7 @@ def scale_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
 SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "ventilator": ventilator_section,
                      "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "readers": readers_section,
-                     "dedup": dedup_section,
+                     "dedup": dedup_section, "chinese": chinese_section,
                      "extras": extras_section, "loader": loader_section, "report": report_section,
                      "scale": scale_section}
 
@@ -1086,6 +1112,8 @@ def _section_of(key: str) -> str:
         return "pipeline"
     if key.startswith("rd_"):
         return "readers"
+    if key.startswith("zh_"):
+        return "chinese"
     if key.startswith(("rss_worker", "rss_series")):
         return "rss"
     if key.startswith("rss"):

@@ -110,17 +110,24 @@ def test_english_gets_bling_fires_cuts_unchanged():
 
 # ---------------------------------------------------------------- words
 
-def test_han_chunks_give_the_ids_of_the_whole_text(vocabulary, jieba):
+def test_every_han_character_maps_to_its_token(vocabulary, jieba):
+    """Texts are encoded whole (the ids without a segmenter); each Han character is one token, so every text
+    with Han characters, mixed scripts included, gets the segmenter's words."""
     pieces = [p for name in ("kong_yiji.txt", "rashomon.txt") for p in lines_of(name)]
     pieces += ["".join(words) for words in gold_sentences()]
     pieces += ["iPhone手机很好用。A股大涨", "ｶﾀｶﾅ漢字ひらがな", "中\u0301文", "", "English only, no Han.", "𠀀𠀁丈\uf900豈",
                "混合mixed文字 text 中文。", "한국어 漢字"]
     ids, lengths = vocabulary.encode_many(pieces)
     words = find_words(pieces, jieba)
-    chunked_ids, chunked_lengths, starts, unmapped = encode_with_words(vocabulary, words)
-    assert np.array_equal(ids, chunked_ids) and np.array_equal(lengths, chunked_lengths)
-    assert unmapped == 0 and len(starts) == len(ids)
-    assert words.han_chars > 10_000
+    same_ids, same_lengths, starts, unmapped = encode_with_words(vocabulary, words)
+    assert np.array_equal(ids, same_ids) and np.array_equal(lengths, same_lengths)
+    assert unmapped == 0 and words.bad_runs == 0 and len(starts) == len(ids)
+    assert words.han_chars.sum() > 10_000
+    # a text whose unknown token is not a Han character cannot be mapped: counted, the tokenizer's words kept
+    odd = ["中文\u2fffx中文"]
+    odd_ids, _, odd_starts, odd_unmapped = encode_with_words(vocabulary, find_words(odd, jieba))
+    if vocabulary.unk_id in odd_ids.tolist() and odd_unmapped:
+        assert np.array_equal(odd_starts, vocabulary.starts_word[odd_ids])
 
 
 def test_word_starts_inside_han_runs_are_the_segmenters(vocabulary, jieba):
@@ -391,3 +398,13 @@ def test_train_vocab_on_chinese_splits_characters_as_bert(tmp_path):
     assert vocabulary.unk_id not in ids.tolist()
     assert len(ids) == sum(end - start for start, end in han_runs(text)) + sum(
         1 for ch in text if not ch.isspace() and not han_runs(ch))  # one token per character
+
+
+def test_segmenter_output_that_does_not_cover_its_run_is_counted():
+    class Broken:  # too long a word for run 1, no word for run 2: those runs stay one-character words
+        def word_lengths(self, runs):
+            return [[len(r) + 1] if i == 1 else [] if i == 2 else [2] * (len(r) // 2) for i, r in enumerate(runs)]
+
+    words = find_words(["中文，你好。中国", "人们"], Broken())
+    assert words.bad_runs == 2
+    assert words.starts_word.tolist() == [True, False, True, True, True, True, True, False]

@@ -89,6 +89,7 @@ class TaskProcessor:
         self.reader = reader_class(reader_class.make_params(config.reader.params))
         self.segmenter = Segmenter(config.segmenter)
         self.word_segmenter = make_word_segmenter(config.word_segmenter)
+        self._han_table = han_words.han_token_table(vocabulary) if self.word_segmenter is not None else None
         objective_class = objective_named(config.objective.name)
         self.objective = objective_class(objective_class.make_params(config.objective.params), vocabulary.special)
         writer_class = writer_named(config.writer.name)
@@ -142,9 +143,10 @@ class TaskProcessor:
             if self.word_segmenter is None:
                 ids, piece_lengths, word_starts = self.vocabulary.encode_with_word_starts(pieces)
             else:
-                ids, piece_lengths, word_starts, unmapped = han_words.encode_with_words(self.vocabulary, words)
+                ids, piece_lengths, word_starts, unmapped = han_words.encode_with_words(self.vocabulary, words,
+                                                                                          self._han_table)
                 if unmapped:
-                    report.skip("han_run_not_one_token_per_character", unmapped)  # kept, with the tokenizer's words
+                    report.skip("han_text_not_one_token_per_character", unmapped)  # kept, with the tokenizer's words
             lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
             tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
                                                                    word_starts)

@@ -1,0 +1,68 @@
+"""Chinese text through the real command line: ventilator, worker and sink over loopback,
+``--word-segmenter jieba`` and ``--chinese-ref``; refusals in one line before any work."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from bench.chinese_bench import chinese_vocabulary, make_corpus
+from tests.helpers import VOCAB, manifest, need_shared, run_ventilator
+
+pytestmark = pytest.mark.e2e
+
+
+def test_chinese_job_writes_chinese_ref_and_resumes_to_nothing(tmp_path):
+    need_shared()
+    make_corpus(tmp_path / "in" / "AA", 0.2)
+    vocabulary = chinese_vocabulary(str(VOCAB), tmp_path)
+    job = ["--vocab-file", tmp_path / "zh-vocab.txt", "--word-segmenter", "jieba", "--objective", "roberta",
+           "--masking", "none", "--max-seq-length", "128", "--output-format", "parquet", "--chinese-ref",
+           "--task-size", "64K", "--workers", "2"]
+    result = run_ventilator(tmp_path / "in", tmp_path / "out", *job)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "word segmenter: jieba" in result.stderr
+    files = sorted((tmp_path / "out").glob("part-*.parquet"))
+    assert len(files) == len(manifest(tmp_path / "out")) > 1
+    rows = [row for f in files for row in pq.read_table(f).to_pylist()]
+    han = 0
+    for row in rows:
+        assert row["chinese_ref"] == [i for i, (s, w, m) in enumerate(zip(row["special_tokens_mask"],
+                                                                          row["word_starts"], row["input_mask"]))
+                                      if m and not s and not w]
+        han += len(row["chinese_ref"])
+    assert han > 10_000 and vocabulary.size > 30522
+    info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
+    assert info["features"]["chinese_ref"].startswith("list<")
+    again = run_ventilator(tmp_path / "in", tmp_path / "out", *job)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted((tmp_path / "out").glob("part-*.parquet")) == files
+
+
+ROLES = ["--cls-token", "<s>", "--sep-token", "</s>", "--mask-token", "<mask>", "--pad-token", "<pad>",
+         "--unk-token", "<unk>"]
+
+
+@pytest.mark.parametrize("flags,reason", [
+    (["--word-segmenter", "jieba", "--objective", "roberta", "--tokenizer", "BPE", *ROLES],
+     "needs a tokenizer that makes each Han character"),
+    (["--jieba-hmm", "--vocab-file", "VOCAB"], "--jieba-hmm does not apply to"),
+    (["--chinese-ref", "--output-format", "parquet", "--vocab-file", "VOCAB"],
+     "--chinese-ref needs records with word_starts"),
+])
+def test_chinese_flags_that_cannot_work_are_refused(tmp_path, flags, reason):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    need_shared()
+    make_corpus(tmp_path / "in" / "AA", 0.01)
+    bpe = Tokenizer(models.BPE({"a": 0, "<unk>": 1, "<s>": 2, "</s>": 3, "<mask>": 4, "<pad>": 5}, [],
+                               unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel()  # byte-level pieces can span characters: refused
+    bpe.save(str(tmp_path / "bpe.json"))
+    paths = {"BPE": str(tmp_path / "bpe.json"), "VOCAB": str(VOCAB)}
+    result = run_ventilator(tmp_path / "in", tmp_path / "out", *[paths.get(f, f) for f in flags])
+    assert result.returncode == 1
+    assert reason in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
