@@ -35,7 +35,7 @@ def test_chinese_job_writes_chinese_ref_and_resumes_to_nothing(tmp_path):
         han += len(row["chinese_ref"])
     assert han > 10_000 and vocabulary.size > 30522
     info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
-    assert info["features"]["chinese_ref"].startswith("list<")
+    assert info["features"]["chinese_ref"]["arrow_type"].startswith("list<")
     again = run_ventilator(tmp_path / "in", tmp_path / "out", *job)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted((tmp_path / "out").glob("part-*.parquet")) == files
