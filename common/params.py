@@ -135,20 +135,74 @@ def defaults_text(spec: OptionSpec) -> str:
     return "[default: " + ", ".join(f"{name} {v}" for name, v in spec.defaults.items()) + "]"
 
 
+#: Installed packages add variants through one entry-point group per axis: ``mlm_pipeline.<axis package>``
+#: (``mlm_pipeline.objectives``, ``mlm_pipeline.writers``, ...); an entry point names a class or a module.
+ENTRY_POINT_PREFIX = "mlm_pipeline."
+
+
+class PluginError(Exception):
+    """An installed plugin's entry point cannot be loaded or gives no usable variant: one line, naming it."""
+
+
+def entry_point_group(package: str) -> str:
+    """The entry-point group of the axis whose built-in variants live in ``package``."""
+    return ENTRY_POINT_PREFIX + package.rsplit(".", 1)[-1]
+
+
 def discover(package: str, base: type) -> dict[str, type]:
     """Every concrete ``base`` subclass with a ``name`` in the modules of
-    ``package``, by name: a new component is a new module, nothing else."""
+    ``package``, and in the entry points of its group from installed
+    packages, by name: a new variant is a new module (here or in a plugin),
+    nothing else.  Two variants of one name are refused, naming both."""
     import importlib
     import inspect
     import pkgutil
 
     found: dict[str, type] = {}
+
+    def add(value) -> None:
+        previous = found.setdefault(value.name, value)
+        if previous is not value:
+            raise TypeError(f"two {base.__name__}s named {value.name!r}: {_where(previous)} and {_where(value)}")
+
+    def variants_in(module) -> list[type]:
+        return [value for _, value in inspect.getmembers(module, inspect.isclass)
+                if issubclass(value, base) and not inspect.isabstract(value) and "name" in vars(value)]
+
     root = importlib.import_module(package)
     for module_info in sorted(pkgutil.iter_modules(root.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{package}.{module_info.name}")
-        for _, value in inspect.getmembers(module, inspect.isclass):
-            if issubclass(value, base) and not inspect.isabstract(value) and "name" in vars(value):
-                previous = found.setdefault(value.name, value)
-                if previous is not value:
-                    raise TypeError(f"two {base.__name__}s named {value.name!r}: {previous} and {value}")
+        for value in variants_in(importlib.import_module(f"{package}.{module_info.name}")):
+            add(value)
+    for value in _plugin_variants(entry_point_group(package), base, variants_in):
+        add(value)
     return found
+
+
+def _where(variant: type) -> str:
+    return f"{variant.__module__}.{variant.__qualname__}"
+
+
+def _plugin_variants(group: str, base: type, variants_in) -> list[type]:
+    """The variants the installed distributions' entry points in ``group`` name."""
+    import importlib.metadata
+    import inspect
+
+    variants = []
+    for entry_point in sorted(importlib.metadata.entry_points(group=group), key=lambda e: (e.name, e.value)):
+        source = f"entry point {entry_point.name} = {entry_point.value} (group {group}" + (
+            f", from {entry_point.dist.name} {entry_point.dist.version})" if entry_point.dist else ")")
+        try:
+            loaded = entry_point.load()
+        except Exception as error:  # noqa: BLE001 (any import-time failure of someone else's package)
+            raise PluginError(f"{source} cannot be loaded: {type(error).__name__}: {error}") from error
+        if inspect.ismodule(loaded):
+            found = variants_in(loaded)
+        elif inspect.isclass(loaded) and issubclass(loaded, base) and "name" in vars(loaded) \
+                and not inspect.isabstract(loaded):
+            found = [loaded]
+        else:
+            found = []
+        if not found:
+            raise PluginError(f"{source} gives no {base.__name__} (a class with a name, or a module holding one)")
+        variants.extend(found)
+    return variants

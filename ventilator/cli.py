@@ -13,7 +13,7 @@ from common.config import JobConfig
 from common.dedup.settings import MODES, DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
-from common.params import ParamClash, defaults_text, option_specs
+from common.params import ParamClash, PluginError, defaults_text, option_specs
 from common.readers import readers
 from common.writers import writers
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenters
@@ -34,6 +34,19 @@ EXIT_FAILED = 1
 EXIT_QUARANTINED = 3
 EXIT_INTERRUPTED = 130
 
+
+def _load_variants() -> None:
+    """Every axis's variants, installed plugins' included, before click builds the options from them: a
+    broken plugin or two variants of one name is one line (--help included), not a traceback."""
+    try:
+        for axis in (readers, objectives, writers, word_segmenters):
+            axis()
+    except (PluginError, TypeError) as error:
+        print(f"mlm-ventilator: error: {error}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+
+
+_load_variants()
 
 
 def component_options(command):

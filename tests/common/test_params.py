@@ -1,0 +1,113 @@
+"""common/params.py: how a variant's parameters become flags and job values, and how variants are found
+(in their package, and from installed packages' entry points)."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import pytest
+
+from common.params import (Component, Configurable, NoParams, ParamClash, PluginError, defaults_text, discover,
+                           entry_point_group, option_specs, param)
+
+
+@dataclasses.dataclass(frozen=True)
+class RateParams:
+    rate: float = param(0.5, "How often.")
+    label: str = param("x", "A name.", flag="--the-label")
+
+    def validate(self) -> None:
+        if not 0 <= self.rate <= 1:
+            raise ValueError("--rate must be in [0, 1]")
+
+
+class Rated(Configurable):
+    name = "rated"
+    Params = RateParams
+
+
+def test_make_params_keeps_defaults_coerces_ints_for_floats_and_validates():
+    made = Rated.make_params({"rate": 1})
+    assert made == RateParams(rate=1.0) and type(made.rate) is float
+    assert Rated.component(made) == Component("rated", {"rate": 1.0, "label": "x"})
+    with pytest.raises(ValueError, match=r"--rate must be in \[0, 1\]"):
+        Rated.make_params({"rate": 2})
+
+
+def test_an_unknown_parameter_names_the_flag_and_the_variants_own():
+    with pytest.raises(ValueError) as error:
+        Rated.make_params({"colour": "red"})
+    assert str(error.value) == "--colour does not apply to rated (its options: --the-label, --rate)"
+
+
+def test_option_specs_merge_shared_fields_and_show_each_default():
+    @dataclasses.dataclass(frozen=True)
+    class OtherParams:
+        rate: float = param(0.25, "How often.")
+
+    class Other(Configurable):
+        name = "other"
+        Params = OtherParams
+
+    specs = {spec.name: spec for spec in option_specs([Rated, Other])}
+    assert specs["rate"].defaults == {"rated": 0.5, "other": 0.25}
+    assert defaults_text(specs["rate"]) == "[default: rated 0.5, other 0.25]"
+    assert specs["label"].flag == "--the-label" and defaults_text(specs["label"]) == "[default: 'x']"
+
+    @dataclasses.dataclass(frozen=True)
+    class ClashParams:
+        rate: int = 1
+
+    class Clash(Configurable):
+        name = "clash"
+        Params = ClashParams
+
+    with pytest.raises(ParamClash, match="--rate is declared float by 'rated'.*and int by 'clash'"):
+        option_specs([Rated, Clash])
+
+
+def test_discover_finds_the_package_variants_by_name():
+    from common.objectives.base import Objective
+
+    found = discover("common.objectives", Objective)
+    assert {"bert", "albert", "electra", "roberta", "tokens"} <= set(found)
+    assert all(cls.name == name for name, cls in found.items())
+    assert entry_point_group("common.objectives") == "mlm_pipeline.objectives"
+
+
+class _EntryPoint:
+    """What importlib.metadata hands back, for the loading paths alone (the installed case is tests/e2e)."""
+
+    def __init__(self, name, value, loaded):
+        self.name, self.value, self.dist, self._loaded = name, value, None, loaded
+
+    def load(self):
+        if isinstance(self._loaded, Exception):
+            raise self._loaded
+        return self._loaded
+
+
+def test_entry_points_add_classes_and_modules_and_refuse_what_is_not_a_variant(monkeypatch):
+    from common.word_segmenters.base import WordSegmenter
+
+    class Chars(WordSegmenter):
+        name = "chars-test"
+        Params = NoParams
+
+        def word_lengths(self, runs):
+            return [[1] * len(run) for run in runs]
+
+    module = types.ModuleType("plugin_module")
+    module.Chars = Chars
+    points = [_EntryPoint("a", "plugin_module", module)]
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: points if group.endswith("segmenters")
+                        else [])
+    assert discover("common.word_segmenters", WordSegmenter)["chars-test"] is Chars
+
+    points[:] = [_EntryPoint("b", "plugin_module:X", int)]
+    with pytest.raises(PluginError, match="entry point b = plugin_module:X .* gives no WordSegmenter"):
+        discover("common.word_segmenters", WordSegmenter)
+    points[:] = [_EntryPoint("c", "gone:X", ImportError("no module named gone"))]
+    with pytest.raises(PluginError, match="cannot be loaded: ImportError: no module named gone"):
+        discover("common.word_segmenters", WordSegmenter)

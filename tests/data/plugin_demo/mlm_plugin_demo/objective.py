@@ -1,0 +1,42 @@
+"""An objective: one record per document, its token ids, ``demo_copies`` times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.objectives.base import Batch, Feature, Objective, Ragged
+from common.params import param
+
+
+@dataclass(frozen=True)
+class DocumentIdsParams:
+    demo_copies: int = param(1, "Passes over each task's documents.")
+
+    def validate(self) -> None:
+        if self.demo_copies < 1:
+            raise ValueError("--demo-copies must be at least 1")
+
+
+class DocumentIds(Objective):
+    name = "demo-ids"
+    Params = DocumentIdsParams
+    uses_segments = False
+
+    @property
+    def features(self):
+        return [Feature("input_ids", "int32", None, bound=self.special.vocab_size)]
+
+    @property
+    def passes(self):
+        return self.params.demo_copies
+
+    def batches(self, documents, task_key, pass_index):
+        if not documents.num_documents:
+            return
+        segment_offsets = np.asarray(documents.segment_offsets, dtype=np.int64)
+        document_offsets = np.asarray(documents.document_offsets, dtype=np.int64)
+        starts = segment_offsets[document_offsets[:-1]]
+        ends = segment_offsets[document_offsets[1:]]
+        yield Batch({"input_ids": Ragged(documents.tokens[starts[0]:ends[-1]].astype(np.int32), ends - starts)})

@@ -1,0 +1,12 @@
+"""A word segmenter: every Han character is a word of its own."""
+
+from common.params import NoParams
+from common.word_segmenters.base import WordSegmenter
+
+
+class CharacterWords(WordSegmenter):
+    name = "demo-chars"
+    Params = NoParams
+
+    def word_lengths(self, runs):
+        return [[1] * len(run) for run in runs]

@@ -1,0 +1,125 @@
+"""Variants from installed packages: a throwaway plugin package
+(tests/data/plugin_demo) is installed with pip and adds an input format, an
+objective, an output format and a word segmenter through the entry-point
+groups ``mlm_pipeline.<axis>``; a job runs on them end to end over the real
+command line, without a line of mlm-pipeline changed.  Broken or clashing
+plugins are refused in one line before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+
+pytestmark = pytest.mark.e2e
+
+PLUGIN = Path(__file__).resolve().parents[1] / "data" / "plugin_demo"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The plugin package, installed by pip into a directory of its own (offline: no index, no build isolation)."""
+    target = tmp_path_factory.mktemp("site")
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                             "--no-build-isolation", "--target", str(target), str(PLUGIN)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (target / "mlm_plugin_demo").is_dir()
+    return target
+
+
+def with_path(*directories: Path) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join([*map(str, directories), str(REPO)])}
+
+
+def lines_corpus(directory: Path, limit: int = 1500) -> list[str]:
+    """Plain lines of ../shared's articles, one document each for the plugin's reader."""
+    lines = []
+    for path in sorted(WIKI.rglob("wiki_*")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.startswith("<"):
+                lines.append(line.strip())
+    lines = lines[:limit] + ["short", "汉字的词"]
+    directory.mkdir(parents=True)
+    (directory / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return lines
+
+
+def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
+    need_shared()
+    lines = lines_corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    result = run_ventilator(tmp_path / "in", out, "--vocab-file", VOCAB, "--do-lower-case", "--workers", "2",
+                            "--task-size", "64K", "--format", "demo-lines", "--demo-min-chars", "20",
+                            "--objective", "demo-ids", "--demo-copies", "2", "--output-format", "demo-jsonl",
+                            "--word-segmenter", "demo-chars", env=with_path(installed))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "word segmenter: demo-chars" in result.stderr
+
+    entries = manifest(out)
+    assert len(entries) > 1
+    files = sorted(out.glob("part-*.demo.jsonl"))
+    assert sorted(f.name for f in files) == sorted(s["name"] for e in entries.values() for s in e["shards"])
+    records = [json.loads(line)["input_ids"] for f in files for line in f.read_text().splitlines()]
+
+    # The oracle: the tokenizers library's own encoding of each whole line.
+    from tokenizers import BertWordPieceTokenizer
+
+    oracle = BertWordPieceTokenizer(str(VOCAB), lowercase=True)
+    kept = [line for line in lines if len(line) >= 20]
+    expected = sorted(map(tuple, (encoding.ids for encoding in oracle.encode_batch(kept, add_special_tokens=False))))
+    assert sorted(map(tuple, records)) == sorted(expected * 2)  # every document, --demo-copies 2 times
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["skipped_documents"]["demo_short_line"] == len(lines) - len(kept)
+
+    verify = subprocess.run([sys.executable, "-m", "sink.verify", str(out)], cwd=REPO, capture_output=True,
+                            text=True, env={**os.environ, **with_path(installed)}, timeout=300)
+    assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
+
+
+def test_help_lists_the_plugin_variants_and_their_flags(installed):
+    result = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
+                            text=True, env={**os.environ, **with_path(installed), "COLUMNS": "200"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for text in ("demo-lines", "demo-ids", "demo-jsonl", "demo-chars", "--demo-min-chars", "--demo-copies"):
+        assert text in result.stdout
+    plain = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
+                           text=True, env={**os.environ, **with_path(), "COLUMNS": "200"}, timeout=120)
+    assert plain.returncode == 0 and "demo-ids" not in plain.stdout
+
+
+def fake_install(site: Path, name: str, entry_points: str, modules: dict[str, str]) -> None:
+    """What an installer leaves behind: a dist-info with entry_points.txt, and the modules."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    for module, text in modules.items():
+        (site / f"{module}.py").write_text(text)
+
+
+@pytest.mark.parametrize("entry_points,modules,says", [
+    ("[mlm_pipeline.objectives]\nbroken = no_such_module:Objective\n", {},
+     "entry point broken = no_such_module:Objective (group mlm_pipeline.objectives, from broken-plugin 1.0) "
+     "cannot be loaded: ModuleNotFoundError"),
+    ("[mlm_pipeline.writers]\nnothing = broken_plugin_empty\n", {"broken_plugin_empty": "X = 1\n"},
+     "gives no Writer"),
+    ("[mlm_pipeline.objectives]\nbert = broken_plugin_bert:Bert\n",
+     {"broken_plugin_bert": "from common.objectives.tokens import TokensObjective\n"
+                            "class Bert(TokensObjective):\n    name = 'bert'\n"},
+     "two Objectives named 'bert': common.objectives.bert.BertObjective and broken_plugin_bert.Bert"),
+])
+def test_a_broken_or_clashing_plugin_is_one_line_before_any_work(tmp_path, entry_points, modules, says):
+    fake_install(tmp_path / "site", "broken-plugin", entry_points, modules)
+    result = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
+                            text=True, env={**os.environ, **with_path(tmp_path / "site")}, timeout=120)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mlm-ventilator: error: ") and says in lines[0], result.stderr
