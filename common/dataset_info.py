@@ -13,6 +13,8 @@ the output.  ``mlm-verify`` checks every file against it (:func:`check_columns`)
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 from dataclasses import asdict
@@ -59,11 +61,13 @@ def describe(config, totals: dict, complete: bool) -> dict:
     writer_class = writer_named(config.writer.name)
     writer_params = writer_class.make_params(config.writer.params)
     features = writer_class.stored_features(writer_params, objective.features, special)
-    objective_params = config.objective.params
+    # Every parameter, the opt-in switches the job does not record (common/params.py) included.
+    objective_params = dataclasses.asdict(objective.params)
+    writer_fields = dataclasses.asdict(writer_params)
     info = {
         "info_version": INFO_VERSION,
         "format": config.writer.name,
-        "format_params": dict(config.writer.params),
+        "format_params": writer_fields,
         "format_details": writer_class.format_details(writer_params, objective.features, special),
         "file_suffixes": list(writer_class.suffixes),
         "sequence_length": objective_params.get("max_seq_length"),
@@ -73,7 +77,7 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "tokenizer": tokenizer_identity(config.tokenizer_json),
         "objective": {"name": config.objective.name, **objective_params},
         "reader": {"name": config.reader.name, **config.reader.params},
-        "writer": {"name": config.writer.name, **config.writer.params},
+        "writer": {"name": config.writer.name, **writer_fields},
         "segmenter": config.segmenter,
         "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode},
         "holdout": ({"fraction": config.holdout_fraction, "seed": config.holdout_seed,

@@ -35,9 +35,13 @@ class NoParams:
     """The parameters of a component that has none."""
 
 
-def param(default: Any, help: str, flag: str = "") -> Any:  # noqa: A002 (click's word)
-    """A Params field with its command-line help (and, rarely, its own flag name)."""
-    return field(default=default, metadata={"help": help, "flag": flag})
+def param(default: Any, help: str, flag: str = "", opt_in: bool = False) -> Any:  # noqa: A002 (click's word)
+    """A Params field with its command-line help (and, rarely, its own flag name).
+
+    ``opt_in``: a switch added to a variant after jobs were run with it (its default is "off" for good).  Left
+    at its default, it is not recorded in the job, so adding it changes no existing job's id (a resume of an
+    output written before finds its job)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in})
 
 
 class Configurable:
@@ -64,9 +68,11 @@ class Configurable:
 
     @classmethod
     def component(cls, params) -> Component:
-        """The job's record of this component with ``params``: every field,
+        """The job's record of this component with ``params``: every field (but opt-in switches left off),
         so a later change of a default cannot change what a job means."""
-        return Component(cls.name, dataclasses.asdict(params))
+        recorded = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
+                    if not (f.metadata.get("opt_in") and getattr(params, f.name) == f.default)}
+        return Component(cls.name, recorded)
 
 
 def _coerce(params_class: type, name: str, value: ParamValue) -> ParamValue:

@@ -53,6 +53,10 @@ class ElectraParams:
     blanks_separate_docs: bool = param(True, "A document's end closes the example being built (the reference's "
                                              "blank lines); off: examples run on across documents of a task.")
     random_seed: int = param(12345, "Every random choice depends on it and the task only.")
+    word_starts: bool = param(False, "ELECTRA: also write word_starts (1 at a token that begins a word: the "
+                                     "tokenizer's words, and --word-segmenter's inside Han text) and "
+                                     "special_tokens_mask, for whole-word masking at train time (and Parquet's "
+                                     "--chinese-ref).", opt_in=True)
 
     def validate(self) -> None:
         if self.max_seq_length < 5:
@@ -166,10 +170,12 @@ ELECTRA_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 
 def lay_out_examples(tokens: np.ndarray, plan: ExamplePlan, first_example: int, end_example: int,
-                     max_seq_length: int, cls_id: int, sep_id: int) -> Batch:
+                     max_seq_length: int, cls_id: int, sep_id: int, word_starts: np.ndarray | None = None) -> Batch:
     """``[CLS] first [SEP]`` or ``[CLS] first [SEP] second [SEP]``, zero-padded
     (the reference pads with 0, whatever the tokenizer's padding token),
-    for examples [first_example, end_example)."""
+    for examples [first_example, end_example).  With ``word_starts`` (one
+    bool per token of the task), also where words begin, and which positions
+    are special (or padding)."""
     n = end_example - first_example
     lo, hi = np.searchsorted(plan.piece_example, [first_example, end_example])
     rows = plan.piece_example[lo:hi] - first_example
@@ -184,8 +190,9 @@ def lay_out_examples(tokens: np.ndarray, plan: ExamplePlan, first_example: int, 
     piece_of_token = np.repeat(np.arange(hi - lo), lengths)
     within_piece = np.arange(int(ends[-1]) if len(ends) else 0) - before[piece_of_token]
     input_ids = np.zeros((n, max_seq_length), dtype=np.int32)
-    input_ids[rows[piece_of_token], piece_position[piece_of_token] + within_piece] = \
-        tokens[plan.piece_start[lo:hi][piece_of_token] + within_piece]
+    token_rows, token_columns = rows[piece_of_token], piece_position[piece_of_token] + within_piece
+    source = plan.piece_start[lo:hi][piece_of_token] + within_piece
+    input_ids[token_rows, token_columns] = tokens[source]
 
     first_length = plan.first_length[first_example:end_example]
     second_length = plan.second_length[first_example:end_example]
@@ -198,7 +205,16 @@ def lay_out_examples(tokens: np.ndarray, plan: ExamplePlan, first_example: int, 
     positions = np.arange(max_seq_length)[None, :]
     input_mask = (positions < sequence_length[:, None]).astype(np.int32)
     segment_ids = ((positions >= (first_length + 2)[:, None]) & (positions < sequence_length[:, None])).astype(np.int32)
-    return Batch({"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids})
+    columns = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+    if word_starts is not None:
+        # Every piece opens a sentence, and so a word (a sentence cut short keeps its first words whole).
+        starts = np.zeros((n, max_seq_length), dtype=np.int8)
+        starts[token_rows, token_columns] = word_starts[source] | (within_piece == 0)
+        text = np.zeros((n, max_seq_length), dtype=bool)
+        text[token_rows, token_columns] = True
+        columns["special_tokens_mask"] = (~text).astype(np.int8)
+        columns["word_starts"] = starts
+    return Batch(columns)
 
 
 class ElectraObjective(Objective):
@@ -213,7 +229,11 @@ class ElectraObjective(Objective):
 
     @property
     def features(self) -> list[Feature]:
-        return [Feature(name, "int32", self.params.max_seq_length) for name in ELECTRA_FEATURES]
+        seq = self.params.max_seq_length
+        features = [Feature(name, "int32", seq) for name in ELECTRA_FEATURES]
+        if self.params.word_starts:
+            features += [Feature("special_tokens_mask", "int8", seq), Feature("word_starts", "int8", seq)]
+        return features
 
     def batches(self, documents: TokenizedDocuments, task_key: str, pass_index: int) -> Iterator[Batch]:
         params = self.params
@@ -221,4 +241,12 @@ class ElectraObjective(Objective):
                                                                           "examples")))
         for start in range(0, len(plan), BATCH_EXAMPLES):
             yield lay_out_examples(documents.tokens, plan, start, min(start + BATCH_EXAMPLES, len(plan)),
-                                   params.max_seq_length, self.special.cls, self.special.sep)
+                                   params.max_seq_length, self.special.cls, self.special.sep,
+                                   _word_starts(documents) if params.word_starts else None)
+
+
+def _word_starts(documents: TokenizedDocuments) -> np.ndarray:
+    """One bool per token: the tokenizer's (and word segmenter's) word starts; every token without them."""
+    if documents.word_starts is None:
+        return np.ones(len(documents.tokens), dtype=bool)
+    return documents.word_starts.astype(bool)

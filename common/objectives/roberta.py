@@ -69,7 +69,7 @@ class RobertaParams:
     random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
     do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces; Chinese words with "
                                             "--word-segmenter, as RoBERTa-wwm-ext) instead of single pieces "
-                                            "(--masking static).")
+                                            "(--masking static).", opt_in=True)
 
     def validate(self) -> None:
         if self.max_seq_length < 3:

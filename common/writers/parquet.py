@@ -46,7 +46,8 @@ class ParquetParams:
                              "((k-1)N, kN]), one file per bin and task; 0: one file per task.")
     chinese_ref: bool = param(False, "Also write chinese_ref, the positions of tokens that continue a word (Hugging "
                                      "Face's run_chinese_ref.py column, read by DataCollatorForWholeWordMask), from "
-                                     "the records' word_starts (--objective roberta --masking none).")
+                                     "the records' word_starts (--objective roberta --masking none, or electra "
+                                     "--word-starts).", opt_in=True)
 
     def validate(self) -> None:
         if self.bin_size < 0:
@@ -218,7 +219,8 @@ class ParquetWriter(Writer):
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
         if params.chinese_ref and "word_starts" not in {f.name for f in features}:
-            raise ValueError("--chinese-ref needs records with word_starts (--objective roberta --masking none)")
+            raise ValueError("--chinese-ref needs records with word_starts (--objective roberta --masking none, "
+                             "or --objective electra --word-starts)")
         if params.bin_size:
             names = {f.name for f in features}
             ragged_ids = any(f.name == "input_ids" and f.length is None for f in features)

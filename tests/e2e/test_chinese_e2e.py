@@ -41,6 +41,35 @@ def test_chinese_job_writes_chinese_ref_and_resumes_to_nothing(tmp_path):
     assert sorted((tmp_path / "out").glob("part-*.parquet")) == files
 
 
+def test_electra_word_starts_carry_the_segmenters_words_and_leave_the_examples_as_they_were(tmp_path):
+    """ELECTRA masks at train time: --word-starts writes where words begin (jieba's inside Han text), and
+    Parquet's chinese_ref follows from them; the examples are the bytes a job without it writes."""
+    need_shared()
+    make_corpus(tmp_path / "in" / "AA", 0.05)
+    chinese_vocabulary(str(VOCAB), tmp_path)
+    job = ["--vocab-file", tmp_path / "zh-vocab.txt", "--objective", "electra", "--output-format", "parquet",
+           "--task-size", "64K", "--workers", "2"]
+    marked = run_ventilator(tmp_path / "in", tmp_path / "marked", *job, "--word-segmenter", "jieba",
+                            "--word-starts", "--chinese-ref")
+    plain = run_ventilator(tmp_path / "in", tmp_path / "plain", *job)
+    assert marked.returncode == 0, marked.stderr[-3000:]
+    assert plain.returncode == 0, plain.stderr[-3000:]
+
+    def rows(out):
+        return sorted((row for f in sorted(out.glob("part-*.parquet")) for row in pq.read_table(f).to_pylist()),
+                      key=lambda row: row["input_ids"])
+
+    marked_rows, plain_rows = rows(tmp_path / "marked"), rows(tmp_path / "plain")
+    assert len(marked_rows) == len(plain_rows) > 50
+    continuing = 0
+    for row, before in zip(marked_rows, plain_rows):
+        assert {k: row[k] for k in before} == before
+        text = [m == 1 and s == 0 for m, s in zip(row["input_mask"], row["special_tokens_mask"])]
+        assert row["chinese_ref"] == [i for i, (t, w) in enumerate(zip(text, row["word_starts"])) if t and not w]
+        continuing += len(row["chinese_ref"])
+    assert continuing > 0.2 * sum(sum(row["input_mask"]) for row in marked_rows)  # Chinese words: 2+ characters
+
+
 ROLES = ["--cls-token", "<s>", "--sep-token", "</s>", "--mask-token", "<mask>", "--pad-token", "<pad>",
          "--unk-token", "<unk>"]
 
