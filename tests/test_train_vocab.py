@@ -20,7 +20,8 @@ CORPUS = REPO / "examples" / "corpus"
 
 def train(output, model: str) -> bytes:
     result = subprocess.run([sys.executable, "-m", "common.tokenization.training", "--data", str(CORPUS),
-                             "--output", str(output), "--vocab-size", "2000", "--model", model],
+                             "--output", str(output), "--vocab-size", "1500" if model == "sentencepiece" else "2000",
+                             "--model", model],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return output.read_bytes()
@@ -30,6 +31,16 @@ def train(output, model: str) -> bytes:
 def test_the_same_corpus_gives_the_same_file(tmp_path, model):
     first, second = train(tmp_path / "a", model), train(tmp_path / "b", model)
     assert first == second and len(first) > 10_000
+
+
+def test_a_vocabulary_too_large_for_the_corpus_is_one_line(tmp_path):
+    """SentencePiece cannot make more pieces than the corpus holds: its own reason, on one line."""
+    result = subprocess.run([sys.executable, "-m", "common.tokenization.training", "--data", str(CORPUS),
+                             "--output", str(tmp_path / "m.model"), "--vocab-size", "50000", "--model",
+                             "sentencepiece"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and not (tmp_path / "m.model").exists()
+    assert result.stderr.strip().startswith("Error: sentencepiece:") and "Vocabulary size too high" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_equally_frequent_pairs_merge_in_the_order_of_their_text():

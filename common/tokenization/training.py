@@ -16,6 +16,15 @@ corpora in languages those tokenizers do not cover.
   [MASK]`` as ids 0-4 as in ALBERT's 30k-clean.model, ``[CLS] $A [SEP] $B
   [SEP]`` post-processor.
 
+* ``--model sentencepiece``: the SentencePiece library's own Unigram trainer,
+  a ``.model`` with ALBERT's ids (``<pad> <unk> [CLS] [SEP] [MASK]``),
+  read with ``--tokenizer``.  ``--character-coverage`` is SentencePiece's: the
+  share of the corpus's characters the model must cover, the rest becoming
+  ``<unk>`` (its advice: 1.0 for small alphabets, 0.9995 for Chinese and
+  Japanese, whose thousands of rare characters would otherwise fill the
+  vocabulary).  tokenizers' Unigram trainer has no such setting: it keeps
+  every character it sees.
+
 ``--do-lower-case`` lower-cases for every family (and strips accents for
 WordPiece, as BERT's uncased models); by default on for wordpiece and
 unigram (BERT uncased, ALBERT), off for bpe (RoBERTa is cased, and a BPE
@@ -57,7 +66,7 @@ def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
                 yield from (line for line in document.lines if line.strip())
 
 
-MODELS = ("wordpiece", "bpe", "unigram")
+MODELS = ("wordpiece", "bpe", "unigram", "sentencepiece")
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 UNIGRAM_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -133,6 +142,29 @@ def _stable_unigram(tokenizer):
     return Tokenizer.from_str(json.dumps(spec))
 
 
+#: SentencePiece's own default, and its advice for languages of rich character sets (CJK).
+DEFAULT_CHARACTER_COVERAGE = 0.9995
+#: Bytes per line the SentencePiece trainer takes (its default, 4192, drops most Chinese paragraphs, which have
+#: no spaces to be cut at).
+SENTENCEPIECE_MAX_LINE_BYTES = 1 << 16
+
+
+def train_sentencepiece(lines, vocab_size: int, do_lower_case: bool = True,
+                        character_coverage: float = DEFAULT_CHARACTER_COVERAGE) -> bytes:
+    """A SentencePiece Unigram .model in ALBERT's layout (see the module doc)."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=(line.lower() if do_lower_case else line for line in lines), model_writer=model,
+        vocab_size=vocab_size, model_type="unigram", character_coverage=character_coverage,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, control_symbols=UNIGRAM_SPECIALS[2:],
+        max_sentence_length=SENTENCEPIECE_MAX_LINE_BYTES, num_threads=1, minloglevel=2)
+    return model.getvalue()
+
+
 def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list[str]:
     """BERT's layout: [PAD] first (id 0 pads), then [UNK] [CLS] [SEP] [MASK]; deterministic
     (common/tokenization/wordpiece_training.py)."""
@@ -146,22 +178,41 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", show_envvar=True, required=True, type=click.Path(exists=True), help="Corpus directory or file (any supported format).")
 @click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False),
-              help="File to write: vocab.txt (wordpiece, one token per line) or tokenizer.json (bpe, unigram).")
+              help="File to write: vocab.txt (wordpiece, one token per line), tokenizer.json (bpe, unigram) or a "
+                   ".model (sentencepiece).")
 @click.option("--model", show_envvar=True, type=click.Choice(MODELS), default="wordpiece",
-              help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE) or unigram (ALBERT's SentencePiece-like Unigram).")
+              help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE), unigram (ALBERT's SentencePiece-like Unigram, as "
+                   "tokenizer.json) or sentencepiece (the SentencePiece library's Unigram, as a .model).")
 @click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
 @click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
               help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]), default="auto",
               envvar="MLM_VOCAB_FORMAT")
+@click.option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
+              help="--model sentencepiece: the share of the corpus's characters the model covers (SentencePiece's "
+                   "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).  "
+                   f"[default: {DEFAULT_CHARACTER_COVERAGE}]")
 def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None,
-         corpus_format: str) -> None:
+         corpus_format: str, character_coverage: float | None) -> None:
     """Train a tokenizer on a corpus: a BERT WordPiece vocab.txt (use it with
-    --vocab-file), or a BPE / Unigram tokenizer.json (use it with --tokenizer)."""
+    --vocab-file), a BPE / Unigram tokenizer.json or a SentencePiece .model
+    (use them with --tokenizer)."""
+    if character_coverage is not None and model != "sentencepiece":
+        raise click.UsageError("--character-coverage is for --model sentencepiece")
     if do_lower_case is None:
         do_lower_case = model != "bpe"
     lines = corpus_lines(data, corpus_format)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    if model == "sentencepiece":
+        try:
+            data_bytes = train_sentencepiece(lines, vocab_size, do_lower_case,
+                                             character_coverage or DEFAULT_CHARACTER_COVERAGE)
+        except RuntimeError as error:  # the trainer's own reason (a vocabulary larger than the corpus allows...)
+            raise click.ClickException(f"sentencepiece: {str(error).strip().splitlines()[-1]}") from None
+        with open(output, "wb") as handle:
+            handle.write(data_bytes)
+        click.echo(f"wrote a sentencepiece model of {vocab_size} pieces to {output}", err=True)
+        return
     if model == "wordpiece":
         tokens = train_vocabulary(lines, vocab_size, do_lower_case)
         with open(output, "w", encoding="utf-8") as handle:
