@@ -172,6 +172,10 @@ def test_drain_signal_requeues_and_the_job_completes(slurm, local_run, tmp_path)
     assert "SIGUSR1: draining workers" in first_run and "requeueing job" in first_run
     assert "drained, exiting" in first_run and "Killed" not in first_run, first_run[-3000:]
     assert 0 < done_before < total, "the job ended before the signal: make it longer"
+    # The first run's end and the requeue reach slurmctld in either order: under load the job shows its first
+    # run's state (FAILED: the drained run exits 130) for a moment after Restarts moved.  Pending again, it is
+    # the second run's.
+    job.wait_for("PENDING", "RUNNING", "COMPLETED")
     # A requeued job is eligible only two minutes later (Slurm's rule): let it start now.
     job.slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
     shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
