@@ -64,6 +64,10 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
 @click.option("--max-predictions-per-seq", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --dynamic-masking of an unmasked output (--masking none): mask slots per record.  "
                    "[default: ceil(length x --masked-lm-prob)]")
+@click.option("--whole-word-mask", is_flag=True, show_envvar=True,
+              help="With --dynamic-masking: mask whole words (the records' word_starts: --objective roberta --masking "
+                   "none, electra --word-starts; Chinese words with --word-segmenter), as BERT's "
+                   "--do-whole-word-mask does.")
 @click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
 @click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
@@ -76,7 +80,7 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, tokenizer, mask_id,
-         vocab_size, masked_lm_prob, max_predictions_per_seq, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
+         vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
          verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
@@ -86,6 +90,8 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     """
     logs.configure(verbose)
     masking = None
+    if whole_word_mask and not dynamic_masking:
+        raise click.UsageError("--whole-word-mask is for --dynamic-masking")
     if dynamic_masking:
         if vocab_file or tokenizer:
             mask_id, vocab_size = mask_ids(vocab_file, tokenizer)
@@ -94,7 +100,7 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
                                    "--vocab-size")
         if mask_id >= vocab_size:
             raise click.UsageError(f"--mask-id {mask_id} is not below --vocab-size {vocab_size}")
-        masking = MaskingParams(mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq)
+        masking = MaskingParams(mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask)
     try:
         curve = Curve(curve_dir) if curve_dir else None
         storage, shards = open_dataset(data, s3_endpoint_url, split=split, allow_partial=allow_partial)

@@ -13,6 +13,13 @@ server adds the three mask features to every batch (:func:`served_layout`)
 and draws them the same way; ``special_tokens_mask`` says which positions
 are never masked (separators inside a block included).
 
+With ``--whole-word-mask`` (records that carry ``word_starts``: RoBERTa's
+unmasked blocks, ELECTRA's ``--word-starts``; with ``--word-segmenter``,
+Chinese words) whole words are drawn instead of single positions, as BERT's
+``do_whole_word_mask`` does: words in random order, each taken if all its
+tokens still fit in the record's budget, so a masked set is always a union
+of whole words.
+
 Every draw is a hash of (seed, epoch, record, position, purpose), not a
 generator's running state, so a record's masks do not depend on which
 batch, rank or server it lands in, and a whole batch is drawn at once.
@@ -45,6 +52,8 @@ class MaskingParams:
     masked_lm_prob: float = 0.15
     #: Mask slots per record for unmasked outputs (a masked output keeps its own); None: ceil(length * prob).
     max_predictions: int | None = None
+    #: Draw whole words (the records' ``word_starts``) rather than single positions.
+    whole_word: bool = False
 
 
 def served_layout(stored: RecordLayout, params: MaskingParams) -> RecordLayout:
@@ -52,6 +61,9 @@ def served_layout(stored: RecordLayout, params: MaskingParams) -> RecordLayout:
     masked output; with the mask features added for an unmasked one.  A
     ValueError names what is missing."""
     names = {f.name for f in stored.fields}
+    if params.whole_word and "word_starts" not in names:
+        raise ValueError("--whole-word-mask needs records with word_starts (--objective roberta --masking none, or "
+                         f"--objective electra --word-starts); these records have {', '.join(sorted(names))}")
     if all(name in names for name in MASKED_FEATURES):
         return stored
     if all(name in names for name in UNMASKED_FEATURES) and not names & set(MASK_FIELDS):
@@ -134,6 +146,9 @@ def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, e
         keys = mix64(base ^ mix64(np.asarray(record_ids, dtype=np.uint64)))
     n, length = original.shape
     budget = num_to_predict(features["input_mask"].sum(axis=1), params.masked_lm_prob, max_predictions)
+    if params.whole_word:
+        selected = whole_words(maskable, features["word_starts"] != 0, keys, budget)
+        return _masked(features, original, selected, max_predictions, params, keys)
     # A uniform subset of `budget` candidates: those with the smallest keys.
     draws = np.where(maskable, _uniform(keys[:, None], np.arange(length)[None, :], 0), 2.0)
     take = min(max_predictions, length)
@@ -142,6 +157,44 @@ def remask(features: dict[str, np.ndarray], record_ids: np.ndarray, seed: int, e
     selected = np.zeros((n, length), dtype=bool)
     np.put_along_axis(selected, order, np.arange(order.shape[1])[None, :] < budget[:, None], axis=1)
     selected &= maskable
+    return _masked(features, original, selected, max_predictions, params, keys)
+
+
+def whole_words(maskable: np.ndarray, word_starts: np.ndarray, keys: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """Which positions to mask, word by word: per record, its words (a maskable position that starts a word,
+    or follows one that is not maskable, opens one; the maskable positions after it continue it) in an order
+    drawn from the record's key, each taken if its tokens still fit in ``budget`` (BERT's rule: a word that
+    does not fit is skipped, a shorter one after it may be taken)."""
+    n, length = maskable.shape
+    before = np.zeros((n, 1), dtype=bool)
+    opens = maskable & (word_starts | ~np.concatenate([before, maskable[:, :-1]], axis=1))
+    word_rows, word_columns = np.nonzero(opens)  # row-major: words in order, row by row
+    if not len(word_rows):
+        return np.zeros((n, length), dtype=bool)
+    word_of_position = np.cumsum(opens.ravel()) - 1  # the word each maskable position belongs to
+    members = maskable.ravel() & (word_of_position >= 0)
+    word_length = np.bincount(word_of_position[members], minlength=len(word_rows))
+    order = np.lexsort((_uniform(keys[word_rows], word_columns, 0), word_rows))  # per row, in drawn order
+    per_row = np.bincount(word_rows, minlength=n)
+    rank = np.arange(len(order)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    lengths = np.zeros((n, int(per_row.max())), dtype=np.int64)
+    lengths[word_rows[order], rank] = word_length[order]  # 0 past a row's last word: never taken
+    taken = np.zeros_like(lengths, dtype=bool)
+    count = np.zeros(n, dtype=np.int64)
+    for k in range(lengths.shape[1]):
+        fits = (lengths[:, k] > 0) & (count + lengths[:, k] <= budget)
+        taken[:, k] = fits
+        count += np.where(fits, lengths[:, k], 0)
+    word_taken = np.zeros(len(word_rows), dtype=bool)
+    word_taken[order] = taken[word_rows[order], rank]
+    selected = np.zeros(n * length, dtype=bool)
+    selected[members] = word_taken[word_of_position[members]]
+    return selected.reshape(n, length)
+
+
+def _masked(features: dict[str, np.ndarray], original: np.ndarray, selected: np.ndarray, max_predictions: int,
+            params: MaskingParams, keys: np.ndarray) -> dict[str, np.ndarray]:
+    """The batch with ``selected`` positions masked by BERT's 80/10/10."""
     masked = apply_masks(original, selected, max_predictions, params.mask_id, params.vocab_size,
                          _PositionDraws(keys, selected))
     out = dict(features)
