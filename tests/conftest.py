@@ -10,11 +10,18 @@ LONGEST_FIRST = ("tests/fleet/test_fleet_netns.py", "tests/test_bench_quick.py",
                  "tests/slurm/test_slurm_job.py", "tests/faults/test_objective_faults.py")
 
 
+#: The fixtures that hand out the session's moto server: a test using one is a fleet test (AWS control plane).
+MOTO_FIXTURES = {"moto", "moto_module"}
+
+
 def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]
         return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
     items.sort(key=rank)  # stable: every file keeps its own order
+    for item in items:
+        if MOTO_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.fleet)
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +32,30 @@ def s3():
         pytest.skip(reason)
     with s3_server.S3Server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """One moto server process per test session (a few seconds to start: it imports all of moto)."""
+    from tests.moto_lifecycle import MotoServer
+
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def moto_module(moto_server):
+    """The session's moto server, emptied when a module starts using it: no module sees another's state."""
+    moto_server.reset()
+    return moto_server
+
+
+@pytest.fixture
+def moto(moto_server):
+    """The session's moto server, emptied for this test."""
+    moto_server.reset()
+    return moto_server
 
 
 from tests.loader_helpers import loader_dataset  # noqa: E402,F401  (the loader tests' output, built once per session)

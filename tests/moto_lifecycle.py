@@ -65,6 +65,12 @@ class MotoServer:
                     raise RuntimeError(f"moto server did not answer within {START_SECONDS}s: {self.log()[-2000:]}")
                 time.sleep(0.1)
 
+    def reset(self) -> None:
+        """Empty state, as a fresh server has: moto's own reset, and the record of lifecycle calls."""
+        request = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
+        urllib.request.urlopen(request, timeout=30).close()
+        self._record.unlink(missing_ok=True)
+
     def completed(self) -> list[tuple[str, str, str, str]]:
         """(hook, group, instance id, result) of every accepted CompleteLifecycleAction."""
         if not self._record.exists():

@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.moto_lifecycle import aws_env, start_moto
+from tests.moto_lifecycle import aws_env
 from ventilator.cloudwatch import Backlog, metric_data
 
 pytestmark = pytest.mark.e2e
@@ -33,51 +33,48 @@ def _series(cloudwatch, name: str, start: datetime, end: datetime) -> list[tuple
     return sorted((p["Timestamp"], p["Minimum"], p["Maximum"]) for p in points)
 
 
-def test_backlog_follows_a_real_job(tmp_path):
+def test_backlog_follows_a_real_job(tmp_path, moto):
     need_shared()
-    server, endpoint = start_moto()
-    try:
-        # Three copies of the sample: ~24 tasks of ~0.5 s each (256K at dupe 40) for two worker processes, so
-        # the job spans several seconds (CloudWatch's finest period) even on a fast machine.
-        corpus = tmp_path / "corpus"
-        for copy in range(3):
-            shutil.copytree(WIKI, corpus / f"copy{copy}")
-        start = datetime.now(timezone.utc) - timedelta(seconds=5)
-        output = tmp_path / "out"
-        result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--dupe-factor", "40", "--task-size", "256K",
-                                "--workers", "2", "--cloudwatch-namespace", NAMESPACE, "--cloudwatch-seconds", "0.2",
-                                "--instance-hourly-price", "0.25", env=aws_env(endpoint))
-        assert result.returncode == 0, result.stderr[-3000:]
-        end = datetime.now(timezone.utc) + timedelta(seconds=5)
-        _check_cost(output, wall_seconds=(end - start).total_seconds(), price=0.25)
-        tasks = len(manifest(output))
-        cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=endpoint,
-                                  aws_access_key_id="testing", aws_secret_access_key="testing")
-        names = {m["MetricName"] for m in cloudwatch.list_metrics(Namespace=NAMESPACE)["Metrics"]}
-        assert names == {"Backlog", "PendingTasks", "LeasedTasks", "Workers", "WorkerHosts", "JobActive"}
+    endpoint = moto.endpoint
+    # Three copies of the sample: ~24 tasks of ~0.5 s each (256K at dupe 40) for two worker processes, so
+    # the job spans several seconds (CloudWatch's finest period) even on a fast machine.
+    corpus = tmp_path / "corpus"
+    for copy in range(3):
+        shutil.copytree(WIKI, corpus / f"copy{copy}")
+    start = datetime.now(timezone.utc) - timedelta(seconds=5)
+    output = tmp_path / "out"
+    result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--dupe-factor", "40", "--task-size", "256K",
+                            "--workers", "2", "--cloudwatch-namespace", NAMESPACE, "--cloudwatch-seconds", "0.2",
+                            "--instance-hourly-price", "0.25", env=aws_env(endpoint))
+    assert result.returncode == 0, result.stderr[-3000:]
+    end = datetime.now(timezone.utc) + timedelta(seconds=5)
+    _check_cost(output, wall_seconds=(end - start).total_seconds(), price=0.25)
+    tasks = len(manifest(output))
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=endpoint,
+                              aws_access_key_id="testing", aws_secret_access_key="testing")
+    names = {m["MetricName"] for m in cloudwatch.list_metrics(Namespace=NAMESPACE)["Metrics"]}
+    assert names == {"Backlog", "PendingTasks", "LeasedTasks", "Workers", "WorkerHosts", "JobActive"}
 
-        backlog = _series(cloudwatch, "Backlog", start, end)
-        assert len(backlog) >= 2, backlog  # the job spans at least two of CloudWatch's seconds
-        assert backlog[0][2] == tasks, "at the start every task waits"
-        maxima = [maximum for _, _, maximum in backlog]
-        assert maxima == sorted(maxima, reverse=True), f"a clean run's backlog only shrinks: {maxima}"
-        assert backlog[-1][1] == 0, "at the end nothing is left"
-        # CloudWatch aggregates per second: a fast machine may finish several tasks within one, so the
-        # values in between are looked for among each second's minimum and maximum.
-        between = [value for _, minimum, maximum in backlog for value in (minimum, maximum) if 0 < value < tasks]
-        assert between, f"no value between start and end: {backlog}"
+    backlog = _series(cloudwatch, "Backlog", start, end)
+    assert len(backlog) >= 2, backlog  # the job spans at least two of CloudWatch's seconds
+    assert backlog[0][2] == tasks, "at the start every task waits"
+    maxima = [maximum for _, _, maximum in backlog]
+    assert maxima == sorted(maxima, reverse=True), f"a clean run's backlog only shrinks: {maxima}"
+    assert backlog[-1][1] == 0, "at the end nothing is left"
+    # CloudWatch aggregates per second: a fast machine may finish several tasks within one, so the
+    # values in between are looked for among each second's minimum and maximum.
+    between = [value for _, minimum, maximum in backlog for value in (minimum, maximum) if 0 < value < tasks]
+    assert between, f"no value between start and end: {backlog}"
 
-        workers = _series(cloudwatch, "Workers", start, end)
-        assert max(maximum for _, _, maximum in workers) == 2
-        assert max(maximum for _, _, maximum in _series(cloudwatch, "WorkerHosts", start, end)) == 1
-        leased = _series(cloudwatch, "LeasedTasks", start, end)
-        assert 1 <= max(maximum for _, _, maximum in leased) <= 2, "at most one task per worker process"
+    workers = _series(cloudwatch, "Workers", start, end)
+    assert max(maximum for _, _, maximum in workers) == 2
+    assert max(maximum for _, _, maximum in _series(cloudwatch, "WorkerHosts", start, end)) == 1
+    leased = _series(cloudwatch, "LeasedTasks", start, end)
+    assert 1 <= max(maximum for _, _, maximum in leased) <= 2, "at most one task per worker process"
 
-        active = _series(cloudwatch, "JobActive", start, end)
-        assert active[0][2] == 1 and active[-1][1] == 0, active
-        assert "JobActive=0" in result.stderr
-    finally:
-        server.stop()
+    active = _series(cloudwatch, "JobActive", start, end)
+    assert active[0][2] == 1 and active[-1][1] == 0, active
+    assert "JobActive=0" in result.stderr
 
 
 def _check_cost(output, wall_seconds: float, price: float) -> None:

@@ -14,7 +14,7 @@ from tests.cluster import Cluster
 from tests.fake_imds import FakeImds
 from tests.faults.test_faults import assert_same_as_clean
 from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.moto_lifecycle import aws_env, start_moto
+from tests.moto_lifecycle import aws_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -99,64 +99,58 @@ def worker_group(endpoint: str):
     return autoscaling, group["Instances"][0]["InstanceId"]
 
 
-def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster):
+def test_scale_in_drains_and_completes_the_lifecycle_action(clean, cluster, moto):
     """Two processes under one supervisor, the group's scale-in seen in IMDS:
     both finish their tasks, exit 0, and the lifecycle action is completed
     with CONTINUE for this instance (moto)."""
-    server, endpoint = start_moto()
-    try:
-        env = aws_env(endpoint)
-        autoscaling, instance_id = worker_group(endpoint)
+    server, endpoint = moto, moto.endpoint
+    env = aws_env(endpoint)
+    autoscaling, instance_id = worker_group(endpoint)
 
-        c = cluster(env=env)
-        with FakeImds(instance_id=instance_id) as imds:
-            watched = c.start_worker(*WATCH, "--processes", "2", "--imds-endpoint", imds.endpoint,
-                                     "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers")
-            c.wait_for_progress(2)
-            imds.lifecycle_state = "Terminated"
-            _exits_zero_soon(watched, within=20)
-            c.start_worker(*REPLACEMENT)
-            assert c.wait() == 0, c.tail()
-        text = c.log_text()
-        assert "scale-in" in text and "completed mlm-drain for " + instance_id in text, c.tail()
-        assert ("mlm-drain", "mlm-workers", instance_id, "CONTINUE") in server.completed()
-        assert "lease expired" not in text
-        assert_same_as_clean(c.output, clean)
-    finally:
-        server.stop()
+    c = cluster(env=env)
+    with FakeImds(instance_id=instance_id) as imds:
+        watched = c.start_worker(*WATCH, "--processes", "2", "--imds-endpoint", imds.endpoint,
+                                 "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers")
+        c.wait_for_progress(2)
+        imds.lifecycle_state = "Terminated"
+        _exits_zero_soon(watched, within=20)
+        c.start_worker(*REPLACEMENT)
+        assert c.wait() == 0, c.tail()
+    text = c.log_text()
+    assert "scale-in" in text and "completed mlm-drain for " + instance_id in text, c.tail()
+    assert ("mlm-drain", "mlm-workers", instance_id, "CONTINUE") in server.completed()
+    assert "lease expired" not in text
+    assert_same_as_clean(c.output, clean)
 
 
-def test_rebalance_drains_and_leaves_the_group(clean, cluster):
+def test_rebalance_drains_and_leaves_the_group(clean, cluster, moto):
     """A rebalance recommendation: the worker drains, then asks the group to terminate its instance
     (TerminateInstanceInAutoScalingGroup, desired size kept) instead of idling until a spot notice, and
     completes the drain hook the group then runs (moto, with AWS's Terminating:Wait modelled)."""
-    server, endpoint = start_moto()
-    try:
-        env = aws_env(endpoint)
-        autoscaling, instance_id = worker_group(endpoint)
+    server, endpoint = moto, moto.endpoint
+    env = aws_env(endpoint)
+    autoscaling, instance_id = worker_group(endpoint)
 
-        c = cluster(env=env)
-        with FakeImds(instance_id=instance_id) as imds:
-            watched = c.start_worker(*WATCH, "--processes", "1", "--imds-endpoint", imds.endpoint,
-                                     "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers",
-                                     "--lifecycle-wait-seconds", "60")
-            c.wait_for_progress(2)
-            imds.rebalance = {"noticeTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-            deadline = time.monotonic() + 60
-            while not server.terminated():  # the drained worker asks to leave...
-                assert time.monotonic() < deadline and watched.poll() is None, c.tail()
-                time.sleep(0.1)
-            imds.lifecycle_state = "Terminated"  # ...and the group's drain hook holds it, as IMDS then says
-            _exits_zero_soon(watched, within=20)
-            c.start_worker(*REPLACEMENT)
-            assert c.wait() == 0, c.tail()
-        text = c.log_text()
-        assert "rebalance-recommendation" in text and f"{instance_id} leaves mlm-workers" in text, c.tail()
-        assert server.terminated() == [(instance_id, "false")]  # the desired size kept: the group replaces it
-        group = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
-        assert group["DesiredCapacity"] == 2 and instance_id not in {i["InstanceId"] for i in group["Instances"]}
-        assert ("mlm-drain", "mlm-workers", instance_id, "CONTINUE") in server.completed()
-        assert "lease expired" not in text
-        assert_same_as_clean(c.output, clean)
-    finally:
-        server.stop()
+    c = cluster(env=env)
+    with FakeImds(instance_id=instance_id) as imds:
+        watched = c.start_worker(*WATCH, "--processes", "1", "--imds-endpoint", imds.endpoint,
+                                 "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers",
+                                 "--lifecycle-wait-seconds", "60")
+        c.wait_for_progress(2)
+        imds.rebalance = {"noticeTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        deadline = time.monotonic() + 60
+        while not server.terminated():  # the drained worker asks to leave...
+            assert time.monotonic() < deadline and watched.poll() is None, c.tail()
+            time.sleep(0.1)
+        imds.lifecycle_state = "Terminated"  # ...and the group's drain hook holds it, as IMDS then says
+        _exits_zero_soon(watched, within=20)
+        c.start_worker(*REPLACEMENT)
+        assert c.wait() == 0, c.tail()
+    text = c.log_text()
+    assert "rebalance-recommendation" in text and f"{instance_id} leaves mlm-workers" in text, c.tail()
+    assert server.terminated() == [(instance_id, "false")]  # the desired size kept: the group replaces it
+    group = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"][0]
+    assert group["DesiredCapacity"] == 2 and instance_id not in {i["InstanceId"] for i in group["Instances"]}
+    assert ("mlm-drain", "mlm-workers", instance_id, "CONTINUE") in server.completed()
+    assert "lease expired" not in text
+    assert_same_as_clean(c.output, clean)

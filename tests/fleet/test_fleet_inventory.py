@@ -17,7 +17,6 @@ import subprocess
 import pytest
 
 from tests.fleet.fleethelpers import ANSIBLE_DIR, ansible_env, ansible_tool, terraform_binary
-from tests.moto_lifecycle import start_moto
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
@@ -27,10 +26,8 @@ FLEET = "mlm"  # the fleet name ansible/inventory/aws_ec2.yml filters on (Terraf
 
 
 @pytest.fixture(scope="module")
-def moto_endpoint():
-    server, endpoint = start_moto()  # a fresh moto state: another module's group and instances are not seen
-    yield endpoint
-    server.stop()
+def moto_endpoint(moto_module):
+    return moto_module.endpoint  # the session's server, emptied for this module: no other module's instances
 
 
 @pytest.fixture(scope="module")
