@@ -1,0 +1,144 @@
+"""worker/runtime.py on its own: a real WorkerProcess (in a thread) against a ventilator and a sink played by
+the test over real ZeroMQ sockets.  It introduces itself, asks for work within its credit, writes the task's
+files and acknowledges to the sink before telling the ventilator, drops a hostile frame and goes on, hands
+back what it has not started when draining, and says Hello again to a ventilator that forgot it."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from common import protocol
+from tests.helpers import VOCAB, WIKI, free_ports, need_shared
+from worker.runtime import WorkerOptions, WorkerProcess
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A real job over wiki_00 in 64K tasks (planned by the ventilator's own code): (config, tasks, payloads)."""
+    from ventilator.job import JobOptions, prepare_job
+
+    need_shared()
+    output = tmp_path_factory.mktemp("runtime") / "out"
+    prepared = prepare_job(JobOptions(data=str(WIKI), output=str(output), vocab_file=str(VOCAB),
+                                      task_size=64 * 1024, params={"dupe_factor": 1}))
+    tasks = prepared.tasks[:3]
+    return prepared.config, tasks, [prepared.reader.read(prepared.input_storage, t) for t in tasks], output
+
+
+class Peers:
+    """The ventilator's ROUTER and the sink's PULL, as the test drives them."""
+
+    def __init__(self, sink_port: int):
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.vport = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.pull = self.context.socket(zmq.PULL)
+        self.pull.bind(f"tcp://127.0.0.1:{sink_port}")
+        self.worker: bytes | None = None
+
+    def receive(self, kind: type, timeout: float = 30.0):
+        """The next message of ``kind`` from the worker (others it sends meanwhile are skipped)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.router.poll(100):
+                self.worker, frame = self.router.recv_multipart()
+                message = protocol.decode(frame)
+                if isinstance(message, kind):
+                    return message
+        raise AssertionError(f"no {kind.__name__} within {timeout}s")
+
+    def send(self, message) -> None:
+        self.router.send_multipart([self.worker, protocol.encode(message)])
+
+    def ack(self, timeout: float = 60.0) -> protocol.TaskAck:
+        assert self.pull.poll(int(timeout * 1000)), "no TaskAck reached the sink"
+        return protocol.decode(self.pull.recv())
+
+    def close(self) -> None:
+        self.router.close(linger=0)
+        self.pull.close(linger=0)
+        self.context.term()
+
+
+@pytest.fixture
+def peers_and_worker(job):
+    config, *_ = job
+    (sink_port,) = free_ports(1)
+    peers = Peers(sink_port)
+    worker = WorkerProcess(WorkerOptions(ventilator=f"127.0.0.1:{peers.vport}", sink=f"127.0.0.1:{sink_port}",
+                                         credit=2, drain_seconds=30))
+    exit_code = []
+    thread = threading.Thread(target=lambda: exit_code.append(worker.run()), daemon=True)
+    thread.start()
+    yield peers, worker, exit_code, thread
+    if thread.is_alive() and peers.worker is not None:
+        peers.send(protocol.Shutdown("the test is over"))  # holding nothing, it exits at once
+    thread.join(timeout=60)
+    peers.close()
+    assert not thread.is_alive()
+
+
+def test_a_task_is_written_acknowledged_to_the_sink_then_finished(job, peers_and_worker):
+    config, tasks, payloads, output = job
+    peers, worker, exit_code, thread = peers_and_worker
+    hello = peers.receive(protocol.Hello)
+    assert hello.role == "worker" and hello.peer_id == worker.worker_id
+    peers.send(protocol.Welcome(config, "vent-1"))
+    request = peers.receive(protocol.TaskRequest)
+    assert request.credit == 2  # its credit, no more
+    peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))
+    ack = peers.ack()
+    assert (ack.task_id, ack.job_id, ack.worker_id) == (tasks[0].task_id, config.job_id, worker.worker_id)
+    assert ack.records > 0 and ack.stats.documents > 0 and ack.stats.cpu_seconds > 0
+    for shard in ack.shards:  # on disk, whole, as acknowledged
+        data = (Path(output) / shard.name).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (shard.bytes, shard.sha256)
+    finished = peers.receive(protocol.TaskFinished)
+    assert finished.task_id == tasks[0].task_id
+
+    # A hostile but well-formed frame (a message it never receives) is dropped and counted; work goes on.
+    peers.send(protocol.TasksDone([tasks[0].task_id]))
+    peers.router.send_multipart([peers.worker, b"\x93\x01\x02\x03"])  # not a message at all
+    peers.send(protocol.TaskAssignment(tasks[1].to_wire(), 60.0, 1, payloads[1]))
+    assert peers.ack().task_id == tasks[1].task_id
+    assert worker.dropped.total == 2 and any("TasksDone" in reason for reason in worker.dropped.dropped)
+
+
+def test_draining_hands_back_what_it_has_not_started(job, peers_and_worker):
+    config, tasks, payloads, _ = job
+    peers, worker, exit_code, thread = peers_and_worker
+    peers.receive(protocol.Hello)
+    peers.send(protocol.Welcome(config, "vent-1"))
+    peers.receive(protocol.TaskRequest)
+    worker.draining = True
+    peers.send(protocol.TaskAssignment(tasks[2].to_wire(), 60.0, 1, payloads[2]))
+    returned = peers.receive(protocol.TaskReturned)
+    assert returned.task_ids == [tasks[2].task_id]
+    # It exits once the ventilator has answered its heartbeats up to the one that said it wants nothing more.
+    deadline = time.monotonic() + 30
+    while thread.is_alive():
+        assert time.monotonic() < deadline, "the drained worker did not exit"
+        try:
+            beat = peers.receive(protocol.Heartbeat, timeout=2)
+        except AssertionError:
+            continue
+        assert beat.awaiting == 0 and beat.held == []  # it wants nothing more
+        peers.send(protocol.HeartbeatReply("vent-1"))
+    assert exit_code == [0]
+
+
+def test_a_ventilator_that_forgot_it_gets_hello_again(job, peers_and_worker):
+    config, *_ = job
+    peers, worker, exit_code, thread = peers_and_worker
+    peers.receive(protocol.Hello)
+    peers.send(protocol.Welcome(config, "vent-1"))
+    peers.receive(protocol.Heartbeat)
+    peers.send(protocol.HeartbeatReply("vent-2", known=False))  # a restarted ventilator
+    again = peers.receive(protocol.Hello)
+    assert again.peer_id == worker.worker_id
