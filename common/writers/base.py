@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
+import io
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import BinaryIO, Callable, ClassVar
 
 from common.objectives.base import Batch, Feature
 from common.tokenization.vocabulary import SpecialIds
@@ -28,6 +30,50 @@ class ShardFile:
     sha256: str
     bytes: int
     holdout: bool = False  # a file of the held-out side (--holdout-fraction), under holdout/
+
+
+class HashingFile(io.RawIOBase):
+    """Passes writes on to ``file`` and keeps their size and sha256: what the manifest says of a file,
+    known without reading it again.  A raw binary file, so pyarrow's or gzip's writers can write to it."""
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self._sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self._file.write(data)
+        self._sha256.update(data)
+        self.bytes += len(data)
+        return len(data)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha256.hexdigest()
+
+
+class OutputFile(HashingFile):
+    """One file of a task's output, the one way every format writes one: under a temporary name
+    (``Storage.open_atomic``), hashed and sized as it is written, renamed into place by :meth:`commit`."""
+
+    def __init__(self, output, name: str):
+        self.name = name
+        self._atomic = output.open_atomic(name)
+        super().__init__(self._atomic.file)
+
+    def commit(self, records: int, **labels) -> ShardFile:
+        """Make the file visible under its name; the manifest's line for it (``labels``: ShardFile's
+        other fields)."""
+        self._atomic.commit()
+        return ShardFile(self.name, records, self.sha256, self.bytes, **labels)
+
+    def abort(self) -> None:
+        """Remove it (safe after a commit: nothing happens)."""
+        self._atomic.abort()
 
 
 class TaskOutput(abc.ABC):
