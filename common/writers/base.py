@@ -1,10 +1,17 @@
-"""The writer interface: one task's records in, one or more files out.
+"""The format interface: one task's records in, one or more files out, and
+those files read back.
 
 A writer sees the objective's features and its batches, never the objective
-itself; it writes a task's files atomically (each appears under its final
-name only once complete) and reports each file's name, records, sha256 and
-size for the manifest.  The same records always give the same bytes, so a
-task done twice writes the same files.
+itself; it writes a task's files atomically through :class:`OutputFile` (each
+appears under its final name only once complete) and reports each file's
+name, records, sha256 and size for the manifest.  The same records always
+give the same bytes, so a task done twice writes the same files.
+
+The same class reads them: :attr:`Writer.suffixes` says which files of an
+output are its own, :meth:`Writer.count_records` checks a file's framing and
+:meth:`Writer.read_columns` / :meth:`Writer.read_records` give its records
+back by feature name.  ``mlm-verify``, the loader and the tests read outputs
+only this way, so a new format is served and verified without touching them.
 """
 
 from __future__ import annotations
@@ -14,9 +21,12 @@ import contextlib
 import hashlib
 import io
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import BinaryIO, Callable, ClassVar
 
-from common.objectives.base import Batch, Feature
+import numpy as np
+
+from common.objectives.base import Batch, Feature, Ragged
 from common.tokenization.vocabulary import SpecialIds
 from common.params import Configurable
 
@@ -94,7 +104,8 @@ class TaskOutput(abc.ABC):
 class Writer(Configurable, abc.ABC):
     """An output format."""
 
-    #: Endings of the files it writes (for mlm-verify and readers of an output).
+    #: Endings of the files it writes: which files of an output are its own (common.writers.writer_for_file,
+    #: for mlm-verify, the loader and every other reader of an output).
     suffixes: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
@@ -145,6 +156,19 @@ class Writer(Configurable, abc.ABC):
         no records of its own (read with its companion); ``companion(name)`` gives another file's bytes.
         ValueError if the file is corrupt."""
         raise NotImplementedError(f"{cls.name} files cannot be read back")
+
+    @classmethod
+    def read_records(cls, name: str, data: bytes,
+                     companion: Callable[[str], bytes | None] = lambda name: None) -> Iterator[dict[str, np.ndarray]]:
+        """A file's records one by one, each a dict of numpy arrays by feature name (a fixed-length
+        feature: its ``length`` values; a variable one: this record's; a one-value feature: one value);
+        nothing for a file read with its companion.  ValueError if the file is corrupt."""
+        columns = cls.read_columns(name, data, companion)
+        if not columns:
+            return
+        rows = {key: column.rows() if isinstance(column, Ragged) else iter(column) for key, column in columns.items()}
+        for _ in range(len(next(iter(columns.values())))):
+            yield {key: np.asarray(next(values)) for key, values in rows.items()}
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:

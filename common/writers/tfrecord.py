@@ -34,6 +34,7 @@ import numpy as np
 from common.objectives.base import Batch, Feature
 from common.params import param
 from common.writers.base import HashingFile, OutputFile, ShardFile, TaskOutput, Writer
+from common.writers.tf_example import decode_examples
 
 _KEY, _VALUE, _FLOAT_LIST, _INT64_LIST, _PACKED = 0x0A, 0x12, 0x12, 0x1A, 0x0A
 
@@ -383,9 +384,7 @@ class TFRecordWriter(Writer):
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
-        """Every record's features as (records, length) arrays (the loader's decoder: no TensorFlow)."""
-        from loader.example import decode_examples
-
+        """Every record's features as (records, length) arrays (common/writers/tf_example.py: no TensorFlow)."""
         raw = cls._raw(name, data)
         lengths = np.fromiter((len(record) for record in read_records(raw)), dtype=np.int64)
         starts = np.cumsum(lengths + 16) - lengths - 4  # each record: length, its CRC, the data, its CRC
