@@ -2,7 +2,8 @@
 
 Before hours of pretraining read them, every file the manifest lists is
 read back: present, the sha256 the worker reported, its format's framing
-intact (each writer counts its own files' records), as many records as
+intact (the format that wrote it reads it: the writer axis, common/writers;
+this module knows no format by name), as many records as
 acknowledged, and its records as ``dataset_info.json`` describes them
 (features, their shapes and dtypes, token ids below the vocabulary's size);
 and no ``part-*`` file is there that the manifest does not list.  No
@@ -109,7 +110,11 @@ def _verify_file(storage, task: str, shard: dict, result: Verification, info: di
     result.bytes += len(data)
     if hashlib.sha256(data).hexdigest() != shard.get("sha256"):
         result.problems.append(f"{name}: sha256 differs from the manifest's")
-    writer = writer_for_file(name)
+    try:
+        writer = writer_for_file(name)  # the format whose file it is reads it: verify knows none by name
+    except ValueError as error:
+        result.problems.append(f"{error} (is the package of its format installed?)")
+        return
     try:
         records = writer.count_records(name, data)
     except (ValueError, OSError, EOFError, zlib.error) as error:
