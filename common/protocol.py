@@ -18,16 +18,11 @@ Sockets (see README, "Sockets"):
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import types
 import typing
 from dataclasses import dataclass, field
 
-import msgpack
-
+from common import envelope
 from common.config import JobConfig
-from common.envelope import checked, open_envelope
 from common.writers.base import ShardFile
 
 PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
@@ -222,120 +217,15 @@ Message = typing.Union[tuple(MESSAGE_TYPES.values())]
 # --------------------------------------------------------------------------
 
 def encode(message) -> bytes:
-    payload = {"v": PROTOCOL_VERSION, "t": type(message).__name__}
-    payload.update(_fields(message))
-    # msgpack packs maps, lists and scalars itself and asks ``default`` only for nested messages: a
-    # sink's hello of 5,000 done tasks is one C call, not 5,000 Python ones.
-    return msgpack.packb(payload, use_bin_type=True, default=_fields)
+    return envelope.encode(message, PROTOCOL_VERSION)
 
 
 def decode(frame: bytes):
     """The message in ``frame``; raises ProtocolError for anything else.
 
     Every field is checked against its type hint, nested messages and maps
-    included, so the receiving loop never meets a wrongly typed value deep
-    inside a message it has already started acting on.
+    included (common/envelope.py: the loader's protocol uses the same codec),
+    so the receiving loop never meets a wrongly typed value deep inside a
+    message it has already started acting on.
     """
-    cls, payload = open_envelope(frame, PROTOCOL_VERSION, MESSAGE_TYPES, ProtocolError)
-    return checked(_converter(cls, cls.__name__), payload, cls, ProtocolError)
-
-
-# The sink decodes tens of thousands of acknowledgements a second: each
-# type's check is built once, as closures, instead of walking type hints
-# per message (dataclasses.asdict and typing introspection cost ~50 us each).
-
-@functools.lru_cache(maxsize=None)
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-def _fields(value) -> dict:
-    """A message's (or nested message's) fields as a map; anything else cannot be sent."""
-    if not dataclasses.is_dataclass(value) or isinstance(value, type):
-        raise TypeError(f"cannot encode {type(value).__name__}")
-    return {name: getattr(value, name) for name in _field_names(type(value))}
-
-
-#: What msgpack decodes each plain hint from (exact types: bool is not an int here).
-_PLAIN = {str: frozenset({str}), int: frozenset({int}), float: frozenset({int, float}), bool: frozenset({bool}),
-          bytes: frozenset({bytes}), list: frozenset({list}), dict: frozenset({dict})}
-
-
-@functools.lru_cache(maxsize=None)
-def _converter(hint, where: str):
-    """A function checking a decoded value against ``hint`` (and building
-    nested dataclasses from their maps); ``where`` names it in errors."""
-
-    def wrong():
-        return ProtocolError(f"{where} has the wrong type")
-
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [_converter(option, where) for option in typing.get_args(hint)]
-
-        def union(value):
-            for option in options:
-                try:
-                    return option(value)
-                except ProtocolError:
-                    pass
-            raise wrong()
-        return union
-    if dataclasses.is_dataclass(hint):
-        hints = typing.get_type_hints(hint)
-        fields = [(f.name, _PLAIN.get(hints[f.name]), _converter(hints[f.name], f"{where}.{f.name}"),
-                   f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-                  for f in dataclasses.fields(hint)]
-        names = {name for name, *_ in fields}
-
-        def build(value):
-            if type(value) is not dict:
-                raise wrong()
-            kwargs = {}
-            for name, plain, convert, required in fields:
-                if name in value:
-                    field_value = value[name]
-                    kwargs[name] = field_value if plain is not None and type(field_value) in plain \
-                        else convert(field_value)
-                elif required:
-                    raise ProtocolError(f"{where} lacks {name}")
-            if len(kwargs) < len(value):
-                raise ProtocolError(f"{where} has unknown fields {sorted(map(str, set(value) - names))}")
-            return hint(**kwargs)
-        return build
-    if origin is list:
-        (item_hint,) = typing.get_args(hint)
-        item, plain_item = _converter(item_hint, where), _PLAIN.get(item_hint)
-
-        def items(value):
-            if type(value) is not list:
-                raise wrong()
-            if plain_item is not None and set(map(type, value)) <= plain_item:  # C loops: 5,000-item lists
-                return value
-            return [item(v) for v in value]
-        return items
-    if origin is dict:
-        key_hint, value_hint = typing.get_args(hint)
-        key, val = _converter(key_hint, where), _converter(value_hint, where)
-        plain_key, plain_value = _PLAIN.get(key_hint), _PLAIN.get(value_hint)
-
-        def mapping(value):
-            if type(value) is not dict:
-                raise wrong()
-            if plain_key is not None and plain_value is not None and set(map(type, value)) <= plain_key \
-                    and set(map(type, value.values())) <= plain_value:
-                return value
-            return {key(k): val(v) for k, v in value.items()}
-        return mapping
-    if hint is type(None):
-        def none(value):
-            if value is not None:
-                raise wrong()
-        return none
-    accepted = _PLAIN.get(hint, frozenset({hint}))
-
-    def plain(value):
-        if type(value) not in accepted:
-            raise wrong()
-        return value
-    return plain
+    return envelope.decode(frame, PROTOCOL_VERSION, MESSAGE_TYPES, ProtocolError)

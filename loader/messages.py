@@ -3,7 +3,8 @@
 Its own small protocol, apart from the pipeline's (common/protocol.py): the
 two never share a socket.  Each control message is one msgpack frame, a map
 with the version ``v``, the type ``t`` and the fields; :func:`decode` checks
-all of them and raises :class:`MessageError`, and the server counts and
+all of them with the pipeline's checked codec (common/envelope.py) and
+raises :class:`MessageError`, and the server counts and
 drops such frames.  A batch is a multipart message: a :class:`BatchHeader`
 frame, then the records as one raw frame (each row every feature side by
 side, as :class:`Attached` lists them: loader.layout), then the rows'
@@ -21,15 +22,9 @@ record indices (int64): no serialization, no copy.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import types
-import typing
 from dataclasses import dataclass, field
 
-import msgpack
-
-from common.envelope import checked, open_envelope
+from common import envelope
 
 VERSION = 1
 
@@ -134,54 +129,10 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
 
 
 def encode(message) -> bytes:
-    return msgpack.packb({"v": VERSION, "t": type(message).__name__, **dataclasses.asdict(message)},
-                         use_bin_type=True)
+    return envelope.encode(message, VERSION)
 
 
 def decode(frame: bytes):
-    cls, payload = open_envelope(frame, VERSION, TYPES, MessageError)
-    return checked(lambda fields: _check(cls, fields, cls.__name__), payload, cls, MessageError)
-
-
-@functools.cache
-def _hints(cls: type) -> dict:
-    return typing.get_type_hints(cls)
-
-
-def _check(hint, value, where: str):
-    """``value`` as ``hint`` (dataclasses built from maps), or MessageError."""
-    origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
-        if type(value) is not dict:
-            raise MessageError(f"{where} is not a map")
-        fields = {f.name: f for f in dataclasses.fields(hint)}
-        unknown = set(value) - set(fields)
-        if unknown:
-            raise MessageError(f"{where} has unknown fields {sorted(map(str, unknown))}")
-        kwargs = {}
-        for name, spec in fields.items():
-            if name in value:
-                kwargs[name] = _check(_hints(hint)[name], value[name], f"{where}.{name}")
-            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                raise MessageError(f"{where} lacks {name}")
-        return hint(**kwargs)
-    if origin is list:
-        (item,) = typing.get_args(hint)
-        if type(value) is not list:
-            raise MessageError(f"{where} is not a list")
-        return [_check(item, v, where) for v in value]
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(hint):
-            try:
-                return _check(option, value, where)
-            except MessageError:
-                pass
-        raise MessageError(f"{where} has the wrong type")
-    if hint is type(None):
-        if value is not None:
-            raise MessageError(f"{where} has the wrong type")
-        return None
-    accepted = {float: (int, float)}.get(hint, (hint,))
-    if type(value) not in accepted:  # exact: a bool is not an int here
-        raise MessageError(f"{where} has the wrong type")
-    return value
+    """The message in ``frame``, every field checked (common/envelope.py, the pipeline's codec too);
+    MessageError for anything else."""
+    return envelope.decode(frame, VERSION, TYPES, MessageError)

@@ -3,13 +3,13 @@
 The manifest is the source of truth (never a directory listing): it says
 which files make up the output and how many records each holds, so the
 epoch order is known before any shard is read.  Shards are decoded on first
-use by a reader chosen by file suffix, and kept in a cache bounded in bytes
+use by the format that wrote them (common/writers: the loader knows no format by
+name or suffix), and kept in a cache bounded in bytes
 (least recently used out): memory does not grow with the dataset.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
@@ -21,9 +21,9 @@ from typing import NamedTuple
 import numpy as np
 
 from common.manifest import read_published
+from common.objectives.base import Ragged
 from common.storage import open_storage
-from common.writers.tfrecord import CorruptShard, read_records
-from loader.example import decode_examples
+from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout
 
 log = logging.getLogger("loader")
@@ -67,58 +67,34 @@ def entry_files(entry: dict) -> list[ListedFile]:
 
 
 # --------------------------------------------------------------------------
-# Readers by suffix
+# Reading a shard: through its format (the writer axis)
 # --------------------------------------------------------------------------
 
-def _read_tfrecord(data: bytes) -> Columns:
-    lengths = np.fromiter((len(record) for record in read_records(data)), dtype=np.int64)
-    # Each record: 8-byte length, 4-byte CRC, the data, 4-byte CRC.
-    starts = np.cumsum(lengths + 16) - lengths - 4
-    return decode_examples(np.frombuffer(data, dtype=np.uint8), starts, lengths)
-
-
-def _read_tfrecord_gz(data: bytes) -> Columns:
+def format_for(name: str) -> type[Writer]:
+    """The output format whose file ``name`` is (common.writers: the loader knows none by name)."""
     try:
-        raw = gzip.decompress(data)
-    except (OSError, EOFError) as error:
-        raise CorruptShard(f"corrupt gzip data: {error}") from None
-    return _read_tfrecord(raw)
+        return writer_for_file(name)
+    except ValueError as error:
+        raise DatasetError(str(error)) from None
 
 
-def _read_parquet(data: bytes) -> Columns:
-    """One column per feature, each a list of a fixed length per row."""
-    import io
-
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(io.BytesIO(data))
+def read_shard(name: str, data: bytes, companion: Callable[[str], bytes | None] = lambda name: None) -> Columns:
+    """A file's records as (records, width) arrays, read by its format; ValueError if it cannot be
+    served (corrupt, no records of its own, or a feature whose length varies between records)."""
+    columns = format_for(name).read_columns(name, data, companion)
+    if columns is None:
+        raise ValueError("holds no records of its own (its format reads it with another file)")
     out = {}
-    for name in table.column_names:
-        column = table.column(name).combine_chunks()
-        if hasattr(column, "flatten") and hasattr(column, "value_lengths"):
-            lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+    for key, column in columns.items():
+        if isinstance(column, Ragged):
+            lengths = np.asarray(column.lengths)
             if len(lengths) and (lengths != lengths[0]).any():
-                raise ValueError(f"feature {name!r} varies in length between records: it cannot be batched")
-            values = column.flatten().to_numpy(zero_copy_only=False)
-            out[name] = values.reshape(len(column), -1) if len(column) else values.reshape(0, 0)
-        else:
-            out[name] = column.to_numpy(zero_copy_only=False).reshape(-1, 1)
+                raise ValueError(f"feature {key!r} varies in length between records: it cannot be batched")
+            width = int(lengths[0]) if len(lengths) else 0
+            column = np.asarray(column.values).reshape(len(lengths), width)
+        column = np.asarray(column)
+        out[key] = column.reshape(-1, 1) if column.ndim == 1 else column
     return out
-
-
-#: File suffix -> reader of a whole file's bytes into (records, length) arrays.
-READERS: dict[str, Callable[[bytes], Columns]] = {
-    ".tfrecord": _read_tfrecord,
-    ".tfrecord.gz": _read_tfrecord_gz,
-    ".parquet": _read_parquet,
-}
-
-
-def reader_for(name: str) -> Callable[[bytes], Columns]:
-    matches = [suffix for suffix in READERS if name.endswith(suffix)]
-    if not matches:
-        raise DatasetError(f"{name}: the loader reads {', '.join(sorted(READERS))} files only")
-    return READERS[max(matches, key=len)]
 
 
 # --------------------------------------------------------------------------
@@ -148,7 +124,7 @@ class ShardList:
         """The files of one side (``train`` or ``holdout``) that hold records, in task order."""
         files = cls.listed(entries, split)
         for file in files:
-            reader_for(file.name)
+            format_for(file.name)
         counts = np.asarray([file.records for file in files], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         return cls(tuple(file.name for file in files), counts, offsets)
@@ -278,7 +254,7 @@ class ShardCache:
         if data is None:
             raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
         try:
-            columns = reader_for(name)(data)
+            columns = read_shard(name, data, self.storage.get_bytes)
         except ValueError as error:
             raise DatasetError(f"{where}: {error} (run mlm-verify)") from None
         expected = int(self.shards.counts[shard])

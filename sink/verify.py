@@ -2,7 +2,8 @@
 
 Before hours of pretraining read them, every file the manifest lists is
 read back: present, the sha256 the worker reported, its format's framing
-intact (each writer counts its own files' records), as many records as
+intact (the format that wrote it reads it: the writer axis, common/writers;
+this module knows no format by name), as many records as
 acknowledged, and its records as ``dataset_info.json`` describes them
 (features, their shapes and dtypes, token ids below the vocabulary's size);
 and no ``part-*`` file is there that the manifest does not list.  No
@@ -21,6 +22,7 @@ import click
 from common import dataset_info
 from common.manifest import read_published, shard_files, stage_files
 from common.storage import StorageError, open_storage
+from common.tasks import FINISH
 from common.writers import writer_for_file
 
 SHARD_PREFIX = "part-"
@@ -61,12 +63,14 @@ def verify_output(storage) -> Verification:
         for shard in shard_files(entry):
             _verify_file(storage, task, shard, result, info)
             listed[shard["name"]] = task
-        for stage_file in stage_files(entry):  # --dedup's files: present and as written (docs/dedup.md)
+        for stage_file in stage_files(entry):  # a stage's own files: present and as written (docs/dedup.md)
             data = storage.get_bytes(stage_file["name"])
             if data is None:
-                result.problems.append(f"{stage_file['name']}: missing (dedup {entry.get('stage')} task {task})")
+                result.problems.append(f"{stage_file['name']}: missing ({entry.get('stage')} task {task})")
             elif hashlib.sha256(data).hexdigest() != stage_file.get("sha256"):
                 result.problems.append(f"{stage_file['name']}: sha256 differs from the manifest's")
+            elif entry.get("stage") == FINISH:  # the format's files after the normal pass (Megatron's merged pairs)
+                _read_back(storage, stage_file, data, result, info)
     for name in storage.list_outputs():
         if name.rsplit("/", 1)[-1].startswith(SHARD_PREFIX) and name not in listed:
             result.problems.append(f"{name}: not in the manifest")
@@ -109,27 +113,38 @@ def _verify_file(storage, task: str, shard: dict, result: Verification, info: di
     result.bytes += len(data)
     if hashlib.sha256(data).hexdigest() != shard.get("sha256"):
         result.problems.append(f"{name}: sha256 differs from the manifest's")
-    writer = writer_for_file(name)
+    result.records += _read_back(storage, shard, data, result, info)
+
+
+def _read_back(storage, listed: dict, data: bytes, result: Verification, info: dict | None) -> int:
+    """Read a listed file with the format whose file it is (this module knows none by name): its framing,
+    its record count against the manifest's, its features against dataset_info.json.  Its records."""
+    name = listed["name"]
+    try:
+        writer = writer_for_file(name)
+    except ValueError as error:
+        result.problems.append(f"{error} (is the package of its format installed?)")
+        return 0
     try:
         records = writer.count_records(name, data)
     except (ValueError, OSError, EOFError, zlib.error) as error:
         result.problems.append(f"{name}: corrupt: {error}")
-        return
-    result.records += records
-    if records != shard.get("records"):
-        result.problems.append(f"{name}: {records} records, the manifest says {shard.get('records')}")
+        return 0
+    if records != listed.get("records"):
+        result.problems.append(f"{name}: {records} records, the manifest says {listed.get('records')}")
     if info is None:
-        return
+        return records
     if writer.name != info.get("format"):
         result.problems.append(f"{name}: a {writer.name} file, {dataset_info.DATASET_INFO} says {info.get('format')}")
-        return
+        return records
     try:
         columns = writer.read_columns(name, data, storage.get_bytes)
     except (ValueError, OSError, EOFError, zlib.error) as error:
         result.problems.append(f"{name}: cannot be read as {dataset_info.DATASET_INFO} says: {error}")
-        return
+        return records
     if columns is not None:
         result.problems += dataset_info.check_columns(info, name, columns)
+    return records
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"]})

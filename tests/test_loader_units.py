@@ -10,10 +10,11 @@ import pytest
 from common.writers.tfrecord import encode_records
 from loader import messages
 from loader.client import hf_views
-from loader.example import decode_example_slow, decode_examples
+from common.writers.tf_example import decode_example_slow, decode_examples
 from loader.masking import MaskingParams, candidates, remask, restore
 from loader.order import EpochOrder, Partition
-from loader.shards import READERS, DatasetError, ShardCache, ShardList, entry_files, open_dataset, reader_for
+from common.writers import writer_named
+from loader.shards import DatasetError, ShardCache, ShardList, entry_files, format_for, open_dataset, read_shard
 
 
 
@@ -38,7 +39,8 @@ def test_entry_files_reads_both_manifest_shapes():
 def test_files_the_loader_cannot_read_are_refused_before_serving():
     with pytest.raises(DatasetError, match="part-a.csv"):
         ShardList.from_entries([{"task": "a", "shards": [{"name": "part-a.csv", "records": 1}]}])
-    assert reader_for("x.tfrecord.gz") is READERS[".tfrecord.gz"]
+    assert format_for("x.tfrecord.gz") is writer_named("tfrecord")
+    assert format_for("holdout/bin-002/part-x.parquet") is writer_named("parquet")
 
 
 def test_no_manifest_is_a_one_line_error(tmp_path):
@@ -72,7 +74,7 @@ def test_irregular_records_and_gzip_decode_like_regular_ones(tmp_path):
     data = encode_records(features)
     gz = tmp_path / "x.tfrecord.gz"
     gz.write_bytes(gzip.compress(data))
-    for decoded in (READERS[".tfrecord"](data), READERS[".tfrecord.gz"](gz.read_bytes())):
+    for decoded in (read_shard("x.tfrecord", data), read_shard(gz.name, gz.read_bytes())):
         np.testing.assert_array_equal(decoded["input_ids"], features["input_ids"])
         np.testing.assert_array_equal(decoded["w"], features["w"])
         assert decoded["small"].dtype == np.int32
@@ -206,13 +208,13 @@ def test_parquet_files_of_fixed_length_lists_are_read(tmp_path):
                       "next_sentence_labels": pa.array([0, 1, 0], type=pa.int32())})
     path = tmp_path / "part-x.parquet"
     pq.write_table(table, path)
-    columns = reader_for(path.name)(path.read_bytes())
+    columns = read_shard(path.name, path.read_bytes())
     np.testing.assert_array_equal(columns["input_ids"], ids)
     np.testing.assert_array_equal(columns["masked_lm_weights"], weights)
     np.testing.assert_array_equal(columns["next_sentence_labels"], [[0], [1], [0]])
     pq.write_table(pa.table({"input_ids": pa.array([[1, 2], [3]], type=pa.list_(pa.int32()))}), path)
     with pytest.raises(ValueError, match="varies in length"):
-        reader_for(path.name)(path.read_bytes())
+        read_shard(path.name, path.read_bytes())
 
 
 def test_the_mask_id_comes_from_the_tokenizer_as_the_ventilator_reads_it(tmp_path):

@@ -1,21 +1,37 @@
-"""The writer axis: output formats.  Each is one module of this package
-(see :mod:`.base`); the job names it (``--output-format``) and
-:func:`writers` finds it, so adding one touches no other file."""
+"""The writer axis: output formats, each one object that writes and reads
+its files.  Each is one module of this package (see :mod:`.base`), or a
+class another installed package names under the entry-point group
+``mlm_pipeline.writers``; the job names it (``--output-format``) and
+:func:`writers` finds it, so adding one touches no other file: the
+ventilator offers it, workers write it, ``mlm-verify`` checks it and the
+loader serves it."""
 
 from __future__ import annotations
 
 import functools
+from importlib.metadata import entry_points
 
-from common.writers.base import ShardFile, TaskOutput, Writer
+from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 DEFAULT = "tfrecord"
+#: Where other installed packages name their formats (``name = module:Class``).
+ENTRY_POINT_GROUP = "mlm_pipeline.writers"
 
 
 @functools.cache
 def writers() -> dict[str, type[Writer]]:
     from common.params import discover
 
-    return discover(__name__, Writer)
+    found = discover(__name__, Writer)
+    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        writer = entry_point.load()
+        if not (isinstance(writer, type) and issubclass(writer, Writer) and "name" in vars(writer)):
+            raise TypeError(f"entry point {entry_point.name} = {entry_point.value} ({ENTRY_POINT_GROUP}) is not a "
+                            "Writer with a name")
+        previous = found.setdefault(writer.name, writer)
+        if previous is not writer:
+            raise TypeError(f"two Writers named {writer.name!r}: {previous} and {writer}")
+    return found
 
 
 def writer_named(name: str) -> type[Writer]:
@@ -26,12 +42,14 @@ def writer_named(name: str) -> type[Writer]:
 
 
 def writer_for_file(name: str) -> type[Writer]:
-    """The writer that writes files named like ``name`` (longest suffix first)."""
+    """The format whose files are named like ``name`` (the longest suffix that matches wins)."""
     matches = [(len(suffix), writer) for writer in writers().values() for suffix in writer.suffixes
                if name.endswith(suffix)]
     if not matches:
-        raise ValueError(f"{name}: no output format writes such files")
+        raise ValueError(f"{name}: no output format writes such files (known endings: "
+                         f"{', '.join(sorted({s for w in writers().values() for s in w.suffixes}))})")
     return max(matches, key=lambda match: match[0])[1]
 
 
-__all__ = ["DEFAULT", "ShardFile", "TaskOutput", "Writer", "writer_for_file", "writer_named", "writers"]
+__all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "OutputFile", "ShardFile", "TaskOutput", "Writer", "writer_for_file",
+           "writer_named", "writers"]

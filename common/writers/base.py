@@ -1,20 +1,32 @@
-"""The writer interface: one task's records in, one or more files out.
+"""The format interface: one task's records in, one or more files out, and
+those files read back.
 
 A writer sees the objective's features and its batches, never the objective
-itself; it writes a task's files atomically (each appears under its final
-name only once complete) and reports each file's name, records, sha256 and
-size for the manifest.  The same records always give the same bytes, so a
-task done twice writes the same files.
+itself; it writes a task's files atomically through :class:`OutputFile` (each
+appears under its final name only once complete) and reports each file's
+name, records, sha256 and size for the manifest.  The same records always
+give the same bytes, so a task done twice writes the same files.
+
+The same class reads them: :attr:`Writer.suffixes` says which files of an
+output are its own, :meth:`Writer.count_records` checks a file's framing and
+:meth:`Writer.read_columns` / :meth:`Writer.read_records` give its records
+back by feature name.  ``mlm-verify``, the loader and the tests read outputs
+only this way, so a new format is served and verified without touching them.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
+import io
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from collections.abc import Iterator
+from typing import BinaryIO, Callable, ClassVar
 
-from common.objectives.base import Batch, Feature
+import numpy as np
+
+from common.objectives.base import Batch, Feature, Ragged
 from common.tokenization.vocabulary import SpecialIds
 from common.params import Configurable
 
@@ -28,6 +40,50 @@ class ShardFile:
     sha256: str
     bytes: int
     holdout: bool = False  # a file of the held-out side (--holdout-fraction), under holdout/
+
+
+class HashingFile(io.RawIOBase):
+    """Passes writes on to ``file`` and keeps their size and sha256: what the manifest says of a file,
+    known without reading it again.  A raw binary file, so pyarrow's or gzip's writers can write to it."""
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self._sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        self._file.write(data)
+        self._sha256.update(data)
+        self.bytes += len(data)
+        return len(data)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha256.hexdigest()
+
+
+class OutputFile(HashingFile):
+    """One file of a task's output, the one way every format writes one: under a temporary name
+    (``Storage.open_atomic``), hashed and sized as it is written, renamed into place by :meth:`commit`."""
+
+    def __init__(self, output, name: str):
+        self.name = name
+        self._atomic = output.open_atomic(name)
+        super().__init__(self._atomic.file)
+
+    def commit(self, records: int, **labels) -> ShardFile:
+        """Make the file visible under its name; the manifest's line for it (``labels``: ShardFile's
+        other fields)."""
+        self._atomic.commit()
+        return ShardFile(self.name, records, self.sha256, self.bytes, **labels)
+
+    def abort(self) -> None:
+        """Remove it (safe after a commit: nothing happens)."""
+        self._atomic.abort()
 
 
 class TaskOutput(abc.ABC):
@@ -48,7 +104,8 @@ class TaskOutput(abc.ABC):
 class Writer(Configurable, abc.ABC):
     """An output format."""
 
-    #: Endings of the files it writes (for mlm-verify and readers of an output).
+    #: Endings of the files it writes: which files of an output are its own (common.writers.writer_for_file,
+    #: for mlm-verify, the loader and every other reader of an output).
     suffixes: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
@@ -99,6 +156,19 @@ class Writer(Configurable, abc.ABC):
         no records of its own (read with its companion); ``companion(name)`` gives another file's bytes.
         ValueError if the file is corrupt."""
         raise NotImplementedError(f"{cls.name} files cannot be read back")
+
+    @classmethod
+    def read_records(cls, name: str, data: bytes,
+                     companion: Callable[[str], bytes | None] = lambda name: None) -> Iterator[dict[str, np.ndarray]]:
+        """A file's records one by one, each a dict of numpy arrays by feature name (a fixed-length
+        feature: its ``length`` values; a variable one: this record's; a one-value feature: one value);
+        nothing for a file read with its companion.  ValueError if the file is corrupt."""
+        columns = cls.read_columns(name, data, companion)
+        if not columns:
+            return
+        rows = {key: column.rows() if isinstance(column, Ragged) else iter(column) for key, column in columns.items()}
+        for _ in range(len(next(iter(columns.values())))):
+            yield {key: np.asarray(next(values)) for key, values in rows.items()}
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:

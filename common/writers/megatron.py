@@ -30,7 +30,6 @@ PREFIX`` pairs, the form ``--data-path`` takes for a blend weighted by size.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from dataclasses import dataclass
 
@@ -41,7 +40,7 @@ from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
 from common.objectives.base import Batch, Feature, Ragged
 from common.params import param
 from common.tasks import FINISH, Task, parse_size
-from common.writers.base import ShardFile, TaskOutput, Writer
+from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -119,39 +118,22 @@ class IndexedDataset:
                 for a, b in zip(self.document_indices[:-1], self.document_indices[1:])]
 
 
-class _Stream:
-    """Writes to an atomic file, keeping its size and sha256."""
-
-    def __init__(self, output, name: str):
-        self.name = name
-        self.atomic = output.open_atomic(name)
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def write(self, data: bytes) -> None:
-        self.atomic.file.write(data)
-        self.sha256.update(data)
-        self.bytes += len(data)
-
-
-def _commit_pair(output, data: _Stream, index_name: str, dtype: np.dtype, lengths: np.ndarray,
+def _commit_pair(output, data: OutputFile, index_name: str, dtype: np.dtype, lengths: np.ndarray,
                  pointers: np.ndarray, document_indices: np.ndarray, holdout: bool = False) -> list[ShardFile]:
     """Write the index of ``data`` (written, not yet committed) and commit both, the index last: a reader
     that finds the .idx finds its .bin complete."""
-    index = _Stream(output, index_name)
+    index = OutputFile(output, index_name)
     try:
         index.write(INDEX_HEADER + struct.pack("<QBQQ", INDEX_VERSION, DTYPE_CODES[dtype], len(lengths),
                                                len(document_indices)))
         index.write(lengths.astype("<i4").tobytes())
         index.write(pointers.astype("<i8").tobytes())
         index.write(document_indices.astype("<i8").tobytes())
-        data.atomic.commit()
-        index.atomic.commit()
+        labels = {"holdout": True} if holdout else {}
+        return [data.commit(0, **labels), index.commit(len(lengths), **labels)]
     except BaseException:
-        index.atomic.abort()
+        index.abort()
         raise
-    return [ShardFile(data.name, 0, data.sha256.hexdigest(), data.bytes, holdout),
-            ShardFile(index.name, len(lengths), index.sha256.hexdigest(), index.bytes, holdout)]
 
 
 def merge_parts(output, parts: list[str], name: str, holdout: bool = False) -> list[ShardFile]:
@@ -168,7 +150,7 @@ def merge_parts(output, parts: list[str], name: str, holdout: bool = False) -> l
     dtype = read[0][1].dtype
     if any(part.dtype != dtype for _, part in read):
         raise ValueError(f"{name}: its parts have different dtypes")
-    data = _Stream(output, f"{name}.bin")
+    data = OutputFile(output, f"{name}.bin")
     try:
         lengths, pointers, document_indices = [], [], [np.zeros(1, np.int64)]
         sequences = 0
@@ -185,7 +167,7 @@ def merge_parts(output, parts: list[str], name: str, holdout: bool = False) -> l
         return _commit_pair(output, data, f"{name}.idx", dtype, np.concatenate(lengths),
                             np.concatenate(pointers), np.concatenate(document_indices), holdout)
     except BaseException:
-        data.atomic.abort()
+        data.abort()
         raise
 
 
@@ -196,7 +178,7 @@ class _MegatronTaskOutput(TaskOutput):
         self._dtype = dtype
         self._level = level
         self._eod = eod  # document level: appended to every document, as preprocess_data.py --append-eod
-        self._bin = _Stream(output, f"{stem}.bin")
+        self._bin = OutputFile(output, f"{stem}.bin")
         self._lengths: list[np.ndarray] = []
         self._document_ends: list[np.ndarray] = []
         self._sequences = 0
@@ -228,7 +210,7 @@ class _MegatronTaskOutput(TaskOutput):
                             document_indices)
 
     def abort(self) -> None:
-        self._bin.atomic.abort()
+        self._bin.abort()
 
 
 class MegatronWriter(Writer):

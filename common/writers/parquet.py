@@ -21,17 +21,15 @@ YAML names the splits' files for ``datasets.load_dataset(OUT)``
 
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import numpy as np
 
 from common.lazy_import import LazyModule
 from common.objectives.base import Batch, Feature, Ragged
 from common.params import param
-from common.writers.base import ShardFile, TaskOutput, Writer
+from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 pa = LazyModule("pyarrow")
 pq = LazyModule("pyarrow.parquet")
@@ -97,33 +95,13 @@ def _column(values, feature: Feature) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.reshape(-1)))
 
 
-class _HashingFile(io.RawIOBase):
-    """Passes writes to the shard's file and keeps its size and sha256."""
-
-    def __init__(self, file: BinaryIO):
-        self._file = file
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        self._file.write(data)
-        self.sha256.update(data)
-        self.bytes += len(data)
-        return len(data)
-
-
 class _ParquetFile:
     """One file of a task: buffered to whole row groups, written atomically."""
 
     def __init__(self, output, name: str, schema: pa.Schema):
         self.name = name
-        self._atomic = output.open_atomic(name)
-        self._sink = _HashingFile(self._atomic.file)
-        self._writer = pq.ParquetWriter(self._sink, schema, compression="zstd", write_statistics=False)
+        self._file = OutputFile(output, name)
+        self._writer = pq.ParquetWriter(self._file, schema, compression="zstd", write_statistics=False)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self.records = 0
@@ -149,11 +127,10 @@ class _ParquetFile:
     def commit(self) -> ShardFile:
         self._flush(final=True)
         self._writer.close()
-        self._atomic.commit()
-        return ShardFile(self.name, self.records, self._sink.sha256.hexdigest(), self._sink.bytes)
+        return self._file.commit(self.records)
 
     def abort(self) -> None:
-        self._atomic.abort()
+        self._file.abort()
 
 
 def record_lengths(batch: Batch) -> np.ndarray:

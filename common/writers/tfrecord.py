@@ -22,7 +22,6 @@ TFRecord: uint64 length, uint32 masked CRC32C(length), data, uint32 masked CRC32
 from __future__ import annotations
 
 import gzip
-import hashlib
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +33,8 @@ import numpy as np
 
 from common.objectives.base import Batch, Feature
 from common.params import param
-from common.writers.base import ShardFile, TaskOutput, Writer
+from common.writers.base import HashingFile, OutputFile, ShardFile, TaskOutput, Writer
+from common.writers.tf_example import decode_examples
 
 _KEY, _VALUE, _FLOAT_LIST, _INT64_LIST, _PACKED = 0x0A, 0x12, 0x12, 0x1A, 0x0A
 
@@ -296,33 +296,28 @@ def frame_records(records: RowBytes) -> bytes:
 
 class ShardWriter:
     """Streams framed records into a file, optionally as GZIP (TFRecord's
-    ``compression_type="GZIP"``), and tracks the file's size and sha256."""
+    ``compression_type="GZIP"``); the file's size and sha256 are kept as it
+    is written (a :class:`~common.writers.base.HashingFile`)."""
 
     def __init__(self, file: BinaryIO, compression: str = ""):
-        self._file = file
-        self._sha256 = hashlib.sha256()
-        self.bytes_written = 0
+        self._file = file if isinstance(file, HashingFile) else HashingFile(file)
         self.records = 0
         # mtime=0 and no file name: the same records give the same bytes.
-        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=_Tee(self), mtime=0) if compression == "gzip" else None
+        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self._file, mtime=0) if compression == "gzip" else None
 
-    def _emit(self, data: bytes) -> None:
-        self._file.write(data)
-        self._sha256.update(data)
-        self.bytes_written += len(data)
+    @property
+    def bytes_written(self) -> int:
+        return self._file.bytes
 
     def write(self, framed: bytes, count: int) -> None:
-        if self._gzip is not None:
-            self._gzip.write(framed)
-        else:
-            self._emit(framed)
+        (self._gzip or self._file).write(framed)
         self.records += count
 
     def close(self) -> str:
         """Flush everything; returns the file's sha256."""
         if self._gzip is not None:
             self._gzip.close()
-        return self._sha256.hexdigest()
+        return self._file.sha256
 
 
 @dataclass(frozen=True)
@@ -332,20 +327,18 @@ class TFRecordParams:
 
 class _TFRecordTaskOutput(TaskOutput):
     def __init__(self, output, name: str, compression: str):
-        self._name = name
-        self._atomic = output.open_atomic(name)
-        self._writer = ShardWriter(self._atomic.file, compression)
+        self._file = OutputFile(output, name)
+        self._writer = ShardWriter(self._file, compression)
 
     def write(self, batch: Batch) -> None:
         self._writer.write(encode_records(batch.columns), len(batch))
 
     def commit(self) -> list[ShardFile]:
-        sha256 = self._writer.close()
-        self._atomic.commit()
-        return [ShardFile(self._name, self._writer.records, sha256, self._writer.bytes_written)]
+        self._writer.close()
+        return [self._file.commit(self._writer.records)]
 
     def abort(self) -> None:
-        self._atomic.abort()
+        self._file.abort()
 
 
 class TFRecordWriter(Writer):
@@ -391,22 +384,9 @@ class TFRecordWriter(Writer):
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
-        """Every record's features as (records, length) arrays (the loader's decoder: no TensorFlow)."""
-        from loader.example import decode_examples
-
+        """Every record's features as (records, length) arrays (common/writers/tf_example.py: no TensorFlow)."""
         raw = cls._raw(name, data)
         lengths = np.fromiter((len(record) for record in read_records(raw)), dtype=np.int64)
         starts = np.cumsum(lengths + 16) - lengths - 4  # each record: length, its CRC, the data, its CRC
         return decode_examples(np.frombuffer(raw, dtype=np.uint8), starts, lengths)
 
-
-class _Tee:
-    def __init__(self, writer: ShardWriter):
-        self._writer = writer
-
-    def write(self, data) -> int:
-        self._writer._emit(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass

@@ -1,6 +1,7 @@
 """``tf.train.Example`` records back into numpy arrays, without protobuf or TensorFlow.
 
-The server decodes whole shards, so decoding must not cost a Python loop
+The TFRecord format's reading side (TFRecordWriter.read_columns: the loader
+and mlm-verify read through it).  The loader decodes whole shards, so decoding must not cost a Python loop
 per record.  Records this project writes (common/writers/tfrecord.py) all
 share one layout: the same features in the same order, each an int64 or
 float list of a fixed length; only varint widths differ between records.
