@@ -9,12 +9,11 @@ loader serves it."""
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
 
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 DEFAULT = "tfrecord"
-#: Where other installed packages name their formats (``name = module:Class``).
+#: Where other installed packages name their formats (``name = module:Class``): common.params.entry_point_group.
 ENTRY_POINT_GROUP = "mlm_pipeline.writers"
 
 
@@ -22,16 +21,7 @@ ENTRY_POINT_GROUP = "mlm_pipeline.writers"
 def writers() -> dict[str, type[Writer]]:
     from common.params import discover
 
-    found = discover(__name__, Writer)
-    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        writer = entry_point.load()
-        if not (isinstance(writer, type) and issubclass(writer, Writer) and "name" in vars(writer)):
-            raise TypeError(f"entry point {entry_point.name} = {entry_point.value} ({ENTRY_POINT_GROUP}) is not a "
-                            "Writer with a name")
-        previous = found.setdefault(writer.name, writer)
-        if previous is not writer:
-            raise TypeError(f"two Writers named {writer.name!r}: {previous} and {writer}")
-    return found
+    return discover(__name__, Writer)  # this package's modules and the ENTRY_POINT_GROUP's entry points
 
 
 def writer_named(name: str) -> type[Writer]:

@@ -2,40 +2,33 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
 
 from common.objectives.base import Ragged
-from common.writers.base import ShardFile, TaskOutput, Writer
+from common.writers.base import OutputFile, TaskOutput, Writer
 
 SUFFIX = ".demo.jsonl"
 
 
 class _Output(TaskOutput):
     def __init__(self, output, name):
-        self.name = name
-        self.atomic = output.open_atomic(name)
-        self.sha256 = hashlib.sha256()
-        self.records = self.bytes = 0
+        self.file = OutputFile(output, name)  # temporary name, sha256 and size, renamed on commit: the base's
+        self.records = 0
 
     def write(self, batch):
         rows = [dict(zip(batch.columns, values)) for values in zip(*(
             column.rows() if isinstance(column, Ragged) else column for column in batch.columns.values()))]
-        data = "".join(json.dumps({k: np.asarray(v).tolist() for k, v in row.items()}) + "\n"
-                       for row in rows).encode()
-        self.atomic.file.write(data)
-        self.sha256.update(data)
+        self.file.write("".join(json.dumps({k: np.asarray(v).tolist() for k, v in row.items()}) + "\n"
+                                for row in rows).encode())
         self.records += len(rows)
-        self.bytes += len(data)
 
     def commit(self):
-        self.atomic.commit()
-        return [ShardFile(self.name, self.records, self.sha256.hexdigest(), self.bytes)]
+        return [self.file.commit(self.records)]
 
     def abort(self):
-        self.atomic.abort()
+        self.file.abort()
 
 
 class JsonLinesWriter(Writer):
