@@ -24,7 +24,7 @@ from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
-from common.tasks import InputFile, Task, compression_of
+from common.tasks import InputFile, Task, compression_of, parse_size
 from common.tokenization import TokenizerError, load_vocabulary
 from common.version import version
 from common.writers import writer_named
@@ -35,11 +35,15 @@ from common.params import Component
 log = logging.getLogger("ventilator")
 
 
+#: --task-size's default, as the command line shows it.
+DEFAULT_TASK_SIZE = "8M"
+
+
 class JobError(Exception):
     """A one-line reason the job cannot start."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobOptions:
     data: str
     output: str
@@ -56,7 +60,7 @@ class JobOptions:
     #: Component parameters given on the command line (unset ones are absent), by field name: each
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
-    task_size: int = 8 * 1024 * 1024
+    task_size: int = parse_size(DEFAULT_TASK_SIZE)
     #: --holdout-fraction / --holdout-seed (common/holdout.py): 0 holds nothing out.
     holdout_fraction: float = 0.0
     holdout_seed: int = DEFAULT_HOLDOUT_SEED

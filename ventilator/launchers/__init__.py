@@ -1,0 +1,26 @@
+"""Launchers (base.py), found by name: this package's modules and installed packages' entry points."""
+
+from __future__ import annotations
+
+import functools
+
+from common.params import discover
+from common.plugins import with_installed
+from ventilator.launchers.base import Launcher, Role
+
+__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "Launcher", "Role", "launcher_named", "launchers"]
+
+DEFAULT_LAUNCHER = "local"
+ENTRY_POINTS = "mlm_pipeline.launchers"
+
+
+@functools.cache
+def launchers() -> dict[str, type[Launcher]]:
+    return with_installed(discover(__name__, Launcher), ENTRY_POINTS, Launcher)
+
+
+def launcher_named(name: str) -> type[Launcher]:
+    try:
+        return launchers()[name]
+    except KeyError:
+        raise ValueError(f"unknown launcher {name!r} (known: {', '.join(sorted(launchers()))})") from None
