@@ -59,7 +59,7 @@ class CloudWatchPublisher(BacklogPublisher):
         self._stopped = threading.Event()
         self._failing = False
         import boto3  # only when asked for
-        self._client = boto3.client("cloudwatch", region_name=options.region or None)
+        self._client = boto3.client("cloudwatch", region_name=self.options.region or None)
 
     def publish(self, backlog: Backlog) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
