@@ -21,11 +21,13 @@ _KEY = "click_option"
 _MISSING = dataclasses.MISSING
 
 
-def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, **click_kwargs) -> Any:
+def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, always_written: bool = False,
+           **click_kwargs) -> Any:
     """A field that is the option ``decls`` (click's declarations, without the parameter name: the field's
     name is that).  ``default`` is the one source of the default; ``cli_default`` only where the command line
-    shows it otherwise (``8M`` for 8388608 bytes)."""
-    metadata = {_KEY: (decls, click_kwargs, cli_default)}
+    shows it otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default,
+    which depends on the host (a worker's --processes: this host's cores, not the receiving one's)."""
+    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written)}
     if default is _MISSING:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -49,7 +51,7 @@ def option_fields(settings_class: type) -> Iterator[dataclasses.Field]:
 
 
 def click_option(f: dataclasses.Field) -> Callable:
-    decls, click_kwargs, cli_default = f.metadata[_KEY]
+    decls, click_kwargs, cli_default, _ = f.metadata[_KEY]
     kwargs = dict(click_kwargs)
     if not kwargs.get("required"):
         kwargs["default"] = f.default if cli_default is _MISSING else cli_default
@@ -95,9 +97,9 @@ def to_argv(settings) -> list[str]:
             if dataclasses.is_dataclass(value):
                 argv += to_argv(value)
             continue
-        if value is None or (f.default is not _MISSING and value == f.default):
+        decls, click_kwargs, _, always_written = f.metadata[_KEY]
+        if value is None or (f.default is not _MISSING and value == f.default and not always_written):
             continue
-        decls, click_kwargs, _ = f.metadata[_KEY]
         flags = [decl for decl in decls if decl.startswith("--")]
         if click_kwargs.get("count"):
             short = next((decl for decl in decls if not decl.startswith("--")), flags[0])

@@ -13,7 +13,7 @@ from common.transport import ListenError
 from common.version import command_line
 from ventilator.display import TerminalDisplay
 from ventilator.job import JobError, prepare_job
-from ventilator.launchers import Launcher, Role, launcher_named
+from ventilator.launchers import LaunchError, Launcher, Role, launcher_named
 from ventilator.publishers import publisher_named
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
 from ventilator.server import VentilatorServer
@@ -53,8 +53,9 @@ def run(config: RunConfig) -> int:
     """Plan the job, start what the run starts beside the ventilator, serve the job to its end: the exit status."""
     logs.configure(config.display.verbose)
     try:
+        launcher = launcher_named(config.fleet.launcher)(config)
         job = prepare_job(config.job_options(command=command_line()))
-    except JobError as error:
+    except (LaunchError, JobError) as error:
         click.echo(f"ventilator: error: {error}", err=True)
         return EXIT_FAILED
 
@@ -63,7 +64,7 @@ def run(config: RunConfig) -> int:
     if display is not None:
         logs.route_to(display.print_line)
 
-    launcher = launcher_named(config.fleet.launcher)(config, display.print_line if display is not None else None)
+    launcher.relay = display.print_line if display is not None else None
     if config.sink.starts_sink:
         launcher.start(Role.of("sink", "sink", config.sink_settings(launcher.ventilator_host)))
     if config.fleet.workers:

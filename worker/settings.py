@@ -28,7 +28,7 @@ class WorkerSettings:
                              help="Where the ventilator listens (its --vport). Everything else, including the "
                                   "tokenizer, comes from it.")
     processes: int = option("--processes", type=click.IntRange(min=1), default=os.cpu_count() or 1,
-                            show_envvar=True, show_default="this host's cores",
+                            always_written=True, show_envvar=True, show_default="this host's cores",
                             help="Worker processes on this host (one core each).")
     sink: str = option("--sink", default=WorkerOptions.sink, metavar="HOST:PORT", show_envvar=True,
                        help="Override the sink address the ventilator hands out.")

@@ -23,3 +23,11 @@ def test_handed_over_as_argv_and_back():
 def test_a_lifecycle_hook_without_its_group_is_one_line():
     with pytest.raises(SettingsError, match="--lifecycle-hook and --autoscaling-group go together"):
         parse(WorkerSettings, ["--ventilator", "h:1", "--lifecycle-hook", "x", "--spot-watch"])
+
+
+def test_the_number_of_processes_is_always_written():
+    """Its default is the host's cores: a worker started elsewhere must get this side's number, not its own."""
+    import os
+
+    settings = WorkerSettings(ventilator="h:1", processes=os.cpu_count() or 1)
+    assert to_argv(settings) == ["--ventilator", "h:1", "--processes", str(settings.processes)]

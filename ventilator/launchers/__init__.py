@@ -6,9 +6,9 @@ import functools
 
 from common.params import discover
 from common.plugins import with_installed
-from ventilator.launchers.base import Launcher, Role
+from ventilator.launchers.base import LaunchError, Launcher, Role
 
-__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "Launcher", "Role", "launcher_named", "launchers"]
+__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "LaunchError", "Launcher", "Role", "launcher_named", "launchers"]
 
 DEFAULT_LAUNCHER = "local"
 ENTRY_POINTS = "mlm_pipeline.launchers"

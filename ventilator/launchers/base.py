@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from ventilator.run_config import RunConfig
 
 
+class LaunchError(ValueError):
+    """A one-line reason a launcher cannot run here (raised when it is made, before any work)."""
+
+
 @dataclass(frozen=True)
 class Role:
     """One thing to start: ``python -m module *args``, called ``name`` in logs and failures."""
@@ -42,6 +46,7 @@ class Launcher(ABC):
     ventilator_host: ClassVar[str] = "127.0.0.1"
 
     def __init__(self, config: RunConfig | None = None, relay: Callable[[str], None] | None = None):
+        """LaunchError if it cannot run here."""
         self.config = config
         self.relay = relay  # where the roles' output lines go (the terminal display); None: the terminal
 

@@ -50,10 +50,13 @@ class LocalLauncher(Launcher):
         self._relays: list[threading.Thread] = []
 
     def start(self, role: Role) -> None:
-        """Start ``python -m module args``; with a relay, its output lines
+        """Start ``python -m module args``."""
+        self.spawn(role.name, [sys.executable, "-m", role.module, *role.args])
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        """Run ``command`` as the child ``name``; with a relay, its output lines
         go there (the terminal display) instead of straight to the terminal."""
-        name, relay = role.name, self.relay
-        command = [sys.executable, "-m", role.module, *role.args]
+        relay = self.relay
         log.info("starting %s: %s", name, " ".join(command[1:]))
         # Children get every setting on their command line.  The MLM_*
         # options meant for this command are not theirs: MLM_METRICS_PORT
