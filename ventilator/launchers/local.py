@@ -57,7 +57,7 @@ class LocalLauncher(Launcher):
         """Run ``command`` as the child ``name``; with a relay, its output lines
         go there (the terminal display) instead of straight to the terminal."""
         relay = self.relay
-        log.info("starting %s: %s", name, " ".join(command[1:]))
+        log.info("starting %s: %s", name, " ".join(command[1:] if command[0] == sys.executable else command))
         # Children get every setting on their command line.  The MLM_*
         # options meant for this command are not theirs: MLM_METRICS_PORT
         # would make two processes listen on one port, MLM_SINK would send a
