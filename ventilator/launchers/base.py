@@ -30,12 +30,11 @@ class Role:
     name: str  # "sink", "workers"
     module: str  # "sink", "worker"
     args: tuple[str, ...] = ()
-    processes: int = 1  # how many processes ``args`` asks for (the workers' --processes)
 
     @classmethod
     def of(cls, name: str, module: str, settings) -> Role:
         """The role that runs ``module`` with ``settings`` (its settings dataclass)."""
-        return cls(name, module, tuple(to_argv(settings)), getattr(settings, "processes", 1))
+        return cls(name, module, tuple(to_argv(settings)))
 
 
 class Launcher(ABC):
