@@ -52,7 +52,7 @@ def test_two_variants_giving_one_option_two_types_are_refused_naming_both(monkey
 
     from common.objectives import objectives
     from common.params import ParamClash, option_specs
-    from ventilator import cli
+    from ventilator import run_config
 
     bert = objectives()["bert"]
     clashing = {f.name for f in dataclasses.fields(bert.Params)} & {"masked_lm_prob"}
@@ -72,9 +72,9 @@ def test_two_variants_giving_one_option_two_types_are_refused_naming_both(monkey
     assert "--masked-lm-prob" in message and "'bert'" in message and "'plugin'" in message
     assert "float" in message and "str" in message
 
-    monkeypatch.setattr(cli, "objectives", lambda: {"bert": bert, "plugin": PluginObjective})
+    monkeypatch.setattr(run_config, "objectives", lambda: {"bert": bert, "plugin": PluginObjective})
     with pytest.raises(SystemExit) as exited:
-        cli.component_options(lambda: None)
-    assert exited.value.code == cli.EXIT_FAILED
+        run_config.component_options(lambda: None)
+    assert exited.value.code == run_config.EXIT_FAILED
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mlm-ventilator: error: --masked-lm-prob is declared float by 'bert'")

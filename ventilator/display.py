@@ -3,7 +3,7 @@ scrolling above it.
 
 Used only when stderr is a terminal (``--progress`` forces it either way).
 The sink and workers the one-machine command starts write through it too
-(LocalFleet relays their lines), so nothing else draws under the bar.
+(the local launcher relays their lines), so nothing else draws under the bar.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ input, a tokenizer without a mask token, a flag the objective does not
 take, an output format that cannot hold the objective's records, an output
 holding another job) are reported here, in one line, before any socket is
 opened.
+
+prepare_job is three steps: validate (every refusal that needs no job id:
+options, tokenizer, the inputs listed, the components' parameters),
+identify (the JobConfig, built in job_config() only, and its id, checked
+against the output's manifest) and plan (the tasks, dedup stages first).
 """
 
 from __future__ import annotations
@@ -24,8 +29,8 @@ from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.sentences import Segmenter
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
-from common.tasks import InputFile, Task, compression_of
-from common.tokenization import TokenizerError, load_vocabulary
+from common.tasks import InputFile, Task, compression_of, parse_size
+from common.tokenization import TokenizerError, Vocabulary, load_vocabulary
 from common.version import version
 from common.writers import writer_named
 from common.tokenization import han_words
@@ -35,11 +40,15 @@ from common.params import Component
 log = logging.getLogger("ventilator")
 
 
+#: --task-size's default, as the command line shows it.
+DEFAULT_TASK_SIZE = "8M"
+
+
 class JobError(Exception):
     """A one-line reason the job cannot start."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobOptions:
     data: str
     output: str
@@ -56,7 +65,7 @@ class JobOptions:
     #: Component parameters given on the command line (unset ones are absent), by field name: each
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
-    task_size: int = 8 * 1024 * 1024
+    task_size: int = parse_size(DEFAULT_TASK_SIZE)
     #: --holdout-fraction / --holdout-seed (common/holdout.py): 0 holds nothing out.
     holdout_fraction: float = 0.0
     holdout_seed: int = DEFAULT_HOLDOUT_SEED
@@ -137,7 +146,35 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
     return shares
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What validate() found good: the tokenizer, the inputs and the components, each resolved."""
+
+    vocabulary: Vocabulary
+    storage: Storage  # the input's
+    listed: list[InputFile]  # every input listed, readable or not (the job's identity digests them all)
+    files: list[InputFile]  # those that can be read
+    skipped: dict[str, str]  # path -> reason
+    reader: Reader
+    reader_class: type[Reader]
+    reader_params: object
+    objective_class: type
+    objective_params: object
+    writer_class: type
+    writer_params: object
+    word_segmenter: Component
+
+
 def prepare_job(options: JobOptions) -> Job:
+    """Validate, identify, plan: a job ready to serve, or JobError (one line) before any work."""
+    checked = validate(options)
+    config = identify(options, checked)
+    return plan(options, checked, config)
+
+
+def validate(options: JobOptions) -> Checked:
+    """Every refusal that needs no job id, in one line (JobError): the options, the tokenizer, the inputs
+    (listed; only their first bytes read, to detect the format) and the components' parameters."""
     try:
         options.dedup.validate()
     except ValueError as error:
@@ -159,17 +196,7 @@ def prepare_job(options: JobOptions) -> Job:
     if warning := vocabulary.casing_warning():
         log.warning("tokenizer: %s", warning)
 
-    storage = open_storage(options.data, options.s3_endpoint_url)
-    try:
-        listed = storage.list_inputs()
-    except StorageError as error:
-        raise JobError(str(error)) from None
-    files, skipped = _readable(storage, listed)
-    skipped.update(storage.unlisted)
-    for path, reason in skipped.items():
-        log.warning("skipping input %s: %s", path or options.data, reason)
-    if not files:
-        raise JobError(f"--data {options.data}: no input files found" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    storage, listed, files, skipped = list_inputs(options)
 
     if options.corpus_format == "auto":
         reader_class = _detect_format(storage, files)
@@ -203,42 +230,76 @@ def prepare_job(options: JobOptions) -> Job:
     except ValueError as error:
         raise JobError(f"--objective {objective_class.name}, --output-format {writer_class.name}, --format "
                        f"{reader_class.name}: {error}") from None
+    return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class, reader_params,
+                   objective_class, objective_params, writer_class, writer_params, word_segmenter)
 
-    data_is_s3 = is_s3(options.data)
-    read_mode = "range" if (data_is_s3 or options.shared_fs) else "ship"
-    data_uri = options.data if data_is_s3 else storage.root
-    output_uri = options.output if is_s3(options.output) else open_storage(options.output).root
 
-    config = JobConfig(
-        data_uri=data_uri,
-        output_uri=output_uri,
-        reader=reader_class.component(reader_params),
-        segmenter=Segmenter(options.segmenter).resolve(
-            objective_class.segment_unit or reader_class.default_segmenter).value,
-        tokenizer_json=vocabulary.to_json(),
-        objective=objective_class.component(objective_params),
-        writer=writer_class.component(writer_params),
-        read_mode=read_mode,
-        s3_endpoint_url=options.s3_endpoint_url,
-        sink_address=options.sink_address,
-        lease_seconds=options.lease_seconds,
-        heartbeat_seconds=options.heartbeat_seconds,
-        task_size=options.task_size,
-        inputs_digest=JobConfig.digest_inputs(listed),  # readable or not: a passing read error is no new corpus
-        dedup=options.dedup.resolved(sum(f.size for f in files)) if options.dedup.enabled else DedupSettings(),
-        holdout_fraction=float(options.holdout_fraction),
-        holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
-        command=options.command,
-        version=version(),
-        word_segmenter=word_segmenter,
-    )
+def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
+    """The input's storage, every file listed, those that can be read, and why the others cannot
+    (JobError if none can)."""
+    storage = open_storage(options.data, options.s3_endpoint_url)
+    try:
+        listed = storage.list_inputs()
+    except StorageError as error:
+        raise JobError(str(error)) from None
+    files, skipped = _readable(storage, listed)
+    skipped.update(storage.unlisted)
+    for path, reason in skipped.items():
+        log.warning("skipping input %s: %s", path or options.data, reason)
+    if not files:
+        raise JobError(f"--data {options.data}: no input files found" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    return storage, listed, files, skipped
+
+
+def identify(options: JobOptions, checked: Checked) -> JobConfig:
+    """The job (its id with it); JobError if the output already holds another job's manifest."""
+    config = job_config(options, checked)
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"))
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
-    tasks = list(reader.plan(files, options.task_size, storage))
+    return config
+
+
+def job_config(options: JobOptions, checked: Checked) -> JobConfig:
+    """The one place a JobConfig is built from the options and what validate() resolved."""
+    data_is_s3 = is_s3(options.data)
+    read_mode = "range" if (data_is_s3 or options.shared_fs) else "ship"
+    data_uri = options.data if data_is_s3 else checked.storage.root
+    output_uri = options.output if is_s3(options.output) else open_storage(options.output).root
+    reader_class, objective_class = checked.reader_class, checked.objective_class
+    return JobConfig(
+        data_uri=data_uri,
+        output_uri=output_uri,
+        reader=reader_class.component(checked.reader_params),
+        segmenter=Segmenter(options.segmenter).resolve(
+            objective_class.segment_unit or reader_class.default_segmenter).value,
+        tokenizer_json=checked.vocabulary.to_json(),
+        objective=objective_class.component(checked.objective_params),
+        writer=checked.writer_class.component(checked.writer_params),
+        read_mode=read_mode,
+        s3_endpoint_url=options.s3_endpoint_url,
+        sink_address=options.sink_address,
+        lease_seconds=options.lease_seconds,
+        heartbeat_seconds=options.heartbeat_seconds,
+        task_size=options.task_size,
+        inputs_digest=JobConfig.digest_inputs(checked.listed),  # readable or not: a passing read error is no new corpus
+        dedup=options.dedup.resolved(sum(f.size for f in checked.files)) if options.dedup.enabled else DedupSettings(),
+        holdout_fraction=float(options.holdout_fraction),
+        holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
+        command=options.command,
+        version=version(),
+        word_segmenter=checked.word_segmenter,
+    )
+
+
+def plan(options: JobOptions, checked: Checked, config: JobConfig) -> Job:
+    """The job's tasks: the dedup stages' first (their plan written to the output), the normal pass, then
+    the writer's finishing stage."""
+    output = open_storage(config.output_uri, options.s3_endpoint_url)
+    tasks = list(checked.reader.plan(checked.files, options.task_size, checked.storage))
     if config.dedup.enabled:
         # The plan names every normal task in corpus order (how bucket and resolve tasks find the
         # signature files and rank documents); the same job always writes the same bytes.
@@ -253,9 +314,11 @@ def prepare_job(options: JobOptions) -> Job:
                  if d.uses_minhash else "")
         tasks = dedup_stages.stage_tasks(tasks, config.dedup)
     normal = [task for task in tasks if not task.stage]
+    writer_class = checked.writer_class
     try:
-        tasks += writer_class.finish_tasks(writer_params, output, config.job_id, normal, vocabulary.special)
+        tasks += writer_class.finish_tasks(checked.writer_params, output, config.job_id, normal,
+                                           checked.vocabulary.special)
     except Exception as error:
         raise JobError(f"--output {options.output}: cannot plan the {writer_class.name} stage after the normal "
                        f"pass: {error}") from None
-    return Job(config, tasks, files, skipped, storage, reader)
+    return Job(config, tasks, checked.files, checked.skipped, checked.storage, checked.reader)

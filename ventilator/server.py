@@ -26,7 +26,7 @@ from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
-from ventilator.cloudwatch import Backlog, BacklogPublisher, CloudWatchOptions
+from ventilator.publishers.base import Backlog, BacklogPublisher
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.job import Job
 
@@ -59,7 +59,8 @@ class ServerOptions:
     curve: Curve | None = None
     metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
     on_progress: Callable[[int, int], None] | None = None  # (tasks done, their input bytes), a few times a second
-    cloudwatch: CloudWatchOptions | None = None  # publish the backlog for the workers' Auto Scaling group
+    #: Publishes the backlog (for the workers' Auto Scaling group, say): called with the server's observer.
+    backlog_publisher: Callable[[Callable[[], Backlog]], BacklogPublisher] | None = None
 
 
 @dataclass
@@ -119,8 +120,8 @@ class VentilatorServer:
                      self.input_bytes / 1e6, self.config.data_uri, self.options.port)
             if self.options.metrics_port is not None:
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
-            if self.options.cloudwatch is not None:
-                publisher = BacklogPublisher(self.options.cloudwatch, self.backlog)
+            if self.options.backlog_publisher is not None:
+                publisher = self.options.backlog_publisher(self.backlog)
                 publisher.start()
             return self._loop(router)
         finally:
@@ -429,7 +430,7 @@ class VentilatorServer:
                    if peer.role == "worker" and now - peer.last_seen <= stale_after)
 
     def backlog(self) -> Backlog:
-        """The work left and the workers at it, for CloudWatch (ventilator/cloudwatch.py)."""
+        """The work left and the workers at it, for the backlog publisher (ventilator/publishers/)."""
         now, stale_after = time.monotonic(), self._stale_after
         live = [peer for peer in list(self.peers.values())
                 if peer.role == "worker" and now - peer.last_seen <= stale_after]

@@ -12,10 +12,11 @@ import time
 import click
 
 from common import logs
-from common.security import Curve
-from worker.interruption import DEFAULT_ENDPOINT, DEFAULT_NOTICE_DRAIN_SECONDS, Imds, InterruptionWatcher
-from worker.lifecycle import LifecycleHook, complete_after_drain
+from common.cli_settings import add_options, build
+from worker.interruption import DEFAULT_NOTICE_DRAIN_SECONDS, Imds, InterruptionWatcher
+from worker.lifecycle import complete_after_drain
 from worker.runtime import WorkerOptions, WorkerProcess
+from worker.settings import SettingsError, WorkerSettings
 
 log = logging.getLogger("worker")
 
@@ -88,43 +89,8 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--ventilator", required=True, metavar="HOST:PORT", show_envvar=True,
-              help="Where the ventilator listens (its --vport). Everything else, including the tokenizer, comes from it.")
-@click.option("--processes", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_envvar=True,
-              show_default="this host's cores", help="Worker processes on this host (one core each).")
-@click.option("--sink", default="", metavar="HOST:PORT", show_envvar=True,
-              help="Override the sink address the ventilator hands out.")
-@click.option("--credit", type=click.IntRange(min=1), default=1, show_envvar=True,
-              help="Tasks a process holds at once (in progress + queued); 1 balances load best.")
-@click.option("--drain-seconds", type=float, default=600.0, show_envvar=True,
-              help="On SIGTERM, how long to keep working on the current task before exiting anyway.")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
-              help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
-@click.option("--idle-exit-seconds", type=click.FloatRange(min=0), default=None, show_envvar=True,
-              help="Exit 0 after this long (at least three heartbeats) without hearing from a ventilator (none "
-                   "started yet, or its job ended before this worker joined).  [default: wait for one]")
-@click.option("--spot-watch/--no-spot-watch", default=False, show_envvar=True,
-              help="On EC2: watch the instance metadata service (IMDSv2) for a spot interruption notice, a "
-                   "rebalance recommendation or the Auto Scaling group's scale-in, and drain on any of them.")
-@click.option("--spot-watch-seconds", type=click.FloatRange(min=0.05), default=5.0, show_envvar=True,
-              help="How often --spot-watch asks (AWS updates the notices every 5 s).")
-@click.option("--imds-endpoint", default=DEFAULT_ENDPOINT, show_envvar=True,
-              help="The instance metadata service --spot-watch asks (1 s timeouts).")
-@click.option("--notice-drain-seconds", type=click.FloatRange(min=0), default=DEFAULT_NOTICE_DRAIN_SECONDS,
-              show_envvar=True, help="After a notice, how long to finish the current task before handing it back "
-                                     "(a spot notice's own time, less 15 s, caps it).")
-@click.option("--lifecycle-hook", default="", metavar="NAME", show_envvar=True,
-              help="With --spot-watch and --autoscaling-group: complete this termination lifecycle hook's action "
-                   "once drained, so scale-in waits for the drain and no longer.  [default: none]")
-@click.option("--autoscaling-group", default="", metavar="NAME", show_envvar=True,
-              help="The Auto Scaling group of this instance (for --lifecycle-hook).  [default: none]")
-@click.option("--lifecycle-wait-seconds", type=click.FloatRange(min=0), default=300.0, show_envvar=True,
-              help="After exiting, how long to wait for the group to start terminating this instance.")
-@click.option("-v", "--verbose", count=True, help="More logging.")
-def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds: float, curve_dir: str | None,
-         idle_exit_seconds: float | None, spot_watch: bool, spot_watch_seconds: float, imds_endpoint: str,
-         notice_drain_seconds: float, lifecycle_hook: str, autoscaling_group: str, lifecycle_wait_seconds: float,
-         verbose: int) -> None:
+@add_options(WorkerSettings)
+def main(**values) -> None:
     """Process tasks from a ventilator into TFRecord shards.
 
     Starts PROCESSES worker processes that each ask the ventilator for a
@@ -133,27 +99,34 @@ def main(ventilator: str, processes: int, sink: str, credit: int, drain_seconds:
     to the sink.  Exits 0 when the job is finished.  SIGTERM drains: current
     tasks are finished and acknowledged, queued ones handed back.
     """
-    logs.configure(verbose)
-    if bool(lifecycle_hook) != bool(autoscaling_group) or (lifecycle_hook and not spot_watch):
-        click.echo("worker: error: --lifecycle-hook and --autoscaling-group go together, with --spot-watch", err=True)
+    try:
+        settings = build(WorkerSettings, values)
+    except SettingsError as error:
+        click.echo(f"worker: error: {error}", err=True)
         sys.exit(2)
-    options = WorkerOptions(ventilator=ventilator, sink=sink, credit=credit, drain_seconds=drain_seconds,
-                            curve=Curve(curve_dir) if curve_dir else None, idle_exit_seconds=idle_exit_seconds)
-    imds = Imds(imds_endpoint) if spot_watch else None
+    sys.exit(run(settings))
+
+
+def run(settings: WorkerSettings) -> int:
+    """Work for the ventilator until its job is done (or this host is drained); the exit status."""
+    logs.configure(settings.verbose)
+    options = settings.worker_options()
+    imds = Imds(settings.imds_endpoint) if settings.spot_watch else None
     noticed: list = []  # the notice the watcher acted on, if any
-    if processes == 1:
+    if settings.processes == 1:
         worker = WorkerProcess(options)
         if imds is not None:
             def on_notice(notice) -> None:
                 noticed.append(notice)
                 worker.interrupt(notice.release_at)
-            InterruptionWatcher(imds, on_notice, interval=spot_watch_seconds,
-                                drain_seconds=notice_drain_seconds).start()
+            InterruptionWatcher(imds, on_notice, interval=settings.spot_watch_seconds,
+                                drain_seconds=settings.notice_drain_seconds).start()
         code = worker.run()
     else:
-        code = supervise(options, processes, verbose, imds, notice_drain_seconds, spot_watch_seconds, noticed)
-    if imds is not None and lifecycle_hook:
+        code = supervise(options, settings.processes, settings.verbose, imds, settings.notice_drain_seconds,
+                         settings.spot_watch_seconds, noticed)
+    hook = settings.lifecycle()
+    if imds is not None and hook is not None:
         rebalanced = any(notice.kind == "rebalance-recommendation" for notice in noticed)
-        complete_after_drain(imds, LifecycleHook(lifecycle_hook, autoscaling_group, lifecycle_wait_seconds),
-                             leave=rebalanced)
-    sys.exit(code)
+        complete_after_drain(imds, hook, leave=rebalanced)
+    return code

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
 from tests.moto_lifecycle import aws_env
-from ventilator.cloudwatch import Backlog, metric_data
+from ventilator.publishers.cloudwatch import Backlog, metric_data
 
 pytestmark = pytest.mark.e2e
 

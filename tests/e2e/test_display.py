@@ -79,7 +79,8 @@ def test_no_bar_when_not_a_terminal(tmp_path):
 def test_local_processes_output_goes_through_the_relay():
     """What the display shows of the sink and workers: their lines, through
     the relay, even when showing one fails."""
-    from ventilator.local import LocalFleet
+    from ventilator.launchers import Role
+    from ventilator.launchers.local import LocalLauncher
 
     lines = []
 
@@ -88,8 +89,8 @@ def test_local_processes_output_goes_through_the_relay():
             raise RuntimeError("a display that fails once")
         lines.append(line)
 
-    fleet = LocalFleet()
-    fleet.start("worker-help", "worker", ["--help"], relay)
+    fleet = LocalLauncher(relay=relay)
+    fleet.start(Role("worker-help", "worker", ("--help",)))
     assert fleet.wait(timeout=60) == {"worker-help": 0}
     assert any(line.startswith("Usage:") for line in lines)
     assert any("--idle-exit-seconds" in line for line in lines)

@@ -248,8 +248,8 @@ def test_workers_are_a_mixed_spot_group_with_a_drain_hook(resources):
 
 
 def test_scaling_policies_read_what_the_ventilator_publishes(resources):
-    """The names the policies read are the ones ventilator/cloudwatch.py publishes."""
-    from ventilator.cloudwatch import Backlog, metric_data
+    """The names the policies read are the ones ventilator/publishers/cloudwatch.py publishes."""
+    from ventilator.publishers.cloudwatch import Backlog, metric_data
     published = {d["MetricName"] for d in metric_data(Backlog(1, 1, 1, 1))}
     tracking = json.dumps(resources["aws_autoscaling_policy.backlog"])
     assert "TargetTrackingScaling" in tracking and "backlog / instances" in tracking

@@ -1,5 +1,5 @@
-"""The processes the one-machine command starts beside the ventilator:
-a sink (unless --sink points at one) and ``--workers N`` worker processes."""
+"""Local processes: the one-machine command's sink (unless --sink points at one) and ``--workers N``
+worker processes, children of the ventilator that die with it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+
+from ventilator.launchers.base import Launcher, Role
 
 log = logging.getLogger("ventilator")
 
@@ -39,16 +41,23 @@ def _terminated_with_parent() -> Callable[[], None] | None:
     return set_death_signal
 
 
-class LocalFleet:
-    def __init__(self):
+class LocalLauncher(Launcher):
+    name = "local"
+
+    def __init__(self, config=None, relay: Callable[[str], None] | None = None):
+        super().__init__(config, relay)
         self.children: dict[str, subprocess.Popen] = {}
         self._relays: list[threading.Thread] = []
 
-    def start(self, name: str, module: str, args: list[str], relay: Callable[[str], None] | None = None) -> None:
-        """Start ``python -m module args``; with ``relay``, its output lines
+    def start(self, role: Role) -> None:
+        """Start ``python -m module args``."""
+        self.spawn(role.name, [sys.executable, "-m", role.module, *role.args])
+
+    def spawn(self, name: str, command: list[str]) -> None:
+        """Run ``command`` as the child ``name``; with a relay, its output lines
         go there (the terminal display) instead of straight to the terminal."""
-        command = [sys.executable, "-m", module, *args]
-        log.info("starting %s: %s", name, " ".join(command[1:]))
+        relay = self.relay
+        log.info("starting %s: %s", name, " ".join(command[1:] if command[0] == sys.executable else command))
         # Children get every setting on their command line.  The MLM_*
         # options meant for this command are not theirs: MLM_METRICS_PORT
         # would make two processes listen on one port, MLM_SINK would send a

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ventilator.publishers.base import Backlog, BacklogPublisher
+
 log = logging.getLogger("ventilator")
 
 
@@ -28,21 +30,6 @@ class CloudWatchOptions:
     interval_seconds: float = 60.0  # CloudWatch's standard resolution
 
 
-@dataclass(frozen=True)
-class Backlog:
-    """The ventilator's view of the work, at one moment."""
-
-    pending: int  # waiting for a worker
-    leased: int  # being computed
-    workers: int  # worker processes heard from recently
-    worker_hosts: int  # distinct hosts among them
-    active: bool = True  # False once, as the ventilator stops (job over, or stopped)
-
-    @property
-    def backlog(self) -> int:
-        return self.pending + self.leased
-
-
 def metric_data(backlog: Backlog) -> list[dict]:
     """put_metric_data's MetricData for one observation (pure)."""
     values = {"Backlog": backlog.backlog, "PendingTasks": backlog.pending, "LeasedTasks": backlog.leased,
@@ -50,18 +37,29 @@ def metric_data(backlog: Backlog) -> list[dict]:
     return [{"MetricName": name, "Value": float(value), "Unit": "Count"} for name, value in values.items()]
 
 
-class BacklogPublisher(threading.Thread):
+class CloudWatchPublisher(BacklogPublisher):
     """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
 
-    def __init__(self, options: CloudWatchOptions, observe: Callable[[], Backlog]):
-        super().__init__(name="cloudwatch", daemon=True)
-        self.options = options
-        self.observe = observe
+    name = "cloudwatch"
+
+    @classmethod
+    def wanted(cls, config) -> bool:
+        return bool(config.metrics.cloudwatch_namespace)
+
+    @staticmethod
+    def options_of(config) -> CloudWatchOptions:
+        return CloudWatchOptions(config.metrics.cloudwatch_namespace, config.metrics.cloudwatch_region,
+                                 config.metrics.cloudwatch_seconds)
+
+    def __init__(self, config, observe: Callable[[], Backlog], options: CloudWatchOptions | None = None):
+        super().__init__(config, observe)
+        self.options = options or self.options_of(config)
         self.published = 0
+        self._thread = threading.Thread(target=self._run, name="cloudwatch", daemon=True)
         self._stopped = threading.Event()
         self._failing = False
         import boto3  # only when asked for
-        self._client = boto3.client("cloudwatch", region_name=options.region or None)
+        self._client = boto3.client("cloudwatch", region_name=self.options.region or None)
 
     def publish(self, backlog: Backlog) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -79,7 +77,10 @@ class BacklogPublisher(threading.Thread):
         self.published += 1
         return True
 
-    def run(self) -> None:
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
         while not self._stopped.is_set():
             self.publish(self.observe())
             self._stopped.wait(self.options.interval_seconds)
@@ -87,7 +88,8 @@ class BacklogPublisher(threading.Thread):
     def close(self) -> None:
         """Stop, and say the job is no longer active (the group scales to its minimum)."""
         self._stopped.set()
-        self.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         last = self.observe()
         self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
         log.info("cloudwatch: %d backlog publications to %s, the last one JobActive=0", self.published,

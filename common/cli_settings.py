@@ -1,0 +1,129 @@
+"""Settings dataclasses whose fields are their command's options.
+
+A role's settings (the ventilator's RunConfig, the sink's and the worker's settings) are frozen dataclasses.
+Each field that a user can set carries its click option in its metadata (:func:`option`), so one declaration
+gives the option, its default and the typed value; :func:`add_options` puts the options on a click command,
+:func:`build` turns click's values back into the dataclass (groups nested as fields), and :func:`to_argv`
+writes a settings object as the command line that rebuilds it, which is how one process hands its settings
+to another (the ventilator starting the sink and the workers) without a second list of flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import click
+
+_KEY = "click_option"
+_MISSING = dataclasses.MISSING
+
+
+def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, always_written: bool = False,
+           **click_kwargs) -> Any:
+    """A field that is the option ``decls`` (click's declarations, without the parameter name: the field's
+    name is that).  ``default`` is the one source of the default; ``cli_default`` only where the command line
+    shows it otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default,
+    which depends on the host (a worker's --processes: this host's cores, not the receiving one's)."""
+    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written)}
+    if default is _MISSING:
+        return dataclasses.field(metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def groups(settings_class: type) -> dict[str, type]:
+    """The fields that hold a group of settings (a dataclass), by name: their class."""
+    hints = typing.get_type_hints(settings_class)
+    return {f.name: hints[f.name] for f in dataclasses.fields(settings_class)
+            if _KEY not in f.metadata and dataclasses.is_dataclass(hints[f.name])}
+
+
+def option_fields(settings_class: type) -> Iterator[dataclasses.Field]:
+    """Every field that is an option, groups opened, in order."""
+    nested = groups(settings_class)
+    for f in dataclasses.fields(settings_class):
+        if _KEY in f.metadata:
+            yield f
+        elif f.name in nested:
+            yield from option_fields(nested[f.name])
+
+
+def click_option(f: dataclasses.Field) -> Callable:
+    decls, click_kwargs, cli_default, _ = f.metadata[_KEY]
+    kwargs = dict(click_kwargs)
+    if not kwargs.get("required"):
+        kwargs["default"] = f.default if cli_default is _MISSING else cli_default
+    return click.option(*decls, f.name, **kwargs)
+
+
+def add_options(settings_class: type) -> Callable:
+    """Decorator: the settings' options on a click command, in field order."""
+    names = [f.name for f in option_fields(settings_class)]
+    clashing = sorted({name for name in names if names.count(name) > 1})
+    if clashing:
+        raise TypeError(f"{settings_class.__name__}: two options named {', '.join(clashing)}")
+
+    def decorate(command):
+        for f in reversed(list(option_fields(settings_class))):
+            command = click_option(f)(command)
+        return command
+
+    return decorate
+
+
+def build(settings_class: type, values: dict[str, Any]):
+    """The settings from click's values (by field name); the values used are taken out of ``values``, so
+    what is left is for someone else (the axes' options)."""
+    kwargs = {}
+    nested = groups(settings_class)
+    for f in dataclasses.fields(settings_class):
+        if _KEY in f.metadata:
+            if f.name in values:
+                kwargs[f.name] = values.pop(f.name)
+        elif f.name in nested:
+            kwargs[f.name] = build(nested[f.name], values)
+    return settings_class(**kwargs)
+
+
+def to_argv(settings) -> list[str]:
+    """The command line that gives ``settings`` back: each option whose value is not its default (the
+    receiving command has the same defaults, from the same dataclass)."""
+    argv: list[str] = []
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if _KEY not in f.metadata:
+            if dataclasses.is_dataclass(value):
+                argv += to_argv(value)
+            continue
+        decls, click_kwargs, _, always_written = f.metadata[_KEY]
+        if value is None or (f.default is not _MISSING and value == f.default and not always_written):
+            continue
+        flags = [decl for decl in decls if decl.startswith("--")]
+        if click_kwargs.get("count"):
+            short = next((decl for decl in decls if not decl.startswith("--")), flags[0])
+            argv += [short] * int(value)
+        elif "/" in flags[0]:
+            on, off = (part.strip() for part in flags[0].split("/"))
+            argv.append(on if value else off)
+        elif click_kwargs.get("is_flag"):
+            if value:
+                argv.append(flags[0])
+        else:
+            argv += [flags[0], str(value)]
+    return argv
+
+
+def parse(settings_class: type, argv: list[str], env_prefix: str = "MLM"):
+    """The settings a command line (and the environment's ``env_prefix``_ variables) gives, as the role's
+    own command would build them."""
+    built = []
+
+    @click.command(context_settings={"auto_envvar_prefix": env_prefix})
+    @add_options(settings_class)
+    def command(**values):
+        built.append(build(settings_class, values))
+
+    command.main(argv, standalone_mode=False)
+    return built[0]

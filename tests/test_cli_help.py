@@ -1,0 +1,55 @@
+"""Every option users know keeps its flags, metavar, help text, env var and default (snapshots recorded from
+``--help`` before the run configuration was rebuilt: tests/data/cli_help/, written by tests/cli_help.py).
+
+New options and new choices may appear (an axis gains a variant); none may change or go.  The options the
+axes' variants declare (common/params.py) are their modules' business and are checked apart: each is shown
+with its env var and its variants' defaults.
+"""
+
+import pytest
+
+from tests import cli_help
+
+
+def _component_flags() -> set[str]:
+    from common.objectives import objectives
+    from common.params import option_specs
+    from common.readers import readers
+    from common.word_segmenters import word_segmenters
+    from common.writers import writers
+
+    specs = option_specs([*readers().values(), *objectives().values(), *writers().values(),
+                          *word_segmenters().values()])
+    return {spec.flag for spec in specs} | {f"--no-{spec.flag[2:]}" for spec in specs if spec.type is bool}
+
+
+@pytest.mark.parametrize("module", ["ventilator", "sink", "worker"])
+def test_every_option_shows_as_before(module):
+    before = cli_help.snapshot(module)
+    now = cli_help.options(cli_help.help_text(module))
+    variants = _component_flags() if module == "ventilator" else set()
+    for flag, was in before.items():
+        if flag in variants:
+            continue
+        assert flag in now, f"{flag} is gone"
+        assert now[flag]["head"] == was["head"], flag
+        assert now[flag]["text"] == was["text"], flag
+        assert set(was["choices"]) <= set(now[flag]["choices"]), flag
+
+
+def test_variants_options_show_their_env_var_and_defaults():
+    from common.objectives import objectives
+    from common.params import defaults_text, option_specs
+    from common.readers import readers
+    from common.word_segmenters import word_segmenters
+    from common.writers import writers
+
+    now = cli_help.options(cli_help.help_text("ventilator"))
+    specs = option_specs([*readers().values(), *objectives().values(), *writers().values(),
+                          *word_segmenters().values()])
+    assert specs
+    for spec in specs:
+        flag = f"--no-{spec.flag[2:]}" if spec.type is bool else spec.flag
+        text = now[flag]["text"]
+        assert f"[env var: MLM_{spec.name.upper()}]" in text, flag
+        assert " ".join(defaults_text(spec).split()) in text.replace("- ", "-"), flag

@@ -1,0 +1,87 @@
+"""The executor seam from outside: a throwaway launcher and backlog publisher, in a package "installed"
+beside the test (a .dist-info with entry points, as pip leaves it), are found by name and used by the
+ventilator's run; nothing in ventilator/ names them."""
+
+import json
+import os
+import textwrap
+
+import pytest
+
+from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+
+pytestmark = pytest.mark.e2e
+
+PLUGIN = textwrap.dedent('''
+    """A launcher that records each role before starting it locally, and a publisher that records the backlog."""
+    import json
+    import os
+
+    from ventilator.launchers.local import LocalLauncher
+    from ventilator.publishers import BacklogPublisher
+
+
+    def _record(*item):
+        with open(os.environ["THROWAWAY_RECORD"], "a") as out:
+            out.write(json.dumps(item) + "\\n")
+
+
+    class RecordingLauncher(LocalLauncher):
+        name = "recording"
+
+        def start(self, role):
+            _record("start", role.name, role.module, list(role.args), self.config.fleet.workers)
+            super().start(role)
+
+
+    class RecordingPublisher(BacklogPublisher):
+        name = "recording"
+
+        @classmethod
+        def wanted(cls, config):
+            return True
+
+        def start(self):
+            _record("publish", self.observe().backlog)
+
+        def close(self):
+            _record("close", self.observe().backlog)
+''')
+
+
+def _install(site):
+    (site / "throwaway_seams.py").write_text(PLUGIN)
+    info = site / "throwaway_seams-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: throwaway-seams\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[mlm_pipeline.launchers]\nrecording = throwaway_seams:RecordingLauncher\n"
+                                           "[mlm_pipeline.publishers]\nrecording = throwaway_seams:RecordingPublisher\n")
+
+
+def test_a_launcher_and_a_publisher_from_an_installed_package_run_the_job(tmp_path):
+    need_shared()
+    site = tmp_path / "site"
+    site.mkdir()
+    _install(site)
+    record = tmp_path / "record.jsonl"
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+           "THROWAWAY_RECORD": str(record)}
+    output = tmp_path / "out"
+    result = run_ventilator(WIKI / "AA", output, "--vocab-file", VOCAB, "--task-size", "1M", "--workers", "1",
+                            "--launcher", "recording", "--backlog-publisher", "recording", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in record.read_text().splitlines()]
+    starts = [event for event in events if event[0] == "start"]
+    assert [(name, module) for _, name, module, _, _ in starts] == [("sink", "sink"), ("workers", "worker")]
+    sink_args, worker_args = starts[0][3], starts[1][3]
+    assert sink_args[:2] == ["--ventilator", sink_args[1]] and "--port" in sink_args
+    assert worker_args[:2] == ["--ventilator", sink_args[1]] and starts[1][4] == 1
+    publishes = [event for event in events if event[0] in ("publish", "close")]
+    assert publishes[0][0] == "publish" and publishes[-1] == ["close", 0]
+    assert manifest(output) and all(entry["records"] > 0 for entry in manifest(output).values())
+
+
+def test_a_launcher_name_nobody_declares_is_refused_by_the_command(tmp_path):
+    result = run_ventilator(WIKI / "AA", tmp_path / "out", "--vocab-file", VOCAB, "--launcher", "nope")
+    assert result.returncode == 2 and "Invalid value for '--launcher'" in result.stderr
+    assert not (tmp_path / "out").exists()

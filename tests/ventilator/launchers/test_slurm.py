@@ -1,0 +1,86 @@
+"""The Slurm launcher (ventilator/launchers/slurm.py) on a real single-host Slurm (scripts/slurm-cluster.sh,
+Debian's slurmctld, slurmd and munge; two nodes of one cpu): ``python -m ventilator --launcher slurm`` in a
+batch job starts the workers with srun on both nodes and gives a local run's bytes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
+
+pytestmark = pytest.mark.slurm
+
+CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
+JOB = ["--vocab-file", VOCAB, "--task-size", "256K"]
+NODES = 2
+SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    if os.geteuid() != 0:
+        pytest.skip("a real Slurm needs root here (slurmd starts the jobs): run the suite as root, as CI does")
+    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b, path=SBIN)]
+    if missing:
+        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): "
+                    "apt-get install slurmctld slurmd slurm-client munge (as .ci/run does)")
+    need_shared()
+    directory = tempfile.mkdtemp(prefix="mlm-sl-")  # short: the munge socket's path must fit
+    started = subprocess.run([str(CLUSTER), "start", directory, "1"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "SLURM_CLUSTER_KILL_WAIT": "5", "SLURM_CLUSTER_NODES": str(NODES)})
+    assert started.returncode == 0, started.stderr
+    conf = started.stdout.strip().removeprefix("export SLURM_CONF=")
+    try:
+        yield {**os.environ, "PATH": SBIN, "SLURM_CONF": conf}
+    finally:
+        subprocess.run([str(CLUSTER), "stop", directory], timeout=120)
+
+
+def _state(env, job_id: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], env=env, capture_output=True, text=True,
+                          timeout=60).stdout
+    return dict(field.split("=", 1) for field in text.split() if "=" in field)
+
+
+def test_workers_started_with_srun_on_every_node_give_a_local_runs_bytes(slurm, tmp_path):
+    local = tmp_path / "local"
+    result = run_ventilator(WIKI / "AA", local, *JOB, "--workers", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    vport, sink_port = free_ports(2)
+    output, log = tmp_path / "slurm-out", tmp_path / "job.log"
+    command = [sys.executable, "-m", "ventilator", "--launcher", "slurm", "--workers", "1", "--data", WIKI / "AA",
+               "--output", output, "--vport", vport, "--sink-port", sink_port, "--bind-host", "127.0.0.1",
+               "--state-dir", tmp_path / "state", *JOB]
+    submitted = subprocess.run(["sbatch", "--parsable", f"--nodes={NODES}", f"--output={log}", f"--chdir={REPO}",
+                                "--wrap", " ".join(f"'{arg}'" for arg in map(str, command))],
+                               env=slurm, capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 180
+    while (shown := _state(slurm, job_id)).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert time.monotonic() < deadline, f"job {job_id} still {shown.get('JobState')}"
+        time.sleep(0.5)
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    assert shown["JobState"] == "COMPLETED" and shown["ExitCode"] == "0:0", text[-3000:]
+    assert "starting workers: srun --job-name=mlm-workers --nodes=2" in text
+    assert f"--ventilator 127.0.0.1:{vport}" in text  # the first node's NodeAddr
+    assert len({entry["worker"] for entry in manifest(output).values()}) == NODES  # one process on each node
+    assert set(manifest(output)) == set(manifest(local))
+    assert shard_digests(output) == shard_digests(local)
+
+
+def test_outside_an_allocation_it_is_refused_in_one_line(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    result = run_ventilator(WIKI / "AA", tmp_path / "out", *JOB, "--launcher", "slurm", env=env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "ventilator: error: --launcher slurm: not in a Slurm allocation (run it in an sbatch script or under salloc)"]
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,80 @@
+"""prepare_job's three steps (ventilator/job.py): validate refuses in one line before any work, identify
+builds the job and its id, plan cuts the tasks."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from common.dedup.settings import DedupSettings
+from tests.helpers import VOCAB, WIKI, need_shared
+from ventilator.job import JobError, JobOptions, identify, plan, prepare_job, validate
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    need_shared()
+    root = tmp_path / "corpus"
+    shutil.copytree(WIKI / "AA", root)
+    return root
+
+
+def _options(corpus, tmp_path, **kwargs) -> JobOptions:
+    return JobOptions(**{"data": str(corpus), "output": str(tmp_path / "out"), "vocab_file": str(VOCAB), **kwargs})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"params": {"no_such_option": 1}}, "--no-such-option does not apply to --objective bert"),
+    ({"objective": "nope"}, "nope"),
+    ({"holdout_fraction": 1.5}, "holdout"),
+    ({"dedup": DedupSettings(mode="minhash", bands=3)}, "--minhash"),
+    ({"vocab_file": "/nonexistent/vocab.txt"}, "tokenizer: "),
+])
+def test_validate_refuses_bad_input_in_one_line_and_writes_nothing(corpus, tmp_path, kwargs, message):
+    options = _options(corpus, tmp_path, **kwargs)
+    with pytest.raises(JobError, match=message) as refused:
+        validate(options)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_validate_refuses_an_empty_input(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "a.txt").write_text("")
+    with pytest.raises(JobError, match=r"--data .*empty: no input files found \(1 skipped\)"):
+        validate(JobOptions(data=str(tmp_path / "empty"), output=str(tmp_path / "out"), vocab_file=str(VOCAB)))
+
+
+def test_identify_gives_the_id_of_the_same_command_and_another_for_another(corpus, tmp_path):
+    options = _options(corpus, tmp_path)
+    checked = validate(options)
+    config = identify(options, checked)
+    assert config.job_id == identify(options, validate(options)).job_id == prepare_job(options).config.job_id
+    other = _options(corpus, tmp_path, params={"dupe_factor": 2})
+    assert identify(other, validate(other)).job_id != config.job_id
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()  # identifying writes nothing
+
+
+def test_identify_refuses_an_output_holding_another_job(corpus, tmp_path):
+    options = _options(corpus, tmp_path)
+    config = identify(options, validate(options))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text('{"job_id": "0123456789abcdef", "task": "t", "shard": "s"}\n')
+    with pytest.raises(JobError, match="belongs to another job") as refused:
+        identify(options, validate(options))
+    assert f"this one is {config.job_id}" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_plan_cuts_every_byte_into_tasks_and_puts_dedup_stages_first(corpus, tmp_path):
+    options = _options(corpus, tmp_path, task_size=64 * 1024, dedup=DedupSettings(mode="exact", partitions=2))
+    checked = validate(options)
+    config = identify(options, checked)
+    job = plan(options, checked, config)
+    normal = [task for task in job.tasks if not task.stage]
+    assert sum(task.length for task in normal) == sum(f.size for f in checked.files)
+    assert len(normal) > 1
+    stages = [task.stage for task in job.tasks]
+    assert stages[:len(normal)] == ["signature"] * len(normal) and stages[-len(normal):] == [""] * len(normal)
+    assert (tmp_path / "out").exists()  # the dedup plan: written by plan, the first step that does work

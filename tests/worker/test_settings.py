@@ -1,0 +1,33 @@
+"""The worker's settings (worker/settings.py): its command line and what the ventilator hands workers."""
+
+import pytest
+
+from common.cli_settings import parse, to_argv
+from worker.runtime import WorkerOptions
+from worker.settings import SettingsError, WorkerSettings
+
+
+def test_defaults_are_the_workers():
+    settings = parse(WorkerSettings, ["--ventilator", "h:1"])
+    assert settings.worker_options() == WorkerOptions(ventilator="h:1")
+    assert settings.lifecycle() is None
+
+
+def test_handed_over_as_argv_and_back():
+    settings = WorkerSettings(ventilator="127.0.0.1:5557", processes=3, credit=2, idle_exit_seconds=1.5,
+                              spot_watch=True, lifecycle_hook="drain", autoscaling_group="g", verbose=2)
+    assert parse(WorkerSettings, to_argv(settings)) == settings
+    assert settings.lifecycle().name == "drain"
+
+
+def test_a_lifecycle_hook_without_its_group_is_one_line():
+    with pytest.raises(SettingsError, match="--lifecycle-hook and --autoscaling-group go together"):
+        parse(WorkerSettings, ["--ventilator", "h:1", "--lifecycle-hook", "x", "--spot-watch"])
+
+
+def test_the_number_of_processes_is_always_written():
+    """Its default is the host's cores: a worker started elsewhere must get this side's number, not its own."""
+    import os
+
+    settings = WorkerSettings(ventilator="h:1", processes=os.cpu_count() or 1)
+    assert to_argv(settings) == ["--ventilator", "h:1", "--processes", str(settings.processes)]

@@ -1,0 +1,365 @@
+"""The ventilator's whole command line as one typed, frozen value: :class:`RunConfig`.
+
+Every option is declared once, here, as a field of a group (input, job, tokenizer, dedup, network, sink,
+fleet, delivery, metrics, display) whose default is the one its user keeps (JobOptions, ServerOptions,
+SinkOptions, JobConfig, DedupSettings): click parses, :func:`from_values` builds the RunConfig, and the
+run, the job, the server, the sink and the workers read their settings from it.  The axes' parameters
+(common/params.py) are options too, collected in ``job.params``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from common.cli_settings import add_options, build, option
+from common.config import JobConfig
+from common.dedup.settings import MODES, DedupSettings
+from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
+from common.objectives import objectives
+from common.params import ParamClash, ParamValue, PluginError, defaults_text, option_specs
+from common.readers import readers
+from common.security import Curve
+from common.tasks import parse_size
+from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenters
+from common.writers import writers
+from sink.settings import SinkSettings
+from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
+from ventilator.launchers import DEFAULT_LAUNCHER, launchers
+from ventilator.publishers import DEFAULT_PUBLISHER, publishers
+from ventilator.publishers.cloudwatch import CloudWatchOptions
+from ventilator.server import ServerOptions
+from worker.settings import WorkerSettings
+
+EXIT_FAILED = 1
+
+
+def _load_variants() -> None:
+    """Every axis's variants, installed plugins' included, before click builds the options from them: a
+    broken plugin or two variants of one name is one line (--help included), not a traceback."""
+    try:
+        for axis in (readers, objectives, writers, word_segmenters, launchers, publishers):
+            axis()
+    except (PluginError, TypeError) as error:
+        print(f"mlm-ventilator: error: {error}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+
+
+_load_variants()
+
+
+class ConfigError(ValueError):
+    """A one-line reason the options given cannot make a run."""
+
+
+def _size(_ctx, _param, value):
+    try:
+        return parse_size(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _token(role: str, example: str) -> Any:
+    return option(f"--{role}-token", default=None, show_envvar=True,
+                  help=f"The {example} where the tokenizer does not say.  [default: the tokenizer's]")
+
+
+@dataclass(frozen=True)
+class InputSettings:
+    data: str = option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
+                       help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
+                            "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
+    corpus_format: str = option("--format", type=click.Choice(["auto", *sorted(readers())]),
+                                default=JobOptions.corpus_format, envvar="MLM_FORMAT", show_envvar=True,
+                                help="Input format; auto detects it from the first file.")
+    task_size: int = option("--task-size", default=JobOptions.task_size, cli_default=DEFAULT_TASK_SIZE,
+                            callback=_size, show_envvar=True,
+                            help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
+    shared_fs: bool = option("--shared-fs", is_flag=True, default=JobOptions.shared_fs, show_envvar=True,
+                             help="Workers can read --data themselves (same path): send byte ranges, not content. "
+                                  "Implied for s3:// data.")
+    s3_endpoint_url: str = option("--s3-endpoint-url", default=JobOptions.s3_endpoint_url, show_envvar=True,
+                                  help="For S3-compatible stores (credentials from the standard AWS chain).")
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
+                         help="Where shards and manifest.jsonl go.")
+    objective: str = option("--objective", type=click.Choice(sorted(objectives())), default=JobOptions.objective,
+                            show_envvar=True, help="What the documents become (see the README's objectives table).")
+    output_format: str = option("--output-format", type=click.Choice(sorted(writers())),
+                                default=JobOptions.output_format, show_envvar=True,
+                                help="How the records are written (see the README's formats table).")
+    segmenter: str = option("--segmenter", type=click.Choice(["auto", "blingfire", "line"]),
+                            default=JobOptions.segmenter, show_envvar=True,
+                            help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
+                                 "as they are. auto: lines for --objective electra (its reference adds lines) and "
+                                 "for the text format (already one sentence per line), sentences otherwise.")
+    word_segmenter: str = option(
+        "--word-segmenter", type=click.Choice([NO_WORD_SEGMENTER, *sorted(word_segmenters())]),
+        default=JobOptions.word_segmenter, show_envvar=True,
+        help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
+             "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
+    holdout_fraction: float = option(
+        "--holdout-fraction", type=click.FloatRange(0, 1, max_open=True), default=JobOptions.holdout_fraction,
+        show_envvar=True, help="Hold out this fraction of the documents (by a hash of their id, or text, and "
+                               "--holdout-seed) into OUT/holdout/, with its own shards; none of them is in a "
+                               "training instance. 0: off.")
+    holdout_seed: int = option("--holdout-seed", type=int, default=DEFAULT_HOLDOUT_SEED, show_envvar=True,
+                               help="Which documents --holdout-fraction holds out (not --random-seed: outputs made "
+                                    "with other objectives or seeds hold out the same ones).")
+    #: The axes' parameters given (readers', objectives', writers', word segmenters'; unset ones absent).
+    params: dict[str, ParamValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=JobOptions.vocab_file,
+                                    show_envvar=True, help="BERT vocab.txt (e.g. bert-base-uncased's). Or use "
+                                                           "--tokenizer.")
+    tokenizer: str | None = option("--tokenizer", type=click.Path(), default=JobOptions.tokenizer, show_envvar=True,
+                                   help="A tokenizers JSON (WordPiece, BPE or Unigram model), a SentencePiece "
+                                        ".model, or a local Hugging Face model directory (tokenizer.json, vocab.txt "
+                                        "or a .model in it).")
+    cls_token: str | None = _token("cls", "classifier token ([CLS], <s>)")
+    sep_token: str | None = _token("sep", "separator token ([SEP], </s>)")
+    mask_token: str | None = _token("mask", "mask token ([MASK], <mask>)")
+    pad_token: str | None = _token("pad", "padding token ([PAD], <pad>)")
+    unk_token: str | None = _token("unk", "unknown token ([UNK], <unk>)")
+    do_lower_case: bool | None = option(
+        "--do-lower-case/--no-do-lower-case", default=JobOptions.do_lower_case, show_envvar=True,
+        help="Lower-case the text before the tokenizer (and strip accents, for a vocab.txt), whatever its family.  "
+             "[default: on for a vocab.txt (BERT's); for a SentencePiece .model the objective's reference (on for "
+             "bert, albert, electra); a tokenizers JSON or model directory as it says]")
+
+    def special_tokens(self) -> dict[str, str]:
+        """The special tokens given, by role (cls, sep, mask, pad, unk)."""
+        return {role: getattr(self, f"{role}_token") for role in ("cls", "sep", "mask", "pad", "unk")
+                if getattr(self, f"{role}_token")}
+
+
+@dataclass(frozen=True)
+class DedupOptions:
+    dedup: str = option("--dedup", type=click.Choice(MODES), default=DedupSettings.mode, show_envvar=True,
+                        help="Remove duplicate documents across the whole corpus before the normal pass: exact (same "
+                             "normalised text) or minhash (also near-duplicates). See docs/dedup.md.")
+    minhash_ngram: int = option("--minhash-ngram", type=click.IntRange(min=1), default=DedupSettings.ngram,
+                                show_envvar=True, help="Words per shingle (--dedup minhash).")
+    minhash_perm: int = option("--minhash-perm", type=click.IntRange(1, 1024), default=DedupSettings.perm,
+                               show_envvar=True, help="MinHash permutations (--dedup minhash).")
+    minhash_threshold: float = option("--minhash-threshold", type=float, default=DedupSettings.threshold,
+                                      show_envvar=True,
+                                      help="Jaccard similarity the LSH bands and rows are chosen for, as datasketch "
+                                           "does (--dedup minhash).")
+    minhash_bands: int = option("--minhash-bands", type=click.IntRange(min=0), default=DedupSettings.bands,
+                                show_envvar=True, help="LSH bands, with --minhash-rows, instead of "
+                                                       "--minhash-threshold's choice.  [default: derived]")
+    minhash_rows: int = option("--minhash-rows", type=click.IntRange(min=0), default=DedupSettings.rows,
+                               show_envvar=True, help="Rows (permutations) per LSH band, with --minhash-bands.  "
+                                                      "[default: derived]")
+    dedup_partitions: int = option("--dedup-partitions", type=click.IntRange(0, 65535),
+                                   default=DedupSettings.partitions, show_envvar=True,
+                                   help="Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of "
+                                        "input]")
+
+    def settings(self) -> DedupSettings:
+        return DedupSettings(mode=self.dedup, ngram=self.minhash_ngram, perm=self.minhash_perm,
+                             bands=self.minhash_bands, rows=self.minhash_rows, threshold=self.minhash_threshold,
+                             partitions=self.dedup_partitions)
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    vport: int = option("--vport", type=int, default=ServerOptions.port, show_envvar=True,
+                        help="Port workers and the sink connect to.")
+    bind_host: str = option("--bind-host", default=ServerOptions.bind_host, show_envvar=True,
+                            help="Interface to listen on (* for all).")
+    curve_dir: str | None = option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+                                   help="Encrypt and authenticate with CURVE keys from this directory (made by "
+                                        "mlm-keys).")
+
+
+@dataclass(frozen=True)
+class SinkGroup:
+    """The sink: one started elsewhere (``sink_address``), or the one this command starts and its settings."""
+
+    sink_address: str = option("--sink", default="", metavar="HOST:PORT", envvar="MLM_SINK", show_envvar=True,
+                               help="Use a sink started elsewhere (python -m sink); without it, a local sink is "
+                                    "started.")
+    sink_port: int = option("--sink-port", type=int, default=SinkSettings.port, show_envvar=True,
+                            help="Port of the sink started here.")
+    state_dir: str = option("--state-dir", default=SinkSettings.state_dir, show_envvar=True,
+                            help="For the local sink: where it journals the manifest of an S3 output.")
+    sink_metrics_port: int | None = option(
+        "--sink-metrics-port", type=click.IntRange(0, 65535), default=SinkSettings.metrics_port, show_envvar=True,
+        help="The same for the sink started here (its --metrics-port).  [default: off]")
+    instance_hourly_price: float | None = option(
+        "--instance-hourly-price", type=click.FloatRange(min=0), default=SinkSettings.instance_hourly_price,
+        show_envvar=True, help="For the sink started here (its --instance-hourly-price): USD per worker "
+                               "instance-hour, for the cost in its summary.  [default: hours only]")
+
+    def __post_init__(self):
+        if self.sink_address and self.sink_metrics_port is not None:
+            raise ConfigError("--sink-metrics-port is for the sink this command starts; with --sink, give that "
+                              "sink its own --metrics-port")
+        if self.sink_address and self.instance_hourly_price is not None:
+            raise ConfigError("--instance-hourly-price is for the sink this command starts; with --sink, give that "
+                              "sink its own --instance-hourly-price")
+
+    @property
+    def starts_sink(self) -> bool:
+        return not self.sink_address
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    workers: int = option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
+                          help="Also start this many worker processes on this machine.")
+    launcher: str = option("--launcher", type=click.Choice(sorted(launchers())), default=DEFAULT_LAUNCHER,
+                           show_envvar=True,
+                           help="What starts and stops the sink and the workers this command runs "
+                                "(ventilator/launchers/).")
+
+
+@dataclass(frozen=True)
+class DeliverySettings:
+    lease_seconds: float = option("--lease-seconds", type=float, default=JobConfig.lease_seconds, show_envvar=True,
+                                  help="A task whose worker sends no heartbeat for this long is handed to another.")
+    heartbeat_seconds: float = option("--heartbeat-seconds", type=float, default=JobConfig.heartbeat_seconds,
+                                      show_envvar=True)
+    max_attempts: int = option("--max-attempts", type=click.IntRange(min=1), default=ServerOptions.max_attempts,
+                               show_envvar=True,
+                               help="A task that fails this often is quarantined and reported; the run goes on.")
+    report_seconds: float = option("--report-seconds", type=float, default=ServerOptions.report_seconds,
+                                   show_envvar=True, help="Progress log interval.")
+    confirm_seconds: float = option("--confirm-seconds", type=float, default=ServerOptions.confirm_seconds,
+                                    show_envvar=True,
+                                    help="A finished task the sink has not confirmed within this time is done again.")
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    metrics_port: int | None = option(
+        "--metrics-port", type=click.IntRange(0, 65535), default=ServerOptions.metrics_port, show_envvar=True,
+        help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
+    backlog_publisher: str = option(
+        "--backlog-publisher", type=click.Choice(sorted(publishers())), default=DEFAULT_PUBLISHER, show_envvar=True,
+        help="Where the backlog is published for autoscaling, when its options are given (ventilator/publishers/).")
+    cloudwatch_namespace: str = option(
+        "--cloudwatch-namespace", default="", metavar="NAMESPACE", show_envvar=True,
+        help="Publish the backlog (Backlog, PendingTasks, LeasedTasks, Workers, WorkerHosts, JobActive) to "
+             "CloudWatch under this namespace, for the workers' Auto Scaling group (docs/fleet.md).  [default: off]")
+    cloudwatch_region: str = option(
+        "--cloudwatch-region", default="", show_envvar=True,
+        help="Region of --cloudwatch-namespace.  [default: boto3's (AWS_DEFAULT_REGION, ~/.aws/config)]")
+    cloudwatch_seconds: float = option("--cloudwatch-seconds", type=click.FloatRange(min=0.1), show_envvar=True,
+                                       default=CloudWatchOptions.interval_seconds,
+                                       help="How often the backlog is published.")
+
+
+@dataclass(frozen=True)
+class DisplaySettings:
+    progress: bool | None = option("--progress/--no-progress", default=None, show_envvar=True,
+                                   help="A progress bar, with every local process's log lines above it.  [default: "
+                                        "when stderr is a terminal]")
+    verbose: int = option("-v", "--verbose", count=True, default=0, help="More logging.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run of ``python -m ventilator``: everything its command line (and MLM_* variables) said."""
+
+    input: InputSettings
+    job: JobSettings
+    tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
+    dedup: DedupOptions = field(default_factory=DedupOptions)
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    sink: SinkGroup = field(default_factory=SinkGroup)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
+    delivery: DeliverySettings = field(default_factory=DeliverySettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    display: DisplaySettings = field(default_factory=DisplaySettings)
+
+    def job_options(self, command: str = "") -> JobOptions:
+        """What the job is planned from (ventilator/job.py)."""
+        return JobOptions(
+            data=self.input.data, output=self.job.output, vocab_file=self.tokenizer.vocab_file,
+            tokenizer=self.tokenizer.tokenizer, do_lower_case=self.tokenizer.do_lower_case,
+            special_tokens=self.tokenizer.special_tokens(), corpus_format=self.input.corpus_format,
+            segmenter=self.job.segmenter, objective=self.job.objective, output_format=self.job.output_format,
+            word_segmenter=self.job.word_segmenter, params=dict(self.job.params), task_size=self.input.task_size,
+            holdout_fraction=self.job.holdout_fraction, holdout_seed=self.job.holdout_seed,
+            shared_fs=self.input.shared_fs, s3_endpoint_url=self.input.s3_endpoint_url,
+            sink_address=self.sink.sink_address or f":{self.sink.sink_port}",
+            lease_seconds=self.delivery.lease_seconds, heartbeat_seconds=self.delivery.heartbeat_seconds,
+            dedup=self.dedup.settings(), command=command)
+
+    def server_options(self, **runtime) -> ServerOptions:
+        """The ventilator server's options; ``runtime``: what only the running command has (on_progress,
+        backlog_publisher)."""
+        return ServerOptions(bind_host=self.network.bind_host, port=self.network.vport,
+                             max_attempts=self.delivery.max_attempts, report_seconds=self.delivery.report_seconds,
+                             confirm_seconds=self.delivery.confirm_seconds,
+                             curve=Curve(self.network.curve_dir) if self.network.curve_dir else None,
+                             metrics_port=self.metrics.metrics_port, **runtime)
+
+    def sink_settings(self, ventilator_host: str) -> SinkSettings:
+        """The settings of the sink this command starts, reaching the ventilator at ``ventilator_host``."""
+        return SinkSettings(ventilator=f"{ventilator_host}:{self.network.vport}", port=self.sink.sink_port,
+                            bind_host=self.network.bind_host, state_dir=self.sink.state_dir,
+                            curve_dir=self.network.curve_dir, metrics_port=self.sink.sink_metrics_port,
+                            instance_hourly_price=self.sink.instance_hourly_price, verbose=self.display.verbose)
+
+    def worker_settings(self, ventilator_host: str) -> WorkerSettings:
+        """The settings of the ``--workers`` this command starts."""
+        return WorkerSettings(ventilator=f"{ventilator_host}:{self.network.vport}", processes=self.fleet.workers,
+                              curve_dir=self.network.curve_dir, verbose=self.display.verbose)
+
+
+def component_options(command):
+    """One option per parameter of every reader, objective, writer and word segmenter (see
+    common/params.py): unset ones stay None, so each component keeps its own default and a flag the chosen
+    ones do not take can be refused."""
+    try:
+        specs = option_specs([*readers().values(), *objectives().values(), *writers().values(),
+                              *word_segmenters().values()])
+    except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
+        print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    for spec in reversed(specs):
+        decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
+        command = click.option(*decls, type=None if spec.type is bool else spec.type, default=None,
+                               show_default=False, show_envvar=True,
+                               help=f"{spec.help}  {defaults_text(spec)}")(command)
+    return command
+
+
+def run_options(command):
+    """Decorator: every option of the ventilator's command line."""
+    return add_options(RunConfig)(component_options(command))
+
+
+def from_values(values: dict[str, Any]) -> RunConfig:
+    """The RunConfig from click's values (by parameter name): ConfigError, one line, if they do not go together."""
+    values = dict(values)
+    config = build(RunConfig, values)
+    params = {name: value for name, value in values.items() if value is not None}  # the axes' options given
+    return dataclasses.replace(config, job=dataclasses.replace(config.job, params=params))
+
+
+def parse(argv: list[str]) -> RunConfig:
+    """The RunConfig a command line (and the MLM_* variables) gives, as ``python -m ventilator`` builds it."""
+    built: list[RunConfig] = []
+
+    @click.command(context_settings={"auto_envvar_prefix": "MLM"})
+    @run_options
+    def command(**values):
+        built.append(from_values(values))
+
+    command.main(argv, standalone_mode=False)
+    return built[0]
