@@ -1,0 +1,156 @@
+"""ventilator/server.py on its own: a real VentilatorServer (in a thread) serving a real job, its sink and
+workers played by the test over real ZeroMQ sockets.  Nothing is leased before the sink has said which tasks
+are done; leases go out within a worker's credit and expire into another worker's hands; hostile frames are
+counted and dropped; the run completes when the sink has every task."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from common import protocol
+from tests.helpers import VOCAB, WIKI, free_ports, need_shared
+from ventilator.server import ServerOptions, VentilatorServer
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A real job over wiki_00 in 256K tasks, with short leases (planned by the ventilator's own code)."""
+    from ventilator.job import JobOptions, prepare_job
+
+    need_shared()
+    return prepare_job(JobOptions(data=str(WIKI), output=str(tmp_path / "out"), vocab_file=str(VOCAB),
+                                  task_size=256 * 1024, lease_seconds=1.5, heartbeat_seconds=0.5))
+
+
+class Peer:
+    """A DEALER to the server: a worker or a sink as the test plays it."""
+
+    def __init__(self, context, port: int, name: str):
+        self.socket = context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.IDENTITY, name.encode())
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(f"tcp://127.0.0.1:{port}")
+        self.name = name
+
+    def send(self, message) -> None:
+        self.socket.send(protocol.encode(message))
+
+    def receive(self, kind: type, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.socket.poll(100):
+                message = protocol.decode(self.socket.recv())
+                if isinstance(message, kind):
+                    return message
+        raise AssertionError(f"{self.name}: no {kind.__name__} within {timeout}s")
+
+    def nothing_of(self, kind: type, seconds: float) -> bool:
+        try:
+            self.receive(kind, seconds)
+        except AssertionError:
+            return True
+        return False
+
+
+@pytest.fixture
+def served(job):
+    (port,) = free_ports(1)
+    server = VentilatorServer(job, ServerOptions(bind_host="127.0.0.1", port=port, report_seconds=3600,
+                                                 confirm_seconds=5))
+    results = []
+    thread = threading.Thread(target=lambda: results.append(server.run()), daemon=True)
+    thread.start()
+    context = zmq.Context()
+    peers = []
+
+    def peer(name: str) -> Peer:
+        peers.append(Peer(context, port, name))
+        return peers[-1]
+
+    yield server, peer, results, thread
+    server.interrupted = True
+    thread.join(timeout=30)
+    for each in peers:
+        each.socket.close(linger=0)
+    context.term()
+
+
+def introduce(peer: Peer, role: str, job_id: str, done: dict | None = None) -> protocol.Welcome:
+    peer.send(protocol.Hello(peer.name, "test-host", 1, role))
+    if role == "sink":
+        peer.send(protocol.SinkHello(peer.name, job_id, done or {}))
+    return peer.receive(protocol.Welcome)
+
+
+def test_leases_wait_for_the_sink_then_follow_credit_and_the_run_completes(job, served):
+    server, peer, results, thread = served
+    worker, sink = peer("worker-a"), peer("sink-a")
+    welcome = introduce(worker, "worker", job.config.job_id)
+    assert welcome.config.job_id == job.config.job_id
+    worker.send(protocol.TaskRequest(2))
+    assert worker.nothing_of(protocol.TaskAssignment, 1.5), "a task was leased before the sink said what is done"
+
+    total = len(job.tasks)
+    done_already = {job.tasks[0].task_id: job.tasks[0].version}
+    introduce(sink, "sink", job.config.job_id, done_already)
+    leased = [worker.receive(protocol.TaskAssignment) for _ in range(2)]
+    assert worker.nothing_of(protocol.TaskAssignment, 0.5), "more than its credit"
+    ids = set()
+    while len(ids) < total - 1:
+        for assignment in leased:
+            task_id = protocol_task_id(assignment)
+            assert task_id not in done_already and task_id not in ids
+            ids.add(task_id)
+            worker.send(protocol.TaskFinished(task_id))
+            sink.send(protocol.TasksDone([task_id]))
+        worker.send(protocol.TaskRequest(len(leased)))
+        leased = [] if len(ids) == total - 1 else [worker.receive(protocol.TaskAssignment)]
+    thread.join(timeout=30)
+    assert results and results[0].completed, results
+    assert not results[0].quarantined
+
+
+def protocol_task_id(assignment: protocol.TaskAssignment) -> str:
+    from common.tasks import Task
+
+    return Task.from_wire(assignment.task).task_id
+
+
+def test_an_expired_lease_goes_to_another_worker_as_its_next_attempt(job, served):
+    server, peer, results, thread = served
+    slow, other, sink = peer("worker-slow"), peer("worker-b"), peer("sink-a")
+    introduce(sink, "sink", job.config.job_id)
+    introduce(slow, "worker", job.config.job_id)
+    slow.send(protocol.TaskRequest(1))
+    first = slow.receive(protocol.TaskAssignment)
+    assert first.attempt == 1
+    introduce(other, "worker", job.config.job_id)  # the slow worker never heartbeats: its lease runs out
+    other.send(protocol.TaskRequest(len(job.tasks)))
+    seen = {}
+    deadline = time.monotonic() + 20
+    while protocol_task_id(first) not in seen:
+        assert time.monotonic() < deadline, "the expired task never came back"
+        assignment = other.receive(protocol.TaskAssignment)
+        seen[protocol_task_id(assignment)] = assignment.attempt
+        other.send(protocol.Heartbeat(sorted(seen), len(job.tasks) - len(seen)))  # still awaiting the rest
+    assert seen[protocol_task_id(first)] == 2
+
+
+def test_hostile_frames_are_counted_and_dropped_and_the_server_goes_on(job, served):
+    server, make_peer, results, thread = served
+    peer = make_peer("worker-x")
+    peer.socket.send(b"\x00not msgpack")
+    peer.socket.send_multipart([b"two", b"frames"])
+    peer.send(protocol.TaskFinished("0" * 20))  # before any Hello
+    peer.send(protocol.Hello("sink?", "h", 1, "stranger"))  # an unknown role
+    welcome = introduce(peer, "worker", job.config.job_id)  # and it still serves
+    assert welcome.config.job_id == job.config.job_id
+    deadline = time.monotonic() + 10
+    while server.dropped.total < 4:
+        assert time.monotonic() < deadline, server.dropped.dropped
+        time.sleep(0.05)
+    assert thread.is_alive()
