@@ -28,17 +28,12 @@ import msgpack
 
 from common.config import JobConfig
 from common.envelope import checked, open_envelope
-from common.writers.base import ShardFile
+from common.outputs import ShardFile
+# The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
+from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 
 PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
 
-#: Inbound frames larger than this are refused by the socket itself
-#: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
-#: so face whoever connects: the ventilator's and the sink's, which only
-#: ever receive small messages.  Workers only connect to their ventilator and
-#: receive task content (up to --task-size plus the rest of a document), so
-#: theirs is unlimited.
-MAX_INBOUND_BYTES = 1024 * 1024
 
 
 class ProtocolError(ValueError):

@@ -23,6 +23,7 @@ import zmq
 from common import dataset_info, protocol
 from common.config import JobConfig
 from common.manifest import Manifest, ManifestMismatch
+from common.outputs import manifest_file
 from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.storage import StorageError, open_storage
@@ -60,17 +61,9 @@ def _books(config: JobConfig) -> tuple:
     return config.job_id, config.output_uri, config.s3_endpoint_url
 
 
-def _shard_entry(shard) -> dict:
-    """A file as the manifest lists it; only held-out files say so (``"holdout": true``)."""
-    entry = dataclasses.asdict(shard)
-    if not entry.pop("holdout"):
-        return entry
-    return {**entry, "holdout": True}
-
-
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
-    files = [_shard_entry(f) for f in ack.shards]
+    files = [manifest_file(f) for f in ack.shards]
     entry = {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
         "version": ack.version, "shards": [] if ack.stage else files, "records": ack.records,

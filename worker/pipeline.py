@@ -234,13 +234,13 @@ class TaskProcessor:
             held_files = self._write(held_documents, holdout.task_key(task.key), holdout.stem(task.shard_stem),
                                      stats)
             stats.instances = training_instances
-            held_files = [dataclasses.replace(f, holdout=True) for f in held_files]
+            held_files = [dataclasses.replace(f, split=holdout.SPLIT) for f in held_files]
             stats.holdout = {"documents": held_documents.num_documents, "tokens": held_tokens,
                              "records": sum(f.records for f in held_files)}
             files = files + held_files
         stats.bytes_out = sum(f.bytes for f in files)
         stats.cpu_seconds = time.process_time() - cpu_started
-        return ShardResult(files, sum(f.records for f in files if not f.holdout), stats)
+        return ShardResult(files, sum(f.records for f in files if not f.split), stats)
 
 
 def _per_segment(piece_lengths: np.ndarray, pieces_per_segment: list[int]) -> np.ndarray:

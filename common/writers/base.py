@@ -11,23 +11,12 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 from common.objectives.base import Batch, Feature
 from common.tokenization.vocabulary import SpecialIds
+from common.outputs import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
 from common.params import Configurable
-
-
-@dataclass
-class ShardFile:
-    """One written file, as the manifest lists it (name relative to the output root)."""
-
-    name: str
-    records: int
-    sha256: str
-    bytes: int
-    holdout: bool = False  # a file of the held-out side (--holdout-fraction), under holdout/
 
 
 class TaskOutput(abc.ABC):
