@@ -32,7 +32,7 @@ from common.outputs import ShardFile
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 
-PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
+PROTOCOL_VERSION = 5  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split
 
 
 
@@ -127,7 +127,7 @@ class TaskFailed:
     task_id: str
     error: str
     permanent: bool = False
-    #: Tasks of an earlier dedup stage whose files this task found missing or corrupt: done again first.
+    #: Tasks of an earlier stage whose files this task found missing or corrupt: done again first.
     redo: list[str] = field(default_factory=list)
 
 
@@ -151,10 +151,10 @@ class AckStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     cpu_seconds: float = 0.0
-    dedup: dict[str, int] = field(default_factory=dict)  # dedup counters (docs/dedup.md), summed by the sink
-    #: The held-out side's documents, tokens and records (--holdout-fraction); the fields above
-    #: (documents, tokens, instances) count the training side only.
-    holdout: dict[str, int] = field(default_factory=dict)
+    #: Counters by the step (or split) that counted them: name -> counter -> value, summed by the sink under
+    #: that name (e.g. "dedup", and "holdout": the held-out side's documents, tokens, records and shards; the
+    #: fields above count the training side only).
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,10 +168,10 @@ class TaskAck:
     start: int
     end: int
     version: str
-    shards: list[ShardFile]  # empty when the task produced no record; held-out files are marked
-    records: int  # over its training files (the held-out side's are in stats.holdout)
+    shards: list[ShardFile]  # empty when the task produced no record; files of another split are marked
+    records: int  # over its training files (another split's are in its stats.counters)
     stats: AckStats
-    stage: str = ""  # a dedup stage's tasks: its files are then the stage's, not training shards
+    stage: str = ""  # a step's stage (Task.stage): its files are then the stage's, not training shards
 
 
 @dataclass
@@ -298,6 +298,13 @@ def _converter(hint, where: str):
                 raise ProtocolError(f"{where} has unknown fields {sorted(map(str, set(value) - names))}")
             return hint(**kwargs)
         return build
+    if origin is tuple:  # tuple[X, ...]: sent as a list
+        item_hint, _ellipsis = typing.get_args(hint)
+        as_list = _converter(list[item_hint], where)
+
+        def as_tuple(value):
+            return tuple(as_list(value))
+        return as_tuple
     if origin is list:
         (item_hint,) = typing.get_args(hint)
         item, plain_item = _converter(item_hint, where), _PLAIN.get(item_hint)

@@ -130,7 +130,7 @@ def test_each_side_is_made_of_its_own_documents_whatever_the_task_size(tmp_path)
     for task in tasks:
         result = processor.process(task, processor.reader.read(storage, task))
         assert result.records == sum(f.records for f in result.files if not f.split)
-        assert result.stats.holdout["records"] == sum(f.records for f in result.files if f.split)
+        assert result.stats.counters["holdout"]["records"] == sum(f.records for f in result.files if f.split)
         for shard in result.files:
             assert shard.name.startswith("holdout/part-") == (shard.split == "holdout")
             side = "holdout" if shard.split else "training"
@@ -150,7 +150,7 @@ def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
     ack = protocol.TaskAck("t", "j", "w", "a.parquet", 0, 10, "v",
                            [ShardFile("part-t.tfrecord", 3, "ab", 10), ShardFile("holdout/part-t.tfrecord", 1, "cd", 5,
                                                                                  split="holdout")],
-                           3, protocol.AckStats(documents=4, holdout={"documents": 1, "tokens": 9, "records": 1}))
+                           3, protocol.AckStats(documents=4, counters={"holdout": {"documents": 1, "tokens": 9, "records": 1}}))
     assert protocol.decode(protocol.encode(ack)) == ack
     import msgpack
 
@@ -159,7 +159,7 @@ def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
     with pytest.raises(protocol.ProtocolError):
         protocol.decode(msgpack.packb(frame))
     frame["shards"][1]["split"] = "holdout"
-    frame["stats"]["holdout"] = {"documents": 1.5}
+    frame["stats"]["counters"]["holdout"] = {"documents": 1.5}
     with pytest.raises(protocol.ProtocolError):
         protocol.decode(msgpack.packb(frame))
 

@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass, field
 
 from common.config import JobConfig
-from common.dedup import stages as dedup_stages
 from common.dedup.settings import DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.holdout import HoldoutSplit
@@ -22,7 +21,8 @@ from common.objectives import objective_named
 from common.params import ParamValue
 from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
-from common.sentences import Segmenter
+from common.segmenters import resolve as resolve_segmenter
+from common.steps import plan_stages
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
 from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, load_vocabulary
@@ -213,8 +213,7 @@ def prepare_job(options: JobOptions) -> Job:
         data_uri=data_uri,
         output_uri=output_uri,
         reader=reader_class.component(reader_params),
-        segmenter=Segmenter(options.segmenter).resolve(
-            objective_class.segment_unit or reader_class.default_segmenter).value,
+        segmenter=resolve_segmenter(options.segmenter, objective_class.segment_unit or reader_class.default_segmenter),
         tokenizer_json=vocabulary.to_json(),
         objective=objective_class.component(objective_params),
         writer=writer_class.component(writer_params),
@@ -238,24 +237,11 @@ def prepare_job(options: JobOptions) -> Job:
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"))
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
-    tasks = list(reader.plan(files, options.task_size, storage))
-    if config.dedup.enabled:
-        # The plan names every normal task in corpus order (how bucket and resolve tasks find the
-        # signature files and rank documents); the same job always writes the same bytes.
-        try:
-            output.put_bytes(dedup_stages.PLAN_NAME, dedup_stages.encode_plan(config.job_id, tasks))
-        except Exception as error:
-            raise JobError(f"--output {options.output}: cannot write {dedup_stages.PLAN_NAME}: {error}") from None
-        d = config.dedup
-        log.info("dedup %s: %d signature, %d bucket and 1 resolve task(s) before the normal pass%s", d.mode,
-                 len(tasks), d.partitions,
-                 f" (MinHash {d.perm} permutations, {d.bands} bands x {d.rows} rows, {d.ngram}-word shingles)"
-                 if d.uses_minhash else "")
-        tasks = dedup_stages.stage_tasks(tasks, config.dedup)
-    normal = [task for task in tasks if not task.stage]
+    normal = list(reader.plan(files, options.task_size, storage))
+    # The steps' own stages (dedup's before the normal pass, the writer's after it), in the job's order.
     try:
-        tasks += writer_class.finish_tasks(writer_params, output, config.job_id, normal, vocabulary.special)
+        before, after = plan_stages(config, output, normal, vocabulary.special, log)
     except Exception as error:
-        raise JobError(f"--output {options.output}: cannot plan the {writer_class.name} stage after the normal "
-                       f"pass: {error}") from None
-    return Job(config, tasks, files, skipped, storage, reader)
+        raise JobError(f"--output {options.output}: cannot plan the stages before and after the normal pass: "
+                       f"{error}") from None
+    return Job(config, before + normal + after, files, skipped, storage, reader)
