@@ -34,6 +34,7 @@ A step is a :class:`common.params.Configurable`: a module of :mod:`common.steps`
 from __future__ import annotations
 
 import abc
+import dataclasses
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -209,7 +210,7 @@ class Step(Configurable, abc.ABC):
     @classmethod
     def identity(cls, params) -> dict:
         """What this step adds to the job's identity (``JobConfig.job_id``): its name and parameters."""
-        return {f"step:{cls.name}": dict(params)}
+        return {f"step:{cls.name}": dataclasses.asdict(params)}
 
 
 __all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN"]
