@@ -12,24 +12,52 @@ import dataclasses
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
-from common.dedup.settings import DedupSettings
 from common.params import Component
+
+
+def standard_steps(segmenter: str, *, dedup=None, holdout_fraction: float = 0.0, holdout_seed: int = 0,
+                   word_segmenter: Component | None = None, added: tuple[Component, ...] = ()) -> tuple[Component, ...]:
+    """The steps of a job from its features (common/steps/base.py has the list): read, [dedup], [holdout],
+    segment, [words], tokenize, objective, write.  ``dedup``: a resolved DedupSettings, or None.  ``added``:
+    steps given with --add-step, each placed right after the step its class names (``Step.after``), in the
+    order given; ValueError if that step is not in the job."""
+    steps = [Component("read")]
+    if dedup is not None and dedup.enabled:
+        steps.append(Component("dedup", dataclasses.asdict(dedup)))
+    if holdout_fraction:
+        steps.append(Component("holdout", {"fraction": float(holdout_fraction), "seed": holdout_seed}))
+    steps.append(Component("segment", {"segmenter": segmenter}))
+    if word_segmenter is not None and word_segmenter.name != "none":
+        steps.append(Component("words", {"word_segmenter": word_segmenter.name, **word_segmenter.params}))
+    steps += [Component("tokenize"), Component("objective"), Component("write")]
+    if added:
+        from common.steps import step_named
+
+        for component in added:
+            anchor = step_named(component.name).after
+            places = [i for i, step in enumerate(steps) if step.name == anchor]
+            if not places:
+                raise ValueError(f"--add-step {component.name} runs after the {anchor} step, which this job has not")
+            steps.insert(places[-1] + 1, component)
+    return tuple(steps)
 
 
 @dataclass(frozen=True)
 class JobConfig:
-    """One job: input, tokenizer, objective, output and delivery settings.
+    """One job: input, tokenizer, steps, output and delivery settings.
 
-    The reader, the objective and the writer are :class:`Component` s (a
-    name and its parameters), so the job, and the wire that carries it,
-    are the same whatever components run."""
+    The reader, the objective, the writer and the steps are :class:`Component` s
+    (a name and its parameters), so the job, and the wire that carries it,
+    are the same whatever components run.  ``steps`` is the task's list of
+    steps (common/steps/); given empty, it is made from the feature keywords
+    (``segmenter`` ... ``word_segmenter``, after the fields) by
+    :func:`standard_steps`, the one way a job's steps are built."""
 
     data_uri: str
     output_uri: str
     reader: Component
-    segmenter: str
     tokenizer_json: str
     objective: Component = field(default_factory=lambda: Component("bert"))
     writer: Component = field(default_factory=lambda: Component("tfrecord"))
@@ -40,15 +68,39 @@ class JobConfig:
     heartbeat_seconds: float = 5.0
     task_size: int = 0  # the --task-size the tasks were cut with
     inputs_digest: str = ""  # sha256 of the input listing: every file's path, size and version
-    dedup: DedupSettings = field(default_factory=DedupSettings)  # mode "off": no dedup stage
-    holdout_fraction: float = 0.0  # --holdout-fraction: documents held out to OUT/holdout/ (common/holdout.py)
-    holdout_seed: int = 0  # --holdout-seed: which documents those are
     #: Provenance, for dataset_info.json and the dataset card; not part of the job's identity (a resume may be
     #: typed otherwise): the ventilator's command line and mlm-pipeline's version (common/version.py).
     command: str = ""
     version: str = ""
-    #: --word-segmenter (common/word_segmenters/): words inside Han runs for whole-word masking; "none": none
-    word_segmenter: Component = field(default_factory=lambda: Component("none"))
+    #: The task's steps in order, with their parameters (common/steps/base.py).
+    steps: tuple[Component, ...] = ()
+    _: KW_ONLY
+    #: The features the steps are made from when ``steps`` is not given (standard_steps): the segmenter
+    #: (common/segmenters/), --dedup's resolved DedupSettings, --holdout-fraction/--holdout-seed, and the
+    #: --word-segmenter Component.
+    segmenter: InitVar[str | None] = None
+    dedup: InitVar[object] = None
+    holdout_fraction: InitVar[float] = 0.0
+    holdout_seed: InitVar[int] = 0
+    word_segmenter: InitVar[Component | None] = None
+    #: Steps given with --add-step (common/steps/base.py, ``Step.after``), with their parameters.
+    added_steps: InitVar[tuple[Component, ...]] = ()
+
+    def __post_init__(self, segmenter, dedup, holdout_fraction, holdout_seed, word_segmenter, added_steps) -> None:
+        features = (segmenter is not None or dedup is not None or holdout_fraction or word_segmenter is not None
+                    or bool(added_steps))
+        if self.steps and features:
+            raise ValueError("give a job its steps or its features, not both")
+        if not self.steps:
+            if segmenter is None:
+                raise ValueError("a job needs its steps (or at least its segmenter)")
+            object.__setattr__(self, "steps", standard_steps(
+                segmenter, dedup=dedup, holdout_fraction=holdout_fraction, holdout_seed=holdout_seed,
+                word_segmenter=word_segmenter, added=tuple(added_steps)))
+
+    def step(self, name: str) -> Component | None:
+        """The job's step ``name`` (its parameters), or None when the job has no such step."""
+        return next((step for step in self.steps if step.name == name), None)
 
     @staticmethod
     def digest_inputs(files) -> str:
@@ -71,21 +123,20 @@ class JobConfig:
         the new ones).  The output location is not: the manifest lives there,
         and an output directory that was moved can still be resumed.
         """
+        from common.steps import job_steps
+
         identity = {
             "data_uri": self.data_uri,
             "reader": dataclasses.asdict(self.reader),
-            "segmenter": self.segmenter,
             "tokenizer": hashlib.sha256(self.tokenizer_json.encode()).hexdigest(),
             "objective": dataclasses.asdict(self.objective),
             "writer": dataclasses.asdict(self.writer),
             "task_size": self.task_size,
             "inputs": self.inputs_digest,
         }
-        if self.dedup.enabled:  # a job without dedup keeps the id it always had
-            identity["dedup"] = dataclasses.asdict(self.dedup)
-        if self.holdout_fraction:  # only then: jobs without a holdout keep the ids they had
-            identity["holdout"] = [self.holdout_fraction, self.holdout_seed]
-        if self.word_segmenter.name != "none":  # likewise
-            identity["word_segmenter"] = dataclasses.asdict(self.word_segmenter)
+        # Each step adds what it means (Step.identity); optional steps are in the list only when used, so a
+        # job without them keeps the id it always had.
+        for step_class, params in job_steps(self):
+            identity.update(step_class.identity(params))
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

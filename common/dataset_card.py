@@ -19,6 +19,7 @@ import json
 import re
 
 from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.outputs import split_of
 from common.manifest import read_entries, shard_files
 
 CARD_NAME = "README.md"
@@ -50,7 +51,7 @@ def split_files(entries: list[dict]) -> dict[str, dict[str, int]]:
         for f in shard_files(entry):
             if not f["name"].endswith(".parquet"):
                 continue
-            split = "validation" if f.get("holdout") else "train"
+            split = "validation" if split_of(f) else "train"
             match = _BIN.search(f["name"])
             for config in ["default"] + ([match.group(1)] if match else []):
                 per_split = counts.setdefault(config, {})

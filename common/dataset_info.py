@@ -17,7 +17,6 @@ import dataclasses
 
 import hashlib
 import json
-from dataclasses import asdict
 
 import numpy as np
 
@@ -64,6 +63,7 @@ def describe(config, totals: dict, complete: bool) -> dict:
     # Every parameter, the opt-in switches the job does not record (common/params.py) included.
     objective_params = dataclasses.asdict(objective.params)
     writer_fields = dataclasses.asdict(writer_params)
+    segment, held, dedup = config.step("segment"), config.step("holdout"), config.step("dedup")
     info = {
         "info_version": INFO_VERSION,
         "format": config.writer.name,
@@ -78,11 +78,11 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "objective": {"name": config.objective.name, **objective_params},
         "reader": {"name": config.reader.name, **config.reader.params},
         "writer": {"name": config.writer.name, **writer_fields},
-        "segmenter": config.segmenter,
+        "segmenter": segment.params["segmenter"] if segment else None,
         "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode},
-        "holdout": ({"fraction": config.holdout_fraction, "seed": config.holdout_seed,
-                     "directory": HOLDOUT_DIRECTORY} if config.holdout_fraction else None),
-        "dedup": asdict(config.dedup) if config.dedup.enabled else None,
+        "holdout": ({"fraction": held.params["fraction"], "seed": held.params["seed"],
+                     "directory": HOLDOUT_DIRECTORY} if held else None),
+        "dedup": dict(dedup.params) if dedup else None,
         "job": config.job_id,
         "complete": complete,
         "records": totals.get("records", 0),

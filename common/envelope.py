@@ -140,6 +140,13 @@ def converter(hint, where: str, error: type[Exception]):
                 raise error(f"{where} has unknown fields {sorted(map(str, set(value) - names))}")
             return hint(**kwargs)
         return build
+    if origin is tuple:  # tuple[X, ...]: sent as a list
+        item_hint, _ellipsis = typing.get_args(hint)
+        as_list = converter(list[item_hint], where, error)
+
+        def as_tuple(value):
+            return tuple(as_list(value))
+        return as_tuple
     if origin is list:
         (item_hint,) = typing.get_args(hint)
         item, plain_item = converter(item_hint, where, error), _PLAIN.get(item_hint)

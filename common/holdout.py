@@ -17,6 +17,8 @@ from typing import Sequence, TypeVar
 DEFAULT_SEED = 0
 #: Where the held-out side's files go, relative to the output root.
 DIRECTORY = "holdout"
+#: The split its files are marked with (common/outputs.py), and the name its counts go under.
+SPLIT = "holdout"
 #: Prefix of the held-out side's task key: its random streams are its own.
 KEY_PREFIX = "holdout:"
 

@@ -21,12 +21,35 @@ from typing import BinaryIO, Iterator
 
 import orjson
 
-from common.dedup.settings import FIRST_STAGES, made_without_earlier_tasks
+from common.outputs import split_of
 from common.storage import LocalStorage
 
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.jsonl"
+
+#: The fields of a manifest line; any other field holding a map is a step's (or split's) counters
+#: (AckStats.counters), summed in the totals under its name ("dedup", "holdout").
+LINE_FIELDS = frozenset({"task", "job", "source", "start", "end", "version", "shards", "shard", "records",
+                         "documents", "skipped", "tokens", "bytes", "worker", "at", "seconds", "bytes_in", "stage",
+                         "files", "totals", "skipped_documents", "tasks", "bytes_written", "quarantined", "this_run",
+                         "dropped_messages", "cost", "reason", "complete"})
+#: Lines written before protocol 5 counted the held-out side's documents, tokens and records under
+#: "holdout" but not its files (marked ``"holdout": true``): those are counted from the line's files.
+LEGACY_SPLIT = "holdout"
+#: A stage task's counter saying it ran without some task of an earlier stage (quarantined): its results,
+#: and what was built on them, are done again at the next load.
+WITHOUT_EARLIER_TASKS = "signature_tasks_skipped"
+
+
+def counters(entry: dict) -> dict[str, dict]:
+    """A manifest line's counters, by the step (or split) that counted them."""
+    return {name: value for name, value in entry.items() if name not in LINE_FIELDS and isinstance(value, dict)}
+
+
+def made_without_earlier_tasks(entry: dict) -> bool:
+    """A stage's task that ran without some task of an earlier stage (it counted them)."""
+    return entry.get("stage") and any(values.get(WITHOUT_EARLIER_TASKS) for values in counters(entry).values())
 
 
 class ManifestMismatch(Exception):
@@ -67,13 +90,15 @@ def _parse_lines(data: bytes) -> tuple[list[dict], int]:
 
 def shard_files(entry: dict) -> list[dict]:
     """The files a manifest line lists: each has name (relative to the
-    output root), records, sha256 and bytes, and ``"holdout": true`` for a
-    file of the held-out side (``holdout/part-*``, --holdout-fraction)."""
+    output root), records, sha256 and bytes, and ``split`` for a file of
+    another side than training (``"holdout"``: ``holdout/part-*``,
+    --holdout-fraction; older lines say ``"holdout": true``:
+    :func:`common.outputs.split_of`)."""
     return entry.get("shards") or []
 
 
 def stage_files(entry: dict) -> list[dict]:
-    """The files a dedup stage's task wrote (not training shards; same fields)."""
+    """The files a stage's task wrote (not training shards; same fields)."""
     return entry.get("files") or []
 
 
@@ -132,7 +157,6 @@ class Manifest:
         self.done: dict[str, str] = {}
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
-        self.dedup_totals: dict[str, int] = {}  # dedup counters of every stage (in the summary when any)
         self._handle = None
         self._dirty = False
 
@@ -153,7 +177,7 @@ class Manifest:
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         good, lines, gone = 0, 0, []  # gone: byte ranges of lines whose files are missing
         present: set[str] | None = None
-        staged: list[tuple[int, int, str]] = []  # a job with stages: every line's range and stage
+        staged: list[tuple[int, int, str, bool]] = []  # a job with stages: every line's range, stage, input
         incomplete_stage = False  # a later stage ran without some task of an earlier one
         if size:
             job_id, where, done = self.job_id, self.storage.uri(MANIFEST_NAME), self.done
@@ -163,7 +187,7 @@ class Manifest:
                         check_job([entry], job_id, where)
                     good, lines = end, lines + 1
                     if "stage" in entry or staged:
-                        staged.append((start, end, str(entry.get("stage", ""))))
+                        staged.append((start, end, str(entry.get("stage", "")), bool(entry.get("bytes_in"))))
                         incomplete_stage = incomplete_stage or made_without_earlier_tasks(entry)
                     files = entry.get("shards") or entry.get("files")
                     if files:
@@ -177,10 +201,10 @@ class Manifest:
         if incomplete_stage:
             # Its results (and the normal pass built on them) lack those tasks' documents: a job that ends
             # well must have deduplicated the whole corpus, so everything after the first stage is done again.
-            redone = [(start, end) for start, end, stage in staged if stage not in FIRST_STAGES]
-            log.warning("manifest %s: a dedup stage ran without tasks that had failed; %d task(s) after the "
-                        "signature stage will be done again, so the whole corpus is deduplicated", self.path,
-                        len(redone))
+            # The stages whose tasks read the input (dedup's signatures) need nothing earlier: they stay.
+            redone = [(start, end) for start, end, stage, reads_input in staged if not (stage and reads_input)]
+            log.warning("manifest %s: a stage ran without tasks that had failed; %d task(s) after the first "
+                        "stage will be done again, so the whole corpus is covered", self.path, len(redone))
             gone = sorted(set(gone) | set(redone))
         if good < size:
             log.warning("manifest %s: dropping a torn last line (%d bytes)", self.path, size - good)
@@ -216,7 +240,7 @@ class Manifest:
 
     def _recount(self) -> None:
         """Done set and totals from the journal as it now is (after lines were dropped)."""
-        self.done, self.dedup_totals = {}, {}
+        self.done = {}
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
         with open(self.path, "rb", buffering=1 << 20) as handle:
@@ -230,23 +254,22 @@ class Manifest:
         totals["tasks"] += 1
         files = shard_files(entry)
         if files:
-            totals["shards"] += sum(1 for f in files if not f.get("holdout"))
-        if "holdout" in entry:  # --holdout-fraction: the training side's counts above, the held-out side's here
-            held = totals.setdefault("holdout", {"shards": 0, "records": 0, "documents": 0, "tokens": 0})
-            held["shards"] += sum(1 for f in files if f.get("holdout"))
-            for key in ("records", "documents", "tokens"):
-                held[key] += entry["holdout"].get(key, 0)
+            totals["shards"] += sum(1 for f in files if not split_of(f))
+        # Each step's (or split's) counters, summed under its name: the fields above count the training side.
+        for name, values in counters(entry).items():
+            section = totals.setdefault(name, {})
+            for key, count in values.items():
+                section[key] = section.get(key, 0) + count
+            if name == LEGACY_SPLIT and "shards" not in values:  # a line before protocol 5 (see LEGACY_SPLIT)
+                section["shards"] = section.get("shards", 0) + sum(1 for f in files if split_of(f) == name)
         totals["records"] += entry.get("records", 0)
         totals["documents"] += entry.get("documents", 0)
         totals["tokens"] += entry.get("tokens", 0)
         totals["bytes_written"] += entry.get("bytes", 0)
-        skipped, dedup = entry.get("skipped"), entry.get("dedup")
+        skipped = entry.get("skipped")
         if skipped:
             for reason, count in skipped.items():
                 totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
-        if dedup:
-            for name, count in dedup.items():
-                self.dedup_totals[name] = self.dedup_totals.get(name, 0) + count
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""

@@ -23,17 +23,12 @@ from dataclasses import dataclass, field
 
 from common import envelope
 from common.config import JobConfig
-from common.writers.base import ShardFile
+from common.outputs import ShardFile
+# The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
+from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 
-PROTOCOL_VERSION = 4  # 4: --dedup (JobConfig.dedup, a task's stage, TaskFailed.redo, TaskAck.stage, AckStats.dedup)
+PROTOCOL_VERSION = 5  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split
 
-#: Inbound frames larger than this are refused by the socket itself
-#: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
-#: so face whoever connects: the ventilator's and the sink's, which only
-#: ever receive small messages.  Workers only connect to their ventilator and
-#: receive task content (up to --task-size plus the rest of a document), so
-#: theirs is unlimited.
-MAX_INBOUND_BYTES = 1024 * 1024
 
 
 class ProtocolError(ValueError):
@@ -127,7 +122,7 @@ class TaskFailed:
     task_id: str
     error: str
     permanent: bool = False
-    #: Tasks of an earlier dedup stage whose files this task found missing or corrupt: done again first.
+    #: Tasks of an earlier stage whose files this task found missing or corrupt: done again first.
     redo: list[str] = field(default_factory=list)
 
 
@@ -151,10 +146,10 @@ class AckStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     cpu_seconds: float = 0.0
-    dedup: dict[str, int] = field(default_factory=dict)  # dedup counters (docs/dedup.md), summed by the sink
-    #: The held-out side's documents, tokens and records (--holdout-fraction); the fields above
-    #: (documents, tokens, instances) count the training side only.
-    holdout: dict[str, int] = field(default_factory=dict)
+    #: Counters by the step (or split) that counted them: name -> counter -> value, summed by the sink under
+    #: that name (e.g. "dedup", and "holdout": the held-out side's documents, tokens, records and shards; the
+    #: fields above count the training side only).
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,10 +163,10 @@ class TaskAck:
     start: int
     end: int
     version: str
-    shards: list[ShardFile]  # empty when the task produced no record; held-out files are marked
-    records: int  # over its training files (the held-out side's are in stats.holdout)
+    shards: list[ShardFile]  # empty when the task produced no record; files of another split are marked
+    records: int  # over its training files (another split's are in its stats.counters)
     stats: AckStats
-    stage: str = ""  # a dedup stage's tasks: its files are then the stage's, not training shards
+    stage: str = ""  # a step's stage (Task.stage): its files are then the stage's, not training shards
 
 
 @dataclass

@@ -14,12 +14,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from common.dedup.settings import STAGES
+import msgpack
 
 #: The stage of a format's own tasks after the normal pass (``Writer.finish_tasks``: Megatron's merge).
 FINISH = "finish"
-#: Stages in the order they run: a stage's tasks wait for every task of the stages before it.
-STAGE_ORDER = {**{stage: rank for rank, stage in enumerate(STAGES)}, "": len(STAGES), FINISH: len(STAGES) + 1}
+#: What a stage may be named (steps declare their stages: common/steps/base.py); "" is the normal pass.
+_STAGE_RE = re.compile(r"[a-z0-9_]*")
 
 #: Suffixes of inputs that cannot be split by byte range: one task per file.
 COMPRESSED_SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
@@ -64,8 +64,8 @@ class Task:
     size: int
     version: str
     compression: str = ""
-    #: "" for the normal pass; a dedup stage's name for its tasks (see common/dedup/stages.py).  Only
-    #: those carry it in their key, so the normal pass's task ids and random streams never change.
+    #: "" for the normal pass; a step's stage for its tasks (``Step.stages``: dedup's, the writer's finish).
+    #: Only those carry it in their key, so the normal pass's task ids and random streams never change.
     stage: str = ""
     #: Derived from (path, range) only: output does not depend on where the corpus is stored.  The version
     #: guards against mixing file revisions instead (resume redoes a task whose version changed; an S3 read
@@ -92,8 +92,9 @@ class Task:
 
     @property
     def reads_input(self) -> bool:
-        """Its payload is a range of the corpus (the normal pass, dedup signatures), not a dedup stage's list."""
-        return self.stage in ("", STAGES[0])
+        """Its payload is a range of the corpus (the normal pass; a stage's task that names a range, such as
+        dedup's signatures), not the list of quarantined tasks a stage's task over no range is given."""
+        return not self.stage or self.size > 0
 
     def to_wire(self) -> list:
         wire = [self.path, self.start, self.end, self.size, self.version, self.compression]
@@ -113,9 +114,26 @@ class Task:
                 raise TypeError("task offsets must be non-negative integers")
         if not start <= end <= size:
             raise ValueError("task range out of bounds")
-        if stage not in STAGE_ORDER:
-            raise ValueError(f"unknown task stage {stage!r}")
+        if not _STAGE_RE.fullmatch(stage):
+            raise ValueError(f"not a task stage: {stage!r}")
         return cls(path, start, end, size, version, compression, stage)
+
+
+class EarlierTaskFileError(Exception):
+    """A file an earlier stage's task wrote is missing or corrupt: ``writer_task`` (its id) is done again
+    (TaskFailed.redo), then the task that found it."""
+
+    writer_task: str = ""
+
+
+def encode_quarantined(task_ids: list[str]) -> bytes:
+    """The payload of a stage's task that reads no input: the earlier tasks that were quarantined (their
+    files never came), so it does without them or refuses."""
+    return msgpack.packb(sorted(task_ids))
+
+
+def decode_quarantined(payload: bytes | None) -> set[str]:
+    return set(msgpack.unpackb(payload)) if payload else set()
 
 
 def plan_tasks(files: Iterable[InputFile], task_size: int) -> Iterator[Task]:

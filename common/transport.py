@@ -15,7 +15,6 @@ import uuid
 
 import zmq
 
-from common import protocol
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +23,14 @@ log = logging.getLogger(__name__)
 #: push acknowledgements to the sink's.
 VENTILATOR_PORT = 5557
 SINK_PORT = 5558
+
+#: Inbound frames larger than this are refused by the socket itself
+#: (ZMQ_MAXMSGSIZE: the peer is disconnected) on the sockets that bind and
+#: so face whoever connects: the ventilator's and the sink's, which only
+#: ever receive small messages.  Workers only connect to their ventilator and
+#: receive task content (up to --task-size plus the rest of a document), so
+#: theirs is unlimited.
+MAX_INBOUND_BYTES = 1024 * 1024
 
 def parse_address(text: str, default_port: int | None = None) -> tuple[str, int]:
     """'host:port', ':port' (host left empty) or 'host' with a default port."""
@@ -67,7 +74,7 @@ def new_identity(role: str) -> str:
     return f"{role}-{_socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = protocol.MAX_INBOUND_BYTES,
+def make_socket(context: zmq.Context, kind: int, *, max_message_bytes: int = MAX_INBOUND_BYTES,
                 linger_ms: int = 2000) -> zmq.Socket:
     sock = context.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)

@@ -22,6 +22,7 @@ import numpy as np
 
 from common.manifest import read_published
 from common.objectives.base import Ragged
+from common.outputs import split_of
 from common.storage import open_storage
 from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout
@@ -58,7 +59,7 @@ def entry_files(entry: dict) -> list[ListedFile]:
     if "shards" in entry:
         return [ListedFile(str(shard["name"]), int(shard["records"]),
                            int(shard["bytes"]) if shard.get("bytes") is not None else None,
-                           bool(shard.get("holdout", False)))
+                           split_of(shard) == "holdout")
                 for shard in entry["shards"] or []]
     if entry.get("shard"):
         return [ListedFile(str(entry["shard"]).replace("\\", "/").rsplit("/", 1)[-1], int(entry.get("records", 0)),

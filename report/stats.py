@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.objectives.base import Ragged
+from common.outputs import split_of
 
 #: Histogram bins of sequence lengths and tokens per document.
 LENGTH_BINS = 40
@@ -190,7 +191,7 @@ def manifest_numbers(entries: list[dict]) -> dict:
         sides["holdout"]["sequences"] += held.get("records", 0)
         sides["holdout"]["tokens"] += held.get("tokens", 0)
         for f in entry.get("shards") or []:
-            side = sides["holdout" if f.get("holdout") else "train"]
+            side = sides["holdout" if split_of(f) == "holdout" else "train"]
             side["files"] += 1
             side["bytes"] += int(f.get("bytes", 0))
         if entry.get("documents"):

@@ -22,7 +22,8 @@ import zmq
 
 from common import dataset_info, protocol
 from common.config import JobConfig
-from common.manifest import Manifest, ManifestMismatch
+from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch, counters as step_counters
+from common.outputs import manifest_file
 from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.storage import StorageError, open_storage
@@ -60,17 +61,9 @@ def _books(config: JobConfig) -> tuple:
     return config.job_id, config.output_uri, config.s3_endpoint_url
 
 
-def _shard_entry(shard) -> dict:
-    """A file as the manifest lists it; only held-out files say so (``"holdout": true``)."""
-    entry = dataclasses.asdict(shard)
-    if not entry.pop("holdout"):
-        return entry
-    return {**entry, "holdout": True}
-
-
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
-    files = [_shard_entry(f) for f in ack.shards]
+    files = [manifest_file(f) for f in ack.shards]
     entry = {
         "task": ack.task_id, "job": ack.job_id, "source": ack.source, "start": ack.start, "end": ack.end,
         "version": ack.version, "shards": [] if ack.stage else files, "records": ack.records,
@@ -79,13 +72,12 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
         # When the sink recorded it and what it took: throughput over time, per worker (mlm-report).
         "at": round(time.time(), 3), "seconds": round(sum(stats.seconds.values()), 3), "bytes_in": stats.bytes_in,
     }
-    if ack.stage:  # a dedup stage's task: its files are not training shards (docs/dedup.md)
+    if ack.stage:  # a step's stage's task: its files are not training shards (docs/dedup.md)
         entry["stage"] = ack.stage
         entry["files"] = files
-    if stats.dedup:
-        entry["dedup"] = stats.dedup
-    if stats.holdout:  # a job with --holdout-fraction: the held-out side's counts
-        entry["holdout"] = dict(stats.holdout)
+    for name, values in stats.counters.items():  # each step's (or split's) counters under its name
+        if values and name not in LINE_FIELDS:
+            entry[name] = dict(values)
     return entry
 
 
@@ -311,9 +303,9 @@ class SinkServer:
             yield counter(name, documentation, totals.get(key, 0))
         yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
                       labels=dict(totals.get("skipped_documents", {})), label="reason")
-        if "holdout" in totals:  # --holdout-fraction: the counters above are the training side's
-            yield counter("mlm_sink_holdout", "The held-out side (OUT/holdout/): shards, records, documents, tokens.",
-                          labels=dict(totals["holdout"]), label="quantity")
+        for name, values in step_counters(totals).items():  # e.g. holdout: the held-out side's; dedup's
+            yield counter(f"mlm_sink_{name}", f"The {name} step's counters, summed over the job's tasks.",
+                          labels=dict(values), label="quantity")
         overall, per_worker = self.throughput.rates()
         yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
                     labels=overall, label="quantity")
@@ -332,9 +324,7 @@ class SinkServer:
         return {
             "job": self.config.job_id if self.config else None,
             "reason": reason,
-            **(self.manifest.totals if self.manifest else {}),
-            **({"dedup": dict(sorted(self.manifest.dedup_totals.items()))}
-               if self.manifest and self.manifest.dedup_totals else {}),
+            **(self.manifest.totals if self.manifest else {}),  # with each step's summed counters, by its name
             "quarantined": {task: dataclasses.asdict(why) for task, why in self.quarantined.items()},
             "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
                          "duplicate_acks": self.duplicates},
@@ -375,16 +365,8 @@ class SinkServer:
                       "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)
             return 1
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
-        dedup = summary.get("dedup") or {}
-        if dedup:
-            log.info("sink: dedup removed %d document(s) (%.1f MB) as exact copies and %d (%.1f MB) as near copies; "
-                     "clusters in %s", dedup.get("removed_exact", 0), dedup.get("removed_exact_bytes", 0) / 1e6,
-                     dedup.get("removed_minhash", 0), dedup.get("removed_minhash_bytes", 0) / 1e6,
-                     self.output.uri("dedup/clusters.jsonl"))
-        if "holdout" in summary:
-            held = summary["holdout"]
-            log.info("sink: held out (holdout/): %d shards, %d records, %d documents, %d tokens", held["shards"],
-                     held["records"], held["documents"], held["tokens"])
+        for name, values in step_counters(summary).items():
+            log.info("sink: %s: %s", name, ", ".join(f"{key} {value}" for key, value in sorted(values.items())))
         log.info("sink: %s. %d tasks, %d shards, %d records, %d documents (skipped: %s), %d tokens, %.1f MB written; "
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,

@@ -21,6 +21,7 @@ import click
 
 from common import dataset_info
 from common.manifest import read_published, shard_files, stage_files
+from common.outputs import split_of
 from common.storage import StorageError, open_storage
 from common.tasks import FINISH
 from common.writers import writer_for_file
@@ -96,7 +97,7 @@ def _dataset_info(storage, entries: list[dict], result: Verification) -> dict | 
     if info.get("complete"):
         unique = {entry["task"]: entry for entry in entries}.values()
         records = sum(entry.get("records", 0) for entry in unique)
-        files = sum(1 for entry in unique for f in shard_files(entry) if not f.get("holdout"))
+        files = sum(1 for entry in unique for f in shard_files(entry) if not split_of(f))
         if (info.get("records"), info.get("files")) != (records, files):
             result.problems.append(f"{dataset_info.DATASET_INFO} counts {info.get('records')} records in "
                                    f"{info.get('files')} files, the manifest {records} in {files}")

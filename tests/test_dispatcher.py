@@ -252,13 +252,11 @@ def test_an_expired_task_is_handed_out_before_the_untouched_ones():
 
 def _recounted(d: Dispatcher) -> tuple[dict, dict, dict]:
     """The oracle for the bulk counters: counts, input bytes and open tasks per stage rank, from scratch."""
-    from common.tasks import STAGE_ORDER
-
     counts, in_bytes, opened = {s: 0 for s in State}, {s: 0 for s in State}, {}
     for entry in d.entries.values():
         counts[entry.state] += 1
         in_bytes[entry.state] += entry.task.length
-        rank = STAGE_ORDER[entry.task.stage]
+        rank = d.stage_rank[entry.task.stage]
         opened[rank] = opened.get(rank, 0) + (entry.state not in (State.DONE, State.QUARANTINED))
     return counts, in_bytes, opened
 

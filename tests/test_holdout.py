@@ -129,11 +129,11 @@ def test_each_side_is_made_of_its_own_documents_whatever_the_task_size(tmp_path)
     random_next = 0
     for task in tasks:
         result = processor.process(task, processor.reader.read(storage, task))
-        assert result.records == sum(f.records for f in result.files if not f.holdout)
-        assert result.stats.holdout["records"] == sum(f.records for f in result.files if f.holdout)
+        assert result.records == sum(f.records for f in result.files if not f.split)
+        assert result.stats.counters["holdout"]["records"] == sum(f.records for f in result.files if f.split)
         for shard in result.files:
-            assert shard.name.startswith("holdout/part-") == shard.holdout
-            side = "holdout" if shard.holdout else "training"
+            assert shard.name.startswith("holdout/part-") == (shard.split == "holdout")
+            side = "holdout" if shard.split else "training"
             for example in _examples(tmp_path / "out" / shard.name):
                 a, b = _segments_of(example)
                 for segment in (a, b):
@@ -149,17 +149,17 @@ def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
 
     ack = protocol.TaskAck("t", "j", "w", "a.parquet", 0, 10, "v",
                            [ShardFile("part-t.tfrecord", 3, "ab", 10), ShardFile("holdout/part-t.tfrecord", 1, "cd", 5,
-                                                                                 holdout=True)],
-                           3, protocol.AckStats(documents=4, holdout={"documents": 1, "tokens": 9, "records": 1}))
+                                                                                 split="holdout")],
+                           3, protocol.AckStats(documents=4, counters={"holdout": {"documents": 1, "tokens": 9, "records": 1}}))
     assert protocol.decode(protocol.encode(ack)) == ack
     import msgpack
 
     frame = msgpack.unpackb(protocol.encode(ack))
-    frame["shards"][1]["holdout"] = "yes"
+    frame["shards"][1]["split"] = True
     with pytest.raises(protocol.ProtocolError):
         protocol.decode(msgpack.packb(frame))
-    frame["shards"][1]["holdout"] = True
-    frame["stats"]["holdout"] = {"documents": 1.5}
+    frame["shards"][1]["split"] = "holdout"
+    frame["stats"]["counters"]["holdout"] = {"documents": 1.5}
     with pytest.raises(protocol.ProtocolError):
         protocol.decode(msgpack.packb(frame))
 

@@ -17,8 +17,8 @@ def test_round_trip_every_message_type():
     samples = [
         protocol.Hello("w1", "host", 12, "worker"),
         protocol.SinkHello("s", "j", {"t1": "v1"}),
-        protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "blingfire", "{}",
-                                   Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})), "v"),
+        protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", segmenter="blingfire",
+                                   objective=Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})), "v"),
         protocol.TaskRequest(2),
         protocol.TaskAssignment(["p", 0, 10, 10, "v", ""], 60.0, 1, b"bytes"),
         protocol.Heartbeat(["t1"]),
@@ -49,7 +49,8 @@ def _ack(**changes) -> dict:
 
 
 def _welcome(**config_changes) -> dict:
-    config = {"data_uri": "d", "output_uri": "o", "reader": {"name": "text"}, "segmenter": "line",
+    config = {"data_uri": "d", "output_uri": "o", "reader": {"name": "text"},
+              "steps": [{"name": "read"}, {"name": "segment", "params": {"segmenter": "line"}}],
               "tokenizer_json": "{}", "objective": {"name": "bert", "params": {"dupe_factor": 2}}}
     config.update(config_changes)
     return {"v": protocol.PROTOCOL_VERSION, "t": "Welcome", "config": config, "ventilator_id": "v"}

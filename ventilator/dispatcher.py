@@ -15,11 +15,13 @@ a preemption is more common than a poison task, hence the larger budget).
 Every redelivery is safe because a task always yields the same shard under
 the same name, and the sink ignores acknowledgements it already has.
 
-A job with ``--dedup`` has stages (see common/dedup/stages.py): a task is
-leased only once every task of the earlier stages is DONE (or quarantined).
+A job may have stages (a step's own tasks: dedup's before the normal pass,
+the writer's finish after it; common/steps/base.py), planned in the order they
+run: a task is leased only once every task of the earlier stages is DONE (or
+quarantined).
 A task that finds an earlier task's file missing or corrupt has that task
 done again (:meth:`Dispatcher.redo`), which holds its own stage back again.
-A job without dedup has one stage: nothing here changes for it.
+A job without such steps has one stage: nothing here changes for it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import itertools
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from common.tasks import STAGE_ORDER, Task
+from common.tasks import Task
 
 
 class State(enum.Enum):
@@ -73,9 +75,11 @@ class Dispatcher:
         entries = self.entries
         self._pending: dict[int, deque[str]] = {}
         self._open: dict[int, int] = {}  # stage rank -> its tasks neither DONE nor QUARANTINED
+        #: Each stage's rank: the order of the stages' first tasks in the plan (they are planned in order).
+        self.stage_rank: dict[str, int] = {}
         pending_bytes = 0
         for stage, group in itertools.groupby(tasks, key=lambda task: task.stage):  # one pass: a million tasks
-            rank = STAGE_ORDER[stage]
+            rank = self.stage_rank.setdefault(stage, len(self.stage_rank))
             pending = self._pending.setdefault(rank, deque())
             before = len(entries)
             for task in group:
@@ -106,7 +110,7 @@ class Dispatcher:
 
     def _move(self, entry: Entry, state: State) -> None:
         settled = (State.DONE, State.QUARANTINED)
-        rank = STAGE_ORDER[entry.task.stage]
+        rank = self.stage_rank[entry.task.stage]
         self._open[rank] += (entry.state in settled) - (state in settled)
         self.counts[entry.state] -= 1
         self.counts[state] += 1
@@ -126,7 +130,7 @@ class Dispatcher:
         return min((rank for rank, count in self._open.items() if count), default=None)
 
     def stage_settled(self, stage: str) -> bool:
-        return not self._open.get(STAGE_ORDER[stage], 0)
+        return not self._open.get(self.stage_rank.get(stage, -1), 0)
 
     def redo(self, task_ids) -> list[Entry]:
         """Do these tasks (of an earlier stage, done) again: a later task found
@@ -169,7 +173,7 @@ class Dispatcher:
             moved[entry.state] += 1
             moved_bytes[entry.state] += entry.task.length
             if entry.state not in settled:
-                closed[STAGE_ORDER[entry.task.stage]] += 1
+                closed[self.stage_rank[entry.task.stage]] += 1
             entry.state = State.DONE
         for state, count in moved.items():
             self.counts[state] -= count

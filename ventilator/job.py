@@ -18,7 +18,6 @@ import logging
 from dataclasses import dataclass, field
 
 from common.config import JobConfig
-from common.dedup import stages as dedup_stages
 from common.dedup.settings import DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.holdout import HoldoutSplit
@@ -27,7 +26,8 @@ from common.objectives import objective_named
 from common.params import ParamValue
 from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
-from common.sentences import Segmenter
+from common.segmenters import resolve as resolve_segmenter
+from common.steps import plan_stages, step_named
 from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
 from common.tasks import InputFile, Task, compression_of, parse_size
 from common.tokenization import TokenizerError, Vocabulary, load_vocabulary
@@ -62,6 +62,7 @@ class JobOptions:
     objective: str = "bert"
     output_format: str = "tfrecord"
     word_segmenter: str = NO_WORD_SEGMENTER  # --word-segmenter (common/word_segmenters/)
+    added_steps: tuple[str, ...] = ()  # --add-step (common/steps/: a step that names the step it follows)
     #: Component parameters given on the command line (unset ones are absent), by field name: each
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
@@ -163,6 +164,7 @@ class Checked:
     writer_class: type
     writer_params: object
     word_segmenter: Component
+    added_steps: tuple[Component, ...] = ()
 
 
 def prepare_job(options: JobOptions) -> Job:
@@ -184,8 +186,12 @@ def validate(options: JobOptions) -> Checked:
         objective_class = objective_named(options.objective)
         writer_class = writer_named(options.output_format)
         word_segmenter_class = word_segmenter_named(options.word_segmenter)
+        added_classes = [step_named(name) for name in options.added_steps]
     except ValueError as error:
         raise JobError(str(error)) from None
+    for step_class in added_classes:
+        if step_class.after is None:
+            raise JobError(f"--add-step {step_class.name}: the job places this step itself (see its own options)")
 
     try:
         vocabulary = load_vocabulary(options.vocab_file, options.tokenizer, options.do_lower_case,
@@ -208,8 +214,14 @@ def validate(options: JobOptions) -> Checked:
             raise JobError(str(error)) from None
 
     extra = (word_segmenter_class,) if word_segmenter_class is not None else ()
-    reader_given, objective_given, writer_given, *segmenter_given = split_params(
-        options.params, reader_class, objective_class, writer_class, *extra)
+    reader_given, objective_given, writer_given, *more_given = split_params(
+        options.params, reader_class, objective_class, writer_class, *extra, *added_classes)
+    segmenter_given, steps_given = more_given[:len(extra)], more_given[len(extra):]
+    try:
+        added_steps = tuple(step_class.component(step_class.make_params(given))
+                            for step_class, given in zip(added_classes, steps_given))
+    except ValueError as error:
+        raise JobError(f"--add-step: {error}") from None
     word_segmenter = Component(NO_WORD_SEGMENTER)
     if word_segmenter_class is not None:
         try:
@@ -231,7 +243,7 @@ def validate(options: JobOptions) -> Checked:
         raise JobError(f"--objective {objective_class.name}, --output-format {writer_class.name}, --format "
                        f"{reader_class.name}: {error}") from None
     return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class, reader_params,
-                   objective_class, objective_params, writer_class, writer_params, word_segmenter)
+                   objective_class, objective_params, writer_class, writer_params, word_segmenter, added_steps)
 
 
 def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
@@ -253,7 +265,10 @@ def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[Inp
 
 def identify(options: JobOptions, checked: Checked) -> JobConfig:
     """The job (its id with it); JobError if the output already holds another job's manifest."""
-    config = job_config(options, checked)
+    try:
+        config = job_config(options, checked)
+    except ValueError as error:  # an added step whose place is not in this job
+        raise JobError(str(error)) from None
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
@@ -274,8 +289,7 @@ def job_config(options: JobOptions, checked: Checked) -> JobConfig:
         data_uri=data_uri,
         output_uri=output_uri,
         reader=reader_class.component(checked.reader_params),
-        segmenter=Segmenter(options.segmenter).resolve(
-            objective_class.segment_unit or reader_class.default_segmenter).value,
+        segmenter=resolve_segmenter(options.segmenter, objective_class.segment_unit or reader_class.default_segmenter),
         tokenizer_json=checked.vocabulary.to_json(),
         objective=objective_class.component(checked.objective_params),
         writer=checked.writer_class.component(checked.writer_params),
@@ -292,33 +306,18 @@ def job_config(options: JobOptions, checked: Checked) -> JobConfig:
         command=options.command,
         version=version(),
         word_segmenter=checked.word_segmenter,
+        added_steps=checked.added_steps,
     )
 
 
 def plan(options: JobOptions, checked: Checked, config: JobConfig) -> Job:
-    """The job's tasks: the dedup stages' first (their plan written to the output), the normal pass, then
-    the writer's finishing stage."""
+    """The job's tasks: the steps' stages before the normal pass (dedup's, its plan written to the output),
+    the normal pass, then those after it (the writer's)."""
     output = open_storage(config.output_uri, options.s3_endpoint_url)
-    tasks = list(checked.reader.plan(checked.files, options.task_size, checked.storage))
-    if config.dedup.enabled:
-        # The plan names every normal task in corpus order (how bucket and resolve tasks find the
-        # signature files and rank documents); the same job always writes the same bytes.
-        try:
-            output.put_bytes(dedup_stages.PLAN_NAME, dedup_stages.encode_plan(config.job_id, tasks))
-        except Exception as error:
-            raise JobError(f"--output {options.output}: cannot write {dedup_stages.PLAN_NAME}: {error}") from None
-        d = config.dedup
-        log.info("dedup %s: %d signature, %d bucket and 1 resolve task(s) before the normal pass%s", d.mode,
-                 len(tasks), d.partitions,
-                 f" (MinHash {d.perm} permutations, {d.bands} bands x {d.rows} rows, {d.ngram}-word shingles)"
-                 if d.uses_minhash else "")
-        tasks = dedup_stages.stage_tasks(tasks, config.dedup)
-    normal = [task for task in tasks if not task.stage]
-    writer_class = checked.writer_class
+    normal = list(checked.reader.plan(checked.files, options.task_size, checked.storage))
     try:
-        tasks += writer_class.finish_tasks(checked.writer_params, output, config.job_id, normal,
-                                           checked.vocabulary.special)
+        before, after = plan_stages(config, output, normal, checked.vocabulary.special, log)
     except Exception as error:
-        raise JobError(f"--output {options.output}: cannot plan the {writer_class.name} stage after the normal "
-                       f"pass: {error}") from None
-    return Job(config, tasks, checked.files, checked.skipped, checked.storage, checked.reader)
+        raise JobError(f"--output {options.output}: cannot plan the stages before and after the normal pass: "
+                       f"{error}") from None
+    return Job(config, before + normal + after, checked.files, checked.skipped, checked.storage, checked.reader)

@@ -27,6 +27,8 @@ from common.security import Curve
 from common.tasks import parse_size
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenters
 from common.writers import writers
+from common.segmenters import segmenters
+from common.steps import steps
 from sink.settings import SinkSettings
 from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers
@@ -42,7 +44,7 @@ def _load_variants() -> None:
     """Every axis's variants, installed plugins' included, before click builds the options from them: a
     broken plugin or two variants of one name is one line (--help included), not a traceback."""
     try:
-        for axis in (readers, objectives, writers, word_segmenters, launchers, publishers):
+        for axis in (readers, objectives, writers, word_segmenters, steps, segmenters, launchers, publishers):
             axis()
     except (PluginError, TypeError) as error:
         print(f"mlm-ventilator: error: {error}", file=sys.stderr)
@@ -50,6 +52,11 @@ def _load_variants() -> None:
 
 
 _load_variants()
+
+
+def addable_steps() -> dict:
+    """The steps a user may add to a job (``--add-step``): those that name the step they follow."""
+    return {name: step for name, step in steps().items() if step.after is not None}
 
 
 class ConfigError(ValueError):
@@ -95,7 +102,7 @@ class JobSettings:
     output_format: str = option("--output-format", type=click.Choice(sorted(writers())),
                                 default=JobOptions.output_format, show_envvar=True,
                                 help="How the records are written (see the README's formats table).")
-    segmenter: str = option("--segmenter", type=click.Choice(["auto", "blingfire", "line"]),
+    segmenter: str = option("--segmenter", type=click.Choice(["auto", *sorted(segmenters())]),
                             default=JobOptions.segmenter, show_envvar=True,
                             help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
                                  "as they are. auto: lines for --objective electra (its reference adds lines) and "
@@ -113,7 +120,12 @@ class JobSettings:
     holdout_seed: int = option("--holdout-seed", type=int, default=DEFAULT_HOLDOUT_SEED, show_envvar=True,
                                help="Which documents --holdout-fraction holds out (not --random-seed: outputs made "
                                     "with other objectives or seeds hold out the same ones).")
-    #: The axes' parameters given (readers', objectives', writers', word segmenters'; unset ones absent).
+    added_steps: tuple[str, ...] = option(
+        "--add-step", type=click.Choice(sorted(addable_steps())), multiple=True, default=JobOptions.added_steps,
+        show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
+                               "names; its parameters are its own flags.  Repeat for several.")
+    #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
+    #: absent).
     params: dict[str, ParamValue] = field(default_factory=dict)
 
 
@@ -292,7 +304,8 @@ class RunConfig:
             tokenizer=self.tokenizer.tokenizer, do_lower_case=self.tokenizer.do_lower_case,
             special_tokens=self.tokenizer.special_tokens(), corpus_format=self.input.corpus_format,
             segmenter=self.job.segmenter, objective=self.job.objective, output_format=self.job.output_format,
-            word_segmenter=self.job.word_segmenter, params=dict(self.job.params), task_size=self.input.task_size,
+            word_segmenter=self.job.word_segmenter, added_steps=tuple(self.job.added_steps),
+            params=dict(self.job.params), task_size=self.input.task_size,
             holdout_fraction=self.job.holdout_fraction, holdout_seed=self.job.holdout_seed,
             shared_fs=self.input.shared_fs, s3_endpoint_url=self.input.s3_endpoint_url,
             sink_address=self.sink.sink_address or f":{self.sink.sink_port}",
@@ -327,7 +340,7 @@ def component_options(command):
     ones do not take can be refused."""
     try:
         specs = option_specs([*readers().values(), *objectives().values(), *writers().values(),
-                              *word_segmenters().values()])
+                              *word_segmenters().values(), *addable_steps().values()])
     except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
         print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
         sys.exit(EXIT_FAILED)

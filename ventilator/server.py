@@ -21,10 +21,11 @@ from dataclasses import dataclass
 import zmq
 
 from common import protocol
-from common.dedup import stages as dedup_stages
 from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
 from common.security import Curve
+from common.steps import required_tasks
+from common.tasks import encode_quarantined
 from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
 from ventilator.publishers.base import Backlog, BacklogPublisher
 from ventilator.dispatcher import Dispatcher, Entry, State
@@ -74,6 +75,7 @@ class VentilatorServer:
     def __init__(self, job: Job, options: ServerOptions, should_stop=lambda: False, peers_gone=lambda: False):
         self.job = job
         self.config = job.config
+        self._required: dict[str, str] | None = None  # tasks a step requires (common/steps), by id: why
         self.options = options
         self.ventilator_id = uuid.uuid4().hex[:12]
         self.dispatcher: Dispatcher | None = None  # built in run(), while the first Hellos are answered
@@ -180,10 +182,9 @@ class VentilatorServer:
             if self.sink_ready and self.dispatcher.complete:
                 self._show_progress()
                 return self._finish(router)
-            if self.sink_ready and self._dedup_failed():
-                return RunResult(False, "dedup could not resolve the duplicate clusters (its resolve task was "
-                                 "quarantined), so the normal pass did not start; run the same command to retry",
-                                 self.dispatcher.quarantined())
+            failed = self._required_task_failed() if self.sink_ready else None
+            if failed:
+                return RunResult(False, failed, self.dispatcher.quarantined())
             for _ in range(1000):  # drain what is there, then housekeeping
                 if not poller.poll(timeout=0 if _ else 100):
                     break
@@ -320,8 +321,8 @@ class VentilatorServer:
                 self.waiting.appendleft(identity)
                 break
             content = None
-            if not entry.task.reads_input:  # a dedup bucket or resolve task: the earlier tasks to do without
-                content = dedup_stages.encode_skips([e.task.task_id for e in self.dispatcher.quarantined()])
+            if not entry.task.reads_input:  # a stage's task over no input: the earlier tasks to do without
+                content = encode_quarantined([e.task.task_id for e in self.dispatcher.quarantined()])
             elif self.config.read_mode == "ship":
                 try:
                     content = self.job.reader.read(self.job.input_storage, entry.task)
@@ -341,12 +342,16 @@ class VentilatorServer:
                 self.waiting.append(identity)
         self.waiting.extend(silent)
 
-    def _dedup_failed(self) -> bool:
-        """The resolve task was quarantined: no removal list will come, so no normal task can run."""
-        if not self.config.dedup.enabled:
-            return False
-        entry = self.dispatcher.entries.get(dedup_stages.resolve_task().task_id)
-        return entry is not None and entry.state is State.QUARANTINED
+    def _required_task_failed(self) -> str:
+        """Why the job cannot go on: a task a step requires (dedup's resolve: no removal list would come, so no
+        normal task could run) was quarantined; "" while none was."""
+        if self._required is None:
+            self._required = required_tasks(self.config)
+        for task_id, why in self._required.items():
+            entry = self.dispatcher.entries.get(task_id)
+            if entry is not None and entry.state is State.QUARANTINED:
+                return why
+        return ""
 
     @property
     def _stale_after(self) -> float:

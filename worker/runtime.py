@@ -30,11 +30,10 @@ import zmq
 
 from common import protocol
 from common.config import JobConfig
-from common.dedup.files import CorruptFile
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.storage import Storage, open_storage, remove_stale_spool_files
-from common.tasks import Task
+from common.tasks import EarlierTaskFileError, Task
 from common.tokenization import Vocabulary
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, endpoint, make_socket, new_identity,
                               parse_address)
@@ -115,9 +114,9 @@ class _Compute(threading.Thread):
                 if backoff.waited:  # in the sink's per-stage seconds (mlm_sink_worker_stage_seconds_total)
                     result.stats.seconds[WAIT_STAGE] += backoff.waited
                 return _Outcome(job, task, result)
-            except CorruptFile as error:  # an earlier dedup task's file: that task is done again, then this one
+            except EarlierTaskFileError as error:  # an earlier stage's file: that task is done again, then this one
                 log.warning("task %s (%s): %s; asking for its writer to be done again", task.task_id, task.key, error)
-                return _Outcome(job, task, None, f"CorruptFile: {error}",
+                return _Outcome(job, task, None, f"{type(error).__name__}: {error}",
                                 redo=[error.writer_task] if error.writer_task else [])
             except Exception as error:  # a bad task must not kill the worker
                 reason = no_room(error)

@@ -17,10 +17,12 @@ import json
 
 import numpy as np
 
+from common.tasks import EarlierTaskFileError
+
 MAGIC = b"MLMDEDUP1\n"
 
 
-class CorruptFile(Exception):
+class CorruptFile(EarlierTaskFileError):
     """A stage file is missing or does not match its checksum."""
 
     def __init__(self, name: str, writer_task: str, reason: str):

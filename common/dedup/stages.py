@@ -30,7 +30,6 @@ import dataclasses
 import hashlib
 import json
 
-import msgpack
 import numpy as np
 
 from common.dedup import files
@@ -39,8 +38,8 @@ from common.dedup.files import CorruptFile
 from common.dedup.keys import KeyMaker
 from common.dedup.normalise import document_text
 from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, SKIPPED_COUNTER, DedupSettings
-from common.tasks import Task
-from common.writers.base import ShardFile
+from common.tasks import Task, decode_quarantined, encode_quarantined
+from common.outputs import ShardFile
 
 PLAN_NAME = "dedup/plan.bin"
 CLUSTERS_NAME = "dedup/clusters.jsonl"
@@ -109,13 +108,8 @@ def read_plan(output, job_id: str) -> list[Task]:
     return [Task.from_wire(wire) for wire in meta["tasks"]]
 
 
-def encode_skips(quarantined: list[str]) -> bytes:
-    """A bucket or resolve task's payload: earlier tasks that were quarantined (their files never came)."""
-    return msgpack.packb(sorted(quarantined))
-
-
-def decode_skips(payload: bytes | None) -> set[str]:
-    return set(msgpack.unpackb(payload)) if payload else set()
+#: A bucket or resolve task's payload: earlier tasks that were quarantined (their files never came).
+encode_skips, decode_skips = encode_quarantined, decode_quarantined
 
 
 # Writing -----------------------------------------------------------------------

@@ -20,7 +20,6 @@ import abc
 import contextlib
 import hashlib
 import io
-from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import BinaryIO, Callable, ClassVar
 
@@ -28,18 +27,8 @@ import numpy as np
 
 from common.objectives.base import Batch, Feature, Ragged
 from common.tokenization.vocabulary import SpecialIds
+from common.outputs import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
 from common.params import Configurable
-
-
-@dataclass
-class ShardFile:
-    """One written file, as the manifest lists it (name relative to the output root)."""
-
-    name: str
-    records: int
-    sha256: str
-    bytes: int
-    holdout: bool = False  # a file of the held-out side (--holdout-fraction), under holdout/
 
 
 class HashingFile(io.RawIOBase):

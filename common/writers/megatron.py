@@ -37,7 +37,9 @@ import msgpack
 import numpy as np
 
 from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.holdout import SPLIT as HOLDOUT_SPLIT
 from common.objectives.base import Batch, Feature, Ragged
+from common.outputs import split_of
 from common.params import param
 from common.tasks import FINISH, Task, parse_size
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
@@ -119,7 +121,7 @@ class IndexedDataset:
 
 
 def _commit_pair(output, data: OutputFile, index_name: str, dtype: np.dtype, lengths: np.ndarray,
-                 pointers: np.ndarray, document_indices: np.ndarray, holdout: bool = False) -> list[ShardFile]:
+                 pointers: np.ndarray, document_indices: np.ndarray, split: str = "") -> list[ShardFile]:
     """Write the index of ``data`` (written, not yet committed) and commit both, the index last: a reader
     that finds the .idx finds its .bin complete."""
     index = OutputFile(output, index_name)
@@ -129,14 +131,13 @@ def _commit_pair(output, data: OutputFile, index_name: str, dtype: np.dtype, len
         index.write(lengths.astype("<i4").tobytes())
         index.write(pointers.astype("<i8").tobytes())
         index.write(document_indices.astype("<i8").tobytes())
-        labels = {"holdout": True} if holdout else {}
-        return [data.commit(0, **labels), index.commit(len(lengths), **labels)]
+        return [data.commit(0, split=split), index.commit(len(lengths), split=split)]
     except BaseException:
         index.abort()
         raise
 
 
-def merge_parts(output, parts: list[str], name: str, holdout: bool = False) -> list[ShardFile]:
+def merge_parts(output, parts: list[str], name: str, split: str = "") -> list[ShardFile]:
     """The pairs ``parts`` (prefixes, in order) as one pair ``name``: their data end to end, their
     indices joined (pointers and document ends moved by what comes before), as Megatron-LM's
     tools/merge_datasets.py does.  No file when no part exists (tasks that wrote nothing)."""
@@ -165,7 +166,7 @@ def merge_parts(output, parts: list[str], name: str, holdout: bool = False) -> l
             sequences += len(part.sequence_lengths)
             data.write(blob)
         return _commit_pair(output, data, f"{name}.idx", dtype, np.concatenate(lengths),
-                            np.concatenate(pointers), np.concatenate(document_indices), holdout)
+                            np.concatenate(pointers), np.concatenate(document_indices), split)
     except BaseException:
         data.abort()
         raise
@@ -262,7 +263,7 @@ class MegatronWriter(Writer):
         stems = plan["groups"][int(task.path.rsplit("-", 1)[1])]
         return (merge_parts(output, stems, task.path)
                 + merge_parts(output, [f"{HOLDOUT_DIRECTORY}/{stem}" for stem in stems],
-                              f"{HOLDOUT_DIRECTORY}/{task.path}", holdout=True))
+                              f"{HOLDOUT_DIRECTORY}/{task.path}", split=HOLDOUT_SPLIT))
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
@@ -322,7 +323,7 @@ class MegatronWriter(Writer):
         for f in files:
             if f["name"].endswith(".bin"):
                 prefix = output.uri(f["name"][:-len(".bin")])
-                lines[bool(f.get("holdout"))].append(f"{f['bytes'] // dtype.itemsize} {prefix}")
+                lines[bool(split_of(f))].append(f"{f['bytes'] // dtype.itemsize} {prefix}")
         for held, name in ((False, DATA_PATH_LIST), (True, HOLDOUT_DATA_PATH_LIST)):
             if lines[held] or not held:
                 output.put_bytes(name, ("\n".join(lines[held]) + "\n").encode() if lines[held] else b"")

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from common.outputs import split_of
 from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
@@ -132,7 +133,7 @@ def test_load_dataset_follows_the_card_splits_and_bins(parquet_output):
 
     def rows(holdout: bool, where: str = "") -> list:
         names = sorted(f["name"] for e in manifest(parquet_output).values() for f in e["shards"]
-                       if bool(f.get("holdout")) == holdout and where in f["name"])
+                       if (split_of(f) == "holdout") == holdout and where in f["name"])
         return sorted(tuple(r) for n in names for r in pq.read_table(parquet_output / n)["input_ids"].to_pylist())
 
     loaded = datasets.load_dataset(str(parquet_output))

@@ -1,9 +1,10 @@
 """Variants from installed packages: a throwaway plugin package
-(tests/data/plugin_demo) is installed with pip and adds an input format, an
-objective, an output format and a word segmenter through the entry-point
-groups ``mlm_pipeline.<axis>``; a job runs on them end to end over the real
-command line, without a line of mlm-pipeline changed.  Broken or clashing
-plugins are refused in one line before any work."""
+(tests/data/plugin_demo) is installed with pip and adds an input format, a
+step, a segmenter, a word segmenter, an objective, an output format and a
+launcher through the entry-point groups ``mlm_pipeline.<axis>``; a job runs
+on them end to end over the real command line, without a line of
+mlm-pipeline changed, and mlm-verify checks its files through the format.
+Broken or clashing plugins are refused in one line before any work."""
 
 from __future__ import annotations
 
@@ -58,26 +59,34 @@ def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
     result = run_ventilator(tmp_path / "in", out, "--vocab-file", VOCAB, "--do-lower-case", "--workers", "2",
                             "--task-size", "64K", "--format", "demo-lines", "--demo-min-chars", "20",
                             "--objective", "demo-ids", "--demo-copies", "2", "--output-format", "demo-jsonl",
-                            "--word-segmenter", "demo-chars", env=with_path(installed))
+                            "--word-segmenter", "demo-chars", "--add-step", "demo-drop-digits",
+                            "--demo-max-digits", "10", "--segmenter", "demo-words", "--launcher", "demo-announce",
+                            env=with_path(installed))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "word segmenter: demo-chars" in result.stderr
+    assert "demo-announce: starting the sink" in result.stderr and "demo-announce: starting the workers" in result.stderr
 
     entries = manifest(out)
     assert len(entries) > 1
     files = sorted(out.glob("part-*.demo.jsonl"))
     assert sorted(f.name for f in files) == sorted(s["name"] for e in entries.values() for s in e["shards"])
-    records = [json.loads(line)["input_ids"] for f in files for line in f.read_text().splitlines()]
+    records = [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
     # The oracle: the tokenizers library's own encoding of each whole line.
     from tokenizers import BertWordPieceTokenizer
 
     oracle = BertWordPieceTokenizer(str(VOCAB), lowercase=True)
-    kept = [line for line in lines if len(line) >= 20]
-    expected = sorted(map(tuple, (encoding.ids for encoding in oracle.encode_batch(kept, add_special_tokens=False))))
-    assert sorted(map(tuple, records)) == sorted(expected * 2)  # every document, --demo-copies 2 times
+    long_enough = [line for line in lines if len(line) >= 20]
+    kept = [line for line in long_enough if sum(ch.isdigit() for ch in line) <= 10]
+    assert 0 < len(kept) < len(long_enough)
+    expected = [(tuple(encoding.ids), len(line.split()))  # the segmenter's segments: one per word
+                for line, encoding in zip(kept, oracle.encode_batch(kept, add_special_tokens=False))]
+    got = [(tuple(record["input_ids"]), record["segments"][0]) for record in records]
+    assert sorted(got) == sorted(expected * 2)  # every document, --demo-copies 2 times
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["skipped_documents"]["demo_short_line"] == len(lines) - len(kept)
+    assert summary["skipped_documents"]["demo_short_line"] == len(lines) - len(long_enough)
+    assert summary["demo-drop-digits"]["dropped"] == len(long_enough) - len(kept)
 
     verify = subprocess.run([sys.executable, "-m", "sink.verify", str(out)], cwd=REPO, capture_output=True,
                             text=True, env={**os.environ, **with_path(installed)}, timeout=300)
@@ -88,7 +97,8 @@ def test_help_lists_the_plugin_variants_and_their_flags(installed):
     result = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
                             text=True, env={**os.environ, **with_path(installed), "COLUMNS": "200"}, timeout=120)
     assert result.returncode == 0, result.stderr
-    for text in ("demo-lines", "demo-ids", "demo-jsonl", "demo-chars", "--demo-min-chars", "--demo-copies"):
+    for text in ("demo-lines", "demo-ids", "demo-jsonl", "demo-chars", "--demo-min-chars", "--demo-copies",
+                 "demo-drop-digits", "--demo-max-digits", "demo-words", "demo-announce"):
         assert text in result.stdout
     plain = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
                            text=True, env={**os.environ, **with_path(), "COLUMNS": "200"}, timeout=120)

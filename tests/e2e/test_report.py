@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.outputs import split_of
 from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +65,7 @@ def independent_counts(output: Path) -> dict:
     counts = {side: {"records": 0, "unk": 0, "labels": {"0": 0, "1": 0}} for side in ("train", "holdout")}
     for entry in manifest(output).values():
         for shard in entry["shards"]:
-            side = counts["holdout" if shard.get("holdout") else "train"]
+            side = counts["holdout" if split_of(shard) == "holdout" else "train"]
             for example in read_examples(str(output / shard["name"])):
                 ids = example["input_ids"].copy()
                 used = example["masked_lm_weights"] > 0
@@ -146,7 +147,7 @@ def test_a_bad_output_still_gets_a_report_marked_as_such(finished, tmp_path):
     copy = tmp_path / "out"
     shutil.copytree(output, copy)
     shutil.rmtree(copy / "report")
-    shards = sorted(f["name"] for e in manifest(copy).values() for f in e["shards"] if not f.get("holdout"))
+    shards = sorted(f["name"] for e in manifest(copy).values() for f in e["shards"] if not split_of(f))
     (copy / shards[0]).unlink()
     with open(copy / "manifest.jsonl", "ab") as handle:
         handle.write(b'{"task": "torn')

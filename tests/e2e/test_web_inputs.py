@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from common.outputs import split_of
 from tests.helpers import VOCAB, need_shared, python_module, run_ventilator
 from tests.web_corpora import wiki_articles, wiki_jsonl, wiki_parquet
 
@@ -56,8 +57,8 @@ def test_workers_reading_row_groups_themselves_write_the_same_bytes(parquet_data
 def test_holdout_side_is_marked_counted_and_verified(shipped):
     entries = [json.loads(line) for line in (shipped / "manifest.jsonl").read_text().splitlines()]
     summary = json.loads((shipped / "summary.json").read_text())
-    held_files = [f for e in entries for f in e["shards"] if f.get("holdout")]
-    training_files = [f for e in entries for f in e["shards"] if not f.get("holdout")]
+    held_files = [f for e in entries for f in e["shards"] if split_of(f) == "holdout"]
+    training_files = [f for e in entries for f in e["shards"] if not split_of(f)]
     assert held_files and all(f["name"].startswith("holdout/part-") for f in held_files)
     assert all(f["name"].startswith("part-") for f in training_files)
     assert summary["holdout"]["documents"] == sum(e["holdout"]["documents"] for e in entries) > 5

@@ -30,6 +30,8 @@ def _options(corpus, tmp_path, **kwargs) -> JobOptions:
     ({"holdout_fraction": 1.5}, "holdout"),
     ({"dedup": DedupSettings(mode="minhash", bands=3)}, "--minhash"),
     ({"vocab_file": "/nonexistent/vocab.txt"}, "tokenizer: "),
+    ({"added_steps": ("nope",)}, "unknown step 'nope'"),
+    ({"added_steps": ("holdout",)}, "--add-step holdout: the job places this step itself"),
 ])
 def test_validate_refuses_bad_input_in_one_line_and_writes_nothing(corpus, tmp_path, kwargs, message):
     options = _options(corpus, tmp_path, **kwargs)

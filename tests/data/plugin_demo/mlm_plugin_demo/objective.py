@@ -1,4 +1,4 @@
-"""An objective: one record per document, its token ids, ``demo_copies`` times."""
+"""An objective: one record per document, its token ids and its number of segments, ``demo_copies`` times."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ class DocumentIds(Objective):
 
     @property
     def features(self):
-        return [Feature("input_ids", "int32", None, bound=self.special.vocab_size)]
+        return [Feature("input_ids", "int32", None, bound=self.special.vocab_size),
+                Feature("segments", "int32", None)]
 
     @property
     def passes(self):
@@ -39,4 +40,6 @@ class DocumentIds(Objective):
         document_offsets = np.asarray(documents.document_offsets, dtype=np.int64)
         starts = segment_offsets[document_offsets[:-1]]
         ends = segment_offsets[document_offsets[1:]]
-        yield Batch({"input_ids": Ragged(documents.tokens[starts[0]:ends[-1]].astype(np.int32), ends - starts)})
+        segments = np.diff(document_offsets).astype(np.int32)  # per document: how many segments it has
+        yield Batch({"input_ids": Ragged(documents.tokens[starts[0]:ends[-1]].astype(np.int32), ends - starts),
+                     "segments": Ragged(segments, np.ones(len(segments), dtype=np.int64))})

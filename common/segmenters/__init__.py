@@ -1,0 +1,34 @@
+"""The segmenter axis: how a document's paragraphs become segments (the sentences of next-sentence
+prediction).  Each segmenter is one module of this package (see :mod:`.base`), found by name like the
+readers, objectives and writers, so adding one touches no other file.  ``auto`` (--segmenter's default)
+is resolved when the job is planned: the objective's unit, else the reader's default."""
+
+from __future__ import annotations
+
+import functools
+
+from common.segmenters.base import AUTO, Segmenter
+
+
+@functools.cache
+def segmenters() -> dict[str, type[Segmenter]]:
+    from common.params import discover
+
+    return discover(__name__, Segmenter)
+
+
+def segmenter_named(name: str) -> type[Segmenter]:
+    try:
+        return segmenters()[name]
+    except KeyError:
+        raise ValueError(f"unknown segmenter {name!r} (known: {', '.join([AUTO, *sorted(segmenters())])})") from None
+
+
+def resolve(name: str, default: str) -> str:
+    """``auto`` becomes ``default`` (the objective's unit or the reader's default); any other name is checked."""
+    chosen = default if name == AUTO else name
+    segmenter_named(chosen)
+    return chosen
+
+
+__all__ = ["AUTO", "Segmenter", "resolve", "segmenter_named", "segmenters"]

@@ -1,0 +1,28 @@
+"""The segmenter interface: a document's lines in, its segments out, each as its pieces of text.
+
+A segment is a list of pieces, one per paragraph it spans (see :func:`common.sentences.segment_pieces`
+for why pieces are kept apart: each is encoded as its paragraph encodes it).  A segmenter has no state
+beyond its parameters, so one instance serves every task of a job.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from common.params import Configurable, NoParams
+
+#: --segmenter's default: resolved when the job is planned (common/segmenters/__init__.py).
+AUTO = "auto"
+
+
+class Segmenter(Configurable, abc.ABC):
+    """Cuts a document's paragraphs into segments."""
+
+    Params = NoParams
+
+    def __init__(self, params=None):
+        self.params = params if params is not None else self.Params()
+
+    @abc.abstractmethod
+    def segments(self, lines: list[str]) -> list[list[str]]:
+        """The document's non-empty segments in order, each as its pieces (stripped paragraphs' parts)."""

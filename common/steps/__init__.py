@@ -1,0 +1,54 @@
+"""The step axis: what a worker does to a task, one module per step (see :mod:`.base` for the list and
+the interface), found by name like the readers, objectives and writers."""
+
+from __future__ import annotations
+
+import functools
+
+from common.steps.base import JobContext, JobPlan, Part, StageResult, Step, TaskRun, TaskStats
+
+
+@functools.cache
+def steps() -> dict[str, type[Step]]:
+    from common.params import discover
+
+    return discover(__name__, Step)
+
+
+def step_named(name: str) -> type[Step]:
+    try:
+        return steps()[name]
+    except KeyError:
+        raise ValueError(f"unknown step {name!r} (known: {', '.join(sorted(steps()))})") from None
+
+
+def job_steps(config) -> list[tuple[type[Step], object]]:
+    """The job's steps in order, each as (its class, its checked parameters)."""
+    made = []
+    for component in config.steps:
+        step_class = step_named(component.name)
+        made.append((step_class, step_class.make_params(component.params)))
+    return made
+
+
+def plan_stages(config, output, normal: list, special, log=None) -> tuple[list, list]:
+    """The tasks the job's steps add: (before the normal pass, after it), each step's in the job's order."""
+    before, after = [], []
+    plan = JobPlan(config, output, normal, special, log)
+    for step_class, params in job_steps(config):
+        early, late = step_class.plan(params, plan)
+        before += early
+        after += late
+    return before, after
+
+
+def required_tasks(config) -> dict[str, str]:
+    """Task ids (of the steps' stages) whose quarantine stops the job, with why."""
+    required: dict[str, str] = {}
+    for step_class, params in job_steps(config):
+        required.update(step_class.required_tasks(params))
+    return required
+
+
+__all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
+           "plan_stages", "required_tasks", "step_named", "steps"]

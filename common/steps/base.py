@@ -1,0 +1,219 @@
+"""The step interface: a worker's task is a list of steps, named in the job, run in order.
+
+A job's steps (``JobConfig.steps``), in the order they run::
+
+    read -> [dedup] -> [holdout] -> segment -> [words] -> tokenize -> objective -> write
+
+    read       the task's documents, by the job's reader (stage time "parse")
+    dedup      drops the documents the dedup stages found to be copies ("dedup"; counters "dedup")
+    holdout    splits off the held-out side: a second part, split "holdout" (counters "holdout")
+    segment    each document's segments, by the job's segmenter (common/segmenters/) ("split")
+    words      word starts inside Han runs, by a word segmenter (common/word_segmenters/) ("words")
+    tokenize   token ids (TokenizedDocuments) ("tokenize")
+    objective  a lazy stream of record batches, pass after pass ("build")
+    write      the files, by the job's writer ("write")
+
+Between steps the data is a list of :class:`Part` s, one per side of the output: the training side
+(split ``""``) and, after a split step, the held-out side, each with its own random-stream key and file
+stem.  A part carries its documents, then its segments, then its token ids, then its batches, then its
+files.  The objective's batches are a generator the write step drains, so records are written pass by
+pass as they are made: memory holds one pass.
+
+A step is a :class:`common.params.Configurable`: a module of :mod:`common.steps` with a ``name`` and
+``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.run`; it may also
+
+- add counters to the task's statistics (``TaskRun.count``: step name -> counter -> value, summed by the
+  sink into summary.json under the step's name);
+- add job stages (``stages``, :meth:`Step.plan`, :meth:`Step.run_stage`): tasks that run before the
+  normal pass (dedup's signature, bucket and resolve) or after it (the writer's finish stage);
+- say how it changes the job's identity (:meth:`Step.identity`, for ``JobConfig.job_id``).
+
+``worker.pipeline.TaskProcessor`` builds the job's steps and runs them; it knows none of their names.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator
+
+from common.outputs import TRAIN, ShardFile
+from common.params import Configurable, NoParams
+from common.protocol import AckStats
+
+
+@dataclass
+class TaskStats:
+    """A task's statistics as the worker gathers them (AckStats on the wire)."""
+
+    documents: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    segments: int = 0
+    tokens: int = 0
+    instances: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cpu_seconds: float = 0.0
+    #: step name -> counter -> value (e.g. "dedup": removed documents; "holdout": the held-out side's counts)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_wire(self) -> AckStats:
+        return AckStats(documents=self.documents, skipped=dict(self.skipped), segments=self.segments,
+                        tokens=self.tokens, instances=self.instances, bytes_in=self.bytes_in,
+                        bytes_out=self.bytes_out,
+                        seconds={stage: round(value, 6) for stage, value in self.seconds.items()},
+                        cpu_seconds=round(self.cpu_seconds, 6),
+                        counters={name: dict(values) for name, values in self.counters.items() if values})
+
+    @contextmanager
+    def stage(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+    def count(self, step: str, counter: str, value: int = 1) -> None:
+        values = self.counters.setdefault(step, {})
+        values[counter] = values.get(counter, 0) + value
+
+
+@dataclass
+class Part:
+    """One side of a task's output, as it goes through the steps."""
+
+    split: str  # "" the training side; else the split that made it (its files are marked so)
+    key: str  # the task key its random streams are drawn from
+    stem: str  # what its files are named from (``part-<task id>``, ``holdout/part-<task id>``)
+    documents: list = field(default_factory=list)  # common.readers.Document
+    segments: list | None = None  # per document, its segments, each a list of pieces (segment step)
+    words: Any = None  # word boundaries inside Han runs, per piece (words step)
+    tokenized: Any = None  # common.objectives.TokenizedDocuments (tokenize step)
+    tokens: int = 0  # tokens of its documents before segments were dropped
+    batches: Iterator | None = None  # the objective's record batches, made as they are drained
+    files: list[ShardFile] = field(default_factory=list)
+
+
+@dataclass
+class TaskRun:
+    """What the steps of one task share: the task, its payload, its statistics and its parts."""
+
+    task: Any  # common.tasks.Task
+    payload: bytes
+    stats: TaskStats
+    report: Any  # common.readers.ParseReport: documents skipped, by reason
+    parts: list[Part]
+
+
+@dataclass
+class StageResult:
+    """What a task of a step's own stage wrote (the stage's files, not shards) and counted."""
+
+    files: list[ShardFile]
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class JobPlan:
+    """What a step sees when the ventilator plans the job: to add tasks before or after the normal pass."""
+
+    config: Any  # common.config.JobConfig
+    output: Any  # the output Storage
+    normal: list  # the normal pass's tasks
+    special: Any  # the tokenizer's special ids
+    log: Any = None
+
+
+class JobContext:
+    """What every task of a job shares: the job, its tokenizer, its output and the job's components
+    (reader, objective, writer), built once and only when a step asks for them."""
+
+    def __init__(self, config, vocabulary, output):
+        self.config = config
+        self.vocabulary = vocabulary
+        self.output = output
+        self._built: dict[str, Any] = {}
+
+    def _once(self, name: str, make):
+        if name not in self._built:
+            self._built[name] = make()
+        return self._built[name]
+
+    @property
+    def reader(self):
+        from common.readers import reader_named
+
+        def make():
+            reader_class = reader_named(self.config.reader.name)
+            return reader_class(reader_class.make_params(self.config.reader.params))
+        return self._once("reader", make)
+
+    @property
+    def objective(self):
+        from common.objectives import objective_named
+
+        def make():
+            objective_class = objective_named(self.config.objective.name)
+            return objective_class(objective_class.make_params(self.config.objective.params),
+                                   self.vocabulary.special)
+        return self._once("objective", make)
+
+    @property
+    def writer(self):
+        from common.writers import writer_named
+
+        def make():
+            writer_class = writer_named(self.config.writer.name)
+            return writer_class(writer_class.make_params(self.config.writer.params), self.objective.features,
+                                self.vocabulary.special)
+        return self._once("writer", make)
+
+
+class Step(Configurable, abc.ABC):
+    """One step of a task.  ``params`` are the job's for it; ``job`` the :class:`JobContext`."""
+
+    Params: ClassVar[type] = NoParams
+    #: What the step gives each part (a Part field: "documents", "segments", "words", "tokenized", "batches",
+    #: "files"), or "parts" for a step that adds parts: how a caller runs the steps up to a point
+    #: (``TaskProcessor.parse``, ``tokenize``) without knowing their names.
+    makes: ClassVar[str] = ""
+    #: The job stages this step's tasks run in (``Task.stage``), if it adds any.
+    stages: ClassVar[tuple[str, ...]] = ()
+    #: A step a user adds to a job (``--add-step NAME``, its parameters its own flags) names the step it runs
+    #: right after; None for the steps the job places itself (read ... write, and those of a feature's flags).
+    after: ClassVar[str | None] = None
+
+    def __init__(self, params, job: JobContext):
+        self.params = params
+        self.job = job
+
+    @abc.abstractmethod
+    def run(self, run: TaskRun) -> None:
+        """Do this step to every part of ``run`` (it may add parts, or counters)."""
+
+    def run_stage(self, task, payload: bytes, stats: TaskStats) -> StageResult:
+        """Do one task of this step's own stage (``task.stage`` is one of ``stages``)."""
+        raise ValueError(f"step {self.name} has no stage {task.stage!r}")
+
+    @classmethod
+    def plan(cls, params, plan: JobPlan) -> tuple[list, list]:
+        """The tasks of this step's stages: (before the normal pass, after it).  None by default."""
+        return [], []
+
+    @classmethod
+    def required_tasks(cls, params) -> dict[str, str]:
+        """Task ids of its stages whose quarantine means the normal pass cannot run, with why (one line)."""
+        return {}
+
+    @classmethod
+    def identity(cls, params) -> dict:
+        """What this step adds to the job's identity (``JobConfig.job_id``): its name and parameters."""
+        return {f"step:{cls.name}": dataclasses.asdict(params)}
+
+
+__all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN"]

@@ -1,0 +1,92 @@
+"""Dedup (--dedup; docs/dedup.md): three stages before the normal pass find the copies
+(common/dedup/stages.py: signature, bucket, resolve), and in the normal pass this step drops the
+documents the resolve stage listed, right after reading (the lists name documents by their rank in the
+reader's order, so this comes before any split).  Counters under "dedup": removed_<method>[_bytes] here,
+and each stage's own counters and bytes written."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from common.dedup import stages as dedup_stages
+from common.dedup.keys import KeyMaker
+from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
+from common.readers import ParseReport
+from common.steps.base import JobPlan, StageResult, Step, TaskRun
+from common.tasks import decode_quarantined
+
+
+class Dedup(Step):
+    name = "dedup"
+    makes = "documents"
+    Params = DedupSettings
+    stages = STAGES
+
+    def __init__(self, params: DedupSettings, job):
+        super().__init__(params, job)
+        self._keys = None
+        self._plan = None
+
+    def run(self, run: TaskRun) -> None:
+        with run.stats.stage("dedup"):
+            removals = dedup_stages.read_removals(self.job.output, run.task, self.params.partitions)
+            if not removals:
+                return
+            for code, size in removals.values():
+                method = dedup_stages.METHODS[code]
+                run.stats.count(self.name, f"removed_{method}")
+                run.stats.count(self.name, f"removed_{method}_bytes", size)
+            for part in run.parts:
+                part.documents = [d for ordinal, d in enumerate(part.documents) if ordinal not in removals]
+
+    def plan_of_tasks(self):
+        """The normal tasks in corpus order (bucket and resolve tasks need it), read once per job."""
+        if self._plan is None:
+            self._plan = dedup_stages.read_plan(self.job.output, self.job.config.job_id)
+        return self._plan
+
+    def run_stage(self, task, payload: bytes, stats) -> StageResult:
+        output = self.job.output
+        if task.stage == SIGNATURE:
+            report = ParseReport()
+            with stats.stage("parse"):
+                documents = list(self.job.reader.documents(task, payload, report))
+            with stats.stage("signature"):
+                if self._keys is None:
+                    self._keys = KeyMaker(self.params)
+                result = dedup_stages.write_signatures(output, self.params, self._keys, task, documents)
+        elif task.stage == BUCKET:
+            with stats.stage("bucket"):
+                result = dedup_stages.find_pairs(output, task, self.plan_of_tasks(), decode_quarantined(payload))
+        elif task.stage == RESOLVE:
+            with stats.stage("resolve"):
+                result = dedup_stages.resolve(output, self.plan_of_tasks(), self.params.partitions,
+                                              decode_quarantined(payload))
+        else:
+            return super().run_stage(task, payload, stats)
+        # Their bytes are the stage's own: the job's bytes_written stays the training shards'.
+        return StageResult(result.files, {**result.counters,
+                                          f"{task.stage}_bytes_written": sum(f.bytes for f in result.files)})
+
+    @classmethod
+    def plan(cls, params: DedupSettings, plan: JobPlan) -> tuple[list, list]:
+        # The plan names every normal task in corpus order (how bucket and resolve tasks find the signature
+        # files and rank documents); the same job always writes the same bytes.
+        plan.output.put_bytes(dedup_stages.PLAN_NAME, dedup_stages.encode_plan(plan.config.job_id, plan.normal))
+        if plan.log is not None:
+            plan.log.info("dedup %s: %d signature, %d bucket and 1 resolve task(s) before the normal pass%s",
+                          params.mode, len(plan.normal), params.partitions,
+                          f" (MinHash {params.perm} permutations, {params.bands} bands x {params.rows} rows, "
+                          f"{params.ngram}-word shingles)" if params.uses_minhash else "")
+        everything = dedup_stages.stage_tasks(plan.normal, params)
+        return everything[:len(everything) - len(plan.normal)], []
+
+    @classmethod
+    def required_tasks(cls, params) -> dict[str, str]:
+        return {dedup_stages.resolve_task().task_id:
+                "dedup could not resolve the duplicate clusters (its resolve task was quarantined), so the normal "
+                "pass did not start; run the same command to retry"}
+
+    @classmethod
+    def identity(cls, params) -> dict:
+        return {"dedup": dataclasses.asdict(params)}

@@ -1,0 +1,33 @@
+"""The job's objective over each part: a lazy stream of record batches, every pass in turn, drawn
+from the part's own random streams (its key).  Nothing is made until the write step drains it, so
+memory holds one pass; the time to make each batch is stage "build"."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from common.steps.base import Part, Step, TaskRun
+
+
+class Objective(Step):
+    name = "objective"
+    makes = "batches"
+
+    def run(self, run: TaskRun) -> None:
+        for part in run.parts:
+            part.batches = self._batches(part, run) if part.tokenized.num_documents else None
+
+    def _batches(self, part: Part, run: TaskRun) -> Iterator:
+        objective = self.job.objective
+        for pass_index in range(objective.passes):
+            batches = objective.batches(part.tokenized, part.key, pass_index)
+            while True:
+                with run.stats.stage("build"):
+                    batch = next(batches, None)
+                if batch is None:
+                    break
+                yield batch
+
+    @classmethod
+    def identity(cls, params) -> dict:
+        return {}  # the objective is part of the identity as the job's own field

@@ -1,0 +1,63 @@
+"""Token ids of each part's segments (TokenizedDocuments), by the job's tokenizer (stage time "tokenize").
+
+Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's tokens are
+its pieces' tokens end to end.  Documents left without a usable segment are counted as skipped.  The
+training side's documents and tokens are the task's; another side's are counted under its split's name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.objectives import TokenizedDocuments
+from common.outputs import TRAIN
+from common.steps.base import Part, Step, TaskRun
+
+
+class Tokenize(Step):
+    name = "tokenize"
+    makes = "tokenized"
+
+    def run(self, run: TaskRun) -> None:
+        for part in run.parts:
+            self._tokenize(part, run)
+
+    def _tokenize(self, part: Part, run: TaskRun) -> None:
+        stats, vocabulary = run.stats, self.job.vocabulary
+        segmented = part.segments
+        with stats.stage("tokenize"):
+            pieces = [piece for segments in segmented for segment in segments for piece in segment]
+        with stats.stage("tokenize"):
+            if part.words is None:
+                ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces)
+            else:
+                ids, piece_lengths, word_starts, unmapped = part.words.encode(vocabulary)
+                if unmapped:
+                    run.report.skip("han_text_not_one_token_per_character", unmapped)  # kept, tokenizer's words
+            lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
+            tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
+                                                                   word_starts)
+        if unusable:
+            run.report.skip("no_usable_sentence", unusable)
+        part.tokenized, part.tokens = tokenized, len(ids)
+        stats.segments += tokenized.num_segments
+        if part.split == TRAIN:
+            stats.documents += tokenized.num_documents
+            stats.tokens += len(ids)
+        else:
+            stats.count(part.split, "documents", tokenized.num_documents)
+            stats.count(part.split, "tokens", len(ids))
+
+    @classmethod
+    def identity(cls, params) -> dict:
+        return {}  # the tokenizer is part of the identity as the job's own field
+
+
+def _per_segment(piece_lengths: np.ndarray, pieces_per_segment: list[int]) -> np.ndarray:
+    """Tokens per segment from tokens per piece (most segments are one piece)."""
+    counts = np.asarray(pieces_per_segment, dtype=np.int64)
+    if len(counts) == len(piece_lengths):
+        return piece_lengths
+    if not len(counts):
+        return np.zeros(0, dtype=np.int64)
+    return np.add.reduceat(piece_lengths, np.concatenate(([0], np.cumsum(counts)[:-1])))

@@ -1,0 +1,71 @@
+"""Word starts inside runs of Han characters, by a word segmenter (--word-segmenter;
+common/word_segmenters/), for whole-word masking in Chinese (stage time "words").  The tokenize step
+then encodes each piece with those words (common/tokenization/han_words.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from common.params import Component
+from common.steps.base import Step, TaskRun
+from common.tokenization import han_words
+from common.word_segmenters import make_word_segmenter, word_segmenter_named
+
+#: The parameter naming the word segmenter; the others are that segmenter's own.
+NAME = "word_segmenter"
+
+
+@dataclass(frozen=True)
+class WordsParams:
+    word_segmenter: str
+    options: Any  # the segmenter's own Params
+
+
+@dataclass
+class WordEncoding:
+    """A part's pieces with their words, as the tokenize step encodes them."""
+
+    words: Any  # han_words.PieceWords
+    table: Any  # the tokenizer's Han tokens (han_words.han_token_table)
+
+    def encode(self, vocabulary):
+        return han_words.encode_with_words(vocabulary, self.words, self.table)
+
+
+class Words(Step):
+    name = "words"
+    makes = "words"
+    Params = WordsParams
+
+    @classmethod
+    def make_params(cls, given: dict) -> WordsParams:
+        given = dict(given)
+        name = given.pop(NAME, None)
+        if not isinstance(name, str):
+            raise ValueError(f"the words step needs its {NAME}")
+        segmenter_class = word_segmenter_named(name)
+        if segmenter_class is None:
+            raise ValueError(f"the words step needs a word segmenter, not {name!r}")
+        return WordsParams(name, segmenter_class.make_params(given))
+
+    @classmethod
+    def component_of(cls, segmenter: Component) -> Component:
+        """The step as the job names it, for the word segmenter ``segmenter`` (with all its parameters)."""
+        return Component(cls.name, {NAME: segmenter.name, **segmenter.params})
+
+    def __init__(self, params, job):
+        super().__init__(params, job)
+        self.segmenter = make_word_segmenter(Component(params.word_segmenter, dataclasses.asdict(params.options)))
+        self.table = han_words.han_token_table(job.vocabulary)
+
+    def run(self, run: TaskRun) -> None:
+        for part in run.parts:
+            pieces = [piece for segments in part.segments for segment in segments for piece in segment]
+            with run.stats.stage("words"):
+                part.words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
+
+    @classmethod
+    def identity(cls, params) -> dict:
+        return {"word_segmenter": {"name": params.word_segmenter, "params": dataclasses.asdict(params.options)}}

@@ -1,0 +1,55 @@
+"""The last step: each part's records into its files, by the job's writer (stage time "write"), as
+the objective makes them.  A part without documents writes nothing.  The training side's records are
+the task's instances; another side's files and records are counted under its split's name.
+
+The writer's own stage after the normal pass (``Writer.finish_tasks``: Megatron's merge) is this step's
+stage ``finish``."""
+
+from __future__ import annotations
+
+from common.outputs import TRAIN
+from common.steps.base import JobPlan, StageResult, Step, TaskRun
+from common.tasks import FINISH, decode_quarantined
+
+
+class Write(Step):
+    name = "write"
+    makes = "files"
+    stages = (FINISH,)
+
+    def run(self, run: TaskRun) -> None:
+        stats = run.stats
+        for part in run.parts:
+            files = []
+            if part.batches is not None:
+                with self.job.writer.writing(self.job.output, part.stem) as output:
+                    for batch in part.batches:
+                        with stats.stage("write"):
+                            output.write(batch)
+                        if part.split == TRAIN:
+                            stats.instances += len(batch)
+                    with stats.stage("write"):
+                        files = output.commit()
+            if part.split != TRAIN:
+                for f in files:
+                    f.split = part.split
+                stats.count(part.split, "records", sum(f.records for f in files))
+                stats.count(part.split, "shards", len(files))
+            part.files = files
+
+    def run_stage(self, task, payload: bytes, stats) -> StageResult:
+        with stats.stage(FINISH):
+            return StageResult(self.job.writer.finish_task(self.job.output, task, self.job.config.job_id,
+                                                           decode_quarantined(payload)))
+
+    @classmethod
+    def plan(cls, params, plan: JobPlan) -> tuple[list, list]:
+        from common.writers import writer_named
+
+        writer_class = writer_named(plan.config.writer.name)
+        return [], list(writer_class.finish_tasks(writer_class.make_params(plan.config.writer.params), plan.output,
+                                                  plan.config.job_id, plan.normal, plan.special))
+
+    @classmethod
+    def identity(cls, params) -> dict:
+        return {}  # the writer is part of the identity as the job's own field
