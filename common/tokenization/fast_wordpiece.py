@@ -9,7 +9,7 @@ reads the same ``tokenizer.json`` and reimplements BertNormalizer,
 BertPreTokenizer and WordPiece (``max_input_chars_per_word`` included) to
 match HF id for id; it runs at 35-250 MB/s per core here (docs/benchmarks.md).
 
-Candidates looked at (tests/test_fast_tokenizer.py holds the evidence):
+Candidates looked at (tests/common/tokenization/test_fast_wordpiece.py holds the evidence):
 
 * ``nanotoken`` 0.1: identical ids to HF on the whole shared Wikipedia
   sample (uncased and cased), on every BertNormalizer flag combination over

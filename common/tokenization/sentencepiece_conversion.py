@@ -11,7 +11,7 @@ tokenizer's behaviour (ALBERT's lower-casing, XLM-R's fairseq id offset),
 not sentencepiece's; sentencepiece's Python package is not needed at run
 time either: the ``.model`` file is a small protobuf (ModelProto in
 sentencepiece_model.proto) of which we read a dozen fields with the wire
-format below.  tests/test_sentencepiece_conversion.py checks the ids against
+format below.  tests/common/tokenization/test_sentencepiece_conversion.py checks the ids against
 the ``sentencepiece`` package on the shared corpus.
 
 What the JSON does, field by field of the proto:

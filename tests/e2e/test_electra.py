@@ -31,7 +31,7 @@ def test_electra(small_corpus, tmp_path):
             two_segments += 1
     assert len(examples) > 150  # ~150 KB: its paragraph lines, as the reference adds them (--segmenter auto)
     # Paragraph lines are often longer than half an example and then fill the first segment alone: about
-    # half the examples have two (tests/test_electra_statistics.py compares that with the reference).
+    # half the examples have two (tests/common/objectives/test_electra.py compares that with the reference).
     assert 0.3 < two_segments / len(examples) < 0.95
 
 

@@ -87,7 +87,7 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
 
     from common.storage import S3Storage
     from common.tasks import plan_tasks
-    from tests.test_formats import make_corpus
+    from tests.common.test_tasks import make_corpus
 
     client = s3.client()
     bucket = s3.new_bucket("ranges")

@@ -15,7 +15,7 @@ from common.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
 from common.tokenization import SpecialIds
 from common.writers.megatron import IndexedDataset, MegatronWriter, best_fitting_dtype
-from tests.test_parquet_writer import run_job, vocabulary  # noqa: F401  (the BERT vocabulary, loaded once)
+from tests.common.writers.test_parquet_writer import run_job, vocabulary  # noqa: F401  (the BERT vocabulary, loaded once)
 from tests.helpers import WIKI
 
 

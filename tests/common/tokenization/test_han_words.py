@@ -27,7 +27,7 @@ from common.word_segmenters.base import han_runs
 from tests.helpers import VOCAB, WIKI, need_shared
 from worker.pipeline import TaskProcessor, TaskStats
 
-DATA = Path(__file__).parent / "data" / "cjk"
+DATA = Path(__file__).resolve().parents[2] / "data" / "cjk"
 
 
 def lines_of(name: str) -> list[str]:
@@ -291,7 +291,7 @@ def test_bad_input_is_counted_never_fatal(tmp_path, vocabulary):
 
 #: transformers 4.x (DataCollatorForWholeWordMask reads chinese_ref; 5.x dropped both) with the tokenizers and
 #: huggingface_hub it pins, installed apart by .ci/run (they conflict with this project's newer tokenizers).
-TRANSFORMERS4 = Path(__file__).resolve().parent.parent / ".ci" / "transformers4"
+TRANSFORMERS4 = Path(__file__).resolve().parents[3] / ".ci" / "transformers4"
 
 COLLATE = r'''
 import json, sys

@@ -23,12 +23,12 @@ from common.tokenization import TokenizerError, load_tokenizer, load_vocabulary
 from common.tokenization.sentencepiece_conversion import (CONTROL, NORMAL, UNKNOWN, USER_DEFINED, ConversionError,
                                                           convert, parse_model)
 from tests.helpers import WIKI, need_shared
-from tests.test_fast_tokenizer import ADVERSARIAL
+from tests.common.tokenization.test_fast_wordpiece import ADVERSARIAL
 from tests.tokenizer_families import corpus_lines, tokenizer_path, train_sentencepiece
 
 spm = pytest.importorskip("sentencepiece", reason="the conversion is checked against the sentencepiece package")
 
-#: Adversarial strings (tests/test_fast_tokenizer.py) known to differ, and why.
+#: Adversarial strings (tests/common/tokenization/test_fast_wordpiece.py) known to differ, and why.
 KNOWN = {"e\u0301\u0302\u0303\u0304": "stacked combining marks: sentencepiece composes e+U+0301, HF keeps e"}
 
 
