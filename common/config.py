@@ -35,12 +35,19 @@ def standard_steps(segmenter: str, *, dedup=None, holdout_fraction: float = 0.0,
     if added:
         from common.steps import step_named
 
-        for component in added:
+        placed = [False] * len(steps)  # which of ``steps`` were added here
+        for given, component in enumerate(added):
+            if any(step.name == component.name for step in added[:given]):
+                raise ValueError(f"--add-step {component.name} is given twice (once runs it on every task)")
             anchor = step_named(component.name).after
             places = [i for i, step in enumerate(steps) if step.name == anchor]
             if not places:
                 raise ValueError(f"--add-step {component.name} runs after the {anchor} step, which this job has not")
-            steps.insert(places[-1] + 1, component)
+            at = places[-1] + 1
+            while at < len(steps) and placed[at]:  # after those added after the same step before it: in order
+                at += 1
+            steps.insert(at, component)
+            placed.insert(at, True)
     return tuple(steps)
 
 
@@ -136,7 +143,13 @@ class JobConfig:
         }
         # Each step adds what it means (Step.identity); optional steps are in the list only when used, so a
         # job without them keeps the id it always had.
-        for step_class, params in job_steps(self):
+        made = job_steps(self)
+        for step_class, params in made:
             identity.update(step_class.identity(params))
+        # Step.identity is by name, so it says neither the order of added steps nor a step listed twice; both
+        # change the output.  Said only then: jobs with at most one added step keep their ids.
+        names = [step_class.name for step_class, _params in made]
+        if len(set(names)) < len(names) or sum(step_class.after is not None for step_class, _ in made) > 1:
+            identity["step_order"] = names
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

@@ -22,7 +22,7 @@ import numpy as np
 
 from common.manifest import read_published
 from common.objectives.base import Ragged
-from common.outputs import split_of
+from common.outputs import TRAIN, split_of
 from common.storage import open_storage
 from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout
@@ -42,7 +42,7 @@ class ListedFile(NamedTuple):
     name: str  # relative to the output root
     records: int
     size: int | None  # bytes, when the line says (the older single-shard shape does not)
-    holdout: bool  # a file of the held-out side (--holdout-fraction)
+    split: str  # its side: "" training, "holdout" held out (--holdout-fraction), or another step's split
 
 
 #: What ``--split`` chooses between: the training side, or the held-out side for evaluation.
@@ -52,18 +52,18 @@ SPLITS = ("train", "holdout")
 def entry_files(entry: dict) -> list[ListedFile]:
     """The files of a manifest line.
 
-    Two shapes: ``shards``, a list of {name, records, sha256, bytes[, holdout]}
+    Two shapes: ``shards``, a list of {name, records, sha256, bytes[, split]}
     (one task may write several files), and the older single ``shard`` (a
     URI) with the line's ``records``.
     """
     if "shards" in entry:
         return [ListedFile(str(shard["name"]), int(shard["records"]),
                            int(shard["bytes"]) if shard.get("bytes") is not None else None,
-                           split_of(shard) == "holdout")
+                           split_of(shard))
                 for shard in entry["shards"] or []]
     if entry.get("shard"):
         return [ListedFile(str(entry["shard"]).replace("\\", "/").rsplit("/", 1)[-1], int(entry.get("records", 0)),
-                           None, False)]
+                           None, TRAIN)]
     return []
 
 
@@ -134,9 +134,11 @@ class ShardList:
     def listed(entries: list[dict], split: str = "train") -> list[ListedFile]:
         if split not in SPLITS:
             raise DatasetError(f"--split {split}: choose one of {', '.join(SPLITS)}")
-        held = split == "holdout"
+        # Only the training split's files are training data: a split a step names otherwise is not (it
+        # is counted apart from the training side, as the sink's totals count it).
+        side = TRAIN if split == "train" else split
         return [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
-                for file in entry_files(entry) if file.records > 0 and file.holdout == held]
+                for file in entry_files(entry) if file.records > 0 and file.split == side]
 
 
 SUMMARY_NAME = "summary.json"

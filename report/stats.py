@@ -191,7 +191,10 @@ def manifest_numbers(entries: list[dict]) -> dict:
         sides["holdout"]["sequences"] += held.get("records", 0)
         sides["holdout"]["tokens"] += held.get("tokens", 0)
         for f in entry.get("shards") or []:
-            side = sides["holdout" if split_of(f) == "holdout" else "train"]
+            split = split_of(f)
+            if split not in ("", "holdout"):  # a side another step made: neither of these two
+                continue
+            side = sides["holdout" if split else "train"]
             side["files"] += 1
             side["bytes"] += int(f.get("bytes", 0))
         if entry.get("documents"):

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -79,6 +80,11 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
         if values and name not in LINE_FIELDS:
             entry[name] = dict(values)
     return entry
+
+
+def _exposed(name: str) -> str:
+    """A metric family's name as the exposition writes it (characters Prometheus names lack become _)."""
+    return re.sub(r"[^a-zA-Z0-9_:]", "_", name)
 
 
 class SinkServer:
@@ -288,9 +294,8 @@ class SinkServer:
                 self.duplicates += 1
         send(protocol.TasksDone([ack.task_id for ack in valid], documents))
 
-    def metrics(self):
-        """What Prometheus scrapes (see common/metrics.py): the manifest's
-        totals (the whole job, earlier runs included), then this run's."""
+    def _own_metrics(self):
+        """The sink's own families (not the steps')."""
         manifest = self.manifest
         totals = dict(manifest.totals) if manifest is not None else {}
         for name, key, documentation in (
@@ -303,9 +308,6 @@ class SinkServer:
             yield counter(name, documentation, totals.get(key, 0))
         yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
                       labels=dict(totals.get("skipped_documents", {})), label="reason")
-        for name, values in step_counters(totals).items():  # e.g. holdout: the held-out side's; dedup's
-            yield counter(f"mlm_sink_{name}", f"The {name} step's counters, summed over the job's tasks.",
-                          labels=dict(values), label="quantity")
         overall, per_worker = self.throughput.rates()
         yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
                     labels=overall, label="quantity")
@@ -317,6 +319,24 @@ class SinkServer:
         yield counter("mlm_sink_duplicate_acks", "Acknowledgements of tasks already in the manifest.", self.duplicates)
         yield gauge("mlm_sink_quarantined_tasks", "Tasks the ventilator gave up on.", len(self.quarantined))
         yield counter("mlm_sink_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
+
+    def metrics(self):
+        """What Prometheus scrapes (see common/metrics.py): the manifest's
+        totals (the whole job, earlier runs included), then this run's, and
+        each step's counters as a family named after the step."""
+        families = list(self._own_metrics())
+        yield from families
+        # A step's name is anyone's (a plugin's, a worker's frame): one that is, as Prometheus writes names,
+        # one of the sink's own families or another step's would make the page hold two families of one name,
+        # and Prometheus refuse every scrape.  Such a step's counters stay in summary.json only.
+        taken = {_exposed(family.name) for family in families}
+        for name, values in step_counters(dict(self.manifest.totals) if self.manifest else {}).items():
+            family = counter(f"mlm_sink_{name}", f"The {name} step's counters, summed over the job's tasks.",
+                             labels=dict(values), label="quantity")
+            if _exposed(family.name) in taken:
+                continue
+            taken.add(_exposed(family.name))
+            yield family
 
     def summary(self, reason: str) -> dict:
         elapsed = time.monotonic() - self.throughput.started
