@@ -72,6 +72,16 @@ def _feature_yaml(name: str, spec: dict) -> list[str]:
     return [f"  - name: {_q(name)}", f"    sequence: {spec['dtype']}"]
 
 
+def file_columns(info: dict) -> list[tuple[str, dict]]:
+    """The files' columns in order, each with its spec: the features under the files' names (Hugging Face's with
+    --column-names hf, format_details' ``columns``), then the columns the format adds (``added_columns``)."""
+    details = info.get("format_details") or {}
+    renamed = details.get("columns") or {}
+    names = info.get("feature_names") or list(info["features"])  # the files' column order
+    return ([(renamed.get(name, name), info["features"][name]) for name in names]
+            + list((details.get("added_columns") or {}).items()))
+
+
 def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
     """The card's text from the output's dataset_info (common/dataset_info.py) and its files' records."""
     binned = bool(info.get("format_params", {}).get("bin_size"))
@@ -79,7 +89,8 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
     tokenizer = info["tokenizer"]
     made_by = info.get("made_by") or {}
     records = sum(counts.get("default", {}).values())
-    names = info.get("feature_names") or list(info["features"])  # the files' column order
+    columns = file_columns(info)
+    hf_names = (info.get("format_details") or {}).get("column_names") == "hf"
     title = f"mlm-pipeline {objective['name']} pretraining data"
     lines = ["---", f"pretty_name: {_q(title)}",
              "license: unknown  # placeholder: state the corpus's license (e.g. cc-by-sa-3.0 for Wikipedia)",
@@ -106,8 +117,8 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
             continue
         # No ``splits`` here: datasets wants their in-memory bytes, which only it can count.
         lines += [f"- config_name: {config}", "  features:"]
-        for name in names:
-            lines += _feature_yaml(name, info["features"][name])
+        for name, spec in columns:
+            lines += _feature_yaml(name, spec)
     lines.append("---")
     params = ", ".join(f"{k}={v}" for k, v in sorted(objective.items()) if k != "name")
     specials = ", ".join(f"{role} {s['token']!s} ({s['id']})" for role, s in tokenizer["special_tokens"].items() if s)
@@ -129,6 +140,9 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
         "ds = datasets.load_dataset(\"path/to/this/directory\")   # splits: "
         + ", ".join(s for s in ("train", "validation") if s in counts.get("default", {})),
     ]
+    if hf_names:
+        body.append("# Hugging Face's column names (--column-names hf): BertForPreTraining / Trainer take the rows "
+                    "as they are")
     if binned:
         body.append(f"bin = datasets.load_dataset(\"path/to/this/directory\", \"{next((c for c in configs if c != 'default'), 'bin-001')}\")"
                     "   # one sequence-length bin")
@@ -142,7 +156,9 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
         f"{info.get('max_predictions_per_seq')}",
         f"- records: {records:,} ("
         + ", ".join(f"{split} {n:,}" for split, n in sorted(counts.get("default", {}).items())) + ")",
-        f"- features: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in ((n, info["features"][n]) for n in names)),
+        f"- columns: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in columns)
+        + (" (Hugging Face's names; `labels`: -100 but at the masked positions, which hold the original ids)"
+           if hf_names else ""),
         f"- held out: {holdout['fraction']} of the documents (seed {holdout['seed']}), under `{HOLDOUT_DIRECTORY}/`"
         if holdout else "- held out: nothing (no --holdout-fraction)",
         f"- length bins of {info['format_params']['bin_size']} tokens: `bin-K/` holds lengths in ((K-1)·N, K·N]"

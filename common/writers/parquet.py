@@ -13,6 +13,15 @@ bin, LDDL's binning: bin k holds records whose length (``input_mask``'s sum,
 else ``input_ids``' length) is in ((k-1)·N, k·N], under ``bin-K/``, so a
 trainer draws batches from one bin and pads less.
 
+With ``--column-names hf`` the columns take Hugging Face's argument names
+(``attention_mask``, ``token_type_ids``, ``next_sentence_label``) and a masked
+output gains ``labels`` (-100 but at the masked positions, which hold the
+original ids), so ``BertForPreTraining`` and ``Trainer`` take the rows as they
+are; the ``masked_lm_*`` columns stay (Trainer drops what the model does not
+take).  The files say so in their schema's metadata, and reading them back maps
+the names to the features' again (checking ``labels`` against ``masked_lm_*``),
+so the loader, mlm-verify and mlm-report read them unchanged.
+
 At the end of the job the sink writes ``README.md``, a dataset card whose
 YAML names the splits' files for ``datasets.load_dataset(OUT)``
 (common/dataset_card.py); ``dataset_info.json`` is every format's
@@ -46,10 +55,28 @@ class ParquetParams:
                                      "Face's run_chinese_ref.py column, read by DataCollatorForWholeWordMask), from "
                                      "the records' word_starts (--objective roberta --masking none, or electra "
                                      "--word-starts).", opt_in=True)
+    column_names: str = param("ours", "Column names: ours (the objective's feature names: input_mask, segment_ids, "
+                                      "next_sentence_labels) or hf (Hugging Face's: attention_mask, token_type_ids, "
+                                      "next_sentence_label, plus labels (-100 but at masked positions) for masked "
+                                      "outputs), which BertForPreTraining and Trainer take as they are.", opt_in=True)
 
     def validate(self) -> None:
         if self.bin_size < 0:
             raise ValueError("--bin-size must be 0 (no bins) or a positive width")
+        if self.column_names not in COLUMN_NAMINGS:
+            raise ValueError(f"--column-names must be ours or hf, not {self.column_names!r}")
+
+
+#: --column-names' values.
+COLUMN_NAMINGS = ("ours", "hf")
+#: Hugging Face's argument names (BertForPreTraining.forward) for the features that have one.
+HF_NAMES = {"input_mask": "attention_mask", "segment_ids": "token_type_ids",
+            "next_sentence_labels": "next_sentence_label"}
+#: What a masked position's label is made of, and the value of every other position (CrossEntropyLoss's ignore_index).
+MASKED_LM = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+IGNORED_LABEL = -100
+#: The schema metadata key that marks a file written with Hugging Face's names (read_columns maps them back).
+NAMING_KEY = b"mlm_pipeline.column_names"
 
 
 CHINESE_REF = Feature("chinese_ref", "int32", None)
@@ -72,14 +99,61 @@ def chinese_ref(batch: Batch) -> Ragged:
     return Ragged(positions.astype(np.int32), np.bincount(rows, minlength=len(starts)).astype(np.int64))
 
 
-def arrow_schema(features: list[Feature]) -> pa.Schema:
-    """The columns: the features' names, their declared dtypes, lists unless one value per record."""
+def mlm_labels(batch: Batch) -> np.ndarray | Ragged:
+    """Hugging Face's ``labels``: per position of ``input_ids``, -100, except each masked position
+    (``masked_lm_positions`` whose ``masked_lm_weights`` > 0), which holds its original id (``masked_lm_ids``)."""
+    ids = batch.columns["input_ids"]
+    rows, (positions, originals, weights) = _flat_rows([batch.columns[name] for name in MASKED_LM])
+    keep = weights > 0
+    rows, positions, originals = rows[keep], positions[keep].astype(np.int64), originals[keep]
+    if isinstance(ids, Ragged):
+        starts = np.concatenate([[0], np.cumsum(ids.lengths)[:-1]]).astype(np.int64)
+        labels = np.full(len(ids.values), IGNORED_LABEL, dtype=np.int32)
+        labels[starts[rows] + positions] = originals
+        return Ragged(labels, np.asarray(ids.lengths, dtype=np.int64))
+    labels = np.full(np.asarray(ids).shape, IGNORED_LABEL, dtype=np.int32)
+    labels[rows, positions] = originals
+    return labels
+
+
+def _flat_rows(columns: list) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Columns of equal lengths per record, flattened, with each value's record."""
+    first = columns[0]
+    if isinstance(first, Ragged):
+        rows = np.repeat(np.arange(len(first.lengths)), first.lengths)
+        return rows, [np.asarray(c.values) for c in columns]
+    first = np.asarray(first)
+    rows = np.repeat(np.arange(first.shape[0]), first.shape[1])
+    return rows, [np.asarray(c).reshape(-1) for c in columns]
+
+
+def column_names(params, features: list[Feature]) -> dict[str, str]:
+    """Each feature's column in the files (only those renamed): Hugging Face's names with --column-names hf."""
+    if getattr(params, "column_names", "ours") != "hf":
+        return {}
+    return {f.name: HF_NAMES[f.name] for f in features if f.name in HF_NAMES}
+
+
+def labels_feature(params, features: list[Feature]) -> Feature | None:
+    """``labels``, the column --column-names hf adds to a masked output; None otherwise."""
+    names = {f.name for f in features}
+    if getattr(params, "column_names", "ours") != "hf" or not set(MASKED_LM) <= names:
+        return None
+    (ids,) = [f for f in features if f.name == "input_ids"]
+    return Feature("labels", "int32", ids.length)
+
+
+def arrow_schema(features: list[Feature], renamed: dict[str, str] | None = None, hf: bool = False) -> pa.Schema:
+    """The columns: the features' names (or ``renamed``'s), their declared dtypes, lists unless one value per
+    record; files with Hugging Face's names (``hf``) say so in their metadata."""
+    renamed = renamed or {}
     fields = []
     for feature in features:
         value_type = pa.from_numpy_dtype(np.dtype(feature.dtype))
-        fields.append(pa.field(feature.name, value_type if feature.length == 1 else pa.list_(value_type),
-                               nullable=False))
-    return pa.schema(fields)
+        fields.append(pa.field(renamed.get(feature.name, feature.name),
+                               value_type if feature.length == 1 else pa.list_(value_type), nullable=False))
+    schema = pa.schema(fields)
+    return schema.with_metadata({NAMING_KEY: b"hf"}) if hf else schema
 
 
 def _column(values, feature: Feature) -> pa.Array:
@@ -141,12 +215,18 @@ def record_lengths(batch: Batch) -> np.ndarray:
     return ids.lengths if isinstance(ids, Ragged) else np.full(len(batch), np.asarray(ids).shape[1])
 
 
+#: Columns the writer derives from a batch rather than takes from it (name -> how).
+DERIVED = {CHINESE_REF.name: chinese_ref, "labels": mlm_labels}
+
+
 class _ParquetTaskOutput(TaskOutput):
-    def __init__(self, output, stem: str, features: list[Feature], bin_size: int):
+    def __init__(self, output, stem: str, features: list[Feature], derived: set[str], schema: pa.Schema,
+                 bin_size: int):
         self._output = output
         self._stem = stem
         self._features = features
-        self._schema = arrow_schema(features)
+        self._derived = derived  # names of the features made by DERIVED, not found in the batch
+        self._schema = schema
         self._bin_size = bin_size
         self._files: dict[int, _ParquetFile] = {}  # bin (0 without binning) -> file
 
@@ -161,10 +241,10 @@ class _ParquetTaskOutput(TaskOutput):
         return self._files[bin_index]
 
     def _table(self, batch: Batch, rows: np.ndarray | None = None) -> pa.Table:
-        if rows is not None:  # binning: fixed-length records only (check_features), chinese_ref derived after
+        if rows is not None:  # binning: fixed-length records only (check_features), derived columns after
             batch = Batch({name: np.asarray(values)[rows] for name, values in batch.columns.items()})
-        columns = [_column(chinese_ref(batch) if feature is CHINESE_REF else batch.columns[feature.name], feature)
-                   for feature in self._features]
+        columns = [_column(DERIVED[feature.name](batch) if feature.name in self._derived
+                           else batch.columns[feature.name], feature) for feature in self._features]
         return pa.Table.from_arrays(columns, schema=self._schema)
 
     def write(self, batch: Batch) -> None:
@@ -185,13 +265,37 @@ class _ParquetTaskOutput(TaskOutput):
             file.abort()
 
 
+def _check_labels(name: str, columns: dict) -> None:
+    """``labels`` (read from a file) against the labels its masked_lm_* make; removed from ``columns``."""
+    labels = columns.pop("labels")
+    if not set(MASKED_LM) <= set(columns):
+        raise ValueError(f"{name}: labels without {', '.join(MASKED_LM)}")
+    expected = mlm_labels(Batch(columns))
+    given, made = ((np.asarray(x.values), np.asarray(x.lengths)) if isinstance(x, Ragged) else (np.asarray(x), None)
+                   for x in (labels, expected))
+    if given[0].shape != made[0].shape or (given[1] is not None and not np.array_equal(given[1], made[1])):
+        raise ValueError(f"{name}: labels are not one per position of input_ids")
+    wrong = given[0] != made[0]
+    if wrong.any():
+        raise ValueError(f"{name}: labels disagree with masked_lm_* at {int(wrong.sum())} position(s)")
+
+
 class ParquetWriter(Writer):
     name = "parquet"
     Params = ParquetParams
     suffixes = (".parquet",)
 
     def __init__(self, params, features: list[Feature], special=None):
-        super().__init__(params, features + [CHINESE_REF] if params.chinese_ref else features, special)
+        added = self.added_features(params, features)
+        super().__init__(params, features + added, special)
+        self._derived = {f.name for f in added}
+        self._schema = arrow_schema(self.features, column_names(params, features), params.column_names == "hf")
+
+    @classmethod
+    def added_features(cls, params, features: list[Feature]) -> list[Feature]:
+        """Columns the writer adds to the objective's features: chinese_ref, and labels with --column-names hf."""
+        labels = labels_feature(params, features)
+        return ([CHINESE_REF] if getattr(params, "chinese_ref", False) else []) + ([labels] if labels else [])
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
@@ -207,7 +311,7 @@ class ParquetWriter(Writer):
                 raise ValueError("--bin-size bins fixed-length records; this objective writes variable-length ones")
 
     def open(self, output, stem: str) -> TaskOutput:
-        return _ParquetTaskOutput(output, stem, self.features, self.params.bin_size)
+        return _ParquetTaskOutput(output, stem, self.features, self._derived, self._schema, self.params.bin_size)
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
@@ -218,7 +322,8 @@ class ParquetWriter(Writer):
 
     @classmethod
     def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
-        """The columns: a one-value feature is a scalar column (shape []), the others lists."""
+        """The features as read back (by the features' names, whatever --column-names): a one-value feature is
+        a scalar column (shape []), the others lists.  Columns of other names are in format_details."""
         features = features + ([CHINESE_REF] if getattr(params, "chinese_ref", False) else [])
         schema = arrow_schema(features)
         return {f.name: {"dtype": f.dtype, "shape": [] if f.length == 1 else [f.length],
@@ -226,14 +331,31 @@ class ParquetWriter(Writer):
 
     @classmethod
     def format_details(cls, params, features: list[Feature], special) -> dict:
-        return {"compression": "zstd", "row_group_rows": ROW_GROUP_ROWS, "bin_size": params.bin_size}
+        """Besides compression and bins, which names the files' columns have: ``columns`` (feature -> column,
+        those renamed) and ``added_columns`` (in the files only, dropped on reading back)."""
+        details = {"compression": "zstd", "row_group_rows": ROW_GROUP_ROWS, "bin_size": params.bin_size,
+                   "column_names": getattr(params, "column_names", "ours")}
+        if details["column_names"] == "hf":
+            labels = labels_feature(params, features)
+            details["columns"] = column_names(params, features)
+            details["added_columns"] = {} if labels is None else {labels.name: {
+                "dtype": labels.dtype, "shape": [labels.length], "arrow_type": str(arrow_schema([labels])[0].type),
+                "holds": f"{IGNORED_LABEL} except at masked positions (masked_lm_positions whose masked_lm_weights "
+                         "> 0), which hold the original token id (masked_lm_ids)"}}
+        return details
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
+        """By the features' names: a file with Hugging Face's names has them mapped back, and its ``labels``
+        checked against ``masked_lm_*`` (ValueError if they disagree) and dropped."""
         try:
             table = pq.read_table(io.BytesIO(data))
         except (pa.ArrowInvalid, OSError) as error:
             raise ValueError(f"not a readable Parquet file: {error}") from None
+        hf = (table.schema.metadata or {}).get(NAMING_KEY) == b"hf"
+        if hf:
+            features_of = {column: feature for feature, column in HF_NAMES.items()}
+            table = table.rename_columns([features_of.get(name, name) for name in table.column_names])
         columns = {}
         for field in table.schema:
             column = table.column(field.name).combine_chunks()
@@ -246,6 +368,8 @@ class ParquetWriter(Writer):
                 columns[field.name] = values.reshape(len(lengths), int(lengths[0]))
             else:
                 columns[field.name] = Ragged(values, lengths)
+        if hf and "labels" in columns:
+            _check_labels(name, columns)
         return columns
 
     @classmethod

@@ -36,7 +36,7 @@ def test_parquet_output_is_the_same_whatever_the_fleet(tmp_path):
     assert verify.returncode == 0, verify.stderr
     info = json.loads((outputs[0] / "dataset_info.json").read_text())
     assert info["records"] == sum(e["records"] for e in manifest(outputs[0]).values()) > 0
-    assert info["writer"] == {"name": "parquet", "bin_size": 64, "chinese_ref": False}
+    assert info["writer"] == {"name": "parquet", "bin_size": 64, "chinese_ref": False, "column_names": "ours"}
     assert info["features"]["input_ids"]["arrow_type"].startswith("list<")
 
 
