@@ -120,7 +120,7 @@ class JobSettings:
     holdout_seed: int = option("--holdout-seed", type=int, default=DEFAULT_HOLDOUT_SEED, show_envvar=True,
                                help="Which documents --holdout-fraction holds out (not --random-seed: outputs made "
                                     "with other objectives or seeds hold out the same ones).")
-    added_steps: tuple[str, ...] = option(
+    add_step: tuple[str, ...] = option(
         "--add-step", type=click.Choice(sorted(addable_steps())), multiple=True, default=JobOptions.added_steps,
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
@@ -304,7 +304,7 @@ class RunConfig:
             tokenizer=self.tokenizer.tokenizer, do_lower_case=self.tokenizer.do_lower_case,
             special_tokens=self.tokenizer.special_tokens(), corpus_format=self.input.corpus_format,
             segmenter=self.job.segmenter, objective=self.job.objective, output_format=self.job.output_format,
-            word_segmenter=self.job.word_segmenter, added_steps=tuple(self.job.added_steps),
+            word_segmenter=self.job.word_segmenter, added_steps=tuple(self.job.add_step),
             params=dict(self.job.params), task_size=self.input.task_size,
             holdout_fraction=self.job.holdout_fraction, holdout_seed=self.job.holdout_seed,
             shared_fs=self.input.shared_fs, s3_endpoint_url=self.input.s3_endpoint_url,

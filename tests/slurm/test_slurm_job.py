@@ -176,9 +176,17 @@ def test_drain_signal_requeues_and_the_job_completes(slurm, local_run, tmp_path)
     # run's state (FAILED: the drained run exits 130) for a moment after Restarts moved.  Pending again, it is
     # the second run's.
     job.wait_for("PENDING", "RUNNING", "COMPLETED")
+    # Under load slurmd takes a while to clean up the first run's killed step: a launch on a node still
+    # completing fails the job.  Let the nodes go idle first, as a scheduler's next launch would find them.
+    deadline = time.monotonic() + 120
+    while any(state.startswith("comp") for state in job.slurm("sinfo", "-h", "-N", "-o", "%T").stdout.split()):
+        assert time.monotonic() < deadline, "the nodes stayed completing"
+        time.sleep(0.5)
     # A requeued job is eligible only two minutes later (Slurm's rule): let it start now.
     job.slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
     shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
-    assert shown["JobState"] == "COMPLETED" and shown["Restarts"] == "1", job.log_text()[-3000:]
+    assert shown["JobState"] == "COMPLETED" and shown["Restarts"] == "1", (
+        f"{shown.get('JobState')} restarts={shown.get('Restarts')} reason={shown.get('Reason')} "
+        f"exit={shown.get('ExitCode')}\n{job.log_text()[-3000:]}")
     assert "(restart 1)" in job.log_text()
     assert_same_as_local(job, local_run)
