@@ -117,11 +117,11 @@ class VentilatorServer:
         try:
             listen(router, self.options.bind_host, self.options.port)
             self.dispatcher = self._build_while_greeting(router)
+            if self.options.metrics_port is not None:  # up before the line that says the ventilator is
+                metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
                      self.ventilator_id, self.config.job_id, self.dispatcher.total,
                      self.input_bytes / 1e6, self.config.data_uri, self.options.port)
-            if self.options.metrics_port is not None:
-                metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             if self.options.backlog_publisher is not None:
                 publisher = self.options.backlog_publisher(self.backlog)
                 publisher.start()
