@@ -47,6 +47,7 @@ class Hello:
     host: str
     pid: int
     role: str  # "worker" or "sink"
+    booted_at: float = 0.0  # wall clock of the host's boot (0: unknown): a host started for the job is billed from it
 
 
 @dataclass
@@ -146,6 +147,7 @@ class AckStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     cpu_seconds: float = 0.0
+    output_tokens: int = 0  # the training side's records' token positions without padding (what was computed)
     #: Counters by the step (or split) that counted them: name -> counter -> value, summed by the sink under
     #: that name (e.g. "dedup", and "holdout": the held-out side's documents, tokens, records and shards; the
     #: fields above count the training side only).
@@ -196,13 +198,21 @@ class TasksQuarantined:
 
 
 @dataclass
+class WorkerHosts:
+    """Ventilator to sink, before Shutdown: the worker hosts it saw, each
+    host -> [billed from, last heard] (wall clock), for the run's cost."""
+
+    hosts: dict[str, list[float]]
+
+
+@dataclass
 class Shutdown:
     reason: str
 
 
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Hello, SinkHello, Welcome, TaskRequest, TaskAssignment, Heartbeat, HeartbeatReply,
-    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, Shutdown)}
+    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown)}
 
 Message = typing.Union[tuple(MESSAGE_TYPES.values())]
 

@@ -198,6 +198,7 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
         "records": {side: value.numbers(tokenizer) for side, value in sides.items() if value.records},
         "skipped_documents": numbers["skipped"],
         "mean_tokens_per_document_by_task": numbers["mean_tokens_per_document_by_task"],
+        "tokens_per_document": numbers["tokens_per_document"],  # every document, from the workers' bins
         "dedup": None,
         "throughput": stats.throughput(entries),
         "cost": (summary or {}).get("cost"),

@@ -86,15 +86,22 @@ def render(report: dict) -> str:
     parts.append(_table(["side", "mean", "median", "max", "padding share"], rows))
 
     parts.append("<h2>Tokens per document</h2>")
+    exact = report.get("tokens_per_document") or {}
     documents = {s: r["tokens_per_document"] for s, r in records.items() if r.get("tokens_per_document")}
-    if documents:
+    if exact:
+        parts.append(_figure(plots.histograms(exact, "tokens in a document (bins of powers of two)", "documents",
+                                              log_x=True), "No task recorded documents."))
+        parts.append("<p class=note>Every document of the job, counted by the workers as they tokenized it "
+                     "(before any was cut into sequences), in bins of powers of two.</p>")
+    elif documents:
         parts.append(_figure(plots.histograms(documents, "tokens in a document", "documents"), ""))
         parts.append("<p class=note>Sampled: each record is a whole document in this output.</p>")
     else:
         parts.append(_figure(plots.histograms({"train": report["mean_tokens_per_document_by_task"]},
                                               "mean tokens per document of a task", "tasks"),
                              "No task recorded documents."))
-        parts.append("<p class=note>Records here are instances, not documents: the manifest's mean per task "
+        parts.append("<p class=note>Records here are instances, not documents, and this output's manifest has "
+                     "no counts of documents by tokens (made by an older version): the manifest's mean per task "
                      "(tokens ÷ documents of each task) is shown.</p>")
 
     parts.append("<h2>Unknown tokens</h2>")

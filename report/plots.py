@@ -37,8 +37,9 @@ def _svg(figure) -> str:
     return text[text.index("<svg"):]  # no XML prolog or doctype inside the HTML page
 
 
-def histograms(distributions: dict[str, dict], xlabel: str, ylabel: str = "records") -> str | None:
-    """One step histogram per side, from the distributions' edges and counts."""
+def histograms(distributions: dict[str, dict], xlabel: str, ylabel: str = "records", log_x: bool = False) -> str | None:
+    """One step histogram per side, from the distributions' edges and counts (``log_x``: a base-2 x axis, for
+    bins of powers of two)."""
     _setup()
     drawn = {side: d for side, d in distributions.items() if d and d.get("count")}
     if not drawn:
@@ -48,6 +49,8 @@ def histograms(distributions: dict[str, dict], xlabel: str, ylabel: str = "recor
         histogram = distribution["histogram"]
         axes.stairs(histogram["counts"], histogram["edges"], label=side, color=COLOURS.get(side),
                     fill=len(drawn) == 1, alpha=0.8)
+    if log_x:
+        axes.set_xscale("log", base=2)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     if len(drawn) > 1:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.objectives.base import Ragged
-from common.outputs import split_of
+from common.outputs import TRAIN, split_of
+from common.steps.tokenize import tokens_per_document_name
 
 #: Histogram bins of sequence lengths and tokens per document.
 LENGTH_BINS = 40
@@ -177,6 +178,7 @@ def manifest_numbers(entries: list[dict]) -> dict:
     skipped: Counter = Counter()
     dedup: Counter = Counter()
     per_task_document_tokens = []
+    by_tokens = {side: Counter() for side in ("train", "holdout")}
     for entry in entries:
         skipped.update(entry.get("skipped") or {})
         dedup.update(entry.get("dedup") or {})
@@ -199,8 +201,27 @@ def manifest_numbers(entries: list[dict]) -> dict:
             side["bytes"] += int(f.get("bytes", 0))
         if entry.get("documents"):
             per_task_document_tokens.append(entry.get("tokens", 0) / entry["documents"])
+        for side, split in (("train", TRAIN), ("holdout", "holdout")):
+            by_tokens[side].update(entry.get(tokens_per_document_name(split)) or {})
     return {"sides": sides, "skipped": dict(sorted(skipped.items())), "dedup": dict(sorted(dedup.items())),
-            "mean_tokens_per_document_by_task": _distribution(np.round(per_task_document_tokens))}
+            "mean_tokens_per_document_by_task": _distribution(np.round(per_task_document_tokens)),
+            "tokens_per_document": {side: binned_distribution(bins) for side, bins in by_tokens.items() if bins}}
+
+
+def binned_distribution(bins: dict[str, int]) -> dict:
+    """A histogram of the workers' power-of-two bins ("up_to_N": more than N/2, at most N) in the shape
+    :func:`_distribution` gives (edges and counts), every document counted: 1 token is the bin (0.5, 1]."""
+    uppers = sorted((int(name.removeprefix("up_to_")), count) for name, count in bins.items()
+                    if name.startswith("up_to_") and name[6:].isdigit() and count > 0)
+    if not uppers:
+        return {"count": 0, "histogram": {"edges": [], "counts": []}}
+    exponents = [upper.bit_length() - 1 for upper, _ in uppers]
+    span = range(exponents[0], exponents[-1] + 1)  # empty bins in between drawn as zero
+    counts = dict(zip(exponents, (count for _, count in uppers)))
+    return {"count": sum(counts.values()), "binned": "powers of two",
+            "max_bin": uppers[-1][0],
+            "histogram": {"edges": [2.0 ** (k - 1) for k in span] + [2.0 ** span[-1]],
+                          "counts": [counts.get(k, 0) for k in span]}}
 
 
 def throughput(entries: list[dict], bins: int = 30) -> dict | None:

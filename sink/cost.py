@@ -1,14 +1,17 @@
 """What a run cost: worker CPU-hours, instance-hours and, given a price, dollars.
 
 CPU-hours are the workers' own measure (each acknowledgement's
-``stats.cpu_seconds``).  Instance-hours are seen from here: for each worker
-host, from the start of its first task this sink heard of (the ack's time
-less that task's wall time) to its last acknowledgement.  That is a lower
-bound of the bill (boot, package installation and the idle tail before a
-scale-in are not seen); docs/fleet.md says how close it comes.  With
-``--instance-hourly-price`` (USD per instance-hour, e.g. the spot price of
-the workers' type) it becomes the job's cost, per billion output tokens
-(records x sequence length: the positions training reads) and per input GB.
+``stats.cpu_seconds``).  Instance-hours are counted per worker host, over the
+widest span seen of it: the ventilator's (``protocol.WorkerHosts``, sent
+before Shutdown: from the host's boot when it booted during the job, else
+from its first Hello, to the last message it heard from the host) and this
+sink's own (from the start of the host's first task it heard of to its last
+acknowledgement; all it has when the ventilator did not say, e.g. a job
+interrupted).  With ``--instance-hourly-price`` (USD per instance-hour, e.g.
+the spot price of the workers' type) it becomes the job's cost, per billion
+output tokens and per input GB.  Output tokens are the positions training
+reads (records x sequence length, padding included); the tokens without
+padding (``stats.output_tokens``: what was computed) are stated beside them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class CostLedger:
     cpu_seconds: float = 0.0
     bytes_in: int = 0
     records: int = 0
+    tokens_without_padding: int = 0
     hosts: dict[str, _Host] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -47,11 +51,22 @@ class CostLedger:
             self.cpu_seconds += stats.cpu_seconds
             self.bytes_in += stats.bytes_in
             self.records += records
-            host = self.hosts.get(worker_host(worker_id))
-            if host is None:
-                self.hosts[worker_host(worker_id)] = _Host(started, now)
-            else:
-                host.first, host.last = min(host.first, started), max(host.last, now)
+            self.tokens_without_padding += stats.output_tokens
+            self._widen(worker_host(worker_id), started, now)
+
+    def add_spans(self, spans: dict[str, list[float]]) -> None:
+        """The ventilator's spans of the worker hosts: host -> [billed from, last heard]."""
+        with self._lock:
+            for host, (since, last) in spans.items():
+                if since <= last:
+                    self._widen(host, since, last)
+
+    def _widen(self, name: str, first: float, last: float) -> None:
+        host = self.hosts.get(name)
+        if host is None:
+            self.hosts[name] = _Host(first, last)
+        else:
+            host.first, host.last = min(host.first, first), max(host.last, last)
 
     def summary(self, sequence_length: int | None) -> dict:
         with self._lock:
@@ -62,14 +77,19 @@ class CostLedger:
                 "worker_hosts": len(self.hosts),
                 "input_gb": round(self.bytes_in / 1e9, 9),
                 "output_tokens": self.records * sequence_length if sequence_length else None,
+                "output_tokens_without_padding": self.tokens_without_padding,
                 "instance_hourly_price": self.hourly_price,
-                "cost": None, "cost_per_billion_output_tokens": None, "cost_per_input_gb": None,
+                "cost": None, "cost_per_billion_output_tokens": None,
+                "cost_per_billion_tokens_without_padding": None, "cost_per_input_gb": None,
             }
         if self.hourly_price is not None:
             cost = instance_hours * self.hourly_price
             result["cost"] = round(cost, 9)
             if result["output_tokens"]:
                 result["cost_per_billion_output_tokens"] = round(cost / (result["output_tokens"] / 1e9), 6)
+            if self.tokens_without_padding:
+                result["cost_per_billion_tokens_without_padding"] = round(cost / (self.tokens_without_padding / 1e9),
+                                                                          6)
             if self.bytes_in:
                 result["cost_per_input_gb"] = round(cost / (self.bytes_in / 1e9), 6)
         return result
@@ -78,7 +98,8 @@ class CostLedger:
 def describe(summary: dict) -> str:
     """The final log line's cost part."""
     text = (f"{summary['worker_cpu_hours']:.3f} worker CPU-hours, {summary['instance_hours']:.3f} instance-hours "
-            f"on {summary['worker_hosts']} host(s)")
+            f"on {summary['worker_hosts']} host(s), {summary.get('output_tokens_without_padding', 0):,} output tokens "
+            f"without padding")
     if summary["cost"] is not None:
         text += f", ${summary['cost']:.4f} at ${summary['instance_hourly_price']}/instance-hour"
         if summary["cost_per_billion_output_tokens"] is not None:

@@ -224,6 +224,8 @@ class SinkServer:
                         last_hello = 0.0
                 elif isinstance(message, protocol.TasksQuarantined):
                     self.quarantined.update(message.failures)
+                elif isinstance(message, protocol.WorkerHosts):
+                    self.cost.add_spans(message.hosts)
                 elif isinstance(message, protocol.Shutdown):
                     self._record(self._drain_acks(pull), send)
                     return self._finish(message.reason, job_over=True)

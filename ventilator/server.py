@@ -29,6 +29,7 @@ from common.tasks import encode_quarantined
 from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
 from ventilator.publishers.base import Backlog, BacklogPublisher
 from ventilator.dispatcher import Dispatcher, Entry, State
+from ventilator.hosts import HostLedger
 from ventilator.job import Job
 
 log = logging.getLogger("ventilator")
@@ -98,6 +99,7 @@ class VentilatorServer:
         # sooner than this after our Welcome is not answered again.
         self._rewelcome_after = max(2.0, self.config.heartbeat_seconds)
         self.repeated_hellos = 0
+        self.hosts = HostLedger()  # each worker host's billed span, for the sink's cost
 
     # ------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -217,6 +219,8 @@ class VentilatorServer:
         peer = self.peers.get(identity)
         if peer is not None:
             peer.last_seen = now
+            if peer.role == "worker":
+                self.hosts.heard(peer.host, time.time())
         send = lambda reply: router.send_multipart([identity, protocol.encode(reply)])  # noqa: E731
 
         if isinstance(message, protocol.Hello):
@@ -233,6 +237,8 @@ class VentilatorServer:
                                         welcomed=now)
             if message.role == "sink":
                 self._sink_done = {}  # its SinkHellos follow
+            else:
+                self.hosts.joined(message.host, message.booted_at)
             router.send_multipart([identity, self._welcome])
             log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
             return
@@ -407,6 +413,9 @@ class VentilatorServer:
         quarantined = self.dispatcher.quarantined()
         reason = "all tasks done" if not quarantined else f"{len(quarantined)} task(s) quarantined"
         shutdown = protocol.Shutdown(f"job finished: {reason}")
+        if self.sink is not None:  # before Shutdown: the sink's summary counts each host's whole span
+            for part in self.hosts.message_parts():
+                router.send_multipart([self.sink, protocol.encode(protocol.WorkerHosts(part))])
         self._broadcast(router, shutdown)
         self._report(time.monotonic())
         log.info("ventilator: job %s finished: %s", self.config.job_id, reason)

@@ -148,6 +148,15 @@ class _State:
     drain_mark: int = 0  # the first heartbeat that said "awaiting 0" while draining; answered, nothing more comes
 
 
+def host_booted_at() -> float:
+    """This host's boot, wall clock (0 where the clock since boot is unknown): the cost counts an instance
+    started for the job from it."""
+    try:
+        return round(time.time() - time.clock_gettime(time.CLOCK_BOOTTIME), 3)
+    except (AttributeError, OSError):
+        return 0.0
+
+
 class WorkerProcess:
     def __init__(self, options: WorkerOptions):
         self.options = options
@@ -241,7 +250,7 @@ class WorkerProcess:
                 return 0
 
             if not state.introduced and now - state.last_hello > heartbeat_every:
-                send(protocol.Hello(self.worker_id, socket.gethostname(), os.getpid(), "worker"))
+                send(protocol.Hello(self.worker_id, socket.gethostname(), os.getpid(), "worker", host_booted_at()))
                 state.last_hello = now
             if state.introduced and now - state.last_heartbeat > heartbeat_every:
                 # Only this job's tasks: a task id of an earlier job may name the same range of another job.

@@ -62,6 +62,19 @@ class Batch:
     def __len__(self) -> int:
         return len(next(iter(self.columns.values()))) if self.columns else 0
 
+    def tokens_without_padding(self) -> int:
+        """Token positions that hold a token: ``input_mask``'s ones for fixed-length records, every value of
+        variable-length ones (they are not padded)."""
+        ids = self.columns.get("input_ids")
+        if ids is None:
+            return 0
+        if isinstance(ids, Ragged):
+            return int(np.sum(ids.lengths))
+        mask = self.columns.get("input_mask")
+        if mask is not None and not isinstance(mask, Ragged):
+            return int(np.count_nonzero(mask))
+        return int(np.asarray(ids).size)
+
 
 def derive_seed(random_seed: int, task_key: str, pass_index: int, purpose: str) -> int:
     """A 64-bit seed from (seed, task, pass, purpose) only."""

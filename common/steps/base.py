@@ -59,6 +59,7 @@ class TaskStats:
     bytes_out: int = 0
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     cpu_seconds: float = 0.0
+    output_tokens: int = 0  # the training side's records' tokens, padding left out
     #: step name -> counter -> value (e.g. "dedup": removed documents; "holdout": the held-out side's counts)
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -67,7 +68,7 @@ class TaskStats:
                         tokens=self.tokens, instances=self.instances, bytes_in=self.bytes_in,
                         bytes_out=self.bytes_out,
                         seconds={stage: round(value, 6) for stage, value in self.seconds.items()},
-                        cpu_seconds=round(self.cpu_seconds, 6),
+                        cpu_seconds=round(self.cpu_seconds, 6), output_tokens=self.output_tokens,
                         counters={name: dict(values) for name, values in self.counters.items() if values})
 
     @contextmanager

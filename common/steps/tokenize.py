@@ -3,6 +3,11 @@
 Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's tokens are
 its pieces' tokens end to end.  Documents left without a usable segment are counted as skipped.  The
 training side's documents and tokens are the task's; another side's are counted under its split's name.
+
+Each side's documents are also counted by their tokens, in powers of two (counters ``tokens_per_document``,
+and ``holdout_tokens_per_document`` for the held-out side): the sink sums them over the job, so the report's
+histogram of tokens per document is exact for every format, instance formats included, without reading a
+shard.
 """
 
 from __future__ import annotations
@@ -12,6 +17,22 @@ import numpy as np
 from common.objectives import TokenizedDocuments
 from common.outputs import TRAIN
 from common.steps.base import Part, Step, TaskRun
+
+#: The counters of documents by tokens: bin "up_to_N" holds documents of more than N/2 and at most N tokens.
+TOKENS_PER_DOCUMENT = "tokens_per_document"
+
+
+def tokens_per_document_name(split: str) -> str:
+    return TOKENS_PER_DOCUMENT if split == TRAIN else f"{split}_{TOKENS_PER_DOCUMENT}"
+
+
+def document_token_bins(tokens_per_document: np.ndarray) -> dict[str, int]:
+    """Documents by their tokens, in power-of-two bins ("up_to_1", "up_to_2", "up_to_4", ...)."""
+    if not len(tokens_per_document):
+        return {}
+    exponents = np.ceil(np.log2(np.maximum(tokens_per_document, 1))).astype(np.int64)
+    values, counts = np.unique(exponents, return_counts=True)
+    return {f"up_to_{1 << int(k)}": int(n) for k, n in zip(values, counts)}
 
 
 class Tokenize(Step):
@@ -41,6 +62,10 @@ class Tokenize(Step):
             run.report.skip("no_usable_sentence", unusable)
         part.tokenized, part.tokens = tokenized, len(ids)
         stats.segments += tokenized.num_segments
+        segment_offsets = np.asarray(tokenized.segment_offsets, dtype=np.int64)
+        per_document = np.diff(segment_offsets[np.asarray(tokenized.document_offsets, dtype=np.int64)])
+        for bin_name, documents in document_token_bins(per_document).items():
+            stats.count(tokens_per_document_name(part.split), bin_name, documents)
         if part.split == TRAIN:
             stats.documents += tokenized.num_documents
             stats.tokens += len(ids)

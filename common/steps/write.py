@@ -24,10 +24,11 @@ class Write(Step):
             if part.batches is not None:
                 with self.job.writer.writing(self.job.output, part.stem) as output:
                     for batch in part.batches:
-                        with stats.stage("write"):
-                            output.write(batch)
                         if part.split == TRAIN:
                             stats.instances += len(batch)
+                            stats.output_tokens += batch.tokens_without_padding()
+                        with stats.stage("write"):
+                            output.write(batch)
                     with stats.stage("write"):
                         files = output.commit()
             if part.split != TRAIN:

@@ -10,12 +10,13 @@ from common.config import JobConfig
 from common.params import Component
 from common.writers import ShardFile
 
-STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds={"tokenize": 0.5}, cpu_seconds=1)
+STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds={"tokenize": 0.5}, cpu_seconds=1,
+                          output_tokens=24, counters={"tokens_per_document": {"up_to_32": 1}})
 
 
 def test_round_trip_every_message_type():
     samples = [
-        protocol.Hello("w1", "host", 12, "worker"),
+        protocol.Hello("w1", "host", 12, "worker", 1.7e9),
         protocol.SinkHello("s", "j", {"t1": "v1"}),
         protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", segmenter="blingfire",
                                    objective=Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})), "v"),
@@ -30,6 +31,7 @@ def test_round_trip_every_message_type():
         protocol.TaskAck("t", "j", "w", "p", 0, 1, "v", [ShardFile("part-t.tfrecord", 3, "abc", 10)], 3, STATS),
         protocol.TasksDone(["t"], 3),
         protocol.TasksQuarantined({"t": protocol.Quarantine("p", 0, 10, 3, ["lease expired"])}),
+        protocol.WorkerHosts({"host": [1.7e9, 1.7e9 + 60]}),
         protocol.Shutdown("done"),
     ]
     assert {type(s).__name__ for s in samples} == set(protocol.MESSAGE_TYPES)

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +63,7 @@ def independent_counts(output: Path) -> dict:
 
     vocab = {line.rstrip("\n"): i for i, line in enumerate(VOCAB.read_text(encoding="utf-8").splitlines(True))}
     unk, specials = vocab["[UNK]"], [vocab[t] for t in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")]
-    counts = {side: {"records": 0, "unk": 0, "labels": {"0": 0, "1": 0}} for side in ("train", "holdout")}
+    counts = {side: {"records": 0, "unk": 0, "labels": {"0": 0, "1": 0}, "tokens": 0} for side in ("train", "holdout")}
     for entry in manifest(output).values():
         for shard in entry["shards"]:
             side = counts["holdout" if split_of(shard) == "holdout" else "train"]
@@ -72,9 +73,26 @@ def independent_counts(output: Path) -> dict:
                 ids[example["masked_lm_positions"][used]] = example["masked_lm_ids"][used]
                 text = ids[(example["input_mask"] == 1) & ~np.isin(ids, specials)]
                 side["records"] += 1
+                side["tokens"] += int(example["input_mask"].sum())
                 side["unk"] += int((text == unk).sum())
                 side["labels"][str(int(example["next_sentence_labels"][0]))] += 1
     return counts
+
+
+def test_the_cost_counts_tokens_without_padding_and_each_host_from_hello_to_exit(finished):
+    """The summary's output tokens without padding are the training records' input_mask ones as TensorFlow reads
+    them; the host's hours run from its workers' Hello to their last word, so they cover what the
+    acknowledgements alone show (first task's start to last ack) and no more than the sink's run."""
+    output, _before, _made = finished
+    summary = json.loads((output / "summary.json").read_text())
+    cost = summary["cost"]
+    counts = independent_counts(output)
+    assert cost["output_tokens_without_padding"] == counts["train"]["tokens"] > 0
+    assert cost["output_tokens"] == counts["train"]["records"] * 128 > cost["output_tokens_without_padding"]
+    entries = list(manifest(output).values())
+    acked = max(e["at"] for e in entries) - min(e["at"] - e["seconds"] for e in entries)
+    assert cost["worker_hosts"] == 1
+    assert acked - 0.01 <= cost["instance_hours"] * 3600 <= summary["this_run"]["seconds"] + 1
 
 
 def test_the_numbers_match_the_shards_and_the_manifest(finished):
@@ -203,6 +221,29 @@ def test_megatron_documents_are_read_from_the_index(tmp_path):
     entries = manifest(output).values()
     assert documents["count"] == sum(e["documents"] for e in entries) > 0
     assert round(documents["mean"] * documents["count"]) == sum(e["tokens"] for e in entries)
+    # The workers' counts of documents by tokens (every document, for every format) agree with the documents'
+    # lengths read back from the files through the format.
+    from common.steps.tokenize import document_token_bins
+    from common.writers import writer_for_file
+
+    def companion(name):
+        return (output / name).read_bytes() if (output / name).exists() else None
+
+    lengths = []
+    for entry in entries:
+        for f in entry["shards"]:
+            columns = writer_for_file(f["name"]).read_columns(f["name"], (output / f["name"]).read_bytes(), companion)
+            if columns is not None:
+                lengths.append(np.asarray(columns["input_ids"].lengths))
+    expected = document_token_bins(np.concatenate(lengths))
+    counted = Counter()
+    for entry in entries:
+        counted.update(entry["tokens_per_document"])
+    assert dict(counted) == expected
+    exact = report["tokens_per_document"]["train"]
+    assert exact["count"] == documents["count"]
+    assert [c for c in exact["histogram"]["counts"] if c] == [expected[k] for k in sorted(expected, key=lambda k:
+                                                                                          int(k[6:]))]
     assert report["records"]["train"]["masking"] is None and report["records"]["train"]["labels"] is None
 
 

@@ -6,8 +6,9 @@ from common.protocol import AckStats
 from sink.cost import CostLedger, describe, worker_host
 
 
-def _stats(cpu: float, wall: float, bytes_in: int = 1_000_000) -> AckStats:
-    return AckStats(cpu_seconds=cpu, seconds={"tokenize": wall / 2, "build": wall / 2}, bytes_in=bytes_in)
+def _stats(cpu: float, wall: float, bytes_in: int = 1_000_000, output_tokens: int = 0) -> AckStats:
+    return AckStats(cpu_seconds=cpu, seconds={"tokenize": wall / 2, "build": wall / 2}, bytes_in=bytes_in,
+                    output_tokens=output_tokens)
 
 
 def test_host_of_a_worker_id():
@@ -38,3 +39,20 @@ def test_without_a_price_only_hours():
     summary = ledger.summary(sequence_length=None)
     assert summary["cost"] is None and summary["output_tokens"] is None and summary["instance_hours"] > 0
     assert "$" not in describe(summary)
+
+
+def test_the_ventilators_spans_widen_each_hosts_hours():
+    """Acks alone see a's tasks from 0 to 100 s; the ventilator saw a from its boot at -240 s to 400 s, and a
+    host c that acknowledged nothing (it only idled): the bill counts both whole."""
+    ledger = CostLedger(hourly_price=1.0)
+    ledger.add("worker-a-1-aaaaaa", _stats(90, 100, output_tokens=700), records=10, now=100)
+    assert ledger.summary(None)["instance_hours"] == pytest.approx(100 / 3600)
+    ledger.add_spans({"a": [-240.0, 400.0], "c": [0.0, 60.0], "bad": [10.0, 5.0]})
+    summary = ledger.summary(sequence_length=128)
+    assert summary["worker_hosts"] == 2
+    assert summary["instance_hours"] == pytest.approx((640 + 60) / 3600)
+    assert summary["output_tokens"] == 1280 and summary["output_tokens_without_padding"] == 700
+    assert summary["cost_per_billion_tokens_without_padding"] == pytest.approx(summary["cost"] / 700e-9, rel=1e-5)
+    assert "700 output tokens without padding" in describe(summary)
+    ledger.add_spans({"a": [0.0, 50.0]})  # narrower: changes nothing
+    assert ledger.summary(None)["instance_hours"] == pytest.approx(700 / 3600)

@@ -190,3 +190,49 @@ def test_drain_signal_requeues_and_the_job_completes(slurm, local_run, tmp_path)
         f"exit={shown.get('ExitCode')}\n{job.log_text()[-3000:]}")
     assert "(restart 1)" in job.log_text()
     assert_same_as_local(job, local_run)
+
+
+def _job_processes(job_id: str, node: str) -> list[int]:
+    """The processes Slurm started for ``job_id`` on ``node`` (their environment says so)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={job_id}".encode() in environ and f"SLURMD_NODENAME={node}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_worker_node_lost_mid_job_is_covered_by_leases(slurm, local_run, tmp_path):
+    """Node mlm2 dies mid-job: its slurmd and every process of the job there are killed (-9, no word to anyone).
+    --no-kill keeps the job; the tasks mlm2's worker held come back when their lease runs out, mlm1's worker does
+    them, and the job completes with a local run's bytes.  Last in this module: mlm2 stays down."""
+    total = len(manifest(local_run))
+    job = Job(slurm, tmp_path)
+    job.args += ["--lease-seconds", "4"]  # not part of the job's identity: the same output as the local run
+    job.submit()
+    job.wait_for_tasks(2)
+    victims = _job_processes(job.job_id, "mlm2")
+    assert victims, "no process of the job on mlm2"
+    directory = Path(slurm["SLURM_CONF"]).parent
+    slurmd = int((directory / "run" / "slurmd.mlm2.pid").read_text())
+    for pid in [slurmd, *victims]:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    lost_at = time.time()
+    done_before = len(manifest(job.output))
+    assert done_before < total, "the job ended before the node was lost: make it longer"
+    shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED", timeout=180)
+    log = job.log_text()
+    assert shown["JobState"] == "COMPLETED" and shown["ExitCode"] == "0:0", log[-3000:]
+    assert "back in the queue" in log and "lease expired" in log, log[-3000:]
+    # Both nodes are this host: a worker is told apart by its pid (worker-HOST-PID-RANDOM).
+    late = [e for e in manifest(job.output).values() if e["at"] > lost_at + 1]
+    assert late and all(int(e["worker"].rsplit("-", 2)[1]) not in victims for e in late), "mlm1's worker did the rest"
+    assert_same_as_local(job, local_run)

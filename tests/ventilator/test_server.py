@@ -154,3 +154,34 @@ def test_hostile_frames_are_counted_and_dropped_and_the_server_goes_on(job, serv
         assert time.monotonic() < deadline, server.dropped.dropped
         time.sleep(0.05)
     assert thread.is_alive()
+
+
+def test_the_sink_hears_each_worker_hosts_span_before_shutdown(job, served):
+    """Host A booted during the job (billed from its boot), host B was up before it (billed from its Hello):
+    the sink gets both spans, to the last message heard from each, before the Shutdown that ends its books."""
+    server, peer, results, thread = served
+    sink, a, b = peer("sink-a"), peer("worker-a"), peer("worker-b")
+    introduce(sink, "sink", job.config.job_id)
+    booted = server.hosts.started + 0.05
+    time.sleep(0.3)
+    a.send(protocol.Hello(a.name, "host-a", 1, "worker", booted))
+    a.receive(protocol.Welcome)
+    hello_b = time.time()
+    b.send(protocol.Hello(b.name, "host-b", 2, "worker", server.hosts.started - 3600))
+    b.receive(protocol.Welcome)
+    a.send(protocol.TaskRequest(len(job.tasks)))
+    done = []
+    for _ in job.tasks:
+        done.append(protocol_task_id(a.receive(protocol.TaskAssignment)))
+        time.sleep(0.02)
+        a.send(protocol.TaskFinished(done[-1]))
+    last_a = time.time()
+    sink.send(protocol.TasksDone(done))
+    spans = sink.receive(protocol.WorkerHosts).hosts
+    sink.receive(protocol.Shutdown)
+    thread.join(timeout=30)
+    assert results and results[0].completed
+    assert set(spans) == {"host-a", "host-b"}
+    assert spans["host-a"][0] == pytest.approx(booted, abs=0.01), "booted during the job: billed from its boot"
+    assert spans["host-a"][1] == pytest.approx(last_a, abs=0.5) and spans["host-a"][1] >= spans["host-a"][0] + 0.3
+    assert hello_b - 0.01 <= spans["host-b"][0] <= spans["host-b"][1], "up before the job: billed from its Hello"

@@ -21,6 +21,16 @@ def test_each_step_gives_the_part_what_the_next_takes(job, tmp_path):
     assert len(part.files) == 1 and part.files[0].records == run.stats.instances > 0
     assert (tmp_path / part.files[0].name).exists()
     assert {"split", "tokenize", "build", "write"} <= set(run.stats.seconds)
+    # Documents by tokens: three documents of the part's tokens, each in the bin of its length.
+    bins = run.stats.counters["tokens_per_document"]
+    assert sum(bins.values()) == 3
+    for name, count in bins.items():
+        assert name.startswith("up_to_") and count > 0
+    # The tokens without padding, as the file holds them (read back through the format).
+    written = type(context.writer).read_columns(part.files[0].name, (tmp_path / part.files[0].name).read_bytes(),
+                                                lambda name: None)
+    assert run.stats.output_tokens == int(written["input_mask"].sum()) == run.stats.to_wire().output_tokens
+    assert 0 < run.stats.output_tokens < run.stats.instances * 128
 
 
 def test_a_part_without_documents_writes_nothing(job, tmp_path):
@@ -29,3 +39,27 @@ def test_a_part_without_documents_writes_nothing(job, tmp_path):
     for step_class in (Segment, Tokenize, Objective, Write):
         step_class(step_class.make_params({"segmenter": "line"} if step_class is Segment else {}), context).run(run)
     assert run.parts[0].files == [] and run.stats.instances == 0 and not list(tmp_path.iterdir())
+
+
+def test_tokens_without_padding_of_fixed_and_variable_records():
+    import numpy as np
+
+    from common.objectives.base import Batch, Ragged
+
+    fixed = Batch({"input_ids": np.array([[5, 6, 0, 0], [7, 8, 9, 0]]), "input_mask": np.array([[1, 1, 0, 0],
+                                                                                                [1, 1, 1, 0]])})
+    assert fixed.tokens_without_padding() == 5
+    ragged = Batch({"input_ids": Ragged(np.arange(7), np.array([3, 4]))})
+    assert ragged.tokens_without_padding() == 7
+    assert Batch({"input_ids": np.zeros((2, 3))}).tokens_without_padding() == 6  # no mask: every position
+    assert Batch({"labels": np.zeros(3)}).tokens_without_padding() == 0
+
+
+def test_documents_are_binned_by_powers_of_two():
+    import numpy as np
+
+    from common.steps.tokenize import document_token_bins
+
+    assert document_token_bins(np.array([1, 2, 3, 4, 5, 128, 129, 1000])) == {
+        "up_to_1": 1, "up_to_2": 1, "up_to_4": 2, "up_to_8": 1, "up_to_128": 1, "up_to_256": 1, "up_to_1024": 1}
+    assert document_token_bins(np.zeros(0, dtype=np.int64)) == {}
