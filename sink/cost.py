@@ -16,6 +16,7 @@ padding (``stats.output_tokens``: what was computed) are stated beside them.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,9 +58,9 @@ class CostLedger:
     def add_spans(self, spans: dict[str, list[float]]) -> None:
         """The ventilator's spans of the worker hosts: host -> [billed from, last heard]."""
         with self._lock:
-            for host, (since, last) in spans.items():
-                if since <= last:
-                    self._widen(host, since, last)
+            for host, span in spans.items():
+                if len(span) == 2 and all(math.isfinite(t) for t in span) and span[0] <= span[1]:
+                    self._widen(host, span[0], span[1])
 
     def _widen(self, name: str, first: float, last: float) -> None:
         host = self.hosts.get(name)

@@ -47,7 +47,8 @@ def test_the_ventilators_spans_widen_each_hosts_hours():
     ledger = CostLedger(hourly_price=1.0)
     ledger.add("worker-a-1-aaaaaa", _stats(90, 100, output_tokens=700), records=10, now=100)
     assert ledger.summary(None)["instance_hours"] == pytest.approx(100 / 3600)
-    ledger.add_spans({"a": [-240.0, 400.0], "c": [0.0, 60.0], "bad": [10.0, 5.0]})
+    ledger.add_spans({"a": [-240.0, 400.0], "c": [0.0, 60.0], "bad": [10.0, 5.0], "short": [1.0],
+                      "long": [1.0, 2.0, 3.0], "nan": [float("nan"), 1.0], "inf": [0.0, float("inf")]})
     summary = ledger.summary(sequence_length=128)
     assert summary["worker_hosts"] == 2
     assert summary["instance_hours"] == pytest.approx((640 + 60) / 3600)
