@@ -111,6 +111,15 @@ class Job:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.is_file() else ""
 
+    def slurm_logs(self) -> str:
+        """What slurmctld and the slurmds said of this job (for a failure's message)."""
+        lines = []
+        for path in sorted(Path(self.env["SLURM_CONF"]).parent.glob("log/slurm*.log")):
+            lines += [f"{path.name}: {line}" for line in path.read_text(errors="replace").splitlines()
+                      if f"JobId={self.job_id}" in line or f"job {self.job_id}" in line.lower()
+                      or f"StepId={self.job_id}." in line or f"{self.job_id}.batch" in line]
+        return "\n".join(lines[-40:])
+
 
 def assert_same_as_local(job: Job, local_run: Path) -> None:
     verified = subprocess.run([sys.executable, "-m", "sink.verify", str(job.output)], cwd=REPO, capture_output=True,
@@ -178,18 +187,35 @@ def test_drain_signal_requeues_and_the_job_completes(slurm, local_run, tmp_path)
     job.wait_for("PENDING", "RUNNING", "COMPLETED")
     # Under load slurmd takes a while to clean up the first run's killed step: a launch on a node still
     # completing fails the job.  Let the nodes go idle first, as a scheduler's next launch would find them.
+    # The first run's slurmstepd processes also clean its job directory on each node: a second run launched
+    # while one is still at it (the suite's run of 2026-11-25 saw this) fails at once, exit 1, with no output.
     deadline = time.monotonic() + 120
-    while any(state.startswith("comp") for state in job.slurm("sinfo", "-h", "-N", "-o", "%T").stdout.split()):
-        assert time.monotonic() < deadline, "the nodes stayed completing"
+    while (any(state.startswith("comp") for state in job.slurm("sinfo", "-h", "-N", "-o", "%T").stdout.split())
+           or _step_daemons(job.job_id)):
+        assert time.monotonic() < deadline, f"the nodes stayed completing: {_step_daemons(job.job_id)}"
         time.sleep(0.5)
     # A requeued job is eligible only two minutes later (Slurm's rule): let it start now.
     job.slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
     shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
     assert shown["JobState"] == "COMPLETED" and shown["Restarts"] == "1", (
         f"{shown.get('JobState')} restarts={shown.get('Restarts')} reason={shown.get('Reason')} "
-        f"exit={shown.get('ExitCode')}\n{job.log_text()[-3000:]}")
+        f"exit={shown.get('ExitCode')}\n{job.log_text()[-3000:]}\n{job.slurm_logs()}")
     assert "(restart 1)" in job.log_text()
     assert_same_as_local(job, local_run)
+
+
+def _step_daemons(job_id: str) -> list[str]:
+    """The slurmstepd processes of ``job_id`` still running (any node: all are this host)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if command.startswith(f"slurmstepd: [{job_id}."):
+                found.append(command.strip())
+    return found
 
 
 def _job_processes(job_id: str, node: str) -> list[int]:
