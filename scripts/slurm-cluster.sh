@@ -138,18 +138,26 @@ EOF
     echo "export SLURM_CONF=$SLURM_CONF"
 }
 
-kill_pidfile() {  # kill_pidfile FILE NAME: TERM, then KILL after 10 s, if it is the named daemon
+daemon_pid() {  # daemon_pid FILE NAME: the pid in FILE if that process is the named daemon
     local file=$1 name=$2 pid
     [[ -f $file ]] || return 0
     pid=$(<"$file")
     [[ $pid =~ ^[0-9]+$ ]] || return 0
     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
+    echo "$pid"
+}
+
+kill_all() {  # kill_all PID...: TERM to all at once, then KILL those alive after 10 s
+    local pid alive
+    (($#)) || return 0
+    kill -TERM "$@" 2>/dev/null || true
     for _ in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || return 0
+        alive=0
+        for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        ((alive)) || return 0
         sleep 0.2
     done
-    kill -KILL "$pid" 2>/dev/null || true
+    kill -KILL "$@" 2>/dev/null || true
 }
 
 stop() {
@@ -161,12 +169,13 @@ stop() {
         SLURM_CONF=$dir/slurm.conf timeout 20 scancel --full --signal=KILL --partition=debug 2>/dev/null || true
         SLURM_CONF=$dir/slurm.conf timeout 20 scancel --partition=debug 2>/dev/null || true
     fi
-    local pidfile
+    local pidfile daemons=()
     for pidfile in "$dir"/run/slurmd.*.pid; do
-        kill_pidfile "$pidfile" slurmd
+        daemons+=($(daemon_pid "$pidfile" slurmd))
     done
-    kill_pidfile "$dir/run/slurmctld.pid" slurmctld
-    kill_pidfile "$dir/run/munged.pid" munged
+    daemons+=($(daemon_pid "$dir/run/slurmctld.pid" slurmctld))
+    kill_all "${daemons[@]}"  # together: one after another took up to 10 s each
+    kill_all $(daemon_pid "$dir/run/munged.pid" munged)  # last: the others authenticate through it
     rm -rf "$dir"
 }
 

@@ -269,3 +269,7 @@ def test_a_worker_node_lost_mid_job_is_covered_by_leases(slurm, local_run, tmp_p
     late = [e for e in manifest(job.output).values() if e["at"] > lost_at + 1]
     assert late and all(int(e["worker"].rsplit("-", 2)[1]) not in victims for e in late), "mlm1's worker did the rest"
     assert_same_as_local(job, local_run)
+    # What an administrator does for a dead node: down, so Slurm ends the job's COMPLETING state now rather
+    # than the cluster's teardown waiting on it.
+    job.slurm("scontrol", "update", "NodeName=mlm2", "State=DOWN", "Reason=lost-in-test")
+    job.wait_for("COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", timeout=60)
