@@ -194,6 +194,11 @@ def test_drain_signal_requeues_and_the_job_completes(slurm, local_run, tmp_path)
            or _step_daemons(job.job_id)):
         assert time.monotonic() < deadline, f"the nodes stayed completing: {_step_daemons(job.job_id)}"
         time.sleep(0.5)
+    # slurmd revokes the first run's credential when it kills the job, and refuses a launch whose credential was made
+    # in the same second or before (credential times are whole seconds): CI's run of 2026-11-25 allocated the second
+    # run 0.5 s after the revocation and failed it, "Job credential revoked".  Slurm's own two-minute delay never
+    # meets this; the test, which skips that delay, waits for the next whole second after the nodes went idle.
+    time.sleep(2.0)
     # A requeued job is eligible only two minutes later (Slurm's rule): let it start now.
     job.slurm("scontrol", "update", f"JobId={job.job_id}", "StartTime=now")
     shown = job.wait_for("COMPLETED", "FAILED", "CANCELLED")
