@@ -1193,8 +1193,10 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
         for name in SECTIONS:
             if name not in sections:
                 continue
+            section_started = time.monotonic()
             try:
                 SECTION_FUNCTIONS[name](settings, Path(tmp), res, sources)
+                log(f"section {name}: {time.monotonic() - section_started:.0f} s")
             except Exception as error:  # report it in the table, go on with the other sections
                 res.errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
                 log(f"{name} failed:\n{traceback.format_exc()}")

@@ -101,7 +101,7 @@ def test_entry_points_add_classes_and_modules_and_refuse_what_is_not_a_variant(m
     module = types.ModuleType("plugin_module")
     module.Chars = Chars
     points = [_EntryPoint("a", "plugin_module", module)]
-    monkeypatch.setattr("importlib.metadata.entry_points", lambda group: points if group.endswith("segmenters")
+    monkeypatch.setattr("common.params._entry_points", lambda group: points if group.endswith("segmenters")
                         else [])
     assert discover("common.word_segmenters", WordSegmenter)["chars-test"] is Chars
 
@@ -111,3 +111,28 @@ def test_entry_points_add_classes_and_modules_and_refuse_what_is_not_a_variant(m
     points[:] = [_EntryPoint("c", "gone:X", ImportError("no module named gone"))]
     with pytest.raises(PluginError, match="cannot be loaded: ImportError: no module named gone"):
         discover("common.word_segmenters", WordSegmenter)
+
+
+def test_entry_points_are_scanned_once_per_path_and_again_when_it_changes(monkeypatch, tmp_path):
+    """Discovery scans the installed distributions once for every axis (common/params.py), yet a package that
+    appears on a new sys.path entry (an install into a fresh directory) is found."""
+    from common.word_segmenters.base import WordSegmenter
+
+    module = tmp_path / "throwaway_words.py"
+    module.write_text("from common.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
+                      "class Whole(WordSegmenter):\n    name = 'whole-test'\n    Params = NoParams\n\n"
+                      "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
+    info = tmp_path / "throwaway_words-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: throwaway-words\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[mlm_pipeline.word_segmenters]\nwhole = throwaway_words\n")
+
+    scans = []
+    import importlib.metadata
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda: scans.append(1) or real())
+    assert "whole-test" not in discover("common.word_segmenters", WordSegmenter)
+    discover("common.word_segmenters", WordSegmenter)
+    assert len(scans) <= 1, "the same sys.path was scanned twice"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert discover("common.word_segmenters", WordSegmenter)["whole-test"].__module__ == "throwaway_words"
