@@ -30,8 +30,10 @@ def shingle_set(text: str, n: int = 5) -> set[tuple[str, ...]]:
     return {tuple(w[i:i + n]) for i in range(len(w) - n + 1)}
 
 
-def jaccard(a: str, b: str) -> float:
-    sa, sb = shingle_set(a), shingle_set(b)
+def jaccard(a: str | set, b: str) -> float:
+    """Exact Jaccard similarity of two texts' shingle sets (``a`` may be given as its set already)."""
+    sa = a if isinstance(a, set) else shingle_set(a)
+    sb = shingle_set(b)
     return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
 
 
@@ -66,12 +68,26 @@ def _hashed_shingles(text: str) -> np.ndarray:
     return np.unique(hashes)
 
 
-def _near_copy(text: str, target: float, rng: random.Random, vocabulary: list[str]) -> tuple[str, float]:
+@dataclass
+class _Base:
+    """An article and what every near copy of it is compared with, computed once."""
+
+    text: str
+    hashed: np.ndarray  # its 64-bit shingle hashes
+    shingles: set  # its shingles themselves (the true similarity)
+
+    @classmethod
+    def of(cls, text: str) -> "_Base":
+        return cls(text, _hashed_shingles(text), shingle_set(text))
+
+
+def _near_copy(source: _Base, target: float, rng: random.Random, vocabulary: list[str]) -> tuple[str, float]:
+    text = source.text
     paragraphs = text.split("\n")
     if len(paragraphs) > 6 and target < 0.9:  # drop a sentence-level piece too
         del paragraphs[rng.randrange(len(paragraphs))]
     tokens = "\n".join(paragraphs).split(" ")
-    base = _hashed_shingles(text)
+    base = source.hashed
     kept = len(np.intersect1d(base, _hashed_shingles(" ".join(tokens)), assume_unique=True)) / len(base)
     # k random replacements among N words leave a shingle untouched with probability (1 - k/N)**5:
     # a first guess, refined by bisection until the true similarity is within 0.01 of the target.
@@ -103,7 +119,7 @@ def _near_copy(text: str, target: float, rng: random.Random, vocabulary: list[st
             high = k
         k = (low + high) // 2
     candidate = edited(k)
-    return candidate, jaccard(text, candidate)
+    return candidate, jaccard(source.shingles, candidate)
 
 
 def planted_corpus(wiki: Path, seed: int = 7, limit: int | None = None) -> Planted:
@@ -121,8 +137,9 @@ def planted_corpus(wiki: Path, seed: int = 7, limit: int | None = None) -> Plant
                        "whitespace", 1.0)
         if i % 3 == 2:
             corpus.add(text.upper(), origin, "case", jaccard(text, text.upper()))
+        source = _Base.of(text)
         for target in ABOVE + BELOW:
-            near, similarity = _near_copy(text, target, rng, vocabulary)
+            near, similarity = _near_copy(source, target, rng, vocabulary)
             if abs(similarity - target) <= 0.015:
                 corpus.add(near, origin, "near", similarity)
     # Shuffle the copies among the bases (bases first would make "keep the first" trivially right).
