@@ -14,7 +14,7 @@ the output.  ``mlm-verify`` checks every file against it (:func:`check_columns`)
 from __future__ import annotations
 
 import dataclasses
-
+import functools
 import hashlib
 import json
 
@@ -30,16 +30,12 @@ TOKENIZER_NAME = "tokenizer.json"
 INFO_VERSION = 1
 
 
+@functools.lru_cache(maxsize=1)
 def _vocabulary(tokenizer_json: str):
     """The job's tokenizer, built once for every use here (a BERT vocabulary takes ~0.15 s to build)."""
     from common.tokenization import Vocabulary
 
-    if _built.get("json") != tokenizer_json:
-        _built.update(json=tokenizer_json, vocabulary=Vocabulary.from_json(tokenizer_json))
-    return _built["vocabulary"]
-
-
-_built: dict = {}
+    return Vocabulary.from_json(tokenizer_json)
 
 
 def tokenizer_identity(tokenizer_json: str) -> dict:

@@ -23,7 +23,7 @@ PACKAGES = ("common", "ventilator", "worker", "sink", "loader", "report", "bench
 
 def pytest_configure(config):
     """Compile the project's modules once, before the workers start.  The suite starts thousands of Python
-    processes (every role of every job), and with PYTHONDONTWRITEBYTECODE set (as on this project's CI machine)
+    processes (every role of every job), and with PYTHONDONTWRITEBYTECODE set (as on this project's development machine)
     each of them compiled every module it imported from source: 0.1-0.2 CPU-s a process, a quarter of a small
     job's CPU.  Bytecode in __pycache__ is read whatever that variable says."""
     if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
