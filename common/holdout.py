@@ -48,7 +48,8 @@ class HoldoutSplit:
 
     def split(self, documents: Sequence[T]) -> tuple[list[T], list[T]]:
         """(training, held out), each in input order; ``documents`` have ``id`` and ``lines``."""
-        training, held = [], []
+        training: list[T] = []
+        held: list[T] = []
         for document in documents:
             (held if self.held_out(document_key(document)) else training).append(document)
         return training, held

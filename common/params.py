@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
 #: What a parameter may hold: the wire carries these as they are.
-ParamValue = typing.Union[bool, int, float, str]
+ParamValue = bool | int | float | str
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def _type_name(hint) -> str:
     return getattr(hint, "__name__", None) or str(hint)
 
 
-def _described(component: type) -> str:
+def _described(component: type[Configurable]) -> str:
     return f"{component.name!r} ({component.__module__}.{component.__qualname__})"
 
 

@@ -37,6 +37,7 @@ def fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
     while offset < len(data):
         tag, offset = read_varint(data, offset)
         number, wire = tag >> 3, tag & 7
+        value: int | bytes
         if wire == 0:
             value, offset = read_varint(data, offset)
         else:

@@ -214,7 +214,7 @@ MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Hello, SinkHello, Welcome, TaskRequest, TaskAssignment, Heartbeat, HeartbeatReply,
     TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown)}
 
-Message = typing.Union[tuple(MESSAGE_TYPES.values())]
+Message = typing.Union[tuple(MESSAGE_TYPES.values())]  # noqa: UP007 - built from the table, no `|` spelling
 
 
 # --------------------------------------------------------------------------

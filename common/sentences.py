@@ -21,7 +21,7 @@ from common.cjk_sentences import adjust_starts
 MAX_SEGMENT_CHARS = 100_000
 
 
-class Segmenter(str, enum.Enum):
+class Segmenter(str, enum.Enum):  # noqa: UP042 - str() of a member is part of logs and job records; StrEnum changes it
     AUTO = "auto"
     LINE = "line"
     BLINGFIRE = "blingfire"

@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterator, Protocol
+from typing import IO, BinaryIO, Callable, Iterator, Protocol
 
 from common.tasks import InputFile
 
@@ -167,7 +167,7 @@ class LocalStorage:
         if not os.path.isdir(self.root):
             return []
         names = []
-        for directory, subdirs, files in os.walk(self.root):
+        for directory, _subdirs, files in os.walk(self.root):
             relative = os.path.relpath(directory, self.root)
             names += [name if relative == "." else f"{relative}/{name}".replace(os.sep, "/") for name in files]
         return sorted(names)
@@ -406,7 +406,7 @@ class RangeReader:
 class AtomicWriter:
     """A file to write a shard into; visible under its name only after commit()."""
 
-    def __init__(self, file: BinaryIO, commit: Callable[[], str], temp_path: str):
+    def __init__(self, file: BinaryIO | IO[bytes], commit: Callable[[], str], temp_path: str):
         self.file = file
         self._commit = commit
         self._temp_path = temp_path

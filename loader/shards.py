@@ -248,6 +248,7 @@ class ShardCache:
     def layout_of(self) -> RecordLayout:
         if self.layout is None:
             self.get(0)
+        assert self.layout is not None, "reading a shard sets the layout"
         return self.layout
 
     def _load(self, shard: int) -> np.ndarray:

@@ -87,7 +87,8 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
     published = read_published(storage)
     if published is None:
         problems.append("no manifest.jsonl: not an mlm-pipeline output, or no task has finished yet")
-        entries, torn = [], 0
+        entries: list[dict] = []
+        torn = 0
     else:
         entries, torn = published
     if torn:
@@ -161,11 +162,11 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
             if data is None:
                 problems.append(f"missing shard: {name} disappeared while being read")
                 continue
-            companion_bytes = []
+            companion_bytes: list[int] = []
 
-            def companion(other: str) -> bytes | None:
+            def companion(other: str, sizes: list[int] = companion_bytes) -> bytes | None:
                 blob = storage.get_bytes(other)
-                companion_bytes.append(len(blob or b""))
+                sizes.append(len(blob or b""))
                 return blob
             try:
                 columns = writer_for_file(name).read_columns(name, data, companion)

@@ -178,7 +178,7 @@ def manifest_numbers(entries: list[dict]) -> dict:
     skipped: Counter = Counter()
     dedup: Counter = Counter()
     per_task_document_tokens = []
-    by_tokens = {side: Counter() for side in ("train", "holdout")}
+    by_tokens: dict[str, Counter] = {side: Counter() for side in ("train", "holdout")}
     for entry in entries:
         skipped.update(entry.get("skipped") or {})
         dedup.update(entry.get("dedup") or {})
@@ -201,8 +201,8 @@ def manifest_numbers(entries: list[dict]) -> dict:
             side["bytes"] += int(f.get("bytes", 0))
         if entry.get("documents"):
             per_task_document_tokens.append(entry.get("tokens", 0) / entry["documents"])
-        for side, split in (("train", TRAIN), ("holdout", "holdout")):
-            by_tokens[side].update(entry.get(tokens_per_document_name(split)) or {})
+        for side_name, split_name in (("train", TRAIN), ("holdout", "holdout")):
+            by_tokens[side_name].update(entry.get(tokens_per_document_name(split_name)) or {})
     return {"sides": sides, "skipped": dict(sorted(skipped.items())), "dedup": dict(sorted(dedup.items())),
             "mean_tokens_per_document_by_task": _distribution(np.round(per_task_document_tokens)),
             "tokens_per_document": {side: binned_distribution(bins) for side, bins in by_tokens.items() if bins}}

@@ -37,7 +37,9 @@ def unknown_by_script(input_storage, reader, task_size: int, tokenizer, unk_id: 
     from common.readers.base import ParseReport
 
     files = input_storage.list_inputs()
-    tokens, unknown, texts = Counter(), Counter(), Counter()
+    tokens: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()
+    texts: Counter[str] = Counter()
     read = tasks = 0
     for task in reader.plan(files[:16], max(task_size, 1), input_storage):
         if read >= budget_bytes:

@@ -57,7 +57,7 @@ class Entry:
     attempts: int = 0  # leases
     failures: int = 0  # reported by a worker
     expiries: int = 0  # leases that ran out
-    errors: list[str] = None  # what went wrong, oldest first (a list from the first error: most tasks have none)
+    errors: list[str] | None = None  # what went wrong, oldest first (a list from the first error: most tasks have none)
     timer: int = 0  # which deadline of this entry the heap's item is for; a newer one makes older items stale
 
     def note(self, error: str) -> None:
@@ -168,7 +168,9 @@ class Dispatcher:
                     newly.append(entry)
             elif entry.state is State.DONE:
                 undone.append(entry)
-        moved, moved_bytes, closed = Counter(), Counter(), Counter()
+        moved: Counter[State] = Counter()
+        moved_bytes: Counter[State] = Counter()
+        closed: Counter[int] = Counter()  # by stage rank
         for entry in newly:
             moved[entry.state] += 1
             moved_bytes[entry.state] += entry.task.length

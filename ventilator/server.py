@@ -79,7 +79,7 @@ class VentilatorServer:
         self._required: dict[str, str] | None = None  # tasks a step requires (common/steps), by id: why
         self.options = options
         self.ventilator_id = uuid.uuid4().hex[:12]
-        self.dispatcher: Dispatcher | None = None  # built in run(), while the first Hellos are answered
+        self._dispatcher: Dispatcher | None = None  # built in run(), while the first Hellos are answered
         self._early: list[list[bytes]] = []  # frames other than Hellos that came while it was built
         self.peers: dict[bytes, Peer] = {}
         self.waiting: deque[bytes] = deque()  # workers with credit, in arrival order
@@ -118,7 +118,7 @@ class VentilatorServer:
         metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
-            self.dispatcher = self._build_while_greeting(router)
+            self._dispatcher = self._build_while_greeting(router)
             if self.options.metrics_port is not None:  # up before the line that says the ventilator is
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
@@ -138,18 +138,26 @@ class VentilatorServer:
                 authenticator.stop()
             context.term()
 
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The task table (built in run(), while the first Hellos are answered)."""
+        if self._dispatcher is None:
+            raise RuntimeError("the task table is used before it is built")
+        return self._dispatcher
+
     def _build_while_greeting(self, router: zmq.Socket) -> Dispatcher:
         """The task table, built in a thread while this one answers Hellos.  The sink (started before the
         job was planned) has its Hello waiting: welcomed at once, it reads its manifest while the table
         is built, which at a million tasks takes seconds each.  Every other frame waits for the table."""
-        built: dict[str, object] = {}
+        built: list[Dispatcher] = []
+        failed: list[BaseException] = []
 
         def build() -> None:
             try:
-                built["dispatcher"] = Dispatcher(self.job.tasks, self.config.lease_seconds,
-                                                 self.options.confirm_seconds, self.options.max_attempts)
+                built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
+                                                 self.options.confirm_seconds, self.options.max_attempts))
             except BaseException as error:  # noqa: BLE001 - raised again in the serving thread
-                built["error"] = error
+                failed.append(error)
 
         builder = threading.Thread(target=build, name="build-dispatcher", daemon=True)
         builder.start()
@@ -166,9 +174,9 @@ class VentilatorServer:
             else:
                 self._early.append(frames)
         builder.join()
-        if "error" in built:
-            raise built["error"]
-        return built["dispatcher"]
+        if failed:
+            raise failed[0]
+        return built[0]
 
     def _loop(self, router: zmq.Socket) -> RunResult:
         early, self._early = self._early, []
@@ -382,7 +390,7 @@ class VentilatorServer:
         self._forget_silent_workers(now)
         requeued, quarantined = self.dispatcher.expire(now)
         for entry in requeued:
-            log.info("task %s back in the queue: %s", entry.task.key, entry.errors[-1])
+            log.info("task %s back in the queue: %s", entry.task.key, (entry.errors or ["?"])[-1])
         if quarantined:
             self._quarantine(router, quarantined)
 

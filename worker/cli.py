@@ -43,7 +43,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
     draining = False
     release_at = context.Value("d", 0.0)
 
-    def start() -> multiprocessing.Process:
+    def start() -> multiprocessing.process.BaseProcess:
         process = context.Process(target=_run_one, args=(options, verbose, release_at), daemon=False)
         process.start()
         return process
@@ -55,7 +55,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds 
         release_at.value = notice.release_at
         draining = True
         for process in children:
-            if process.is_alive():
+            if process.is_alive() and process.pid is not None:
                 os.kill(process.pid, signal.SIGUSR1)
 
     def on_signal(signum, _frame):

@@ -355,7 +355,7 @@ class WorkerProcess:
         only if it still runs that job (a new ventilator may run another)."""
         task, job = outcome.task, outcome.job
         same_job = current is not None and current.config.job_id == job.config.job_id
-        if same_job:
+        if current is not None and same_job:
             job = current  # its sink may have moved with a restarted ventilator
         if outcome.result is None:
             if same_job:

@@ -16,7 +16,8 @@ import numpy as np
 
 def _integrate(function, low: float, high: float, steps: int = 2001) -> float:
     xs = np.linspace(low, high, steps)
-    return float(np.trapezoid(function(xs), xs)) if hasattr(np, "trapezoid") else float(np.trapz(function(xs), xs))
+    trapezoid = vars(np).get("trapezoid") or vars(np)["trapz"]  # numpy 2 renamed trapz
+    return float(trapezoid(function(xs), xs))
 
 
 def candidate_probability(similarity, bands: int, rows: int):
@@ -29,8 +30,8 @@ def optimal_bands_rows(threshold: float, perm: int, false_positive_weight: float
     best, best_error = (1, 1), float("inf")
     for bands in range(1, perm + 1):
         for rows in range(1, perm // bands + 1):
-            false_positive = _integrate(lambda s: candidate_probability(s, bands, rows), 0.0, threshold)
-            false_negative = _integrate(lambda s: 1.0 - candidate_probability(s, bands, rows), threshold, 1.0)
+            false_positive = _integrate(lambda s, b=bands, r=rows: candidate_probability(s, b, r), 0.0, threshold)
+            false_negative = _integrate(lambda s, b=bands, r=rows: 1.0 - candidate_probability(s, b, r), threshold, 1.0)
             error = false_positive_weight * false_positive + false_negative_weight * false_negative
             if error < best_error:
                 best, best_error = (bands, rows), error

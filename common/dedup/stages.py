@@ -169,7 +169,9 @@ def find_pairs(output, task: Task, plan: list[Task], skips: set[str]) -> StageRe
         kinds.append(arrays["kind"])
         keys.append(arrays["key"])
         members.append((np.uint64(rank) << np.uint64(32)) | arrays["ordinal"].astype(np.uint64))
-    join = (lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype=dtype))
+    def join(parts: list, dtype: type) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
     first, other, kind = candidate_pairs(join(kinds, np.uint16), join(keys, np.uint64), join(members, np.uint64))
     pairs = _put(output, pairs_name(partition), {"partition": partition},
                  {"first": first, "other": other, "kind": kind}, len(first))
@@ -239,14 +241,14 @@ def resolve(output, plan: list[Task], partitions: int, skips: set[str]) -> Stage
     for rank, rows in removals.items():
         task_id = plan[rank].task_id
         by_file.setdefault(removal_partition(task_id, partitions), []).extend(
-            (task_id.encode(), ordinal, method, size) for ordinal, method, size in rows)
+            [(task_id.encode(), ordinal, method, size) for ordinal, method, size in rows])
     for partition in range(partitions):
-        rows = sorted(by_file.get(partition, []))
+        file_rows = sorted(by_file.get(partition, []))
         written.append(_put(output, removed_name(partition), {"partition": partition},
-                            {"task": np.array([r[0] for r in rows], dtype="S20"),
-                             "ordinal": np.array([r[1] for r in rows], dtype=np.uint32),
-                             "method": np.array([r[2] for r in rows], dtype=np.uint8),
-                             "bytes": np.array([r[3] for r in rows], dtype=np.int64)}, len(rows)))
+                            {"task": np.array([r[0] for r in file_rows], dtype="S20"),
+                             "ordinal": np.array([r[1] for r in file_rows], dtype=np.uint32),
+                             "method": np.array([r[2] for r in file_rows], dtype=np.uint8),
+                             "bytes": np.array([r[3] for r in file_rows], dtype=np.int64)}, len(file_rows)))
     return StageResult(written, counters)
 
 

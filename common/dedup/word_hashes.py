@@ -106,7 +106,8 @@ def word_hashes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     Texts are hashed in batches of about ``_BATCH_CHARACTERS`` code points,
     long texts cut into pieces of that size, so memory stays bounded."""
     hashes, piece_counts, owners = [], [], []
-    batch, size = [], 0
+    batch: list = []
+    size = 0
 
     def flush() -> None:
         part_hashes, part_counts = _hash_batch(batch)

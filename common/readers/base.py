@@ -56,7 +56,7 @@ def decode_utf8(raw: bytes, report: ParseReport) -> str | None:
 class Reader(Configurable, abc.ABC):
     """An input format."""
 
-    Params = NoParams
+    Params: ClassVar[type] = NoParams
     #: The segmenter ``--segmenter auto`` picks: "line" when lines already are sentences.
     default_segmenter: ClassVar[str] = "blingfire"
     #: Detection order for ``--format auto``: higher is tried first.

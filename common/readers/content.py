@@ -58,7 +58,7 @@ def is_permanent(error: Exception) -> bool:
     return isinstance(error, (UnreadableInput, VersionChanged))
 
 
-def _read_all(reader: BinaryIO) -> Iterator[bytes]:
+def _read_all(reader: BinaryIO | gzip.GzipFile | bz2.BZ2File) -> Iterator[bytes]:
     with reader:
         while chunk := reader.read(1 << 20):
             yield chunk

@@ -24,7 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 
 from common.lazy_import import LazyModule
@@ -34,8 +34,12 @@ from common.readers.seekable import ReadAtFile
 from common.storage import StorageError
 from common.tasks import InputFile, Task
 
-pa = LazyModule("pyarrow")
-pq = LazyModule("pyarrow.parquet")
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # imported when first used
+    pa = LazyModule("pyarrow")
+    pq = LazyModule("pyarrow.parquet")
 
 MAGIC = b"PAR1"
 #: Footers read at once when planning: S3 latency, not bandwidth, bounds a listing of thousands of files.

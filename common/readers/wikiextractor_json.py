@@ -36,10 +36,10 @@ class WikiExtractorJsonReader(ByteRangeReader):
 
     def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
         for line_offset, obj in json_objects(data, report):
-            body = obj.get("text") if isinstance(obj, dict) else None
-            if not isinstance(body, str):
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                 report.skip("json_without_text")
                 continue
+            body = obj["text"]
             if not encodable(body, report):
                 continue
             identity = obj.get("id")

@@ -8,6 +8,7 @@ beyond its parameters, so one instance serves every task of a job.
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 from common.params import Configurable, NoParams
 
@@ -18,7 +19,7 @@ AUTO = "auto"
 class Segmenter(Configurable, abc.ABC):
     """Cuts a document's paragraphs into segments."""
 
-    Params = NoParams
+    Params: ClassVar[type] = NoParams
 
     def __init__(self, params=None):
         self.params = params if params is not None else self.Params()

@@ -39,7 +39,7 @@ class PieceWords:
 def isolates_han(tokenizer_spec: dict) -> str | None:
     """None when this tokenizer makes each Han character its own word (so
     word segmentation can be mapped onto its tokens); otherwise why not."""
-    normalizers = []
+    normalizers: list = []
     normalizer = tokenizer_spec.get("normalizer") or {}
     normalizers = normalizer.get("normalizers") or [] if normalizer.get("type") == "Sequence" else [normalizer]
     if any(n.get("type") == "BertNormalizer" and n.get("handle_chinese_chars", True) for n in normalizers):

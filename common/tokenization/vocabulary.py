@@ -263,7 +263,7 @@ def _check_specials_stay_out_of_text(text_tokenizer: Tokenizer, specials: dict[s
 
 def load_vocabulary(vocab_file: str | None = None, tokenizer_file: str | None = None,
                     do_lower_case: bool | None = None, special_tokens: dict[str, str | None] | None = None,
-                    reference: ReferenceCasing = ReferenceCasing()) -> Vocabulary:
+                    reference: ReferenceCasing = ReferenceCasing()) -> Vocabulary:  # noqa: B008 - frozen dataclass, never mutated
     """The ventilator's entry point: the tokenizer, with roles from the model
     directory's configuration overridden by explicit ones (flags).
     Casing: :func:`common.tokenization.loading.load_tokenizer`."""

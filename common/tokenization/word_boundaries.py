@@ -77,15 +77,16 @@ def starts_word_by_id(vocab: dict[str, int], size: int, boundaries: WordBoundari
                       special_ids: set[int]) -> np.ndarray:
     """Bool per id: the piece begins a word.  ``special_ids`` count as word
     starts (they are never masked, but must not glue words together)."""
+    marker = boundaries.marker or ""
     if boundaries.kind == CONTINUATION:
         starts = np.ones(size, dtype=bool)
         for token, index in vocab.items():
-            if token.startswith(boundaries.marker):
+            if token.startswith(marker):
                 starts[index] = False
     elif boundaries.kind == START_MARKER:
         starts = np.zeros(size, dtype=bool)
         for token, index in vocab.items():
-            if token.startswith(boundaries.marker):
+            if token.startswith(marker):
                 starts[index] = True
     else:
         starts = np.ones(size, dtype=bool)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,8 +41,12 @@ from common.objectives.base import Batch, Feature, Ragged
 from common.params import param
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
-pa = LazyModule("pyarrow")
-pq = LazyModule("pyarrow.parquet")
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # imported when first used
+    pa = LazyModule("pyarrow")
+    pq = LazyModule("pyarrow.parquet")
 
 #: Records per row group: ~2-10 MB of token ids at 128-512 tokens, one read each.
 ROW_GROUP_ROWS = 8192
