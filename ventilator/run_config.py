@@ -33,6 +33,7 @@ from sink.settings import SinkSettings
 from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers
 from ventilator.publishers import DEFAULT_PUBLISHER, publishers
+from ventilator.publishers.cloud_monitoring import CloudMonitoringOptions
 from ventilator.publishers.cloudwatch import CloudWatchOptions
 from ventilator.server import ServerOptions
 from worker.settings import WorkerSettings
@@ -272,6 +273,27 @@ class MetricsSettings:
     cloudwatch_seconds: float = option("--cloudwatch-seconds", type=click.FloatRange(min=0.1), show_envvar=True,
                                        default=CloudWatchOptions.interval_seconds,
                                        help="How often the backlog is published.")
+    cloud_monitoring_project: str = option(
+        "--cloud-monitoring-project", default="", metavar="PROJECT", show_envvar=True,
+        help="With --backlog-publisher cloud-monitoring: publish the backlog (backlog, pending_tasks, leased_tasks, "
+             "workers, worker_hosts, job_active) to Google Cloud Monitoring as this project's custom metrics, for the "
+             "workers' managed instance group (docs/fleet.md).  [default: off]")
+    cloud_monitoring_prefix: str = option(
+        "--cloud-monitoring-prefix", default=CloudMonitoringOptions.prefix, show_envvar=True,
+        help="The metrics' type prefix: <prefix>/backlog is what the group's autoscaler reads (terraform/gcp).")
+    cloud_monitoring_endpoint: str = option(
+        "--cloud-monitoring-endpoint", default=CloudMonitoringOptions.endpoint, show_envvar=True,
+        help="The Cloud Monitoring API's address (a private endpoint, or a test's).")
+    cloud_monitoring_seconds: float = option("--cloud-monitoring-seconds", type=click.FloatRange(min=0.1),
+                                             default=CloudMonitoringOptions.interval_seconds, show_envvar=True,
+                                             help="How often the backlog is published to Cloud Monitoring.")
+
+    def __post_init__(self):
+        chosen = self.backlog_publisher
+        if self.cloud_monitoring_project and chosen != "cloud-monitoring":
+            raise ConfigError("--cloud-monitoring-project is for --backlog-publisher cloud-monitoring")
+        if chosen == "cloud-monitoring" and not self.cloud_monitoring_project:
+            raise ConfigError("--backlog-publisher cloud-monitoring needs --cloud-monitoring-project")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import click
 
 from common import logs
 from common.cli_settings import add_options, build
-from worker.interruption import DEFAULT_NOTICE_DRAIN_SECONDS, Imds, InterruptionWatcher
+from worker.gce_metadata import GceMetadata, GceNotices
+from worker.interruption import DEFAULT_NOTICE_DRAIN_SECONDS, Ec2Notices, Imds, InterruptionWatcher, NoticeSource
 from worker.lifecycle import complete_after_drain
 from worker.runtime import WorkerOptions, WorkerProcess
 from worker.settings import SettingsError, WorkerSettings
@@ -33,7 +34,7 @@ def _run_one(options: WorkerOptions, verbose: int, release_at=None) -> None:
     sys.exit(worker.run())
 
 
-def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Imds | None = None,
+def supervise(options: WorkerOptions, processes: int, verbose: int, watch: NoticeSource | Imds | None = None,
               notice_drain_seconds: float = DEFAULT_NOTICE_DRAIN_SECONDS, watch_seconds: float = 5.0,
               noticed: list | None = None) -> int:
     """Run ``processes`` worker processes; restart any that dies abnormally,
@@ -111,19 +112,24 @@ def run(settings: WorkerSettings) -> int:
     """Work for the ventilator until its job is done (or this host is drained); the exit status."""
     logs.configure(settings.verbose)
     options = settings.worker_options()
-    imds = Imds(settings.imds_endpoint) if settings.spot_watch else None
+    imds = Imds(settings.imds_endpoint) if settings.spot_watch and settings.spot_watch_cloud == "ec2" else None
+    source: NoticeSource | None = None
+    if imds is not None:
+        source = Ec2Notices(imds)
+    elif settings.spot_watch:
+        source = GceNotices(GceMetadata(settings.gce_metadata_host))
     noticed: list = []  # the notice the watcher acted on, if any
     if settings.processes == 1:
         worker = WorkerProcess(options)
-        if imds is not None:
+        if source is not None:
             def on_notice(notice) -> None:
                 noticed.append(notice)
                 worker.interrupt(notice.release_at)
-            InterruptionWatcher(imds, on_notice, interval=settings.spot_watch_seconds,
+            InterruptionWatcher(source, on_notice, interval=settings.spot_watch_seconds,
                                 drain_seconds=settings.notice_drain_seconds).start()
         code = worker.run()
     else:
-        code = supervise(options, settings.processes, settings.verbose, imds, settings.notice_drain_seconds,
+        code = supervise(options, settings.processes, settings.verbose, source, settings.notice_drain_seconds,
                          settings.spot_watch_seconds, noticed)
     hook = settings.lifecycle()
     if imds is not None and hook is not None:

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 from datetime import datetime, timezone
 
 log = logging.getLogger("worker")
@@ -41,8 +42,12 @@ INSTANCE_ID = "/latest/meta-data/instance-id"
 IDENTITY = "/latest/dynamic/instance-identity/document"
 
 
-class ImdsError(Exception):
-    pass
+class MetadataError(Exception):
+    """A cloud's metadata service could not be asked (unreachable, timed out, an unexpected answer)."""
+
+
+class ImdsError(MetadataError):
+    """EC2's instance metadata service could not be asked."""
 
 
 @dataclass(frozen=True)
@@ -135,16 +140,35 @@ def classify(spot_action: str | None, rebalance: str | None, lifecycle_state: st
     return None
 
 
+class NoticeSource(Protocol):
+    """Where a cloud says this instance is about to go (EC2's IMDS here, Google's metadata server in
+    worker/gce_metadata.py): the watcher asks it, and drains the same way whichever cloud answered."""
+
+    def check(self, now: float, drain_seconds: float) -> Notice | None:
+        """The most urgent notice now, or None; raises MetadataError when the service cannot be asked."""
+
+
+class Ec2Notices:
+    """EC2's notices: a spot interruption, a rebalance recommendation, the Auto Scaling group's scale-in."""
+
+    def __init__(self, imds: Imds):
+        self.imds = imds
+
+    def check(self, now: float, drain_seconds: float) -> Notice | None:
+        return classify(self.imds.get(SPOT_ACTION), self.imds.get(REBALANCE), self.imds.get(LIFECYCLE_STATE),
+                        now, drain_seconds)
+
+
 class InterruptionWatcher(threading.Thread):
-    """Polls IMDS every ``interval`` seconds; calls ``on_notice`` once, with the first notice.
+    """Asks ``source`` every ``interval`` seconds; calls ``on_notice`` once, with the first notice.
 
-    IMDS unreachable is logged once and polled again: the watcher never
-    stops the worker it watches for."""
+    A metadata service unreachable is logged once and asked again: the
+    watcher never stops the worker it watches for."""
 
-    def __init__(self, imds: Imds, on_notice: Callable[[Notice], None], interval: float = 5.0,
+    def __init__(self, source: NoticeSource | Imds, on_notice: Callable[[Notice], None], interval: float = 5.0,
                  drain_seconds: float = DEFAULT_NOTICE_DRAIN_SECONDS):
         super().__init__(name="interruption-watcher", daemon=True)
-        self.imds = imds
+        self.source: NoticeSource = Ec2Notices(source) if isinstance(source, Imds) else source
         self.on_notice = on_notice
         self.interval = interval
         self.drain_seconds = drain_seconds
@@ -153,14 +177,13 @@ class InterruptionWatcher(threading.Thread):
         self._warned = False
 
     def check(self) -> Notice | None:
-        return classify(self.imds.get(SPOT_ACTION), self.imds.get(REBALANCE), self.imds.get(LIFECYCLE_STATE),
-                        time.time(), self.drain_seconds)
+        return self.source.check(time.time(), self.drain_seconds)
 
     def run(self) -> None:
         while not self._stopped.is_set():
             try:
                 notice = self.check()
-            except ImdsError as error:
+            except MetadataError as error:
                 if not self._warned:
                     log.warning("interruption watch: %s (watching on)", error)
                     self._warned = True

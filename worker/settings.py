@@ -55,6 +55,13 @@ class WorkerSettings:
                                        help="How often --spot-watch asks (AWS updates the notices every 5 s).")
     imds_endpoint: str = option("--imds-endpoint", default=DEFAULT_ENDPOINT, show_envvar=True,
                                 help="The instance metadata service --spot-watch asks (1 s timeouts).")
+    spot_watch_cloud: str = option("--spot-watch-cloud", type=click.Choice(["ec2", "gce"]), default="ec2",
+                                   show_envvar=True,
+                                   help="Which cloud --spot-watch asks: EC2's IMDSv2, or Google Compute Engine's "
+                                        "metadata server (instance/preempted, a terminating maintenance event).")
+    gce_metadata_host: str = option("--gce-metadata-host", default="", metavar="HOST[:PORT]", show_envvar=True,
+                                    help="The metadata server --spot-watch-cloud gce asks.  [default: "
+                                         "$GCE_METADATA_HOST, else metadata.google.internal, as Google's clients]")
     notice_drain_seconds: float = option(
         "--notice-drain-seconds", type=click.FloatRange(min=0), default=DEFAULT_NOTICE_DRAIN_SECONDS,
         show_envvar=True, help="After a notice, how long to finish the current task before handing it back (a spot "
@@ -75,6 +82,8 @@ class WorkerSettings:
     def __post_init__(self):
         if bool(self.lifecycle_hook) != bool(self.autoscaling_group) or (self.lifecycle_hook and not self.spot_watch):
             raise SettingsError("--lifecycle-hook and --autoscaling-group go together, with --spot-watch")
+        if self.lifecycle_hook and self.spot_watch_cloud != "ec2":
+            raise SettingsError("--lifecycle-hook is an EC2 Auto Scaling hook: it needs --spot-watch-cloud ec2")
 
     def worker_options(self) -> WorkerOptions:
         return WorkerOptions(ventilator=self.ventilator, sink=self.sink, credit=self.credit,

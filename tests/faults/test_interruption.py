@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from tests.cluster import Cluster
+from tests.fake_gcp import FakeGceMetadata
 from tests.fake_imds import FakeImds
 from tests.faults.test_faults import assert_same_as_clean
 from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
@@ -75,6 +76,28 @@ def test_spot_notice_releases_the_task_and_exits_0(clean, cluster):
         assert c.wait() == 0, c.tail()
     text = c.log_text()
     assert "spot-interruption" in text and "released 1 task(s) unfinished" in text, c.tail()
+    assert "lease expired" not in text, "a held task was left to expire instead of being handed back"
+    assert done_at_notice < len(manifest(clean)), "the job ended before the notice"
+    assert_same_as_clean(c.output, clean)
+
+
+def test_gce_preemption_releases_the_task_and_exits_0(clean, cluster):
+    """Google Compute Engine: the metadata server's instance/preempted turns TRUE mid-task (a Spot VM's
+    30-second notice); the same drain as EC2's spot notice, the same output as a clean run."""
+    c = cluster()
+    with FakeGceMetadata() as metadata:
+        watched = c.start_worker(*WATCH, "--spot-watch-cloud", "gce", "--gce-metadata-host", metadata.host,
+                                 "--notice-drain-seconds", "0")
+        c.wait_for_progress(1)
+        metadata.preempted = True
+        _exits_zero_soon(watched, within=10)
+        done_at_notice = c.progress()
+        c.start_worker(*REPLACEMENT)
+        assert c.wait() == 0, c.tail()
+        asked = [path for path in metadata.requests if path.endswith("instance/preempted")]
+    text = c.log_text()
+    assert asked, "the watcher never asked the metadata server"
+    assert "spot-preemption" in text and "released 1 task(s) unfinished" in text, c.tail()
     assert "lease expired" not in text, "a held task was left to expire instead of being handed back"
     assert done_at_notice < len(manifest(clean)), "the job ended before the notice"
     assert_same_as_clean(c.output, clean)

@@ -1,0 +1,92 @@
+"""The ventilator's backlog in Google Cloud Monitoring, published while a real job runs.
+
+Google's own auth client (google-auth's ``default()`` and ``AuthorizedSession``) finds Compute Engine
+credentials on a fake metadata server and posts ``projects.timeSeries.create`` to a fake Monitoring API,
+over real HTTP on loopback (tests/fake_gcp.py): the values follow the job from every task waiting to none,
+the last says the job is no longer active with a backlog of 0 (what scales the group in), and every call
+carried a token the metadata server issued."""
+
+import pytest
+
+from tests.fake_gcp import FakeCloudMonitoring, FakeGceMetadata
+from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from ventilator.publishers.base import Backlog
+from ventilator.publishers.cloud_monitoring import CloudMonitoringOptions, time_series
+
+pytestmark = pytest.mark.e2e
+
+PREFIX = "custom.googleapis.com/mlm-pipeline/test-fleet"
+PROJECT = "mlm-test-project"
+
+
+def test_time_series_shape():
+    from datetime import datetime, timezone
+
+    body = time_series(Backlog(5, 3, 4, 2), CloudMonitoringOptions(PROJECT, PREFIX),
+                       datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    values = {s["metric"]["type"].rsplit("/", 1)[1]: int(s["points"][0]["value"]["int64Value"])
+              for s in body["timeSeries"]}
+    assert values == {"backlog": 8, "pending_tasks": 5, "leased_tasks": 3, "workers": 4, "worker_hosts": 2,
+                      "job_active": 1}
+    for series in body["timeSeries"]:
+        assert series["metric"]["type"].startswith(PREFIX + "/")
+        assert series["resource"] == {"type": "global", "labels": {"project_id": PROJECT}}, "a per-group metric"
+        assert series["points"][0]["interval"]["endTime"] == "2026-01-02T03:04:05.000000Z"
+    inactive = time_series(Backlog(7, 1, 0, 0, active=False), CloudMonitoringOptions(PROJECT, PREFIX),
+                           datetime.now(timezone.utc))
+    last = {s["metric"]["type"].rsplit("/", 1)[1]: s["points"][0]["value"]["int64Value"] for s in inactive["timeSeries"]}
+    assert last["backlog"] == "0" and last["job_active"] == "0", "a stopped ventilator leaves nothing to do"
+
+
+def _env(metadata: FakeGceMetadata, tmp_path) -> dict[str, str]:
+    """Application Default Credentials as on a VM: no key file, no gcloud configuration, the metadata server."""
+    return {**metadata.env(), "GOOGLE_APPLICATION_CREDENTIALS": "", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+            "GOOGLE_CLOUD_PROJECT": ""}
+
+
+def test_backlog_follows_a_real_job(tmp_path):
+    need_shared()
+    with FakeGceMetadata(PROJECT) as metadata, FakeCloudMonitoring(metadata) as monitoring:
+        result = run_ventilator(WIKI, tmp_path / "out", "--vocab-file", VOCAB, "--dupe-factor", "20",
+                                "--task-size", "256K", "--workers", "2", "--backlog-publisher", "cloud-monitoring",
+                                "--cloud-monitoring-project", PROJECT, "--cloud-monitoring-prefix", PREFIX,
+                                "--cloud-monitoring-endpoint", monitoring.endpoint,
+                                "--cloud-monitoring-seconds", "0.2", env=_env(metadata, tmp_path))
+        assert result.returncode == 0, result.stderr[-3000:]
+        calls = list(monitoring.created)
+        assert monitoring.refused == 0, "every call carried a token the metadata server issued"
+    tasks = len(manifest(tmp_path / "out"))
+    assert len(calls) >= 2, calls
+    assert {c["path"] for c in calls} == {f"/v3/projects/{PROJECT}/timeSeries"}
+    series = [{s["metric"]["type"].rsplit("/", 1)[1]: int(s["points"][0]["value"]["int64Value"])
+               for s in c["body"]["timeSeries"]} for c in calls]
+    backlog = [s["backlog"] for s in series]
+    assert backlog[0] == tasks, "at the start every task waits"
+    assert backlog == sorted(backlog, reverse=True), f"a clean run's backlog only shrinks: {backlog}"
+    assert series[-1]["backlog"] == 0 and series[-1]["job_active"] == 0, series[-1]
+    assert all(s["job_active"] == 1 for s in series[:-1])
+    assert max(s["workers"] for s in series) == 2 and max(s["worker_hosts"] for s in series) == 1
+    assert "job_active=0" in result.stderr
+
+
+def test_unreachable_monitoring_does_not_stop_the_job(tmp_path):
+    """The API answering 503 every time: logged once, the job finishes the same."""
+    need_shared()
+    with FakeGceMetadata(PROJECT) as metadata, FakeCloudMonitoring(metadata) as monitoring:
+        monitoring.fail_next = 10**6
+        result = run_ventilator(WIKI, tmp_path / "out", "--vocab-file", VOCAB, "--task-size", "1M", "--workers",
+                                "1", "--backlog-publisher", "cloud-monitoring", "--cloud-monitoring-project", PROJECT,
+                                "--cloud-monitoring-endpoint", monitoring.endpoint, "--cloud-monitoring-seconds",
+                                "0.2", env=_env(metadata, tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("cloud monitoring: cannot publish the backlog") == 1, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cloud-monitoring-project", PROJECT], "--cloud-monitoring-project is for --backlog-publisher cloud-monitoring"),
+    (["--backlog-publisher", "cloud-monitoring"], "--backlog-publisher cloud-monitoring needs --cloud-monitoring-project"),
+])
+def test_a_half_given_publisher_is_refused_in_one_line(tmp_path, args, message):
+    result = run_ventilator(tmp_path, tmp_path / "out", "--vocab-file", VOCAB, *args, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"ventilator: error: {message}", result.stderr

@@ -1,0 +1,133 @@
+"""The ventilator's backlog as Google Cloud Monitoring custom metrics, for the workers' managed instance group.
+
+terraform/gcp's regional autoscaler scales the group on ``<prefix>/backlog`` as a per-group metric
+(``single_instance_assignment``: tasks one VM should have in hand), so an empty queue scales the group to
+its minimum and tasks waiting wake it.  ``backlog`` is published as 0 once, as the ventilator stops: with no
+ventilator there is nothing for a worker to do.  Nothing here decides a size.
+
+Off unless ``--backlog-publisher cloud-monitoring --cloud-monitoring-project PROJECT``.  Credentials are
+Application Default Credentials, found as Google's clients find them (``google.auth.default``: a key file
+named by GOOGLE_APPLICATION_CREDENTIALS, gcloud's, or the VM's service account from the metadata server,
+``GCE_METADATA_HOST`` honoured); the REST call goes through google-auth's ``AuthorizedSession``, which
+refreshes the token.  A failed publication is logged and retried on the next tick: the job never waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ventilator.publishers.base import Backlog, BacklogPublisher
+
+log = logging.getLogger("ventilator")
+
+DEFAULT_ENDPOINT = "https://monitoring.googleapis.com"
+DEFAULT_PREFIX = "custom.googleapis.com/mlm-pipeline"
+SCOPE = "https://www.googleapis.com/auth/monitoring.write"
+#: The metrics and what each counts; terraform/gcp's autoscaler reads ``backlog``.
+METRICS = ("backlog", "pending_tasks", "leased_tasks", "workers", "worker_hosts", "job_active")
+
+
+@dataclass(frozen=True)
+class CloudMonitoringOptions:
+    project: str
+    prefix: str = DEFAULT_PREFIX  # metric types are <prefix>/<metric>: terraform/gcp's is <prefix>/<fleet>
+    endpoint: str = DEFAULT_ENDPOINT
+    interval_seconds: float = 60.0  # Cloud Monitoring takes a point per series every 5 s at most: keep it above
+
+
+def _values(backlog: Backlog) -> dict[str, int]:
+    return {"backlog": backlog.backlog if backlog.active else 0, "pending_tasks": backlog.pending,
+            "leased_tasks": backlog.leased, "workers": backlog.workers, "worker_hosts": backlog.worker_hosts,
+            "job_active": int(backlog.active)}
+
+
+def time_series(backlog: Backlog, options: CloudMonitoringOptions, at: datetime) -> dict:
+    """projects.timeSeries.create's request body for one observation (pure).
+
+    Gauge points on the ``global`` resource: a per-group metric (a ``gce_instance`` one would be read as
+    one series per VM)."""
+    end = at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"timeSeries": [
+        {"metric": {"type": f"{options.prefix}/{name}"},
+         "resource": {"type": "global", "labels": {"project_id": options.project}},
+         "metricKind": "GAUGE", "valueType": "INT64",
+         "points": [{"interval": {"endTime": end}, "value": {"int64Value": str(value)}}]}
+        for name, value in _values(backlog).items()]}
+
+
+class CloudMonitoringPublisher(BacklogPublisher):
+    """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
+
+    name = "cloud-monitoring"
+
+    @classmethod
+    def wanted(cls, config) -> bool:
+        return bool(config.metrics.cloud_monitoring_project)
+
+    @staticmethod
+    def options_of(config) -> CloudMonitoringOptions:
+        metrics = config.metrics
+        return CloudMonitoringOptions(metrics.cloud_monitoring_project, metrics.cloud_monitoring_prefix,
+                                      metrics.cloud_monitoring_endpoint, metrics.cloud_monitoring_seconds)
+
+    def __init__(self, config, observe: Callable[[], Backlog], options: CloudMonitoringOptions | None = None):
+        super().__init__(config, observe)
+        self.options = options or self.options_of(config)
+        self.published = 0
+        self._thread = threading.Thread(target=self._run, name="cloud-monitoring", daemon=True)
+        self._stopped = threading.Event()
+        self._failing = False
+        self._session = None  # made on the first publication: finding credentials may ask the metadata server
+
+    def _authorized_session(self):
+        if self._session is None:
+            import google.auth  # only when asked for
+            from google.auth.transport.requests import AuthorizedSession
+
+            credentials, _project = google.auth.default(scopes=[SCOPE])
+            self._session = AuthorizedSession(credentials)
+        return self._session
+
+    def publish(self, backlog: Backlog) -> bool:
+        import google.auth.exceptions
+        import requests
+
+        url = f"{self.options.endpoint.rstrip('/')}/v3/projects/{self.options.project}/timeSeries"
+        try:
+            response = self._authorized_session().post(
+                url, json=time_series(backlog, self.options, datetime.now(timezone.utc)), timeout=30)
+            if response.status_code != 200:
+                raise requests.HTTPError(f"{response.status_code} {response.text[:300]}")
+        except (google.auth.exceptions.GoogleAuthError, requests.RequestException) as error:
+            if not self._failing:
+                log.warning("cloud monitoring: cannot publish the backlog to project %s: %s (trying again every "
+                            "%.0fs)", self.options.project, error, self.options.interval_seconds)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("cloud monitoring: publishing again")
+        self._failing = False
+        self.published += 1
+        return True
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self.publish(self.observe())
+            self._stopped.wait(self.options.interval_seconds)
+
+    def close(self) -> None:
+        """Stop, and say the job is no longer active (backlog 0: the group scales to its minimum)."""
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        last = self.observe()
+        self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
+        log.info("cloud monitoring: %d backlog publications to project %s, the last one job_active=0",
+                 self.published, self.options.project)
