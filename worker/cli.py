@@ -14,7 +14,8 @@ import click
 from common import logs
 from common.cli_settings import add_options, build
 from worker.gce_metadata import GceMetadata, GceNotices
-from worker.interruption import DEFAULT_NOTICE_DRAIN_SECONDS, Ec2Notices, Imds, InterruptionWatcher, NoticeSource
+from worker.interruption import (DEFAULT_NOTICE_DRAIN_SECONDS, Ec2Notices, Imds, InterruptionWatcher, Notice,
+                                 NoticeSource)
 from worker.lifecycle import complete_after_drain
 from worker.runtime import WorkerOptions, WorkerProcess
 from worker.settings import SettingsError, WorkerSettings
@@ -32,6 +33,11 @@ def _run_one(options: WorkerOptions, verbose: int, release_at=None) -> None:
     if release_at is not None:  # the supervisor's interruption notice: SIGUSR1, deadline in shared memory
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(release_at.value))
     sys.exit(worker.run())
+
+
+def shutdown_notice(drain_seconds: float) -> Notice:
+    """SIGUSR1 from outside (a VM's shutdown script, terraform/gcp): the same drain as a cloud's notice."""
+    return Notice("shutdown", time.time() + drain_seconds, "SIGUSR1")
 
 
 def supervise(options: WorkerOptions, processes: int, verbose: int, watch: NoticeSource | Imds | None = None,
@@ -53,7 +59,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
         nonlocal draining
         if noticed is not None:
             noticed.append(notice)
-        release_at.value = notice.release_at
+        release_at.value = notice.release_at if not draining else min(release_at.value, notice.release_at)
         draining = True
         for process in children:
             if process.is_alive() and process.pid is not None:
@@ -69,6 +75,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
     children = [start() for _ in range(processes)]
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, lambda _signum, _frame: on_notice(shutdown_notice(notice_drain_seconds)))
     if watch is not None:
         InterruptionWatcher(watch, on_notice, interval=watch_seconds, drain_seconds=notice_drain_seconds).start()
     job_over = False  # a process exited 0: the job finished, restart nobody
@@ -121,6 +128,8 @@ def run(settings: WorkerSettings) -> int:
     noticed: list = []  # the notice the watcher acted on, if any
     if settings.processes == 1:
         worker = WorkerProcess(options)
+        signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(
+            shutdown_notice(settings.notice_drain_seconds).release_at))
         if source is not None:
             def on_notice(notice) -> None:
                 noticed.append(notice)

@@ -103,6 +103,23 @@ def test_gce_preemption_releases_the_task_and_exits_0(clean, cluster):
     assert_same_as_clean(c.output, clean)
 
 
+def test_sigusr1_from_a_shutdown_script_drains_like_a_notice(clean, cluster):
+    """terraform/gcp's shutdown script (a managed instance group's scale-in deletes the VM) sends SIGUSR1 to the
+    worker service: the supervisor passes the same drain to its processes, which hand their tasks back."""
+    import signal
+
+    c = cluster()
+    watched = c.start_worker("--processes", "2", "--notice-drain-seconds", "0")
+    c.wait_for_progress(1)
+    watched.send_signal(signal.SIGUSR1)
+    _exits_zero_soon(watched, within=15)
+    c.start_worker(*REPLACEMENT)
+    assert c.wait() == 0, c.tail()
+    text = c.log_text()
+    assert "lease expired" not in text, "a held task was left to expire instead of being handed back"
+    assert_same_as_clean(c.output, clean)
+
+
 def worker_group(endpoint: str):
     """A workers' group of two (moto) with the drain hook on termination: its client and one instance's id."""
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",

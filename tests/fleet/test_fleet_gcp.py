@@ -1,0 +1,191 @@
+"""terraform/gcp offline: `fmt -check`, `terraform test` of its provider-free startup module, the wiring read
+with python-hcl2 (Spot VMs of a regional group from a template whose metadata runs the module's scripts, no
+external address, the pipeline's ports only inside the network, narrow scopes, IAM bound to the one prefix,
+the autoscaler's metric), the command lines the module renders parsed by the ventilator's and the worker's
+own option parsers (so the metric the autoscaler reads is the one the publisher writes), and the gcp_compute
+inventory against the plugin's own documented options.
+
+`terraform validate` of terraform/gcp needs the hashicorp/google provider, which cannot be installed here (no
+registry): those checks are the python-hcl2 ones below (docs/fleet.md says so).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+
+import pytest
+import yaml
+
+from tests.fleet.fleethelpers import ANSIBLE_DIR, TERRAFORM_DIR, run_terraform, terraform_binary
+from tests.fleet.test_fleet_terraform import blocks, load_dir
+
+hcl2 = pytest.importorskip("hcl2", reason="python-hcl2 is not installed (pip install -r tests/fleet/requirements.txt)")
+
+GCP_DIR = TERRAFORM_DIR / "gcp"
+STARTUP_DIR = GCP_DIR / "modules" / "startup"
+
+
+@pytest.fixture(scope="module")
+def root():
+    return load_dir(GCP_DIR)
+
+
+@pytest.fixture(scope="module")
+def resources(root):
+    return blocks(root, "resource")
+
+
+def _one(value):
+    return value[0] if isinstance(value, list) else value
+
+
+def _tf():
+    found = terraform_binary()
+    if found is None:
+        pytest.skip("no terraform or tofu binary on PATH")
+    return found[0]
+
+
+def test_fmt():
+    proc = run_terraform(_tf(), GCP_DIR, "fmt", "-check", "-recursive", "-diff")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_startup_module_terraform_test(tmp_path):
+    work = tmp_path / "startup"
+    shutil.copytree(STARTUP_DIR, work)
+    for args in (("init", "-backend=false", "-input=false"), ("test",)):
+        proc = run_terraform(_tf(), work, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_validate_needs_the_google_provider():
+    pytest.skip("terraform validate of terraform/gcp needs the hashicorp/google provider from the Terraform "
+                "registry, which this machine cannot reach; its wiring is checked with python-hcl2 here")
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """The startup module applied with a seed-000 job's variables: its outputs."""
+    work = tmp_path_factory.mktemp("gcp-startup")
+    shutil.copytree(STARTUP_DIR, work / "startup", ignore=shutil.ignore_patterns(".terraform*", "tests"))
+    variables = {"fleet_name": "zh-electra", "project": "my-project", "package_spec": "mlm-pipeline[gcs]==0.1.0",
+                 "bucket_name": "my-corpora", "bucket_prefix": "zhwiki/run1", "ventilator_address": "10.20.0.2",
+                 "vocab_file": "gs://my-corpora/zhwiki/vocab.txt",
+                 "job_args": ["--objective", "electra", "--word-segmenter", "jieba", "--word-starts"]}
+    (work / "main.tf").write_text('variable "v" {\n  type = any\n}\nmodule "m" {\n  source = "./startup"\n'
+                                  + "".join(f"  {k} = var.v.{k}\n" for k in variables)
+                                  + '}\noutput "all" {\n  value = module.m\n}\n')
+    (work / "terraform.tfvars.json").write_text(json.dumps({"v": variables}))
+    tf = _tf()
+    for args in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        proc = run_terraform(tf, work, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_terraform(tf, work, "output", "-json", "all")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_autoscaler_reads_what_the_publisher_writes(rendered, resources):
+    """The ventilator's command line, parsed by the ventilator itself, publishes <prefix>/backlog to the
+    project; the root module's autoscaler reads the module's metric_type; they are the same name."""
+    from ventilator.run_config import parse
+
+    argv = shlex.split(rendered["ventilator_command"])[1:]
+    argv = [a if a != "/opt/mlm-pipeline/vocab.txt" else "vocab.txt" for a in argv]
+    config = parse(argv)
+    assert config.metrics.backlog_publisher == "cloud-monitoring"
+    assert config.metrics.cloud_monitoring_project == "my-project"
+    assert f"{config.metrics.cloud_monitoring_prefix}/backlog" == rendered["metric_type"]
+    assert config.input.data == "gs://my-corpora/zhwiki/run1/corpus" and config.job.output == rendered["output_uri"]
+    autoscaler = resources["google_compute_region_autoscaler.workers"]
+    policy = _one(autoscaler["autoscaling_policy"])
+    metric = _one(policy["metric"])
+    assert metric["name"] == "${module.startup.metric_type}"
+    assert metric["filter"] == 'resource.type = \\"global\\"' or metric["filter"] == 'resource.type = "global"'
+    assert "single_instance_assignment" in metric, "a per-group metric: the backlog divided among the VMs"
+    assert autoscaler["target"] == "${google_compute_region_instance_group_manager.workers.id}"
+
+
+def test_the_worker_command_is_the_workers_own(rendered):
+    """The rendered worker command, parsed by the worker's own options: the GCE watch, the ventilator's address."""
+    import click
+    from click.testing import CliRunner
+
+    from common.cli_settings import add_options, build
+    from worker.settings import WorkerSettings
+
+    argv = shlex.split(rendered["worker_command"].replace("$$(nproc)", "2"))[1:]
+    seen: list[WorkerSettings] = []
+
+    @click.command()
+    @add_options(WorkerSettings)
+    def worker(**values):
+        seen.append(build(WorkerSettings, values))
+
+    result = CliRunner().invoke(worker, argv)
+    assert result.exit_code == 0, result.output
+    settings = seen[0]
+    assert settings.spot_watch and settings.spot_watch_cloud == "gce" and settings.processes == 2
+    assert settings.ventilator == "10.20.0.2:5557"
+    assert "--signal=SIGUSR1 mlm-worker.service" in rendered["worker_shutdown_script"]
+
+
+def test_workers_are_spot_vms_of_a_regional_group_from_the_template(resources):
+    template = resources["google_compute_instance_template.worker"]
+    scheduling = _one(template["scheduling"])
+    assert scheduling["provisioning_model"] == "SPOT" and scheduling["instance_termination_action"] == "DELETE"
+    metadata = _one(template["metadata"])
+    assert metadata["startup-script"] == "${module.startup.worker_startup_script}"
+    assert metadata["shutdown-script"] == "${module.startup.worker_shutdown_script}"
+    group = resources["google_compute_region_instance_group_manager.workers"]
+    assert group["distribution_policy_zones"] == "${local.zones}"
+    assert _one(group["version"])["instance_template"] == "${google_compute_instance_template.worker.id}"
+    assert "target_size" in str(group["lifecycle"]), "the autoscaler owns the size"
+
+
+def test_no_external_address_and_no_public_port(resources):
+    for name in ("google_compute_instance_template.worker", "google_compute_instance.ventilator"):
+        interface = _one(resources[name]["network_interface"])
+        assert "access_config" not in interface, f"{name} has an external address"
+    for name, body in resources.items():
+        if name.startswith("google_compute_firewall."):
+            ranges = body["source_ranges"]
+            assert "0.0.0.0/0" not in ranges, name
+    pipeline = resources["google_compute_firewall.pipeline"]
+    assert pipeline["source_ranges"] == ["${var.network_cidr}"]
+    assert "google_compute_router_nat.fleet" in resources, "Cloud NAT: PyPI without external addresses"
+
+
+def test_narrow_scopes_and_a_prefix_bound_service_account(resources, root):
+    locals_ = {k: v for entry in root["locals"] for k, v in entry.items()}
+    scopes = locals_["worker_scopes"]
+    assert scopes == ["https://www.googleapis.com/auth/devstorage.read_write",
+                      "https://www.googleapis.com/auth/logging.write"]
+    assert "cloud-platform" not in json.dumps(resources)
+    assert _one(resources["google_compute_instance_template.worker"]["service_account"])["scopes"] == \
+        "${local.worker_scopes}"
+    assert _one(resources["google_compute_instance.ventilator"]["service_account"])["scopes"] == \
+        "${local.ventilator_scopes}"
+    assert "monitoring.write" in str(locals_["ventilator_scopes"])
+    for name in ("google_storage_bucket_iam_member.objects", "google_storage_bucket_iam_member.list"):
+        condition = _one(resources[name]["condition"])
+        assert "${local.objects}" in condition["expression"], f"{name} is not bound to the prefix"
+    assert locals_["objects"] == "projects/_/buckets/${var.bucket_name}/objects/${local.prefix}/"
+
+
+def test_gcp_compute_inventory_uses_the_plugins_options_and_the_modules_labels(rendered):
+    from ansible_collections.google.cloud.plugins.inventory import gcp_compute
+
+    inventory = yaml.safe_load((ANSIBLE_DIR / "inventory" / "gcp_compute.yml").read_text())
+    documented = set(yaml.safe_load(gcp_compute.DOCUMENTATION)["options"])
+    constructed = {"compose", "groups", "keyed_groups", "strict", "leading_separator", "use_extra_vars"}
+    assert inventory["plugin"] == "google.cloud.gcp_compute"
+    unknown = set(inventory) - documented - constructed - {"plugin"}
+    assert not unknown, f"options the plugin does not take: {unknown}"
+    labels = {"project": rendered["worker_labels"]["project"], "role": rendered["worker_labels"]["role"]}
+    assert f"labels.project = {labels['project']}" in inventory["filters"]
+    assert inventory["groups"]["worker"] == f"labels.role == '{labels['role']}'"
+    assert inventory["groups"]["ventilator"] == f"labels.role == '{rendered['ventilator_labels']['role']}'"
