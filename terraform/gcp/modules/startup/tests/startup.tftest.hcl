@@ -3,7 +3,7 @@
 variables {
   fleet_name         = "zh-electra"
   project            = "my-project"
-  package_spec       = "mlm-pipeline[gcs]==0.1.0"
+  package_spec       = "mlm-pipeline[gcs,gcp]==0.1.0"
   bucket_name        = "my-corpora"
   bucket_prefix      = "/zhwiki/run1/"
   ventilator_address = "10.20.0.2"
@@ -14,7 +14,7 @@ run "scripts_install_the_pinned_release_and_start_the_drain_aware_worker" {
   command = apply
 
   assert {
-    condition     = strcontains(output.worker_startup_script, "pip install --quiet \"$spec\"") && strcontains(output.worker_startup_script, "spec='mlm-pipeline[gcs]==0.1.0'")
+    condition     = strcontains(output.worker_startup_script, "pip install --quiet \"$spec\"") && strcontains(output.worker_startup_script, "spec='mlm-pipeline[gcs,gcp]==0.1.0'")
     error_message = "the worker installs exactly package_spec"
   }
   assert {
