@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import click
@@ -42,32 +42,67 @@ def groups(settings_class: type) -> dict[str, type]:
 
 def option_fields(settings_class: type) -> Iterator[dataclasses.Field]:
     """Every field that is an option, groups opened, in order."""
+    for f, _group in _fields_by_group(settings_class):
+        yield f
+
+
+def _fields_by_group(settings_class: type) -> Iterator[tuple[dataclasses.Field, type]]:
+    """(option field, the settings class that declares it), groups opened, in order."""
     nested = groups(settings_class)
     for f in dataclasses.fields(settings_class):
         if _KEY in f.metadata:
-            yield f
+            yield f, settings_class
         elif f.name in nested:
-            yield from option_fields(nested[f.name])
+            yield from _fields_by_group(nested[f.name])
 
 
-def click_option(f: dataclasses.Field) -> Callable:
+class SectionedOption(click.Option):
+    """An option shown under a heading of ``--help`` (:class:`SectionedCommand`)."""
+
+    def __init__(self, *args, section: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.section = section
+
+
+class SectionedCommand(click.Command):
+    """``--help`` with the options under their sections' headings, in the order the sections first appear
+    (a settings group's ``section``, or the one an option was given), instead of one flat list."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections.setdefault(getattr(param, "section", "") or OTHER_SECTION, []).append(record)
+        for name, rows in sections.items():
+            with formatter.section(name):
+                formatter.write_dl(rows)
+
+
+#: Where an option without a section is shown (--help itself, a role without groups).
+OTHER_SECTION = "Options"
+
+
+def click_option(f: dataclasses.Field, section: str = "") -> Callable:
     decls, click_kwargs, cli_default, _ = f.metadata[_KEY]
     kwargs = dict(click_kwargs)
     if not kwargs.get("required"):
         kwargs["default"] = f.default if cli_default is _MISSING else cli_default
-    return click.option(*decls, f.name, **kwargs)
+    return click.option(*decls, f.name, cls=SectionedOption, section=section, **kwargs)
 
 
-def add_options(settings_class: type) -> Callable:
-    """Decorator: the settings' options on a click command, in field order."""
+def add_options(settings_class: type, sections: Mapping[str, str] | None = None) -> Callable:
+    """Decorator: the settings' options on a click command, in field order, each under its group's
+    ``section`` (a class attribute), or the one ``sections`` gives its field by name."""
     names = [f.name for f in option_fields(settings_class)]
     clashing = sorted({name for name in names if names.count(name) > 1})
     if clashing:
         raise TypeError(f"{settings_class.__name__}: two options named {', '.join(clashing)}")
+    sections = sections or {}
 
     def decorate(command):
-        for f in reversed(list(option_fields(settings_class))):
-            command = click_option(f)(command)
+        for f, group in reversed(list(_fields_by_group(settings_class))):
+            command = click_option(f, sections.get(f.name) or getattr(group, "section", ""))(command)
         return command
 
     return decorate

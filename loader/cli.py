@@ -10,6 +10,7 @@ from common import logs
 from common.security import Curve, SecurityError
 from common.storage import StorageError
 from common.transport import ListenError
+from common.cli_settings import SectionedCommand
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
@@ -31,7 +32,7 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
     return special.mask, special.vocab_size
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", required=True, metavar="OUT", show_envvar=True,
               help="A finished output of this project (directory or s3://bucket/prefix), read through its manifest.")

@@ -7,12 +7,12 @@ import sys
 import click
 
 from common import logs
-from common.cli_settings import add_options, build
+from common.cli_settings import SectionedCommand, add_options, build
 from sink.server import SinkServer
 from sink.settings import SinkSettings
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @add_options(SinkSettings)
 def main(**values) -> None:

@@ -27,12 +27,13 @@ def help_text(module: str) -> str:
 def options(text: str) -> dict[str, dict]:
     """Each option by its longest flag: ``head`` (flags and metavar; a choice list apart, as ``choices``)
     and ``text`` (help, env var and default, whitespace collapsed: the wrapping depends on the column)."""
-    section = text.split("\nOptions:\n", 1)[1]
+    first_heading = re.search(r"^[A-Z][^\n]*:$", text, re.M)  # "Options:", or the first of --help's sections
+    assert first_heading, "no options in the help text"
     entries: list[list[str]] = []
-    for line in section.splitlines():
+    for line in text[first_heading.end():].splitlines():
         if re.match(r"^  -", line):
             entries.append([line])
-        elif entries and line.strip():
+        elif entries and line.startswith(" ") and line.strip():  # not a section's heading
             entries[-1].append(line)
     found = {}
     for lines in entries:

@@ -53,3 +53,29 @@ def test_variants_options_show_their_env_var_and_defaults():
         text = now[flag]["text"]
         assert f"[env var: MLM_{spec.name.upper()}]" in text, flag
         assert " ".join(defaults_text(spec).split()) in text.replace("- ", "-"), flag
+
+
+def test_ventilator_help_is_in_sections():
+    """``--help`` shows the options under headings, each option under its own: a group's section, the axis of a
+    variant's option, --help last."""
+    import re
+
+    text = cli_help.help_text("ventilator")
+    headings = re.findall(r"^([A-Z][^\n]*):$", text, re.M)
+    assert headings[:6] == ["Input", "Output", "Objective", "Segmentation and words", "Holdout", "Job"], headings
+    for expected in ("Tokenizer", "Dedup", "Network", "Sink", "Fleet", "Leases and delivery",
+                     "Metrics and autoscaling", "Display"):
+        assert expected in headings
+    assert headings[-1] == "Options", "--help alone at the end"
+    sections = {}
+    for heading, body in re.findall(r"^([A-Z][^\n]*):\n(.*?)(?=^[A-Z][^\n]*:$|\Z)", text, re.M | re.S):
+        sections[heading] = set(re.findall(r"^  (--[\w-]+)", body, re.M))
+    expected = {"Input": {"--data", "--format", "--task-size"}, "Output": {"--output", "--output-format", "--gzip"},
+                "Objective": {"--objective", "--dupe-factor", "--masked-lm-prob"},
+                "Holdout": {"--holdout-fraction", "--holdout-seed"}, "Dedup": {"--dedup", "--minhash-threshold"},
+                "Tokenizer": {"--vocab-file", "--tokenizer"}, "Network": {"--vport"},
+                "Metrics and autoscaling": {"--metrics-port", "--cloudwatch-namespace"}}
+    for heading, flags in expected.items():
+        assert flags <= sections[heading], (heading, flags - sections[heading])
+    everywhere = [flag for flags in sections.values() for flag in flags]
+    assert len(everywhere) == len(set(everywhere)), "an option shown twice"

@@ -11,6 +11,7 @@ import click
 from common import logs
 from common.transport import ListenError
 from common.version import command_line
+from common.cli_settings import SectionedCommand
 from ventilator.display import TerminalDisplay
 from ventilator.job import JobError, prepare_job
 from ventilator.launchers import LaunchError, Launcher, Role, launcher_named
@@ -27,7 +28,7 @@ EXIT_INTERRUPTED = 130
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_QUARANTINED", "main", "run"]
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @run_options
 def main(**values) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 
-from common.cli_settings import add_options, build, option
+from common.cli_settings import SectionedOption, add_options, build, option
 from common.config import JobConfig
 from common.dedup.settings import MODES, DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
@@ -78,6 +78,7 @@ def _token(role: str, example: str) -> Any:
 
 @dataclass(frozen=True)
 class InputSettings:
+    section: ClassVar[str] = "Input"  # its heading in --help
     data: str = option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
@@ -96,6 +97,7 @@ class InputSettings:
 
 @dataclass(frozen=True)
 class JobSettings:
+    section: ClassVar[str] = "Job"  # its heading in --help
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
                          help="Where shards and manifest.jsonl go.")
     objective: str = option("--objective", type=click.Choice(sorted(objectives())), default=JobOptions.objective,
@@ -132,6 +134,7 @@ class JobSettings:
 
 @dataclass(frozen=True)
 class TokenizerSettings:
+    section: ClassVar[str] = "Tokenizer"  # its heading in --help
     vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=JobOptions.vocab_file,
                                     show_envvar=True, help="BERT vocab.txt (e.g. bert-base-uncased's). Or use "
                                                            "--tokenizer.")
@@ -158,6 +161,7 @@ class TokenizerSettings:
 
 @dataclass(frozen=True)
 class DedupOptions:
+    section: ClassVar[str] = "Dedup"  # its heading in --help
     dedup: str = option("--dedup", type=click.Choice(MODES), default=DedupSettings.mode, show_envvar=True,
                         help="Remove duplicate documents across the whole corpus before the normal pass: exact (same "
                              "normalised text) or minhash (also near-duplicates). See docs/dedup.md.")
@@ -188,6 +192,7 @@ class DedupOptions:
 
 @dataclass(frozen=True)
 class NetworkSettings:
+    section: ClassVar[str] = "Network"  # its heading in --help
     vport: int = option("--vport", type=int, default=ServerOptions.port, show_envvar=True,
                         help="Port workers and the sink connect to.")
     bind_host: str = option("--bind-host", default=ServerOptions.bind_host, show_envvar=True,
@@ -200,6 +205,7 @@ class NetworkSettings:
 @dataclass(frozen=True)
 class SinkGroup:
     """The sink: one started elsewhere (``sink_address``), or the one this command starts and its settings."""
+    section: ClassVar[str] = "Sink"  # its heading in --help
 
     sink_address: str = option("--sink", default="", metavar="HOST:PORT", envvar="MLM_SINK", show_envvar=True,
                                help="Use a sink started elsewhere (python -m sink); without it, a local sink is "
@@ -231,6 +237,7 @@ class SinkGroup:
 
 @dataclass(frozen=True)
 class FleetSettings:
+    section: ClassVar[str] = "Fleet"  # its heading in --help
     workers: int = option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
                           help="Also start this many worker processes on this machine.")
     launcher: str = option("--launcher", type=click.Choice(sorted(launchers())), default=DEFAULT_LAUNCHER,
@@ -241,6 +248,7 @@ class FleetSettings:
 
 @dataclass(frozen=True)
 class DeliverySettings:
+    section: ClassVar[str] = "Leases and delivery"  # its heading in --help
     lease_seconds: float = option("--lease-seconds", type=float, default=JobConfig.lease_seconds, show_envvar=True,
                                   help="A task whose worker sends no heartbeat for this long is handed to another.")
     heartbeat_seconds: float = option("--heartbeat-seconds", type=float, default=JobConfig.heartbeat_seconds,
@@ -257,6 +265,7 @@ class DeliverySettings:
 
 @dataclass(frozen=True)
 class MetricsSettings:
+    section: ClassVar[str] = "Metrics and autoscaling"  # its heading in --help
     metrics_port: int | None = option(
         "--metrics-port", type=click.IntRange(0, 65535), default=ServerOptions.metrics_port, show_envvar=True,
         help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
@@ -298,6 +307,7 @@ class MetricsSettings:
 
 @dataclass(frozen=True)
 class DisplaySettings:
+    section: ClassVar[str] = "Display"  # its heading in --help
     progress: bool | None = option("--progress/--no-progress", default=None, show_envvar=True,
                                    help="A progress bar, with every local process's log lines above it.  [default: "
                                         "when stderr is a terminal]")
@@ -360,23 +370,33 @@ def component_options(command):
     """One option per parameter of every reader, objective, writer and word segmenter (see
     common/params.py): unset ones stay None, so each component keeps its own default and a flag the chosen
     ones do not take can be refused."""
+    axes = {"Input": readers(), "Objective": objectives(), "Output": writers(),
+            "Segmentation and words": word_segmenters(), "Added steps (--add-step)": addable_steps()}
     try:
-        specs = option_specs([*readers().values(), *objectives().values(), *writers().values(),
-                              *word_segmenters().values(), *addable_steps().values()])
+        specs = option_specs([component for variants in axes.values() for component in variants.values()])
     except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
         print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
+    section_of = {name: section for section, variants in reversed(axes.items())
+                  for component in variants.values() for name in component.Params.__dataclass_fields__}
     for spec in reversed(specs):
         decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
-        command = click.option(*decls, type=None if spec.type is bool else spec.type, default=None,
+        command = click.option(*decls, cls=SectionedOption, section=section_of.get(spec.name, ""),
+                               type=None if spec.type is bool else spec.type, default=None,
                                show_default=False, show_envvar=True,
                                help=f"{spec.help}  {defaults_text(spec)}")(command)
     return command
 
 
+#: Options of a group shown under another heading of --help than their group's.
+FIELD_SECTIONS = {"output": "Output", "output_format": "Output", "objective": "Objective",
+                  "segmenter": "Segmentation and words", "word_segmenter": "Segmentation and words",
+                  "holdout_fraction": "Holdout", "holdout_seed": "Holdout"}
+
+
 def run_options(command):
     """Decorator: every option of the ventilator's command line."""
-    return add_options(RunConfig)(component_options(command))
+    return add_options(RunConfig, FIELD_SECTIONS)(component_options(command))
 
 
 def from_values(values: dict[str, Any]) -> RunConfig:

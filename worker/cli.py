@@ -12,7 +12,7 @@ import time
 import click
 
 from common import logs
-from common.cli_settings import add_options, build
+from common.cli_settings import SectionedCommand, add_options, build
 from worker.gce_metadata import GceMetadata, GceNotices
 from worker.interruption import (DEFAULT_NOTICE_DRAIN_SECONDS, Ec2Notices, Imds, InterruptionWatcher, Notice,
                                  NoticeSource)
@@ -95,7 +95,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
     return 0
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @add_options(WorkerSettings)
 def main(**values) -> None:
