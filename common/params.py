@@ -156,6 +156,32 @@ def entry_point_group(package: str) -> str:
     return ENTRY_POINT_PREFIX + package.rsplit(".", 1)[-1]
 
 
+V = typing.TypeVar("V")
+
+
+class Registry(typing.Generic[V]):
+    """One axis's variants by name: ``variants()`` finds them once (:func:`discover`: the package's modules
+    and its entry-point group), ``named`` looks one up or says, in one line, which there are.  Every axis
+    package makes one and exports its two methods under the axis's own names (``readers``, ``reader_named``)."""
+
+    def __init__(self, package: str, base: type, kind: str, also_known: Iterable[str] = ()):  # base: abstract
+        self.package = package
+        self.base = base
+        self.kind = kind  # what users call a variant, for the error: "input format", "objective", ...
+        self.also_known = tuple(also_known)  # names the axis takes beside its variants ("auto", "none")
+        self.variants = functools.cache(self._discover)  # .cache_clear() after installing a plugin
+
+    def _discover(self) -> dict[str, type[V]]:
+        return discover(self.package, self.base)
+
+    def named(self, name: str) -> type[V]:
+        try:
+            return self.variants()[name]
+        except KeyError:
+            known = ", ".join([*self.also_known, *sorted(self.variants())])
+            raise ValueError(f"unknown {self.kind} {name!r} (known: {known})") from None
+
+
 def discover(package: str, base: type) -> dict[str, type]:
     """Every concrete ``base`` subclass with a ``name`` in the modules of
     ``package``, and in the entry points of its group from installed

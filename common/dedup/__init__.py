@@ -8,4 +8,4 @@ files the stages exchange).  ``stages`` is the worker's side: it reads and
 writes those files in the output store.  See docs/dedup.md.
 """
 
-from common.dedup.settings import DedupSettings, STAGES, SIGNATURE, BUCKET, RESOLVE  # noqa: F401
+from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings  # noqa: F401

@@ -7,26 +7,16 @@ it, so adding one touches no other file.
 
 from __future__ import annotations
 
-import functools
-
 from common.objectives.base import Batch, Feature, Objective, Ragged, derive_seed
 from common.objectives.documents import TokenizedDocuments
+from common.params import Registry
 
 DEFAULT = "bert"
 
 
-@functools.cache
-def objectives() -> dict[str, type[Objective]]:
-    from common.params import discover
-
-    return discover(__name__, Objective)
-
-
-def objective_named(name: str) -> type[Objective]:
-    try:
-        return objectives()[name]
-    except KeyError:
-        raise ValueError(f"unknown objective {name!r} (known: {', '.join(sorted(objectives()))})") from None
+_REGISTRY: Registry[Objective] = Registry(__name__, Objective, "objective")
+objectives = _REGISTRY.variants
+objective_named = _REGISTRY.named
 
 
 __all__ = ["Batch", "DEFAULT", "Feature", "Objective", "Ragged", "TokenizedDocuments", "derive_seed",

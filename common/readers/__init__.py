@@ -4,23 +4,12 @@ first file) and :func:`readers` finds it, so adding one touches no other file.""
 
 from __future__ import annotations
 
-import functools
-
+from common.params import Registry
 from common.readers.base import ByteRangeReader, Document, ParseReport, Reader
 
-
-@functools.cache
-def readers() -> dict[str, type[Reader]]:
-    from common.params import discover
-
-    return discover(__name__, Reader)
-
-
-def reader_named(name: str) -> type[Reader]:
-    try:
-        return readers()[name]
-    except KeyError:
-        raise ValueError(f"unknown input format {name!r} (known: {', '.join(sorted(readers()))})") from None
+_REGISTRY: Registry[Reader] = Registry(__name__, Reader, "input format")
+readers = _REGISTRY.variants
+reader_named = _REGISTRY.named
 
 
 def claimed_by_name(path: str) -> type[Reader] | None:

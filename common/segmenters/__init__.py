@@ -5,23 +5,12 @@ is resolved when the job is planned: the objective's unit, else the reader's def
 
 from __future__ import annotations
 
-import functools
-
+from common.params import Registry
 from common.segmenters.base import AUTO, Segmenter
 
-
-@functools.cache
-def segmenters() -> dict[str, type[Segmenter]]:
-    from common.params import discover
-
-    return discover(__name__, Segmenter)
-
-
-def segmenter_named(name: str) -> type[Segmenter]:
-    try:
-        return segmenters()[name]
-    except KeyError:
-        raise ValueError(f"unknown segmenter {name!r} (known: {', '.join([AUTO, *sorted(segmenters())])})") from None
+_REGISTRY: Registry[Segmenter] = Registry(__name__, Segmenter, "segmenter", also_known=(AUTO,))
+segmenters = _REGISTRY.variants
+segmenter_named = _REGISTRY.named
 
 
 def resolve(name: str, default: str) -> str:

@@ -3,23 +3,12 @@ the interface), found by name like the readers, objectives and writers."""
 
 from __future__ import annotations
 
-import functools
-
+from common.params import Registry
 from common.steps.base import JobContext, JobPlan, Part, StageResult, Step, TaskRun, TaskStats
 
-
-@functools.cache
-def steps() -> dict[str, type[Step]]:
-    from common.params import discover
-
-    return discover(__name__, Step)
-
-
-def step_named(name: str) -> type[Step]:
-    try:
-        return steps()[name]
-    except KeyError:
-        raise ValueError(f"unknown step {name!r} (known: {', '.join(sorted(steps()))})") from None
+_REGISTRY: Registry[Step] = Registry(__name__, Step, "step")
+steps = _REGISTRY.variants
+step_named = _REGISTRY.named
 
 
 def job_steps(config) -> list[tuple[type[Step], object]]:

@@ -11,29 +11,19 @@ default) segments nothing.
 
 from __future__ import annotations
 
-import functools
-
+from common.params import Registry
 from common.word_segmenters.base import WordSegmenter, han_runs, is_han
 
 NONE = "none"
 
 
-@functools.cache
-def word_segmenters() -> dict[str, type[WordSegmenter]]:
-    from common.params import discover
-
-    return discover(__name__, WordSegmenter)
+_REGISTRY: Registry[WordSegmenter] = Registry(__name__, WordSegmenter, "word segmenter", also_known=(NONE,))
+word_segmenters = _REGISTRY.variants
 
 
 def word_segmenter_named(name: str) -> type[WordSegmenter] | None:
     """The segmenter class named ``name``; None for ``none``."""
-    if name == NONE:
-        return None
-    try:
-        return word_segmenters()[name]
-    except KeyError:
-        raise ValueError(f"unknown word segmenter {name!r} (known: {', '.join([NONE, *sorted(word_segmenters())])})") \
-            from None
+    return None if name == NONE else _REGISTRY.named(name)
 
 
 def make_word_segmenter(component) -> WordSegmenter | None:

@@ -8,8 +8,7 @@ loader serves it."""
 
 from __future__ import annotations
 
-import functools
-
+from common.params import Registry
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 DEFAULT = "tfrecord"
@@ -17,18 +16,9 @@ DEFAULT = "tfrecord"
 ENTRY_POINT_GROUP = "mlm_pipeline.writers"
 
 
-@functools.cache
-def writers() -> dict[str, type[Writer]]:
-    from common.params import discover
-
-    return discover(__name__, Writer)  # this package's modules and the ENTRY_POINT_GROUP's entry points
-
-
-def writer_named(name: str) -> type[Writer]:
-    try:
-        return writers()[name]
-    except KeyError:
-        raise ValueError(f"unknown output format {name!r} (known: {', '.join(sorted(writers()))})") from None
+_REGISTRY: Registry[Writer] = Registry(__name__, Writer, "output format")
+writers = _REGISTRY.variants
+writer_named = _REGISTRY.named
 
 
 def writer_for_file(name: str) -> type[Writer]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-
-from common.params import discover
-from ventilator.launchers.base import LaunchError, Launcher, Role
+from common.params import Registry
+from ventilator.launchers.base import Launcher, LaunchError, Role
 
 __all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "LaunchError", "Launcher", "Role", "launcher_named", "launchers"]
 
@@ -13,13 +11,6 @@ DEFAULT_LAUNCHER = "local"
 ENTRY_POINTS = "mlm_pipeline.launchers"
 
 
-@functools.cache
-def launchers() -> dict[str, type[Launcher]]:
-    return discover(__name__, Launcher)  # and the ENTRY_POINTS group's (common.params)
-
-
-def launcher_named(name: str) -> type[Launcher]:
-    try:
-        return launchers()[name]
-    except KeyError:
-        raise ValueError(f"unknown launcher {name!r} (known: {', '.join(sorted(launchers()))})") from None
+_REGISTRY: Registry[Launcher] = Registry(__name__, Launcher, "launcher")
+launchers = _REGISTRY.variants
+launcher_named = _REGISTRY.named

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-
-from common.params import discover
+from common.params import Registry
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 __all__ = ["DEFAULT_PUBLISHER", "ENTRY_POINTS", "Backlog", "BacklogPublisher", "publisher_named", "publishers"]
@@ -13,13 +11,6 @@ DEFAULT_PUBLISHER = "cloudwatch"
 ENTRY_POINTS = "mlm_pipeline.publishers"
 
 
-@functools.cache
-def publishers() -> dict[str, type[BacklogPublisher]]:
-    return discover(__name__, BacklogPublisher)  # and the ENTRY_POINTS group's (common.params)
-
-
-def publisher_named(name: str) -> type[BacklogPublisher]:
-    try:
-        return publishers()[name]
-    except KeyError:
-        raise ValueError(f"unknown backlog publisher {name!r} (known: {', '.join(sorted(publishers()))})") from None
+_REGISTRY: Registry[BacklogPublisher] = Registry(__name__, BacklogPublisher, "backlog publisher")
+publishers = _REGISTRY.variants
+publisher_named = _REGISTRY.named
