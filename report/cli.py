@@ -28,14 +28,19 @@ def _size(_ctx, _param, value):
 
 
 def write_report(output: str, s3_endpoint_url: str = "", sample: int = 64 << 20, input_sample: int = 1 << 20) -> dict:
-    """Build the report of ``output`` and write its page and JSON there; the report."""
+    """Build the report of ``output`` and write its page and JSON there; the report.  ImportError before anything
+    is read or written when matplotlib (the ``report`` extra) is missing."""
+    from report import plots
+
+    plots.require()
     storage = open_storage(output, s3_endpoint_url or None)
     report = build_report(storage, sample, input_sample,
                           input_storage_opener=lambda uri: open_storage(uri, s3_endpoint_url or None))
     from report.page import render
 
+    page = render(report).encode()  # before writing either file: both or neither
     storage.put_bytes(JSON_NAME, json.dumps(report, indent=1, sort_keys=True, default=str).encode() + b"\n")
-    storage.put_bytes(PAGE_NAME, render(report).encode())
+    storage.put_bytes(PAGE_NAME, page)
     return report
 
 
