@@ -39,6 +39,17 @@ def _pct(value, digits: int = 2) -> str:
     return "–" if value is None else f"{value * 100:.{digits}f}%"
 
 
+#: summary.json's cost figures, in the table's order, with their units.
+COST_LABELS = {"worker_hosts": "worker hosts", "instance_hours": "instance-hours",
+               "worker_cpu_hours": "worker CPU-hours", "input_gb": "input (GB)",
+               "output_tokens": "output tokens (padding included)",
+               "output_tokens_without_padding": "output tokens without padding",
+               "instance_hourly_price": "instance price (USD per hour)", "cost": "cost (USD)",
+               "cost_per_billion_output_tokens": "USD per billion output tokens",
+               "cost_per_billion_tokens_without_padding": "USD per billion tokens without padding",
+               "cost_per_input_gb": "USD per input GB"}
+
+
 def cost_value(key: str, value) -> str:
     """A summary's cost figure for people: money as dollars, hours and gigabytes to four significant digits,
     counts with thousands separators, an unknown one (None) as a dash."""
@@ -207,7 +218,9 @@ def render(report: dict) -> str:
     parts.append("<h2>Cost</h2>")
     cost = report.get("cost")
     if cost:
-        parts.append(_table(["", ""], [[_e(k.replace("_", " ")), cost_value(k, v)] for k, v in cost.items()]))
+        keys = [k for k in COST_LABELS if k in cost] + [k for k in cost if k not in COST_LABELS]
+        parts.append(_table(["", "this job"], [[_e(COST_LABELS.get(k, k.replace("_", " "))), cost_value(k, cost[k])]
+                                               for k in keys]))
         if cost.get("instance_hourly_price") is None:
             parts.append("<p class=note>No price was given (the ventilator's --instance-hourly-price): hours only."
                          "</p>")

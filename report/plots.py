@@ -129,6 +129,10 @@ def lines(series: dict[str, list[float]], step: float, ylabel: str, overall: str
                   **style)
     axes.set_xlabel("seconds since the first task began")
     axes.set_ylabel(ylabel)
+    axes.set_ylim(bottom=0)
+    from matplotlib.ticker import StrMethodFormatter
+
+    axes.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     if len(series) > 1:
         handles, labels = axes.get_legend_handles_labels()
         first = [labels.index(overall)] if overall in labels else []
