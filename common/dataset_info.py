@@ -122,6 +122,70 @@ def read(storage) -> dict | None:
     return info
 
 
+#: The options that set the description's settings outside a component's own parameters.
+_SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-size", ("segmenter",): "--segmenter",
+                  ("objective", "name"): "--objective", ("writer", "name"): "--output-format",
+                  ("reader", "name"): "--format", ("holdout", "fraction"): "--holdout-fraction",
+                  ("holdout", "seed"): "--holdout-seed", ("tokenizer", "sha256"): "the tokenizer",
+                  ("dedup", "mode"): "--dedup", ("dedup", "partitions"): "--dedup-partitions"}
+
+
+def changed_options(old: dict, new: dict) -> list[str]:
+    """What differs between an output's description (``old``) and a new job's (``new``, :func:`describe`), as
+    the options that set it with both values: ``--dupe-factor 10 → 5``.  Settings the description does not
+    hold (the input files' versions) are not compared: an empty list with differing job ids means the corpus
+    changed."""
+    from common.params import flag_of
+
+    def flag(section: str, key: str) -> str:
+        if (section, key) in _SETTING_FLAGS:
+            return _SETTING_FLAGS[(section, key)]
+        if section == "dedup":
+            return "--minhash-" + key.replace("_", "-")
+        named = {"objective": "common.objectives:objective_named", "writer": "common.writers:writer_named",
+                 "reader": "common.readers:reader_named"}.get(section)
+        if named and isinstance(new.get(section), dict):
+            import importlib
+
+            module, function = named.split(":")
+            try:
+                return flag_of(getattr(importlib.import_module(module), function)(new[section]["name"]).Params, key)
+            except (ValueError, KeyError, AttributeError):
+                pass
+        return "--" + key.replace("_", "-")
+
+    def shown(value) -> str:
+        return "none" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+    changes = []
+    for section in ("input", "tokenizer", "reader", "segmenter", "objective", "writer", "holdout", "dedup"):
+        before, after = old.get(section), new.get(section)
+        if before == after:
+            continue
+        if section == "tokenizer":
+            before, after = (before or {}).get("sha256"), (after or {}).get("sha256")
+            if before != after:
+                changes.append("the tokenizer (its sha256)")
+            continue
+        if not isinstance(before, dict) or not isinstance(after, dict):  # a step on one side only, or a name
+            key = {"holdout": "fraction", "dedup": "mode"}.get(section)
+            if key is None:
+                changes.append(f"{_SETTING_FLAGS.get((section,), '--' + section)} {shown(before)} → {shown(after)}")
+            else:
+                off = {"fraction": 0, "mode": "none"}[key]
+                changes.append(f"{_SETTING_FLAGS[(section, key)]} {shown((before or {}).get(key, off))} → "
+                               f"{shown((after or {}).get(key, off))}")
+            continue
+        if "name" in before and before.get("name") != after.get("name"):  # another variant: its own parameters
+            changes.append(f"{flag(section, 'name')} {before['name']} → {after['name']}")
+            continue
+        for key in sorted(set(before) | set(after)):
+            if key in ("read_mode", "directory") or before.get(key) == after.get(key):
+                continue  # read_mode and the held-out directory are not the job's identity
+            changes.append(f"{flag(section, key)} {shown(before.get(key))} → {shown(after.get(key))}")
+    return changes
+
+
 def _kind(dtype) -> str:
     return "float" if np.dtype(dtype).kind == "f" else "int"
 
