@@ -85,7 +85,10 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "reader": {"name": config.reader.name, **config.reader.params},
         "writer": {"name": config.writer.name, **writer_fields},
         "segmenter": segment.params["segmenter"] if segment else None,
-        "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode},
+        # the endpoint of an S3-compatible store: mlm-report reads the input again there (not a setting of the job's
+        # identity: the same corpus behind another address is the same job)
+        "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode,
+                  "s3_endpoint_url": config.s3_endpoint_url or None},
         "holdout": ({"fraction": held.params["fraction"], "seed": held.params["seed"],
                      "directory": HOLDOUT_DIRECTORY} if held else None),
         "dedup": dict(dedup.params) if dedup else None,
@@ -180,8 +183,8 @@ def changed_options(old: dict, new: dict) -> list[str]:
             changes.append(f"{flag(section, 'name')} {before['name']} → {after['name']}")
             continue
         for key in sorted(set(before) | set(after)):
-            if key in ("read_mode", "directory") or before.get(key) == after.get(key):
-                continue  # read_mode and the held-out directory are not the job's identity
+            if key in ("read_mode", "s3_endpoint_url", "directory") or before.get(key) == after.get(key):
+                continue  # how the input is read and where the held-out side goes are not the job's identity
             changes.append(f"{flag(section, key)} {shown(before.get(key))} → {shown(after.get(key))}")
     return changes
 

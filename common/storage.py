@@ -226,11 +226,24 @@ class RetryPolicy:
             except permanent:
                 raise
             except Exception as error:  # noqa: BLE001 - any transport error is retried
+                code = _error_code(error)
+                if code in PERMANENT_CODES:  # waiting will not make the bucket exist
+                    raise StorageError(f"{what}: {PERMANENT_CODES[code]} ({code})") from error
                 if attempt == self.attempts:
                     raise StorageError(f"{what}: {error}") from error
                 log.warning("%s failed (%s), retrying in %.1fs", what, error, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, self.max_delay)
+
+
+#: S3 error codes no retry can change, and what they mean: said at once, not after the retries' half minute.
+PERMANENT_CODES = {"NoSuchBucket": "no such bucket", "InvalidBucketName": "not a valid bucket name"}
+
+
+def _error_code(error: Exception) -> str:
+    """A botocore ClientError's S3 error code ("" for any other error)."""
+    response = getattr(error, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
 
 
 class S3Storage:
