@@ -240,10 +240,17 @@ class RetryPolicy:
 PERMANENT_CODES = {"NoSuchBucket": "no such bucket", "InvalidBucketName": "not a valid bucket name"}
 
 
-def _error_code(error: Exception) -> str:
-    """A botocore ClientError's S3 error code ("" for any other error)."""
-    response = getattr(error, "response", None)
-    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+def _error_code(error: BaseException | None) -> str:
+    """A botocore ClientError's S3 error code, or that of the error it was raised from (boto3's transfers wrap
+    it: S3UploadFailedError); "" for any other error."""
+    for _ in range(4):
+        if error is None:
+            return ""
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code", ""))
+        error = error.__cause__ or error.__context__
+    return ""
 
 
 class S3Storage:

@@ -96,7 +96,7 @@ def report(output, *args, env) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180, env={**os.environ, **env})
 
 
-def test_an_s3_corpus_is_read_again_re_uploaded_or_gone(s3, s3_corpus_run, tmp_path):
+def test_an_s3_corpus_is_read_again_re_uploaded_or_gone(s3, s3_corpus_run, tmp_path, monkeypatch):
     """mlm-report on the local output reads the input again on the job's own S3 endpoint (dataset_info.json
     records it); an object uploaded again with the same bytes (a one-part multipart upload: a new ETag) is a
     changed corpus, refused in one line (docs/design.md says why); a bucket that is gone is said at once (no
@@ -132,6 +132,15 @@ def test_an_s3_corpus_is_read_again_re_uploaded_or_gone(s3, s3_corpus_run, tmp_p
                              env=s3.env())
     assert refused.returncode == 1 and "retrying" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1].endswith("no such bucket (NoSuchBucket)")
+    from common.storage import S3Storage, StorageError
+
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    storage = S3Storage(f"s3://{bucket}/out", s3.endpoint_url)
+    with pytest.raises(StorageError, match=r"no such bucket \(NoSuchBucket\)"):
+        with storage.open_atomic("part-x") as writer:  # boto3's transfer wraps the error: S3UploadFailedError
+            writer.file.write(b"x")
+            writer.commit()
 
 
 def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
