@@ -252,8 +252,8 @@ def throughput(entries: list[dict], max_bins: int = 30) -> dict | None:
     begins, ends = begins - start, ends - start
     tokens = np.asarray([e.get("tokens", 0) + (e.get("holdout") or {}).get("tokens", 0) for e in timed], float)
     names = sorted({str(e.get("worker", "?")) for e in timed})
-    worker_index = np.asarray([names.index(str(e.get("worker", "?"))) for e in timed]) if len(names) > 1 else \
-        np.zeros(len(timed), dtype=np.int64)
+    position = {name: i for i, name in enumerate(names)}
+    worker_index = np.asarray([position[str(e.get("worker", "?"))] for e in timed], dtype=np.int64)
     # done[k]: tokens done by edges[k] (a task's share of its own interval; a task of 0 s is done at its end)
     lengths = np.maximum(ends - begins, 1e-12)
     done_overall = np.empty(bins + 1)
