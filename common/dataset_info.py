@@ -92,6 +92,8 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "holdout": ({"fraction": held.params["fraction"], "seed": held.params["seed"],
                      "directory": HOLDOUT_DIRECTORY} if held else None),
         "dedup": dict(dedup.params) if dedup else None,
+        # every step of the job in order, with its parameters (the word segmenter's, a plugin step's)
+        "steps": [{"name": step.name, **step.params} for step in config.steps],
         "job": config.job_id,
         "complete": complete,
         "records": totals.get("records", 0),
@@ -133,11 +135,44 @@ _SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-si
                   ("dedup", "mode"): "--dedup", ("dedup", "partitions"): "--dedup-partitions"}
 
 
+#: Steps whose settings have a section of their own in the description (compared there).
+_STEPS_WITH_SECTIONS = {"segment", "holdout", "dedup"}
+
+
+def _changed_steps(old: list, new: list) -> list[str]:
+    """The steps' parameters that differ (the word segmenter's, a plugin step's), and steps added or gone."""
+    from common.params import flag_of
+    from common.steps import step_named
+
+    def by_name(steps: list) -> dict[str, dict]:
+        return {s["name"]: s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)}
+
+    before, after = by_name(old), by_name(new)
+    changes = []
+    for name in sorted((set(before) | set(after)) - _STEPS_WITH_SECTIONS):
+        if name not in before or name not in after:
+            changes.append(f"--add-step {name} {'added' if name in after else 'removed'}"
+                           if name not in ("words",) else
+                           f"--word-segmenter {(before.get(name) or {}).get('word_segmenter', 'none')} → "
+                           f"{(after.get(name) or {}).get('word_segmenter', 'none')}")
+            continue
+        for key in sorted((set(before[name]) | set(after[name])) - {"name"}):
+            if before[name].get(key) != after[name].get(key):
+                try:
+                    flag = flag_of(step_named(name).Params, key)
+                except (ValueError, AttributeError):
+                    flag = "--" + key.replace("_", "-")
+                changes.append(f"{flag} {before[name].get(key)} → {after[name].get(key)}")
+    if [s for s in before if s in after] != [s for s in after if s in before]:
+        changes.append("the order of --add-step")
+    return changes
+
+
 def changed_options(old: dict, new: dict) -> list[str]:
     """What differs between an output's description (``old``) and a new job's (``new``, :func:`describe`), as
-    the options that set it with both values: ``--dupe-factor 10 → 5``.  Settings the description does not
-    hold (the input files' versions) are not compared: an empty list with differing job ids means the corpus
-    changed."""
+    the options that set it with both values: ``--dupe-factor 10 → 5``.  The input files' versions are not
+    in the description: an empty list with differing job ids (and both descriptions listing their steps) means
+    the corpus changed."""
     from common.params import flag_of
 
     def flag(section: str, key: str) -> str:
@@ -161,6 +196,8 @@ def changed_options(old: dict, new: dict) -> list[str]:
         return "none" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
     changes = []
+    if isinstance(old.get("steps"), list) and isinstance(new.get("steps"), list):
+        changes += _changed_steps(old["steps"], new["steps"])
     for section in ("input", "tokenizer", "reader", "segmenter", "objective", "writer", "holdout", "dedup"):
         before, after = old.get(section), new.get(section)
         if before == after:

@@ -291,6 +291,8 @@ def _what_changed(output, config: JobConfig) -> str:
         changes = dataset_info.changed_options(old, dataset_info.describe(config, {}, complete=False))
     except Exception:  # noqa: BLE001 - an unreadable description: the refusal stands without the detail
         return ""
+    if not changes and "steps" not in old:  # described before the steps were: a step's option may differ
+        return ""
     if not changes:
         return "no option changed: the corpus changed since (a file's size, time or ETag, or the list of files)"
     return "changed: " + ", ".join(changes)
