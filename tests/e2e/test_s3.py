@@ -92,8 +92,8 @@ def test_corpus_on_s3_gives_the_same_output_as_local(s3_corpus_run, local_run):
 
 
 def report(output, *args, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "report", str(output), "--sample", "1", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=180, env={**os.environ, **env})
+    return subprocess.run([sys.executable, "-m", "report", str(output), "--sample", "1", "--input-sample", "64K",
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=180, env={**os.environ, **env})
 
 
 def test_an_s3_corpus_is_read_again_re_uploaded_or_gone(s3, s3_corpus_run, tmp_path, monkeypatch):
