@@ -33,7 +33,7 @@ def draw_without_missing_glyphs() -> str:
         svg = plots.bars(CHINESE + ["the", "##ing"], [0.3, 0.2, 0.1, 0.1, 0.05, 0.05, 0.1, 0.1], "% of text tokens",
                          percent=True)
     missing = [str(w.message) for w in caught if "missing from font" in str(w.message)]
-    assert not missing, missing[:3]
+    assert not missing, f"{missing[:3]}: is Debian's fonts-noto-cjk installed (.ci/run installs it)?"
     return svg
 
 
