@@ -85,10 +85,15 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "reader": {"name": config.reader.name, **config.reader.params},
         "writer": {"name": config.writer.name, **writer_fields},
         "segmenter": segment.params["segmenter"] if segment else None,
-        "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode},
+        # the endpoint of an S3-compatible store: mlm-report reads the input again there (not a setting of the job's
+        # identity: the same corpus behind another address is the same job)
+        "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode,
+                  "s3_endpoint_url": config.s3_endpoint_url or None},
         "holdout": ({"fraction": held.params["fraction"], "seed": held.params["seed"],
                      "directory": HOLDOUT_DIRECTORY} if held else None),
         "dedup": dict(dedup.params) if dedup else None,
+        # every step of the job in order, with its parameters (the word segmenter's, a plugin step's)
+        "steps": [{"name": step.name, **step.params} for step in config.steps],
         "job": config.job_id,
         "complete": complete,
         "records": totals.get("records", 0),
@@ -120,6 +125,105 @@ def read(storage) -> dict | None:
     if not isinstance(info, dict) or not isinstance(info.get("features"), dict):
         raise ValueError(f"{DATASET_INFO} does not describe features")
     return info
+
+
+#: The options that set the description's settings outside a component's own parameters.
+_SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-size", ("segmenter",): "--segmenter",
+                  ("objective", "name"): "--objective", ("writer", "name"): "--output-format",
+                  ("reader", "name"): "--format", ("holdout", "fraction"): "--holdout-fraction",
+                  ("holdout", "seed"): "--holdout-seed", ("tokenizer", "sha256"): "the tokenizer",
+                  ("dedup", "mode"): "--dedup", ("dedup", "partitions"): "--dedup-partitions"}
+
+
+#: Steps whose settings have a section of their own in the description (compared there).
+_STEPS_WITH_SECTIONS = {"segment", "holdout", "dedup"}
+
+
+def _changed_steps(old: list, new: list) -> list[str]:
+    """The steps' parameters that differ (the word segmenter's, a plugin step's), and steps added or gone."""
+    from common.params import flag_of
+    from common.steps import step_named
+
+    def by_name(steps: list) -> dict[str, dict]:
+        return {s["name"]: s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)}
+
+    before, after = by_name(old), by_name(new)
+    changes = []
+    for name in sorted((set(before) | set(after)) - _STEPS_WITH_SECTIONS):
+        if name not in before or name not in after:
+            changes.append(f"--add-step {name} {'added' if name in after else 'removed'}"
+                           if name not in ("words",) else
+                           f"--word-segmenter {(before.get(name) or {}).get('word_segmenter', 'none')} → "
+                           f"{(after.get(name) or {}).get('word_segmenter', 'none')}")
+            continue
+        for key in sorted((set(before[name]) | set(after[name])) - {"name"}):
+            if before[name].get(key) != after[name].get(key):
+                try:
+                    flag = flag_of(step_named(name).Params, key)
+                except (ValueError, AttributeError):
+                    flag = "--" + key.replace("_", "-")
+                changes.append(f"{flag} {before[name].get(key)} → {after[name].get(key)}")
+    if [s for s in before if s in after] != [s for s in after if s in before]:
+        changes.append("the order of --add-step")
+    return changes
+
+
+def changed_options(old: dict, new: dict) -> list[str]:
+    """What differs between an output's description (``old``) and a new job's (``new``, :func:`describe`), as
+    the options that set it with both values: ``--dupe-factor 10 → 5``.  The input files' versions are not
+    in the description: an empty list with differing job ids (and both descriptions listing their steps) means
+    the corpus changed."""
+    from common.params import flag_of
+
+    def flag(section: str, key: str) -> str:
+        if (section, key) in _SETTING_FLAGS:
+            return _SETTING_FLAGS[(section, key)]
+        if section == "dedup":
+            return "--minhash-" + key.replace("_", "-")
+        named = {"objective": "common.objectives:objective_named", "writer": "common.writers:writer_named",
+                 "reader": "common.readers:reader_named"}.get(section)
+        if named and isinstance(new.get(section), dict):
+            import importlib
+
+            module, function = named.split(":")
+            try:
+                return flag_of(getattr(importlib.import_module(module), function)(new[section]["name"]).Params, key)
+            except (ValueError, KeyError, AttributeError):
+                pass
+        return "--" + key.replace("_", "-")
+
+    def shown(value) -> str:
+        return "none" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+    changes = []
+    if isinstance(old.get("steps"), list) and isinstance(new.get("steps"), list):
+        changes += _changed_steps(old["steps"], new["steps"])
+    for section in ("input", "tokenizer", "reader", "segmenter", "objective", "writer", "holdout", "dedup"):
+        before, after = old.get(section), new.get(section)
+        if before == after:
+            continue
+        if section == "tokenizer":
+            before, after = (before or {}).get("sha256"), (after or {}).get("sha256")
+            if before != after:
+                changes.append("the tokenizer (its sha256)")
+            continue
+        if not isinstance(before, dict) or not isinstance(after, dict):  # a step on one side only, or a name
+            key = {"holdout": "fraction", "dedup": "mode"}.get(section)
+            if key is None:
+                changes.append(f"{_SETTING_FLAGS.get((section,), '--' + section)} {shown(before)} → {shown(after)}")
+            else:
+                off = {"fraction": 0, "mode": "none"}[key]
+                changes.append(f"{_SETTING_FLAGS[(section, key)]} {shown((before or {}).get(key, off))} → "
+                               f"{shown((after or {}).get(key, off))}")
+            continue
+        if "name" in before and before.get("name") != after.get("name"):  # another variant: its own parameters
+            changes.append(f"{flag(section, 'name')} {before['name']} → {after['name']}")
+            continue
+        for key in sorted(set(before) | set(after)):
+            if key in ("read_mode", "s3_endpoint_url", "directory") or before.get(key) == after.get(key):
+                continue  # how the input is read and where the held-out side goes are not the job's identity
+            changes.append(f"{flag(section, key)} {shown(before.get(key))} → {shown(after.get(key))}")
+    return changes
 
 
 def _kind(dtype) -> str:

@@ -102,13 +102,16 @@ def stage_files(entry: dict) -> list[dict]:
     return entry.get("files") or []
 
 
-def check_job(entries: list[dict], job_id: str, where: str) -> None:
+def check_job(entries: list[dict], job_id: str, where: str, what_changed=None) -> None:
+    """ManifestMismatch unless every entry is ``job_id``'s; ``what_changed()`` says why, when it can (the
+    options that differ: ventilator/job.py)."""
     for entry in entries:
         if entry.get("job") != job_id:
+            why = what_changed() if what_changed else ""
             raise ManifestMismatch(
-                f"{where} belongs to another job ({entry.get('job')}, this one is {job_id}: the corpus changed "
-                f"since, or the settings differ, --task-size included); use another --output, or remove the old "
-                f"output first")
+                f"{where} belongs to another job ({entry.get('job')}, this one is {job_id}: "
+                + (why or "the corpus changed since, or the settings differ, --task-size included")
+                + "); use another --output, or remove the old output first")
 
 
 def read_published(storage) -> tuple[list[dict], int] | None:

@@ -226,11 +226,31 @@ class RetryPolicy:
             except permanent:
                 raise
             except Exception as error:  # noqa: BLE001 - any transport error is retried
+                code = _error_code(error)
+                if code in PERMANENT_CODES:  # waiting will not make the bucket exist
+                    raise StorageError(f"{what}: {PERMANENT_CODES[code]} ({code})") from error
                 if attempt == self.attempts:
                     raise StorageError(f"{what}: {error}") from error
                 log.warning("%s failed (%s), retrying in %.1fs", what, error, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, self.max_delay)
+
+
+#: S3 error codes no retry can change, and what they mean: said at once, not after the retries' half minute.
+PERMANENT_CODES = {"NoSuchBucket": "no such bucket", "InvalidBucketName": "not a valid bucket name"}
+
+
+def _error_code(error: BaseException | None) -> str:
+    """A botocore ClientError's S3 error code, or that of the error it was raised from (boto3's transfers wrap
+    it: S3UploadFailedError); "" for any other error."""
+    for _ in range(4):
+        if error is None:
+            return ""
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code", ""))
+        error = error.__cause__ or error.__context__
+    return ""
 
 
 class S3Storage:

@@ -81,7 +81,8 @@ def _record_files(entries: list[dict], output_suffix_filter) -> list[dict]:
 
 def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int = 1 << 20,
                  input_storage_opener=None) -> dict:
-    """The report's numbers (report.json) for the output in ``storage``."""
+    """The report's numbers (report.json) for the output in ``storage``.  ``input_storage_opener(uri,
+    endpoint)`` opens the job's input (``endpoint``: the S3 endpoint the job recorded, "" for none)."""
     started = time.monotonic()
     problems: list[str] = []
     published = read_published(storage)
@@ -239,7 +240,7 @@ def _unknown_text(info, tokenizer, specials, budget_bytes: int, opener) -> dict:
         reader = reader_class(reader_class.make_params(reader_params))
         roles = {role: s["token"] for role, s in info["tokenizer"]["special_tokens"].items() if s}
         vocabulary = Vocabulary.from_tokenizer(tokenizer, roles)
-        storage = opener(uri)
+        storage = opener(uri, info["input"].get("s3_endpoint_url") or "")  # the job's store, unless told another
         return unknown_by_script(storage, reader, int(info["input"].get("task_size") or 1 << 20),
                                  vocabulary.text_tokenizer, specials.unk, budget_bytes)
     except (StorageError, OSError, ValueError) as error:

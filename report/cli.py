@@ -28,15 +28,27 @@ def _size(_ctx, _param, value):
 
 
 def write_report(output: str, s3_endpoint_url: str = "", sample: int = 64 << 20, input_sample: int = 1 << 20) -> dict:
-    """Build the report of ``output`` and write its page and JSON there; the report."""
+    """Build the report of ``output`` and write its page and JSON there; the report.  ImportError before anything
+    is read or written when matplotlib (the ``report`` extra) is missing."""
+    from report import plots
+
+    plots.require()
     storage = open_storage(output, s3_endpoint_url or None)
     report = build_report(storage, sample, input_sample,
-                          input_storage_opener=lambda uri: open_storage(uri, s3_endpoint_url or None))
+                          input_storage_opener=lambda uri, recorded: open_storage(
+                              uri, s3_endpoint_url or recorded or None))
     from report.page import render
 
+    page = render(report).encode()  # before writing either file: both or neither
     storage.put_bytes(JSON_NAME, json.dumps(report, indent=1, sort_keys=True, default=str).encode() + b"\n")
-    storage.put_bytes(PAGE_NAME, render(report).encode())
+    storage.put_bytes(PAGE_NAME, page)
     return report
+
+
+def unread_input(report: dict) -> str:
+    """Why the job's input could not be read again ([UNK] by script), or "" (read, or not asked for)."""
+    skipped = (report.get("unknown_text") or {}).get("skipped") or ""
+    return skipped if skipped.startswith("the input ") else ""
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"],
@@ -67,12 +79,16 @@ def main(output: str, s3_endpoint_url: str, sample: int, input_sample: int, verb
         sys.exit(1)
     for problem in report["problems"]:
         click.echo(f"mlm-report: {problem}", err=True)
+    unread = unread_input(report)
+    if unread:
+        click.echo(f"mlm-report: {unread}", err=True)
     sample_info = report["sample"]
     click.echo(f"{output.rstrip('/')}/{PAGE_NAME}: {report['sides']['train']['sequences']:,} sequences; read "
                f"{sample_info['files_read']} of {sample_info['files_total']} files "
                f"({sample_info['bytes_read'] / 1e6:,.1f} of {sample_info['bytes_total'] / 1e6:,.1f} MB) in "
                f"{report['seconds']:.1f} s; " + ("no problem found" if report["ok"]
-                                                 else f"{len(report['problems'])} problem(s)"))
+                                                 else f"{len(report['problems'])} problem(s)")
+               + ("; the input was not read: no [UNK] by script" if unread else ""))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,10 @@ import datetime
 import html
 
 from report import plots
+from report.unknown_text import code_points
+
+#: The throughput plot's line of every worker together.
+OVERALL = "all workers"
 
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:60em;color:#222;
@@ -33,6 +37,29 @@ def _n(value, digits: int = 0) -> str:
 
 def _pct(value, digits: int = 2) -> str:
     return "–" if value is None else f"{value * 100:.{digits}f}%"
+
+
+#: summary.json's cost figures, in the table's order, with their units.
+COST_LABELS = {"worker_hosts": "worker hosts", "instance_hours": "instance-hours",
+               "worker_cpu_hours": "worker CPU-hours", "input_gb": "input (GB)",
+               "output_tokens": "output tokens (padding included)",
+               "output_tokens_without_padding": "output tokens without padding",
+               "instance_hourly_price": "instance price (USD per hour)", "cost": "cost (USD)",
+               "cost_per_billion_output_tokens": "USD per billion output tokens",
+               "cost_per_billion_tokens_without_padding": "USD per billion tokens without padding",
+               "cost_per_input_gb": "USD per input GB"}
+
+
+def cost_value(key: str, value) -> str:
+    """A summary's cost figure for people: money as dollars, hours and gigabytes to four significant digits,
+    counts with thousands separators, an unknown one (None) as a dash."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "–" if value is None else _e(value)
+    if "cost" in key or "price" in key:
+        return f"${value:,.4f}" if abs(value) < 100 else f"${value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -118,8 +145,10 @@ def render(report: dict) -> str:
                             [[_e(s["script"]), _n(s["tokens"]), _n(s["unk"]), _pct(s["rate"], 3)]
                              for s in unknown["by_script"][:15]]))
         if unknown["top_unk_texts"]:
-            parts.append(_table(["text that became [UNK]", "times"],
-                                [[f"<code>{_e(t['text'])}</code>", _n(t["count"])] for t in unknown["top_unk_texts"]]))
+            parts.append(_table(["text that became [UNK]", "code points", "times"],
+                                [[f"<code>{_e(t['text'])}</code>",
+                                  f"<code>{_e(t.get('code_points') or code_points(t['text']))}</code>",
+                                  _n(t["count"])] for t in unknown["top_unk_texts"]]))
 
     train = records.get("train") or next(iter(records.values()), None)
     if train and train["top_tokens"]:
@@ -172,11 +201,13 @@ def render(report: dict) -> str:
     parts.append("<h2>Throughput</h2>")
     throughput = report.get("throughput")
     if throughput:
-        series = {"all workers": throughput["tokens_per_second"]}
+        series = {OVERALL: throughput["tokens_per_second"]}
         series.update({w: v["rate"] for w, v in list(throughput["workers"].items())[:12]})
         parts.append(f"<p>{throughput['mean_tokens_per_second']:,.0f} tokens/s over {throughput['seconds']:,.1f} s "
-                     "(as the sink recorded the tasks).</p>")
-        parts.append(_figure(plots.lines(series, throughput["bin_seconds"], "tokens per second"), ""))
+                     f"(each task's tokens spread over the seconds its worker spent on it, in bins of "
+                     f"{throughput['bin_seconds']:,.2f} s).</p>")
+        parts.append(_figure(plots.lines(series, throughput["bin_seconds"], "tokens per second", overall=OVERALL),
+                             ""))
         parts.append(_table(["worker", "tasks", "tokens", "input MB", "working s", "tokens/s working"],
                             [[_e(w), _n(v["tasks"]), _n(v["tokens"]), _n(v["bytes_in"] / 1e6, 1),
                               _n(v["seconds"], 1), _n(v["tokens_per_second_working"])]
@@ -187,7 +218,12 @@ def render(report: dict) -> str:
     parts.append("<h2>Cost</h2>")
     cost = report.get("cost")
     if cost:
-        parts.append(_table(["", ""], [[_e(k.replace("_", " ")), _e(v)] for k, v in cost.items()]))
+        keys = [k for k in COST_LABELS if k in cost] + [k for k in cost if k not in COST_LABELS]
+        parts.append(_table(["", "this job"], [[_e(COST_LABELS.get(k, k.replace("_", " "))), cost_value(k, cost[k])]
+                                               for k in keys]))
+        if cost.get("instance_hourly_price") is None:
+            parts.append("<p class=note>No price was given (the ventilator's --instance-hourly-price): hours only."
+                         "</p>")
     else:
         parts.append("<p class=note>No summary.json: the run's cost is unknown.</p>")
 

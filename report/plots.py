@@ -11,6 +11,8 @@ every page, or fetch it.  matplotlib's Agg backend needs no display.
 from __future__ import annotations
 
 import io
+import os
+from functools import lru_cache
 
 from common.lazy_import import LazyModule
 
@@ -18,6 +20,42 @@ plt = LazyModule("matplotlib.pyplot")
 
 WIDTH, HEIGHT = 6.4, 2.8
 COLOURS = {"train": "#1f77b4", "holdout": "#ff7f0e"}
+#: The line drawn over every other in the throughput plot.
+OVERALL_COLOUR = "#000000"
+#: Fonts a glyph is looked for in, in order (matplotlib falls back glyph by glyph): DejaVu Sans (matplotlib's own:
+#: Latin, Greek, Cyrillic, symbols), then the CJK fonts Debian ships (fonts-noto-cjk, fonts-wqy-zenhei,
+#: fonts-wqy-microhei, fonts-droid-fallback).  Without one, a Chinese token is drawn as an empty box.
+FONT_FAMILIES = ("DejaVu Sans", "Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQuanYi Zen Hei",
+                 "WenQuanYi Micro Hei", "Droid Sans Fallback")
+#: File names of those CJK fonts, to add ones installed after matplotlib cached its list of the system's fonts.
+CJK_FONT_FILES = ("notosanscjk", "sourcehansans", "wqy-zenhei", "wqy-microhei", "droidsansfallback")
+
+
+def require() -> None:
+    """ImportError now if matplotlib is missing: ``mlm-report`` checks before it reads or writes anything, so a
+    failed report leaves nothing behind (report.json without its page would look like a finished report)."""
+    import matplotlib  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401
+
+
+@lru_cache(maxsize=1)
+def font_families() -> tuple[str, ...]:
+    """The families of FONT_FAMILIES matplotlib can use.  matplotlib lists the system's fonts once and caches the
+    list (~/.cache/matplotlib), so a CJK font installed later is unknown to it: such a font's file is added."""
+    from matplotlib import font_manager
+
+    def known() -> set[str]:
+        return {font.name for font in font_manager.fontManager.ttflist}
+
+    if not known() & set(FONT_FAMILIES[1:]):
+        for path in font_manager.findSystemFonts():
+            if any(part in os.path.basename(path).lower() for part in CJK_FONT_FILES):
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):  # a font file FreeType cannot read
+                    continue
+    found = known()
+    return tuple(family for family in FONT_FAMILIES if family in found) or ("DejaVu Sans",)
 
 
 def _setup():
@@ -25,6 +63,7 @@ def _setup():
 
     matplotlib.use("Agg", force=True)
     matplotlib.rcParams.update({"svg.fonttype": "path", "svg.hashsalt": "mlm-report", "font.size": 9,
+                                "font.family": list(font_families()),
                                 "axes.spines.top": False, "axes.spines.right": False})
 
 
@@ -71,17 +110,32 @@ def bars(labels: list[str], values: list[float], xlabel: str, percent: bool = Fa
     return _svg(figure)
 
 
-def lines(series: dict[str, list[float]], step: float, ylabel: str) -> str | None:
-    """Rates over time: one line per series, x in seconds since the first task began."""
+def lines(series: dict[str, list[float]], step: float, ylabel: str, overall: str = "") -> str | None:
+    """Rates over time: one line per series, x in seconds since the first task began.  The ``overall`` series
+    is drawn last, above the others, black and dashed: with one worker its line equals that worker's, and each
+    shows through the other's gaps."""
     _setup()
     if not series:
         return None
     figure, axes = plt.subplots(figsize=(WIDTH, HEIGHT))
-    for name, values in series.items():
-        axes.plot([(i + 0.5) * step for i in range(len(values))], values, label=name,
-                  linewidth=2.0 if name == "all workers" else 1.0)
+    order = [name for name in series if name != overall] + [name for name in series if name == overall]
+    for z, name in enumerate(order):
+        values = series[name]
+        if name == overall:
+            style = {"linewidth": 2.0, "color": OVERALL_COLOUR, "zorder": 10, "linestyle": (0, (4, 3))}
+        else:
+            style = {"linewidth": 1.5, "zorder": 2 + z * 0.01}
+        axes.plot([(i + 0.5) * step for i in range(len(values))], values, label=name, gid=f"series-{name}",
+                  **style)
     axes.set_xlabel("seconds since the first task began")
     axes.set_ylabel(ylabel)
+    axes.set_ylim(bottom=0)
+    from matplotlib.ticker import StrMethodFormatter
+
+    axes.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     if len(series) > 1:
-        axes.legend(fontsize=7, ncol=2)
+        handles, labels = axes.get_legend_handles_labels()
+        first = [labels.index(overall)] if overall in labels else []
+        keep = first + [i for i in range(len(labels)) if i not in first]
+        axes.legend([handles[i] for i in keep], [labels[i] for i in keep], fontsize=7, ncol=2)
     return _svg(figure)

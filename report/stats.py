@@ -11,6 +11,7 @@ summed by :func:`manifest_numbers` and :func:`throughput`.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from common.steps.tokenize import tokens_per_document_name
 
 #: Histogram bins of sequence lengths and tokens per document.
 LENGTH_BINS = 40
+#: The throughput curve's fewest bins (one per task above it, up to its most).
+MIN_BINS = 4
 
 
 @dataclass
@@ -224,34 +227,58 @@ def binned_distribution(bins: dict[str, int]) -> dict:
                           "counts": [counts.get(k, 0) for k in span]}}
 
 
-def throughput(entries: list[dict], bins: int = 30) -> dict | None:
-    """Tokens and input bytes per second over the run, overall and per worker, from when the sink recorded
-    each task (``at``); None for a manifest without times (an older output)."""
-    timed = [e for e in entries if isinstance(e.get("at"), (int, float)) and not e.get("stage")]
+def throughput(entries: list[dict], max_bins: int = 30) -> dict | None:
+    """Tokens per second over the run, overall and per worker; None for a manifest without times (an older
+    output).
+
+    A task's tokens are spread evenly over the time its worker spent on it (``seconds`` before the sink recorded
+    it at ``at``), not counted at the moment it was recorded: counted at that moment, a run of a few tasks drew
+    spikes where tasks ended and zeros between.  The run's span (first task's start to last record) is cut into
+    one bin per task, at least MIN_BINS and at most ``max_bins``, so a short job is not cut finer than its tasks."""
+    timed = [e for e in entries if not e.get("stage") and isinstance(e.get("at"), (int, float))
+             and math.isfinite(e["at"])]
     if not timed:
         return None
-    start = min(e["at"] - e.get("seconds", 0) for e in timed)
-    end = max(e["at"] for e in timed)
+    ends = np.asarray([e["at"] for e in timed], dtype=float)
+    seconds = np.asarray([e.get("seconds") if isinstance(e.get("seconds"), (int, float)) else 0.0
+                          for e in timed], dtype=float)
+    seconds = np.clip(np.nan_to_num(seconds, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
+    begins = ends - seconds
+    start, end = float(begins.min()), float(ends.max())
     span = max(end - start, 1e-3)
-    edges = np.linspace(0, span, bins + 1)
-    at = np.asarray([e["at"] - start for e in timed])
-    tokens = np.asarray([e.get("tokens", 0) + (e.get("holdout") or {}).get("tokens", 0) for e in timed], float)
-    index = np.clip(np.searchsorted(edges, at, side="right") - 1, 0, bins - 1)
+    bins = int(min(max_bins, max(MIN_BINS, len(timed))))
+    edges = np.linspace(0.0, span, bins + 1)
     width = span / bins
-    overall = np.bincount(index, weights=tokens, minlength=bins) / width
-    workers: dict[str, dict] = {}
-    for entry, i, n in zip(timed, index.tolist(), tokens.tolist()):
-        worker = workers.setdefault(str(entry.get("worker", "?")), {"tasks": 0, "tokens": 0, "bytes_in": 0,
-                                                                   "seconds": 0.0, "rate": [0.0] * bins})
+    begins, ends = begins - start, ends - start
+    tokens = np.asarray([e.get("tokens", 0) + (e.get("holdout") or {}).get("tokens", 0) for e in timed], float)
+    names = sorted({str(e.get("worker", "?")) for e in timed})
+    position = {name: i for i, name in enumerate(names)}
+    worker_index = np.asarray([position[str(e.get("worker", "?"))] for e in timed], dtype=np.int64)
+    # done[k]: tokens done by edges[k] (a task's share of its own interval; a task of 0 s is done at its end)
+    lengths = np.maximum(ends - begins, 1e-12)
+    done_overall = np.empty(bins + 1)
+    done_by_worker = np.empty((len(names), bins + 1))
+    for k, edge in enumerate(edges):
+        share = np.where(ends - begins > 0, np.clip((edge - begins) / lengths, 0.0, 1.0), (edge >= ends) * 1.0)
+        if k == bins:
+            share = np.ones(len(timed))  # the last edge is the last record: every task is done
+        done = tokens * share
+        done_overall[k] = done.sum()
+        done_by_worker[:, k] = np.bincount(worker_index, weights=done, minlength=len(names))
+    overall = np.diff(done_overall) / width
+    workers: dict[str, dict] = {name: {"tasks": 0, "tokens": 0, "bytes_in": 0, "seconds": 0.0,
+                                       "rate": (np.diff(done_by_worker[i]) / width).tolist()}
+                                for i, name in enumerate(names)}
+    for entry, i, n, s in zip(timed, worker_index.tolist(), tokens.tolist(), seconds.tolist()):
+        worker = workers[names[i]]
         worker["tasks"] += 1
         worker["tokens"] += int(n)
         worker["bytes_in"] += int(entry.get("bytes_in", 0))
-        worker["seconds"] += float(entry.get("seconds", 0))
-        worker["rate"][i] += n / width
+        worker["seconds"] += s
     for worker in workers.values():
         worker["tokens_per_second_working"] = worker["tokens"] / worker["seconds"] if worker["seconds"] else None
     return {"seconds": span, "bin_seconds": width, "tokens_per_second": overall.tolist(),
-            "mean_tokens_per_second": float(tokens.sum() / span), "workers": dict(sorted(workers.items()))}
+            "mean_tokens_per_second": float(tokens.sum() / span), "workers": workers}
 
 
 def cluster_sizes(lines: list[dict]) -> dict:

@@ -31,6 +31,13 @@ def script_of(text: str) -> str:
     return "Other"
 
 
+def code_points(text: str, most: int = 12) -> str:
+    """``U+1F99C U+0020 ...``: what a text is when its glyphs cannot be told apart (or are invisible: a zero-width
+    space, a control character, a character no font draws)."""
+    points = " ".join(f"U+{ord(ch):04X}" for ch in text[:most])
+    return points + (" …" if len(text) > most else "")
+
+
 def unknown_by_script(input_storage, reader, task_size: int, tokenizer, unk_id: int | None,
                       budget_bytes: int, top: int = 25) -> dict:
     """Tokens and [UNK]s per script over at most ``budget_bytes`` of input, and the commonest [UNK] texts."""
@@ -68,5 +75,6 @@ def unknown_by_script(input_storage, reader, task_size: int, tokenizer, unk_id: 
         "rate": sum(unknown.values()) / total if total else None,
         "by_script": [{"script": script, "tokens": n, "unk": unknown[script], "rate": unknown[script] / n}
                       for script, n in tokens.most_common()],
-        "top_unk_texts": [{"text": text, "count": n} for text, n in texts.most_common(top)],
+        "top_unk_texts": [{"text": text, "code_points": code_points(text), "count": n}
+                          for text, n in texts.most_common(top)],
     }

@@ -272,10 +272,30 @@ def identify(options: JobOptions, checked: Checked) -> JobConfig:
     output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
-        check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"))
+        check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"),
+                  lambda: _what_changed(output, config))
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
     return config
+
+
+def _what_changed(output, config: JobConfig) -> str:
+    """For the refusal: the options whose values differ from those the output's dataset_info.json records, or
+    that none does (the corpus changed); "" when the output has no readable description."""
+    from common import dataset_info
+
+    try:
+        old = dataset_info.read(output)
+        if old is None:
+            return ""
+        changes = dataset_info.changed_options(old, dataset_info.describe(config, {}, complete=False))
+    except Exception:  # noqa: BLE001 - an unreadable description: the refusal stands without the detail
+        return ""
+    if not changes and "steps" not in old:  # described before the steps were: a step's option may differ
+        return ""
+    if not changes:
+        return "no option changed: the corpus changed since (a file's size, time or ETag, or the list of files)"
+    return "changed: " + ", ".join(changes)
 
 
 def job_config(options: JobOptions, checked: Checked) -> JobConfig:

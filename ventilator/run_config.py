@@ -190,6 +190,13 @@ class DedupOptions:
                              partitions=self.dedup_partitions)
 
 
+def _check_port(flag: str, port: int) -> None:
+    """A port the roles are told to connect to: one they can connect to.  0 (the system picks one) is refused,
+    not resolved: the workers and the sink are started with the port as given, before anything listens."""
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{flag} {port}: not a port workers and the sink can be sent to (1 to 65535)")
+
+
 @dataclass(frozen=True)
 class NetworkSettings:
     section: ClassVar[str] = "Network"  # its heading in --help
@@ -200,6 +207,9 @@ class NetworkSettings:
     curve_dir: str | None = option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
                                    help="Encrypt and authenticate with CURVE keys from this directory (made by "
                                         "mlm-keys).")
+
+    def __post_init__(self):
+        _check_port("--vport", self.vport)
 
 
 @dataclass(frozen=True)
@@ -223,6 +233,8 @@ class SinkGroup:
                                "instance-hour, for the cost in its summary.  [default: hours only]")
 
     def __post_init__(self):
+        if not self.sink_address:
+            _check_port("--sink-port", self.sink_port)
         if self.sink_address and self.sink_metrics_port is not None:
             raise ConfigError("--sink-metrics-port is for the sink this command starts; with --sink, give that "
                               "sink its own --metrics-port")

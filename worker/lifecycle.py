@@ -56,11 +56,12 @@ def complete_after_drain(imds: Imds, hook: LifecycleHook, leave: bool = False) -
     instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
     import boto3  # only on EC2, when a hook is configured
     from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError  # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
     try:
         boto3.client("autoscaling", region_name=region or None).complete_lifecycle_action(
             LifecycleHookName=hook.name, AutoScalingGroupName=hook.group, InstanceId=instance_id,
             LifecycleActionResult="CONTINUE")
-    except (BotoCoreError, ClientError) as error:
+    except (BotoCoreError, ClientError, ResponseParserError) as error:
         log.warning("lifecycle: could not complete %s for %s: %s; the hook will time out instead", hook.name,
                     instance_id, error)
         return False
@@ -79,10 +80,11 @@ def _leave_group(imds: Imds, hook: LifecycleHook) -> bool:
     instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
     import boto3  # only on EC2, when a hook is configured
     from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError  # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
     try:
         boto3.client("autoscaling", region_name=region or None).terminate_instance_in_auto_scaling_group(
             InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)
-    except (BotoCoreError, ClientError) as error:
+    except (BotoCoreError, ClientError, ResponseParserError) as error:
         log.warning("lifecycle: could not leave %s (%s): %s; the instance stays until the group removes it",
                     hook.group, instance_id, error)
         return False

@@ -48,7 +48,7 @@ def test_the_dashboard_covers_what_the_issue_asks():
 
 def test_every_query_names_a_metric_the_live_roles_export(tmp_path):
     """The Wikipedia sample plus a document never closed (listed first): a skip, so the labelled skip counter is
-    served."""
+    served.  Every metric served (a held-out side's too) is in the README's metric table."""
     need_shared()
     ventilator_port, sink_port = free_ports(2)
     corpus = tmp_path / "corpus"
@@ -57,7 +57,7 @@ def test_every_query_names_a_metric_the_live_roles_export(tmp_path):
     (corpus / "A0" / "wiki_00").write_text('<doc id="8" url="u" title="S">\nS\n\nFine text.\n</doc>\n'
                                            '<doc id="9" url="u" title="T">\nT\n\nNever closed.\n')
     cluster = Cluster(corpus, tmp_path / "out", ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "64K",
-                                               "--metrics-port", ventilator_port], tmp_path)
+                                               "--holdout-fraction", "0.05", "--metrics-port", ventilator_port], tmp_path)
     try:
         cluster.start_sink("--metrics-port", sink_port)
         cluster.start_ventilator()
@@ -79,6 +79,10 @@ def test_every_query_names_a_metric_the_live_roles_export(tmp_path):
         assert cluster.wait(timeout=300) == 0, cluster.tail()
     finally:
         cluster.close()
+    from tests.test_docs import readme_metrics
+
+    undocumented = sorted(set(served) - readme_metrics())
+    assert not undocumented, f"served but not in the README's metric table: {undocumented}"
     names = {name for expr in queries() for name in METRIC.findall(expr)}
     assert len(names) >= 10
     missing = sorted(names - set(served))

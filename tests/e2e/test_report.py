@@ -115,7 +115,8 @@ def test_the_numbers_match_the_shards_and_the_manifest(finished):
     assert abs(masking["as_mask"] - 0.8) < 0.03 and abs(masking["as_random"] - 0.1) < 0.03
     scripts = {s["script"]: s for s in report["unknown_text"]["by_script"]}
     assert scripts["Runic"]["rate"] == 1.0 and scripts["Latin"]["rate"] < 0.001
-    assert {t["text"] for t in report["unknown_text"]["top_unk_texts"][:3]} >= {"🦜", "ᚠᚢᚦ"}
+    assert {(t["text"], t["code_points"]) for t in report["unknown_text"]["top_unk_texts"][:3]} >= {
+        ("🦜", "U+1F99C"), ("ᚠᚢᚦ", "U+16A0 U+16A2 U+16A6")}
     throughput = report["throughput"]
     assert sum(w["tasks"] for w in throughput["workers"].values()) == len(entries)
     page = (output / "report" / "index.html").read_text()
@@ -125,22 +126,17 @@ def test_the_numbers_match_the_shards_and_the_manifest(finished):
     assert "no problem found" in made.stdout
 
 
-def test_the_page_is_self_contained_and_chromium_renders_it(finished, tmp_path):
+def screenshot(page: Path, tmp_path: Path) -> np.ndarray:
+    """The page as Debian's headless Chromium draws it (1200x2400 pixels, RGB)."""
     from PIL import Image
 
-    output, _before, _made = finished
-    page = (output / "report" / "index.html").read_text()
-    assert "<script" not in page and "<link" not in page and "<img" not in page
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page), "nothing is fetched"
-    assert page.count("<svg") >= 5
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.fail("Debian's chromium is not installed (.ci/run installs it)")
     shot = tmp_path / "page.png"
     rendered = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                                f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2400",
-                               f"--screenshot={shot}", (output / "report" / "index.html").as_uri()],
-                              capture_output=True, text=True, timeout=120)
+                               f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert shot.is_file(), rendered.stderr[-2000:]
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     assert pixels.shape[:2] == (2400, 1200)
@@ -150,6 +146,50 @@ def test_the_page_is_self_contained_and_chromium_renders_it(finished, tmp_path):
     assert colours > 8, "only a few colours: text without the plots"
     blue = ((pixels[..., 2] > 150) & (pixels[..., 0] < 80)).mean()  # the plots' #1f77b4
     assert blue > 0.002, "no plot was drawn"
+    return pixels
+
+
+def test_the_page_is_self_contained_and_chromium_renders_it(finished, tmp_path):
+    output, _before, _made = finished
+    page = (output / "report" / "index.html").read_text()
+    assert "<script" not in page and "<link" not in page and "<img" not in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page), "nothing is fetched"
+    assert page.count("<svg") >= 5
+    screenshot(output / "report" / "index.html", tmp_path)
+
+
+#: Han characters the Chinese vocabulary lacks (one beyond the BMP) and an emoji: each becomes [UNK].
+RARE_DOCUMENT = '<doc id="990002" url="x" title="rare">\nrare\n\n' + "生僻字：𠮷野家、龘，鹦鹉🦜说你好。" * 30 + "\n</doc>\n"
+
+
+def test_a_chinese_and_english_output_is_drawn_with_cjk_glyphs(tmp_path):
+    """Chinese and English documents under a Chinese BERT vocabulary: the top tokens' Han labels are drawn from a
+    CJK font (matplotlib names each glyph path after its font; its last-resort font draws empty boxes), the text
+    that became [UNK] is given by code points."""
+    from bench.chinese_bench import chinese_vocabulary, make_corpus
+
+    need_shared()
+    make_corpus(tmp_path / "in" / "AA", 0.06)
+    text = (WIKI / "AA" / "wiki_00").read_text(encoding="utf-8")
+    (tmp_path / "in" / "AA" / "wiki_01").write_text(text[:text.index("</doc>\n", 60_000) + 7] + RARE_DOCUMENT,
+                                                   encoding="utf-8")
+    chinese_vocabulary(str(VOCAB), tmp_path)
+    output = tmp_path / "out"
+    result = run_ventilator(tmp_path / "in", output, "--vocab-file", tmp_path / "zh-vocab.txt", "--task-size", "64K",
+                            "--workers", "1", "--dupe-factor", "1", timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    made = report_command(output)
+    assert made.returncode == 0, made.stderr
+    report = json.loads((output / "report" / "report.json").read_text())
+    top = [t["token"] for t in report["records"]["train"]["top_tokens"][:25]]
+    assert "的" in top and "the" in top, top
+    unknown = {t["text"]: t["code_points"] for t in report["unknown_text"]["top_unk_texts"]}
+    assert unknown["𠮷"] == "U+20BB7" and unknown["🦜"] == "U+1F99C"
+    page = (output / "report" / "index.html").read_text()
+    assert "<code>U+20BB7</code>" in page
+    fonts = {m.rsplit("-", 1)[0] for m in re.findall(r'<path id="([A-Za-z][\w-]*-[0-9a-f]+)"', page)}
+    assert not any("LastResort" in f for f in fonts), fonts
+    assert any("CJK" in f or "WenQuanYi" in f for f in fonts), fonts
 
 
 def test_the_report_changes_nothing_outside_its_directory(finished):

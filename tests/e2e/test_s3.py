@@ -2,10 +2,13 @@
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
+from tests.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.tf_reader import read_examples
 from common.readers import ParseReport, detect, reader_named
 from common.readers.content import task_content
@@ -67,17 +70,77 @@ def test_output_to_s3(s3, local_run, tmp_path):
     assert f"{sum(e['records'] for e in entries):,} records" in out and "all match the manifest" in out
 
 
-def test_corpus_on_s3_gives_the_same_output_as_local(s3, local_run, tmp_path):
-    """Workers read byte ranges of the objects themselves (the ventilator does not read them)."""
+@pytest.fixture(scope="module")
+def s3_corpus_run(s3, tmp_path_factory):
+    """The shared sample uploaded to a bucket, and a job reading it there into a local output."""
+    need_shared()
     client = s3.client()
     bucket = s3.new_bucket("corpus")
     for path in sorted(WIKI.rglob("wiki_*")):
         client.upload_file(str(path), bucket, f"wiki/{path.relative_to(WIKI).as_posix()}")
-    output = tmp_path / "out"
+    output = tmp_path_factory.mktemp("s3-corpus") / "out"
     result = run_ventilator(f"s3://{bucket}/wiki", output, *JOB, "--workers", "3",
                             "--s3-endpoint-url", s3.endpoint_url, env=s3.env())
     assert result.returncode == 0, result.stderr[-3000:]
+    return bucket, output
+
+
+def test_corpus_on_s3_gives_the_same_output_as_local(s3_corpus_run, local_run):
+    """Workers read byte ranges of the objects themselves (the ventilator does not read them)."""
+    _bucket, output = s3_corpus_run
     assert shard_digests(output) == shard_digests(local_run)
+
+
+def report(output, *args, env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "report", str(output), "--sample", "1", "--input-sample", "64K",
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=180, env={**os.environ, **env})
+
+
+def test_an_s3_corpus_is_read_again_re_uploaded_or_gone(s3, s3_corpus_run, tmp_path, monkeypatch):
+    """mlm-report on the local output reads the input again on the job's own S3 endpoint (dataset_info.json
+    records it); an object uploaded again with the same bytes (a one-part multipart upload: a new ETag) is a
+    changed corpus, refused in one line (docs/design.md says why); a bucket that is gone is said at once (no
+    retries), by the report (which then does not say "no problem found") and by the ventilator."""
+    bucket, output = s3_corpus_run
+    client = s3.client()
+    made = report(output, env=s3.env())
+    assert made.returncode == 0, made.stderr
+    unknown = json.loads((output / "report" / "report.json").read_text())["unknown_text"]
+    assert unknown.get("input_bytes_read", 0) > 0, unknown
+    assert "no problem found" in made.stdout and "input was not read" not in made.stdout
+
+    key = sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="wiki/")["Contents"])[0]
+    data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)
+    part = client.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=data)
+    client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload["UploadId"],
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read() == data
+    again = run_ventilator(f"s3://{bucket}/wiki", output, *JOB, "--workers", "1", "--s3-endpoint-url",
+                           s3.endpoint_url, env=s3.env())
+    assert again.returncode == 1
+    assert "belongs to another job" in again.stderr and "no option changed: the corpus changed since" in again.stderr
+
+    for obj in client.list_objects_v2(Bucket=bucket)["Contents"]:
+        client.delete_object(Bucket=bucket, Key=obj["Key"])
+    client.delete_bucket(Bucket=bucket)
+    gone = report(output, env=s3.env())
+    assert gone.returncode == 0, gone.stderr
+    assert "no such bucket (NoSuchBucket)" in gone.stderr and "retrying" not in gone.stderr
+    assert "no problem found" in gone.stdout and "the input was not read" in gone.stdout
+    refused = run_ventilator(f"s3://{bucket}/wiki", tmp_path / "other", *JOB, "--s3-endpoint-url", s3.endpoint_url,
+                             env=s3.env())
+    assert refused.returncode == 1 and "retrying" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].endswith("no such bucket (NoSuchBucket)")
+    from common.storage import S3Storage, StorageError
+
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    storage = S3Storage(f"s3://{bucket}/out", s3.endpoint_url)
+    with pytest.raises(StorageError, match=r"no such bucket \(NoSuchBucket\)"):
+        with storage.open_atomic("part-x") as writer:  # boto3's transfer wraps the error: S3UploadFailedError
+            writer.file.write(b"x")
+            writer.commit()
 
 
 def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):

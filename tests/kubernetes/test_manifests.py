@@ -26,6 +26,11 @@ BASE = KUBE / "base"
 OVERLAYS = sorted(p.parent for p in (KUBE / "overlays").glob("*/kustomization.yaml"))
 KUBECTL = shutil.which("kubectl")
 KEDA_API = "keda.sh/v1alpha1"
+MONITORING_API = "monitoring.coreos.com/v1"
+#: The oldest Kubernetes minor the manifests are validated against; every newer one kubernetes-validate ships is
+#: too.  Upstream supports its last three minors, managed services (EKS, GKE, AKS) older ones for longer: 1.28 covers
+#: every cluster still in any of those supports when this was written.  Raise it as they retire.
+OLDEST_KUBERNETES = (1, 28)
 
 
 def render_by_concatenation(directory: Path) -> list[dict]:
@@ -46,6 +51,9 @@ def render_by_kustomize(directory: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
+COMPONENTS = sorted(p.parent for p in (KUBE / "components").glob("*/kustomization.yaml"))
+
+
 def renders() -> dict[str, list[dict]]:
     """Every rendering users can apply: the base, and each overlay where kubectl can build it."""
     out = {"base": render_by_concatenation(BASE)}
@@ -53,6 +61,13 @@ def renders() -> dict[str, list[dict]]:
         for overlay in OVERLAYS:
             out[f"overlays/{overlay.name}"] = render_by_kustomize(overlay)
     return out
+
+
+def test_every_component_is_used_by_an_overlay():
+    """A component is rendered (and so validated) only through an overlay that uses it."""
+    used = {(overlay / c).resolve() for overlay in OVERLAYS
+            for c in yaml.safe_load((overlay / "kustomization.yaml").read_text()).get("components", [])}
+    assert set(COMPONENTS) <= used
 
 
 RENDERS = renders()
@@ -104,13 +119,30 @@ def test_every_object_is_valid(name):
     kinds = {o["kind"] for o in objects}
     assert {"Job", "Service", "Deployment", "ServiceAccount", "ConfigMap", "PodDisruptionBudget",
             "NetworkPolicy", "ScaledObject"} <= kinds
-    version = kubernetes_validate.latest_version()
     for obj in objects:
         if obj["apiVersion"] == KEDA_API:
             check_scaled_object(obj)
             continue
-        # strict: an unknown field (a typo, a field of another version) is an error, not ignored
-        kubernetes_validate.validate(obj, version, strict=True)
+        if obj["apiVersion"] == MONITORING_API:
+            check_monitor(obj)
+            continue
+        for version in supported_versions():
+            # strict: an unknown field (a typo, a field of another version) is an error, not ignored
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                raise AssertionError(f"{obj['kind']} {obj['metadata']['name']} on Kubernetes {version}: "
+                                     f"{error.message}") from None
+
+
+def supported_versions() -> list[str]:
+    """Every Kubernetes version kubernetes-validate has schemas for, from OLDEST_KUBERNETES on."""
+    from kubernetes_validate import utils
+
+    versions = sorted({v for v in utils.all_versions() if tuple(map(int, v.split(".")[:2])) >= OLDEST_KUBERNETES},
+                      key=lambda v: tuple(map(int, v.split("."))))
+    assert len(versions) >= 3, versions
+    return versions
 
 
 def check_scaled_object(obj: dict) -> None:
@@ -129,6 +161,97 @@ def check_scaled_object(obj: dict) -> None:
         assert set(trigger) <= {"type", "metadata", "name", "metricType", "authenticationRef", "useCachedMetrics"}
         # KEDA reads trigger metadata as map[string]string: a bare number is refused by the API server
         assert all(isinstance(v, str) for v in trigger["metadata"].values()), trigger["metadata"]
+
+
+def check_monitor(obj: dict) -> None:
+    """The Prometheus Operator's CRDs are not among kubernetes-validate's schemas: their shape, by hand."""
+    assert obj["kind"] in ("ServiceMonitor", "PodMonitor"), obj["kind"]
+    spec = obj["spec"]
+    endpoints = "endpoints" if obj["kind"] == "ServiceMonitor" else "podMetricsEndpoints"
+    assert set(spec) <= {"selector", endpoints, "namespaceSelector", "jobLabel"}, spec
+    assert set(spec["selector"]) == {"matchLabels"}
+    for endpoint in spec[endpoints]:
+        assert set(endpoint) <= {"port", "path", "interval", "scheme", "scrapeTimeout"}, endpoint
+        assert isinstance(endpoint["port"], str), "a port by name"
+
+
+def prometheus_of(objects: list[dict]) -> tuple[str, str]:
+    """Which Prometheus the ScaledObject reads, from its server's Service name: ("annotations", "") for the
+    prometheus-community chart's prometheus-server, ("operator", RELEASE) for kube-prometheus-stack's
+    RELEASE-prometheus."""
+    (trigger,) = by_kind(objects, "ScaledObject")["mlm-worker"]["spec"]["triggers"]
+    host = re.match(r"https?://([^.:/]+)", trigger["metadata"]["serverAddress"]).group(1)
+    if host == "prometheus-server":
+        return "annotations", ""
+    assert host.endswith("-prometheus"), f"a Prometheus this test does not know: {host}"
+    return "operator", host.removesuffix("-prometheus")
+
+
+def scraped(objects: list[dict], prometheus: tuple[str, str]) -> set[tuple[str, int]]:
+    """(pod template's owner, container port) pairs the given Prometheus scrapes, by its discovery rules:
+    the prometheus-community chart's jobs kubernetes-pods (a pod's prometheus.io/scrape and /port annotations) and
+    kubernetes-service-endpoints (a Service's, on the pods it selects); the Prometheus Operator's ServiceMonitors
+    labelled release=RELEASE (a Service by labels, its port by name, to the pods' named container port) and
+    PodMonitors (pods by labels, a container port by name); kube-prometheus-stack ignores annotations."""
+    templates = pods(objects)
+
+    def container_port(template: dict, port) -> int:
+        ports = {p["name"]: p["containerPort"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        return ports[port] if isinstance(port, str) else int(port)
+
+    kind, release = prometheus
+    targets = set()
+    if kind == "annotations":
+        for owner, template in templates.items():
+            annotations = template["metadata"].get("annotations", {})
+            if annotations.get("prometheus.io/scrape") == "true":
+                targets.add((owner, int(annotations["prometheus.io/port"])))
+        for service in by_kind(objects, "Service").values():
+            annotations = service["metadata"].get("annotations", {})
+            if annotations.get("prometheus.io/scrape") == "true":
+                targets |= {(owner, int(annotations["prometheus.io/port"])) for owner, template in templates.items()
+                            if selects({"matchLabels": service["spec"]["selector"]}, template["metadata"]["labels"])}
+        return targets
+    for monitor in by_kind(objects, "ServiceMonitor").values():
+        if monitor["metadata"].get("labels", {}).get("release") != release:
+            continue
+        for service in by_kind(objects, "Service").values():
+            if not selects(monitor["spec"]["selector"], service["metadata"].get("labels", {})):
+                continue
+            ports = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
+            for endpoint in monitor["spec"]["endpoints"]:
+                targets |= {(owner, container_port(template, ports[endpoint["port"]]))
+                            for owner, template in templates.items()
+                            if selects({"matchLabels": service["spec"]["selector"]}, template["metadata"]["labels"])}
+    for monitor in by_kind(objects, "PodMonitor").values():
+        if monitor["metadata"].get("labels", {}).get("release") == release:
+            for owner, template in templates.items():
+                if selects(monitor["spec"]["selector"], template["metadata"]["labels"]):
+                    targets |= {(owner, container_port(template, e["port"]))
+                                for e in monitor["spec"]["podMetricsEndpoints"]}
+    return targets
+
+
+@pytest.mark.parametrize("name", sorted(RENDERS))
+def test_the_prometheus_keda_reads_scrapes_the_ventilator_and_the_sink(name):
+    """The Prometheus the ScaledObject queries scrapes, by the shipped objects alone, the ventilator's
+    --metrics-port (where its query's mlm_ventilator_* series are served: the live test below) and the sink's
+    --sink-metrics-port; else KEDA sees no series and keeps the workers at zero."""
+    objects = RENDERS[name]
+    (ventilator,) = pods(objects)["mlm-ventilator"]["spec"]["containers"]
+    (trigger,) = by_kind(objects, "ScaledObject")["mlm-worker"]["spec"]["triggers"]
+    metrics = set(re.findall(r"([a-z_:][a-z0-9_:]*)\{", trigger["metadata"]["query"]))
+    assert metrics and all(m.startswith("mlm_ventilator_") for m in metrics), "served on the ventilator's port"
+    targets = scraped(objects, prometheus_of(objects))
+    assert ("mlm-ventilator", int(flag(ventilator, "metrics-port"))) in targets, targets
+    assert ("mlm-ventilator", int(flag(ventilator, "sink-metrics-port"))) in targets, targets
+
+
+def test_the_example_overlay_is_for_kube_prometheus_stack():
+    if not KUBECTL:
+        pytest.skip("no kubectl on PATH: overlays need `kubectl kustomize`")
+    assert prometheus_of(RENDERS["overlays/example"]) == ("operator", "kube-prometheus-stack")
+    assert prometheus_of(RENDERS["base"]) == ("annotations", "")
 
 
 @pytest.mark.parametrize("name", sorted(RENDERS))

@@ -69,6 +69,33 @@ def test_identify_refuses_an_output_holding_another_job(corpus, tmp_path):
     assert f"this one is {config.job_id}" in str(refused.value) and "\n" not in str(refused.value)
 
 
+def test_a_refused_resume_names_the_options_that_changed(corpus, tmp_path):
+    """The output's dataset_info.json says how it was made: the refusal names each option whose value differs
+    (with both values), and says when none does (the corpus itself changed)."""
+    from common import dataset_info
+    from common.storage import LocalStorage
+
+    first = _options(corpus, tmp_path, params={"dupe_factor": 3})
+    config = identify(first, validate(first))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text(f'{{"job": "{config.job_id}", "task": "t"}}\n')
+    dataset_info.write(LocalStorage(str(out)), config, {}, complete=False)
+    other = _options(corpus, tmp_path, params={"dupe_factor": 2, "masked_lm_prob": 0.2}, task_size=1 << 18)
+    with pytest.raises(JobError, match="belongs to another job") as refused:
+        identify(other, validate(other))
+    message = str(refused.value)
+    assert "--dupe-factor 3 → 2" in message and "--masked-lm-prob 0.15 → 0.2" in message
+    assert f"--task-size {config.task_size} → {1 << 18}" in message and "\n" not in message
+    segmented = _options(corpus, tmp_path, params={"dupe_factor": 3}, word_segmenter="jieba")
+    with pytest.raises(JobError, match="changed: --word-segmenter none → jieba"):
+        identify(segmented, validate(segmented))
+    (corpus / "wiki_00").write_bytes((corpus / "wiki_00").read_bytes() + b"\n")
+    with pytest.raises(JobError) as changed:
+        identify(first, validate(first))
+    assert "no option changed: the corpus changed since" in str(changed.value)
+
+
 def test_plan_cuts_every_byte_into_tasks_and_puts_dedup_stages_first(corpus, tmp_path):
     options = _options(corpus, tmp_path, task_size=64 * 1024, dedup=DedupSettings(mode="exact", partitions=2))
     checked = validate(options)

@@ -71,6 +71,10 @@ def test_the_axes_options_given_are_the_jobs_params_and_unset_ones_absent():
 @pytest.mark.parametrize("flags, message", [
     (["--sink", "h:1", "--sink-metrics-port", "9100"], "--sink-metrics-port is for the sink this command starts"),
     (["--sink", "h:1", "--instance-hourly-price", "0.1"], "--instance-hourly-price is for the sink this command"),
+    # the port is handed to the workers and the sink: a port the system picks (0) could not be
+    (["--vport", "0"], r"--vport 0: not a port workers and the sink can be sent to \(1 to 65535\)"),
+    (["--vport", "70000"], r"--vport 70000: not a port"),
+    (["--sink-port", "0"], r"--sink-port 0: not a port workers and the sink can be sent to"),
 ])
 def test_options_that_do_not_go_together_are_one_line(flags, message):
     with pytest.raises(ConfigError, match=message) as refused:

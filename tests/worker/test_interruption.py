@@ -2,6 +2,7 @@
 client against a fake IMDS on loopback (token flow, 404s, an unreachable
 endpoint that must not slow a worker off EC2)."""
 
+import logging
 import json
 import socket
 import time
@@ -88,3 +89,42 @@ def test_unreachable_imds_fails_fast_and_the_watcher_keeps_going():
     assert watcher.is_alive() and watcher.notice is None
     watcher.stop()
     watcher.join(timeout=5)
+
+
+def test_an_unparsable_answer_from_auto_scaling_is_a_warning_not_a_crash(monkeypatch, caplog):
+    """An HTML 500 from the Auto Scaling API (a page that is not XML: &nbsp;) makes botocore raise ResponseParserError,
+    which is no BotoCoreError: completing the hook fails with one warning, and the hook's timeout is the
+    fallback, as for any other failure."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    from worker.lifecycle import LifecycleHook, complete_after_drain
+
+    class Html500(BaseHTTPRequestHandler):
+        def log_message(self, *_args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b"<!DOCTYPE html><html><body>Internal&nbsp;Server&nbsp;Error</body></html>"
+            self.send_response(500)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Html500)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}", "AWS_ACCESS_KEY_ID": "test",
+                        "AWS_SECRET_ACCESS_KEY": "test", "AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}.items():
+        monkeypatch.setenv(name, value)
+    try:
+        with FakeImds() as imds:
+            imds.lifecycle_state = "Terminated"
+            with caplog.at_level(logging.WARNING, logger="worker"):
+                assert complete_after_drain(Imds(imds.endpoint), LifecycleHook("drain", "group", 5, 0.05)) is False
+    finally:
+        server.shutdown()
+        server.server_close()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "lifecycle: could not complete drain" in warning and "the hook will time out instead" in warning

@@ -63,9 +63,10 @@ class CloudWatchPublisher(BacklogPublisher):
 
     def publish(self, backlog: Backlog) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.parsers import ResponseParserError  # an answer botocore cannot parse: not a BotoCoreError
         try:
             self._client.put_metric_data(Namespace=self.options.namespace, MetricData=metric_data(backlog))
-        except (BotoCoreError, ClientError) as error:
+        except (BotoCoreError, ClientError, ResponseParserError) as error:
             if not self._failing:
                 log.warning("cloudwatch: cannot publish the backlog to %s: %s (trying again every %.0fs)",
                             self.options.namespace, error, self.options.interval_seconds)
