@@ -22,6 +22,7 @@ import typing
 from dataclasses import dataclass, field
 
 from common import envelope
+from common.envelope import Count, Seconds, WallClock
 from common.config import JobConfig
 from common.outputs import ShardFile
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
@@ -45,9 +46,9 @@ class Hello:
 
     peer_id: str
     host: str
-    pid: int
+    pid: Count
     role: str  # "worker" or "sink"
-    booted_at: float = 0.0  # wall clock of the host's boot (0: unknown): a host started for the job is billed from it
+    booted_at: WallClock = 0.0  # wall clock of the host's boot (0: unknown): a host started for the job is billed from it
 
 
 @dataclass
@@ -74,7 +75,7 @@ class Welcome:
 class TaskRequest:
     """The worker can take ``credit`` more tasks."""
 
-    credit: int
+    credit: Count
 
 
 @dataclass
@@ -82,8 +83,8 @@ class TaskAssignment:
     """A leased task; ``content`` holds its bytes when the ventilator ships them."""
 
     task: list
-    lease_seconds: float
-    attempt: int
+    lease_seconds: Seconds
+    attempt: Count
     content: bytes | None = None
 
 
@@ -96,7 +97,7 @@ class Heartbeat:
     leave its credit spent on both sides, and the worker idle for good."""
 
     held: list[str] = field(default_factory=list)
-    awaiting: int | None = None  # None from the sink
+    awaiting: Count | None = None  # None from the sink
 
 
 @dataclass
@@ -138,20 +139,20 @@ class TaskReturned:
 class AckStats:
     """A task's statistics as the sink receives them (the worker's TaskStats)."""
 
-    documents: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> documents
-    segments: int = 0
-    tokens: int = 0
-    instances: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
-    cpu_seconds: float = 0.0
-    output_tokens: int = 0  # the training side's records' token positions without padding (what was computed)
+    documents: Count = 0
+    skipped: dict[str, Count] = field(default_factory=dict)  # reason -> documents
+    segments: Count = 0
+    tokens: Count = 0
+    instances: Count = 0
+    bytes_in: Count = 0
+    bytes_out: Count = 0
+    seconds: dict[str, Seconds] = field(default_factory=dict)  # stage -> wall seconds
+    cpu_seconds: Seconds = 0.0
+    output_tokens: Count = 0  # the training side's records' token positions without padding (what was computed)
     #: Counters by the step (or split) that counted them: name -> counter -> value, summed by the sink under
     #: that name (e.g. "dedup", and "holdout": the held-out side's documents, tokens, records and shards; the
     #: fields above count the training side only).
-    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    counters: dict[str, dict[str, Count]] = field(default_factory=dict)
 
 
 @dataclass
@@ -162,11 +163,11 @@ class TaskAck:
     job_id: str
     worker_id: str
     source: str
-    start: int
-    end: int
+    start: Count
+    end: Count
     version: str
     shards: list[ShardFile]  # empty when the task produced no record; files of another split are marked
-    records: int  # over its training files (another split's are in its stats.counters)
+    records: Count  # over its training files (another split's are in its stats.counters)
     stats: AckStats
     stage: str = ""  # a step's stage (Task.stage): its files are then the stage's, not training shards
 
@@ -176,7 +177,7 @@ class TasksDone:
     """Sink to ventilator: these tasks are durably in the manifest."""
 
     task_ids: list[str]
-    documents: int = 0
+    documents: Count = 0
 
 
 @dataclass
@@ -184,9 +185,9 @@ class Quarantine:
     """Why a task will not be retried (the sink's summary.json lists these)."""
 
     source: str
-    start: int
-    end: int
-    attempts: int
+    start: Count
+    end: Count
+    attempts: Count
     errors: list[str]  # the last few
 
 
@@ -202,7 +203,7 @@ class WorkerHosts:
     """Ventilator to sink, before Shutdown: the worker hosts it saw, each
     host -> [billed from, last heard] (wall clock), for the run's cost."""
 
-    hosts: dict[str, list[float]]
+    hosts: dict[str, list[WallClock]]
 
 
 @dataclass

@@ -380,7 +380,7 @@ class SinkServer:
                 self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
-            self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
+            self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n")
         except (StorageError, OSError) as error:  # a full local disk is an OSError, not a StorageError
             log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "
                       "line: once the store is back, run the ventilator's command again (same --state-dir): it "
