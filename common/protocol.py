@@ -12,7 +12,7 @@ Sockets (see README, "Sockets"):
           Heartbeat, TaskFinished, TaskFailed, TaskReturned  /  Welcome,
           TaskAssignment, HeartbeatReply, Shutdown
   sink    DEALER --> ventilator ROUTER:  Hello, SinkHello, TasksDone,
-          Heartbeat  /  Welcome, TasksQuarantined, HeartbeatReply, Shutdown
+          Heartbeat, SinkClosed  /  Welcome, TasksQuarantined, HeartbeatReply, Shutdown
   worker  PUSH   --> sink PULL (--sink-port):  TaskAck
 """
 
@@ -28,7 +28,8 @@ from common.outputs import ShardFile
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 
-PROTOCOL_VERSION = 5  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split
+PROTOCOL_VERSION = 6  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
+#                       6: SinkClosed, numbers checked against declared ranges
 
 
 
@@ -211,9 +212,19 @@ class Shutdown:
     reason: str
 
 
+@dataclass
+class SinkClosed:
+    """Sink to ventilator: the job's books are closed (after Shutdown: manifest, dataset_info.json and
+    summary.json published), or cannot be kept at all (a component this sink lacks, an output that is another
+    job's).  A non-empty ``error`` fails the job with it: a ventilator must not say "done" over an output its
+    sink could not finish, wherever that sink runs."""
+
+    error: str = ""
+
+
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Hello, SinkHello, Welcome, TaskRequest, TaskAssignment, Heartbeat, HeartbeatReply,
-    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown)}
+    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown, SinkClosed)}
 
 Message = typing.Union[tuple(MESSAGE_TYPES.values())]
 

@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 
 import zmq
@@ -62,6 +63,19 @@ def _books(config: JobConfig) -> tuple:
     return config.job_id, config.output_uri, config.s3_endpoint_url
 
 
+def cannot_keep(config: JobConfig) -> str:
+    """Why this sink cannot keep and close ``config``'s books ("" when it can), found before any task is
+    recorded: the job's id needs every step's class (a plugin step this sink lacks), closing the books needs
+    the writer's (``finish_job``), and the output must open.  Welcome is hostile input like any frame."""
+    try:
+        config.job_id  # noqa: B018 - resolves every step
+        writer_named(config.writer.name)
+        open_storage(config.output_uri, config.s3_endpoint_url)
+    except Exception as error:  # noqa: BLE001 - whatever the components raise: one line, the job fails
+        return f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, StorageError)) else str(error)
+    return ""
+
+
 def manifest_entry(ack: protocol.TaskAck) -> dict:
     stats = ack.stats
     files = [manifest_file(f) for f in ack.shards]
@@ -102,6 +116,8 @@ class SinkServer:
         self.quarantined: dict[str, protocol.Quarantine] = {}
         self.duplicates = 0
         self.unrecorded = 0  # acknowledgements the manifest could not take (I/O errors), left unconfirmed
+        self.finish_error = ""  # why the last _finish could not publish (its status was 1)
+        self._tell_ventilator = None  # sends a message on the DEALER, once it is connected
 
     def _on_signal(self, signum, _frame) -> None:
         log.info("sink: %s, flushing and exiting", signal.Signals(signum).name)
@@ -128,6 +144,7 @@ class SinkServer:
         try:
             listen(pull, self.options.bind_host, self.options.port)
             dealer.connect(endpoint(host, port))
+            self._tell_ventilator = lambda message: dealer.send(protocol.encode(message))
             log.info("sink %s: acknowledgements on port %d, ventilator %s:%d", self.sink_id, self.options.port,
                      host, port)
             if self.options.metrics_port is not None:
@@ -135,6 +152,12 @@ class SinkServer:
             return self._loop(pull, dealer)
         except (SinkError, ListenError) as error:
             log.error("sink: %s", error)
+            self._closed(str(error))
+            return 1
+        except Exception as error:  # noqa: BLE001 - a bug or a component's failure: one line, and the job fails
+            log.error("sink: failed: %s: %s", type(error).__name__, error)
+            log.debug("%s", traceback.format_exc())
+            self._closed(f"{type(error).__name__}: {error}")
             return 1
         finally:
             if metrics is not None:
@@ -197,6 +220,9 @@ class SinkServer:
                         # sending it again costs seconds on both sides.
                         continue
                     introduced = True
+                    refused = cannot_keep(message.config)
+                    if refused:
+                        raise SinkError(f"cannot keep the books of this job: {refused}")
                     if self.config is not None and _books(message.config) != _books(self.config):
                         # A new ventilator with another job: close this one's books first.
                         log.info("sink: the ventilator now runs job %s (was %s)", message.config.job_id,
@@ -228,9 +254,20 @@ class SinkServer:
                     self.cost.add_spans(message.hosts)
                 elif isinstance(message, protocol.Shutdown):
                     self._record(self._drain_acks(pull), send)
-                    return self._finish(message.reason, job_over=True)
+                    code = self._finish(message.reason, job_over=True)
+                    self._closed(self.finish_error)
+                    return code
                 else:
                     self.dropped.drop(f"unexpected {type(message).__name__}")
+
+    def _closed(self, error: str) -> None:
+        """Tell the ventilator the books are closed, or why they cannot be (the DEALER's linger delivers it)."""
+        if self._tell_ventilator is not None:
+            try:
+                self._tell_ventilator(protocol.SinkClosed(error[:2000]))
+            except zmq.ZMQError:
+                pass
+            self._tell_ventilator = None
 
     def _start_job(self, config: JobConfig) -> None:
         self.config = config
@@ -385,6 +422,7 @@ class SinkServer:
             log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "
                       "line: once the store is back, run the ventilator's command again (same --state-dir): it "
                       "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)
+            self.finish_error = f"could not publish the manifest and summary to {self.output.uri('')}: {error}"
             return 1
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
         for name, values in step_counters(summary).items():

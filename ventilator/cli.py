@@ -108,6 +108,8 @@ def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
     if server.interrupted:
         return EXIT_INTERRUPTED, result.reason
     bad = {name: code for name, code in codes.items() if code not in (0, None)}
+    if result.error:
+        return EXIT_FAILED, f"error: {result.error}"
     if not result.completed:
         return EXIT_QUARANTINED, f"error: {result.reason} (see the sink's summary)"
     if bad:

@@ -33,6 +33,7 @@ def test_round_trip_every_message_type():
         protocol.TasksQuarantined({"t": protocol.Quarantine("p", 0, 10, 3, ["lease expired"])}),
         protocol.WorkerHosts({"host": [1.7e9, 1.7e9 + 60]}),
         protocol.Shutdown("done"),
+        protocol.SinkClosed("unknown output format 'demo-jsonl'"),
     ]
     assert {type(s).__name__ for s in samples} == set(protocol.MESSAGE_TYPES)
     for message in samples:
