@@ -31,6 +31,7 @@ from common.security import Curve
 from common.storage import StorageError, open_storage
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
                               new_identity, parse_address)
+from common.objectives import objective_named
 from common.writers import writer_named
 from sink.cost import CostLedger, describe, sequence_length
 from sink.progress import Throughput
@@ -66,10 +67,11 @@ def _books(config: JobConfig) -> tuple:
 def cannot_keep(config: JobConfig) -> str:
     """Why this sink cannot keep and close ``config``'s books ("" when it can), found before any task is
     recorded: the job's id needs every step's class (a plugin step this sink lacks), closing the books needs
-    the writer's (``finish_job``), and the output must open.  Welcome is hostile input like any frame."""
+    the writer's (``finish_job``) and the objective's (dataset_info.json), and the output must open.  Welcome is hostile input like any frame."""
     try:
         config.job_id  # noqa: B018 - resolves every step
         writer_named(config.writer.name)
+        objective_named(config.objective.name)  # dataset_info.json describes its features
         open_storage(config.output_uri, config.s3_endpoint_url)
     except Exception as error:  # noqa: BLE001 - whatever the components raise: one line, the job fails
         return f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, StorageError)) else str(error)
@@ -222,7 +224,7 @@ class SinkServer:
                     introduced = True
                     refused = cannot_keep(message.config)
                     if refused:
-                        raise SinkError(f"cannot keep the books of this job: {refused}")
+                        raise SinkError(f"cannot keep this job's books: {refused}")
                     if self.config is not None and _books(message.config) != _books(self.config):
                         # A new ventilator with another job: close this one's books first.
                         log.info("sink: the ventilator now runs job %s (was %s)", message.config.job_id,

@@ -100,7 +100,7 @@ def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
     except BaseException:
         launcher.terminate()
         raise
-    if server.interrupted or failure:
+    if server.interrupted or failure or result.error:
         launcher.terminate()  # SIGTERM: workers drain, the sink flushes
     codes = launcher.wait(timeout=120)
     if failure:

@@ -187,7 +187,7 @@ class VentilatorServer:
             if self.interrupted or self.should_stop():
                 return RunResult(False, self._interrupted_reason(), self.dispatcher.quarantined())
             if self.sink_closed:  # the sink cannot keep this job's books: nothing done now would be recorded
-                reason = f"the sink cannot keep this job's books: {self.sink_closed}"
+                reason = f"the sink failed: {self.sink_closed}"
                 self._broadcast(router, protocol.Shutdown(f"job failed: {reason}"), roles=("worker",))
                 return RunResult(False, reason, self.dispatcher.quarantined(), error=reason)
             if self.sink_ready and self.dispatcher.complete:
