@@ -239,7 +239,10 @@ class WorkerProcess:
                 # Credit still out: an assignment may be on its way. Exit once the ventilator has
                 # answered a draining heartbeat (it then sends nothing more; what came is handed back).
                 drain_heard = state.drain_mark and state.beats_answered >= state.drain_mark
-                if not state.held and (state.requested == 0 or drain_heard or not state.introduced):
+                # Holding nothing, with a ventilator silent for three heartbeats (gone with the supervisor, say):
+                # nothing is lost by going now rather than at the end of --drain-seconds.
+                silent = now - state.last_contact > 3 * heartbeat_every
+                if not state.held and (state.requested == 0 or drain_heard or not state.introduced or silent):
                     log.info("%s: drained, exiting", self.worker_id)
                     return 0
                 if now > drain_deadline or (self.release_at is not None and time.time() >= self.release_at):
