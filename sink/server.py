@@ -56,7 +56,13 @@ class SinkOptions:
 
 
 class SinkError(Exception):
-    pass
+    """The sink cannot go on.  ``final``: nor could another sink on this job (a component it lacks, an output
+    of another job), so the ventilator is told to fail the job; otherwise (the store down while the manifest
+    loads) a sink started again may carry on."""
+
+    def __init__(self, message: str, final: bool = True):
+        super().__init__(message)
+        self.final = final
 
 
 def _books(config: JobConfig) -> tuple:
@@ -154,7 +160,8 @@ class SinkServer:
             return self._loop(pull, dealer)
         except (SinkError, ListenError) as error:
             log.error("sink: %s", error)
-            self._closed(str(error))
+            if getattr(error, "final", False):
+                self._closed(str(error))
             return 1
         except Exception as error:  # noqa: BLE001 - a bug or a component's failure: one line, and the job fails
             log.error("sink: failed: %s: %s", type(error).__name__, error)
@@ -277,8 +284,10 @@ class SinkServer:
         self.manifest = Manifest(self.output, config.job_id, self.options.state_dir)
         try:
             entries = self.manifest.load()
-        except (ManifestMismatch, StorageError) as error:
+        except ManifestMismatch as error:  # the output is another job's: no sink can keep this job's books there
             raise SinkError(str(error)) from None
+        except StorageError as error:  # the store, for now: a sink started again may read it
+            raise SinkError(str(error), final=False) from None
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 
     def _hello_done(self, send) -> None:
