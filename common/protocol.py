@@ -49,7 +49,8 @@ class Hello:
     host: str
     pid: Count
     role: str  # "worker" or "sink"
-    booted_at: WallClock = 0.0  # wall clock of the host's boot (0: unknown): a host started for the job is billed from it
+    #: Wall clock of the host's boot (0: unknown): a host started for the job is billed from it.
+    booted_at: WallClock = 0.0
 
 
 @dataclass

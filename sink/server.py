@@ -73,7 +73,8 @@ def _books(config: JobConfig) -> tuple:
 def cannot_keep(config: JobConfig) -> str:
     """Why this sink cannot keep and close ``config``'s books ("" when it can), found before any task is
     recorded: the job's id needs every step's class (a plugin step this sink lacks), closing the books needs
-    the writer's (``finish_job``) and the objective's (dataset_info.json), and the output must open.  Welcome is hostile input like any frame."""
+    the writer's (``finish_job``) and the objective's (dataset_info.json), and the output must open.  A Welcome
+    is hostile input like any frame."""
     try:
         config.job_id  # noqa: B018 - resolves every step
         writer_named(config.writer.name)
@@ -428,7 +429,8 @@ class SinkServer:
                 self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
-            self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n")
+            self.output.put_bytes(SUMMARY_NAME,
+                                  json.dumps(summary, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n")
         except (StorageError, OSError) as error:  # a full local disk is an OSError, not a StorageError
             log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "
                       "line: once the store is back, run the ventilator's command again (same --state-dir): it "
