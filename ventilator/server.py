@@ -433,7 +433,7 @@ class VentilatorServer:
         self._report(time.monotonic())
         log.info("ventilator: job %s finished: %s", self.config.job_id, reason)
         self._answer_late_peers(router, protocol.encode(shutdown))
-        if self.sink is not None and self.sink_closed is None and not self.should_stop():
+        if self.sink is not None and self.sink_closed is None and not (self.interrupted or self.should_stop()):
             error = (f"the sink did not say within {SINK_CLOSE_SECONDS:.0f} s that it published the manifest and "
                      f"summary.json; see its log")
             return RunResult(False, error, quarantined, error=error)
@@ -452,7 +452,8 @@ class VentilatorServer:
         while True:
             now = time.monotonic()
             if self.sink is not None and self.sink_closed is None:
-                if now > sink_deadline or self.should_stop():  # a local sink that died says so through its status
+                # A local sink that died says so through its status; Ctrl-C is not held up for the sink either.
+                if now > sink_deadline or self.interrupted or self.should_stop():
                     return
             elif now > deadline or self.peers_gone():
                 return
