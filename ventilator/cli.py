@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from common import logs
+from common import logs, protocol
 from common.transport import ListenError
 from common.version import command_line
 from ventilator.display import TerminalDisplay
@@ -55,6 +55,7 @@ def run(config: RunConfig) -> int:
     try:
         launcher = launcher_named(config.fleet.launcher)(config)
         job = prepare_job(config.job_options(command=command_line()))
+        _check_sendable(job)
     except (LaunchError, JobError) as error:
         click.echo(f"ventilator: error: {error}", err=True)
         return EXIT_FAILED
@@ -78,6 +79,15 @@ def run(config: RunConfig) -> int:
         code, message = _serve(job, server_options, launcher)
     click.echo(f"ventilator: {message}", err=True)
     return code
+
+
+def _check_sendable(job) -> None:
+    """The job as every peer will decode it: a value the wire refuses (``--lease-seconds inf``: every number
+    must be finite and in its range) would have every Welcome dropped and the workers wait for good."""
+    try:
+        protocol.decode(protocol.encode(protocol.Welcome(job.config, "")))
+    except protocol.ProtocolError as error:
+        raise JobError(f"this job cannot be sent to its workers: {error}") from None
 
 
 def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
