@@ -275,7 +275,7 @@ def _codecs():
     return _CODECS + [(messages, messages.MessageError, messages.VERSION, messages.TYPES)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_a_well_typed_message_that_decodes_holds_only_finite_numbers_in_range(data):
     for codec, error, version, types in _codecs():
@@ -333,7 +333,7 @@ def test_an_attach_at_the_last_epoch_msgpack_holds_is_refused_at_the_door():
     messages.encode(messages.BatchHeader(last.session, last.epoch + 1, 0, False, 1))  # the rollover encodes
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(fields=_well_typed(protocol.TaskAck), hosts=_well_typed(protocol.WorkerHosts))
 def test_what_decodes_makes_a_strict_json_manifest_line_and_a_finite_cost(fields, hosts):
     """The sink's consequences of a hostile ack: its manifest line is read back by orjson (which refuses
