@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 
+from common.envelope import Count, Seconds
 from common.params import Component
 
 
@@ -71,9 +72,9 @@ class JobConfig:
     read_mode: str = "ship"  # "ship": the ventilator sends bytes; "range": workers read
     s3_endpoint_url: str = ""
     sink_address: str = ""  # "host:port"; an empty host means the ventilator's host
-    lease_seconds: float = 60.0
-    heartbeat_seconds: float = 5.0
-    task_size: int = 0  # the --task-size the tasks were cut with
+    lease_seconds: Seconds = 60.0
+    heartbeat_seconds: Seconds = 5.0
+    task_size: Count = 0  # the --task-size the tasks were cut with
     inputs_digest: str = ""  # sha256 of the input listing: every file's path, size and version
     #: Provenance, for dataset_info.json and the dataset card; not part of the job's identity (a resume may be
     #: typed otherwise): the ventilator's command line and mlm-pipeline's version (common/version.py).

@@ -281,7 +281,8 @@ class Manifest:
             if entry["task"] not in self.done:
                 fresh.setdefault(entry["task"], entry)
         if fresh:
-            lines = b"".join(json.dumps(e, sort_keys=True).encode() + b"\n" for e in fresh.values())
+            # Strict JSON (orjson reads it back): a non-finite number is a bug to raise, never a line to write.
+            lines = b"".join(json.dumps(e, sort_keys=True, allow_nan=False).encode() + b"\n" for e in fresh.values())
             end = os.path.getsize(self.path)  # every earlier append was flushed
             try:
                 self._handle.write(lines)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.envelope import Count
+
 #: The split of the training side's files (the default: most jobs have no other).
 TRAIN = ""
 
@@ -18,9 +20,9 @@ class ShardFile:
     """One written file, as the manifest lists it (name relative to the output root)."""
 
     name: str
-    records: int
+    records: Count  # checked at decode when a peer sends it (common/envelope.py)
     sha256: str
-    bytes: int
+    bytes: Count
     #: Which side of the output the file is on: "" the training side, else the name of the split that made
     #: it ("holdout": --holdout-fraction's held-out side, under holdout/).
     split: str = TRAIN

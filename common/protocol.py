@@ -12,7 +12,7 @@ Sockets (see README, "Sockets"):
           Heartbeat, TaskFinished, TaskFailed, TaskReturned  /  Welcome,
           TaskAssignment, HeartbeatReply, Shutdown
   sink    DEALER --> ventilator ROUTER:  Hello, SinkHello, TasksDone,
-          Heartbeat  /  Welcome, TasksQuarantined, HeartbeatReply, Shutdown
+          Heartbeat, SinkClosed  /  Welcome, TasksQuarantined, HeartbeatReply, Shutdown
   worker  PUSH   --> sink PULL (--sink-port):  TaskAck
 """
 
@@ -22,12 +22,14 @@ import typing
 from dataclasses import dataclass, field
 
 from common import envelope
+from common.envelope import Count, Seconds, WallClock
 from common.config import JobConfig
 from common.outputs import ShardFile
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 
-PROTOCOL_VERSION = 5  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split
+PROTOCOL_VERSION = 6  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
+#                       6: SinkClosed, numbers checked against declared ranges
 
 
 
@@ -45,9 +47,10 @@ class Hello:
 
     peer_id: str
     host: str
-    pid: int
+    pid: Count
     role: str  # "worker" or "sink"
-    booted_at: float = 0.0  # wall clock of the host's boot (0: unknown): a host started for the job is billed from it
+    #: Wall clock of the host's boot (0: unknown): a host started for the job is billed from it.
+    booted_at: WallClock = 0.0
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Welcome:
 class TaskRequest:
     """The worker can take ``credit`` more tasks."""
 
-    credit: int
+    credit: Count
 
 
 @dataclass
@@ -82,8 +85,8 @@ class TaskAssignment:
     """A leased task; ``content`` holds its bytes when the ventilator ships them."""
 
     task: list
-    lease_seconds: float
-    attempt: int
+    lease_seconds: Seconds
+    attempt: Count
     content: bytes | None = None
 
 
@@ -96,7 +99,7 @@ class Heartbeat:
     leave its credit spent on both sides, and the worker idle for good."""
 
     held: list[str] = field(default_factory=list)
-    awaiting: int | None = None  # None from the sink
+    awaiting: Count | None = None  # None from the sink
 
 
 @dataclass
@@ -138,20 +141,20 @@ class TaskReturned:
 class AckStats:
     """A task's statistics as the sink receives them (the worker's TaskStats)."""
 
-    documents: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> documents
-    segments: int = 0
-    tokens: int = 0
-    instances: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
-    cpu_seconds: float = 0.0
-    output_tokens: int = 0  # the training side's records' token positions without padding (what was computed)
+    documents: Count = 0
+    skipped: dict[str, Count] = field(default_factory=dict)  # reason -> documents
+    segments: Count = 0
+    tokens: Count = 0
+    instances: Count = 0
+    bytes_in: Count = 0
+    bytes_out: Count = 0
+    seconds: dict[str, Seconds] = field(default_factory=dict)  # stage -> wall seconds
+    cpu_seconds: Seconds = 0.0
+    output_tokens: Count = 0  # the training side's records' token positions without padding (what was computed)
     #: Counters by the step (or split) that counted them: name -> counter -> value, summed by the sink under
     #: that name (e.g. "dedup", and "holdout": the held-out side's documents, tokens, records and shards; the
     #: fields above count the training side only).
-    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    counters: dict[str, dict[str, Count]] = field(default_factory=dict)
 
 
 @dataclass
@@ -162,11 +165,11 @@ class TaskAck:
     job_id: str
     worker_id: str
     source: str
-    start: int
-    end: int
+    start: Count
+    end: Count
     version: str
     shards: list[ShardFile]  # empty when the task produced no record; files of another split are marked
-    records: int  # over its training files (another split's are in its stats.counters)
+    records: Count  # over its training files (another split's are in its stats.counters)
     stats: AckStats
     stage: str = ""  # a step's stage (Task.stage): its files are then the stage's, not training shards
 
@@ -176,7 +179,7 @@ class TasksDone:
     """Sink to ventilator: these tasks are durably in the manifest."""
 
     task_ids: list[str]
-    documents: int = 0
+    documents: Count = 0
 
 
 @dataclass
@@ -184,9 +187,9 @@ class Quarantine:
     """Why a task will not be retried (the sink's summary.json lists these)."""
 
     source: str
-    start: int
-    end: int
-    attempts: int
+    start: Count
+    end: Count
+    attempts: Count
     errors: list[str]  # the last few
 
 
@@ -202,7 +205,7 @@ class WorkerHosts:
     """Ventilator to sink, before Shutdown: the worker hosts it saw, each
     host -> [billed from, last heard] (wall clock), for the run's cost."""
 
-    hosts: dict[str, list[float]]
+    hosts: dict[str, list[WallClock]]
 
 
 @dataclass
@@ -210,9 +213,19 @@ class Shutdown:
     reason: str
 
 
+@dataclass
+class SinkClosed:
+    """Sink to ventilator: the job's books are closed (after Shutdown: manifest, dataset_info.json and
+    summary.json published), or cannot be kept at all (a component this sink lacks, an output that is another
+    job's).  A non-empty ``error`` fails the job with it: a ventilator must not say "done" over an output its
+    sink could not finish, wherever that sink runs."""
+
+    error: str = ""
+
+
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Hello, SinkHello, Welcome, TaskRequest, TaskAssignment, Heartbeat, HeartbeatReply,
-    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown)}
+    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown, SinkClosed)}
 
 Message = typing.Union[tuple(MESSAGE_TYPES.values())]  # noqa: UP007 - built from the table, no `|` spelling
 

@@ -275,10 +275,19 @@ class LoaderClient:
         return self._batch(message, frames[1:])
 
     def _check_attached(self, attached: messages.Attached) -> None:
-        """The server checks the same (and refuses): this catches a server of another version."""
+        """The server checks the same (and refuses): this catches a server of another version.  Its features
+        are hostile input too: a dtype numpy cannot read a record of fixed numbers from is one LoaderError."""
         expected = self.state()["dataset"]
         if expected and expected != attached.dataset:
             raise LoaderError(f"the loader at {self.address} serves dataset {attached.dataset}, not {expected}")
+        for spec in attached.features:
+            try:
+                kind = np.dtype(spec.dtype).kind
+            except (TypeError, ValueError):
+                kind = ""
+            if kind not in ("b", "i", "u", "f"):
+                raise LoaderError(f"the loader at {self.address} sends feature {spec.name!r} as {spec.dtype[:40]!r}, "
+                                  f"which is not a fixed-size number")
 
     def _batch(self, header: messages.BatchHeader, frames) -> Batch:
         layout = self._layout()

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import envelope
+from common.envelope import Count
 
 VERSION = 1
 
@@ -39,22 +40,22 @@ class MessageError(ValueError):
 @dataclass
 class Attach:
     client_id: str
-    session: int
-    rank: int
-    world_size: int
-    epoch: int  # where to start: the next batch the trainer has not consumed
-    batch: int
-    window: int  # batches the server may send ahead of consumption
+    session: Count
+    rank: Count
+    world_size: Count
+    epoch: Count  # where to start: the next batch the trainer has not consumed
+    batch: Count
+    window: Count  # batches the server may send ahead of consumption
     dataset: str = ""  # the fingerprint the client's state was taken on ("" for a fresh start)
     seed: int | None = None  # the serving parameters its state was taken with (None: fresh start)
-    batch_size: int | None = None
+    batch_size: Count | None = None
     dynamic_masking: bool | None = None
 
 
 @dataclass
 class Credit:
-    session: int
-    consumed: int  # batches handed to the trainer since Attach
+    session: Count
+    consumed: Count  # batches handed to the trainer since Attach
 
 
 @dataclass
@@ -66,62 +67,62 @@ class StatusRequest:
 class FeatureSpec:
     name: str
     dtype: str
-    width: int
+    width: Count
 
 
 @dataclass
 class Attached:
-    session: int
+    session: Count
     server_id: str
     dataset: str
-    records: int
-    batch_size: int
+    records: Count
+    batch_size: Count
     seed: int
     dynamic_masking: bool
-    batches_per_epoch: int  # this rank's
+    batches_per_epoch: Count  # this rank's
     features: list[FeatureSpec]
 
 
 @dataclass
 class Refused:
-    session: int
+    session: Count
     reason: str
 
 
 @dataclass
 class Unknown:
-    session: int
+    session: Count
 
 
 @dataclass
 class BatchHeader:
-    session: int
-    epoch: int
-    batch: int
+    session: Count
+    epoch: Count
+    batch: Count
     last_in_epoch: bool
-    rows: int  # one frame follows: rows x the record layout of Attached.features, then the record ids
+    rows: Count  # one frame follows: rows x the record layout of Attached.features, then the record ids
 
 
 @dataclass
 class RankStatus:
     client_id: str
-    rank: int
-    world_size: int
-    epoch: int  # the next batch to send
-    batch: int
-    sent: int  # since Attach
-    allowed: int  # consumed + window: sent never exceeds it
+    rank: Count
+    world_size: Count
+    epoch: Count  # the next batch to send
+    batch: Count
+    sent: Count  # since Attach
+    allowed: Count  # consumed + window: sent never exceeds it
 
 
 @dataclass
 class Status:
     server_id: str
     ranks: list[RankStatus] = field(default_factory=list)
-    dropped: int = 0
-    batches_sent: int = 0
-    cached_shards: int = 0
-    cached_bytes: int = 0
-    shard_loads: int = 0
+    dropped: Count = 0
+    batches_sent: Count = 0
+    cached_shards: Count = 0
+    cached_bytes: Count = 0
+    shard_loads: Count = 0
 
 
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (

@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 
 import zmq
@@ -26,6 +27,7 @@ from common.config import JobConfig
 from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch, counters as step_counters
 from common.outputs import manifest_file
 from common.metrics import MetricsServer, counter, gauge
+from common.objectives import objective_named
 from common.security import Curve
 from common.storage import StorageError, open_storage
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
@@ -54,12 +56,33 @@ class SinkOptions:
 
 
 class SinkError(Exception):
-    pass
+    """The sink cannot go on.  ``final``: nor could another sink on this job (a component it lacks, an output
+    of another job), so the ventilator is told to fail the job; otherwise (the store down while the manifest
+    loads) a sink started again may carry on."""
+
+    def __init__(self, message: str, final: bool = True):
+        super().__init__(message)
+        self.final = final
 
 
 def _books(config: JobConfig) -> tuple:
     """What makes another manifest: the job, and where its output goes."""
     return config.job_id, config.output_uri, config.s3_endpoint_url
+
+
+def cannot_keep(config: JobConfig) -> str:
+    """Why this sink cannot keep and close ``config``'s books ("" when it can), found before any task is
+    recorded: the job's id needs every step's class (a plugin step this sink lacks), closing the books needs
+    the writer's (``finish_job``) and the objective's (dataset_info.json), and the output must open.  A Welcome
+    is hostile input like any frame."""
+    try:
+        config.job_id  # noqa: B018 - resolves every step
+        writer_named(config.writer.name)
+        objective_named(config.objective.name)  # dataset_info.json describes its features
+        open_storage(config.output_uri, config.s3_endpoint_url)
+    except Exception as error:  # noqa: BLE001 - whatever the components raise: one line, the job fails
+        return f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, StorageError)) else str(error)
+    return ""
 
 
 def manifest_entry(ack: protocol.TaskAck) -> dict:
@@ -102,6 +125,8 @@ class SinkServer:
         self.quarantined: dict[str, protocol.Quarantine] = {}
         self.duplicates = 0
         self.unrecorded = 0  # acknowledgements the manifest could not take (I/O errors), left unconfirmed
+        self.finish_error = ""  # why the last _finish could not publish (its status was 1)
+        self._tell_ventilator = None  # sends a message on the DEALER, once it is connected
 
     def _on_signal(self, signum, _frame) -> None:
         log.info("sink: %s, flushing and exiting", signal.Signals(signum).name)
@@ -128,6 +153,7 @@ class SinkServer:
         try:
             listen(pull, self.options.bind_host, self.options.port)
             dealer.connect(endpoint(host, port))
+            self._tell_ventilator = lambda message: dealer.send(protocol.encode(message))
             log.info("sink %s: acknowledgements on port %d, ventilator %s:%d", self.sink_id, self.options.port,
                      host, port)
             if self.options.metrics_port is not None:
@@ -135,6 +161,13 @@ class SinkServer:
             return self._loop(pull, dealer)
         except (SinkError, ListenError) as error:
             log.error("sink: %s", error)
+            if getattr(error, "final", False):
+                self._closed(str(error))
+            return 1
+        except Exception as error:  # noqa: BLE001 - a bug or a component's failure: one line, and the job fails
+            log.error("sink: failed: %s: %s", type(error).__name__, error)
+            log.debug("%s", traceback.format_exc())
+            self._closed(f"{type(error).__name__}: {error}")
             return 1
         finally:
             if metrics is not None:
@@ -197,6 +230,9 @@ class SinkServer:
                         # sending it again costs seconds on both sides.
                         continue
                     introduced = True
+                    refused = cannot_keep(message.config)
+                    if refused:
+                        raise SinkError(f"cannot keep this job's books: {refused}")
                     if self.config is not None and _books(message.config) != _books(self.config):
                         # A new ventilator with another job: close this one's books first.
                         log.info("sink: the ventilator now runs job %s (was %s)", message.config.job_id,
@@ -228,9 +264,20 @@ class SinkServer:
                     self.cost.add_spans(message.hosts)
                 elif isinstance(message, protocol.Shutdown):
                     self._record(self._drain_acks(pull), send)
-                    return self._finish(message.reason, job_over=True)
+                    code = self._finish(message.reason, job_over=True)
+                    self._closed(self.finish_error)
+                    return code
                 else:
                     self.dropped.drop(f"unexpected {type(message).__name__}")
+
+    def _closed(self, error: str) -> None:
+        """Tell the ventilator the books are closed, or why they cannot be (the DEALER's linger delivers it)."""
+        if self._tell_ventilator is not None:
+            try:
+                self._tell_ventilator(protocol.SinkClosed(error[:2000]))
+            except zmq.ZMQError:
+                pass
+            self._tell_ventilator = None
 
     def _start_job(self, config: JobConfig) -> None:
         self.config = config
@@ -238,8 +285,10 @@ class SinkServer:
         self.manifest = Manifest(self.output, config.job_id, self.options.state_dir)
         try:
             entries = self.manifest.load()
-        except (ManifestMismatch, StorageError) as error:
+        except ManifestMismatch as error:  # the output is another job's: no sink can keep this job's books there
             raise SinkError(str(error)) from None
+        except StorageError as error:  # the store, for now: a sink started again may read it
+            raise SinkError(str(error), final=False) from None
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 
     def _hello_done(self, send) -> None:
@@ -380,11 +429,13 @@ class SinkServer:
                 self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
                 writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
-            self.output.put_bytes(SUMMARY_NAME, json.dumps(summary, indent=2, sort_keys=True).encode() + b"\n")
+            self.output.put_bytes(SUMMARY_NAME,
+                                  json.dumps(summary, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n")
         except (StorageError, OSError) as error:  # a full local disk is an OSError, not a StorageError
             log.error("sink: could not publish the manifest and summary to %s: %s. The journal %s holds every "
                       "line: once the store is back, run the ventilator's command again (same --state-dir): it "
                       "finds the job done and this is published", self.output.uri(""), error, self.manifest.path)
+            self.finish_error = f"could not publish the manifest and summary to {self.output.uri('')}: {error}"
             return 1
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(summary["skipped_documents"].items())) or "none"
         for name, values in step_counters(summary).items():

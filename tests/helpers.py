@@ -3,7 +3,6 @@ the real command lines, and checking output with TensorFlow."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,7 +46,7 @@ def run_ventilator(data, output, *args, timeout: float = 300, env=None) -> subpr
 
 def manifest(output: Path) -> dict[str, dict]:
     lines = (Path(output) / "manifest.jsonl").read_text().splitlines()
-    entries = [json.loads(line) for line in lines]
+    entries = [orjson.loads(line) for line in lines]  # strict JSON: orjson refuses Infinity and NaN
     by_task = {e["task"]: e for e in entries}
     assert len(by_task) == len(entries), "a task is listed twice"
     return by_task

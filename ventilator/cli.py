@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from common import logs
+from common import logs, protocol
 from common.transport import ListenError
 from common.version import command_line
 from common.cli_settings import SectionedCommand
@@ -56,6 +56,7 @@ def run(config: RunConfig) -> int:
     try:
         launcher = launcher_named(config.fleet.launcher)(config)
         job = prepare_job(config.job_options(command=command_line()))
+        _check_sendable(job)
     except (LaunchError, JobError) as error:
         click.echo(f"ventilator: error: {error}", err=True)
         return EXIT_FAILED
@@ -81,6 +82,15 @@ def run(config: RunConfig) -> int:
     return code
 
 
+def _check_sendable(job) -> None:
+    """The job as every peer will decode it: a value the wire refuses (``--lease-seconds inf``: every number
+    must be finite and in its range) would have every Welcome dropped and the workers wait for good."""
+    try:
+        protocol.decode(protocol.encode(protocol.Welcome(job.config, "")))
+    except protocol.ProtocolError as error:
+        raise JobError(f"this job cannot be sent to its workers: {error}") from None
+
+
 def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
     """Run the job to its end; the exit status and its one-line reason."""
     failure: list[str] = []
@@ -101,7 +111,7 @@ def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
     except BaseException:
         launcher.terminate()
         raise
-    if server.interrupted or failure:
+    if server.interrupted or failure or result.error:
         launcher.terminate()  # SIGTERM: workers drain, the sink flushes
     codes = launcher.wait(timeout=120)
     if failure:
@@ -109,6 +119,8 @@ def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
     if server.interrupted:
         return EXIT_INTERRUPTED, result.reason
     bad = {name: code for name, code in codes.items() if code not in (0, None)}
+    if result.error:
+        return EXIT_FAILED, f"error: {result.error}"
     if not result.completed:
         return EXIT_QUARANTINED, f"error: {result.reason} (see the sink's summary)"
     if bad:

@@ -37,6 +37,8 @@ log = logging.getLogger("ventilator")
 #: TasksQuarantined frames: at most 100 tasks of 5 errors of 1,000 characters (~500 KB).
 QUARANTINE_BATCH = 100
 QUARANTINE_ERROR_CHARS = 1000
+#: How long, after Shutdown, the sink may take to publish the manifest, dataset_info.json and summary.json.
+SINK_CLOSE_SECONDS = 600.0
 
 
 @dataclass
@@ -70,6 +72,8 @@ class RunResult:
     completed: bool
     reason: str
     quarantined: list[Entry]
+    #: A failure no task caused (the sink could not keep or close the job's books): the run failed with it.
+    error: str = ""
 
 
 class VentilatorServer:
@@ -86,6 +90,7 @@ class VentilatorServer:
         self.sink: bytes | None = None
         self._sink_done: dict[str, str] = {}  # the sink's manifest, while its SinkHellos arrive
         self.sink_ready = False
+        self.sink_closed: str | None = None  # the sink's SinkClosed: None before it, else its error ("" none)
         self.dropped = DroppedMessages("ventilator")
         self.documents_done = 0
         self.interrupted = False
@@ -189,6 +194,10 @@ class VentilatorServer:
         while True:
             if self.interrupted or self.should_stop():
                 return RunResult(False, self._interrupted_reason(), self.dispatcher.quarantined())
+            if self.sink_closed:  # the sink cannot keep this job's books: nothing done now would be recorded
+                reason = f"the sink failed: {self.sink_closed}"
+                self._broadcast(router, protocol.Shutdown(f"job failed: {reason}"), roles=("worker",))
+                return RunResult(False, reason, self.dispatcher.quarantined(), error=reason)
             if self.sink_ready and self.dispatcher.complete:
                 self._show_progress()
                 return self._finish(router)
@@ -313,6 +322,10 @@ class VentilatorServer:
         elif isinstance(message, protocol.TasksDone) and peer.role == "sink":
             self.dispatcher.mark_done(message.task_ids)
             self.documents_done += message.documents
+        elif isinstance(message, protocol.SinkClosed) and peer.role == "sink":
+            self.sink_closed = message.error
+            if message.error:
+                log.error("sink %s: %s", peer.name, message.error)
         else:
             self.dropped.drop(f"unexpected {type(message).__name__} from {peer.role}")
 
@@ -428,16 +441,41 @@ class VentilatorServer:
         self._report(time.monotonic())
         log.info("ventilator: job %s finished: %s", self.config.job_id, reason)
         self._answer_late_peers(router, protocol.encode(shutdown))
+        if self.sink is not None and self.sink_closed is None and not (self.interrupted or self.should_stop()):
+            error = (f"the sink did not say within {SINK_CLOSE_SECONDS:.0f} s that it published the manifest and "
+                     f"summary.json; see its log")
+            return RunResult(False, error, quarantined, error=error)
+        if self.sink_closed:
+            error = f"the sink could not finish the job: {self.sink_closed}"
+            return RunResult(False, error, quarantined, error=error)
         return RunResult(not quarantined, reason, quarantined)
 
     def _answer_late_peers(self, router: zmq.Socket, shutdown: bytes) -> None:
         """Peers that were busy, or joined after the end, hear Shutdown on
-        their next message (a heartbeat at the latest)."""
-        deadline = time.monotonic() + 2 * self.config.heartbeat_seconds + 1
-        while time.monotonic() < deadline and not self.peers_gone():
+        their next message (a heartbeat at the latest); and the sink says it
+        closed the job's books (SinkClosed), which may take it a while."""
+        now = time.monotonic()
+        deadline = now + 2 * self.config.heartbeat_seconds + 1
+        sink_deadline = now + SINK_CLOSE_SECONDS
+        while True:
+            now = time.monotonic()
+            if self.sink is not None and self.sink_closed is None:
+                # A local sink that died says so through its status; Ctrl-C is not held up for the sink either.
+                if now > sink_deadline or self.interrupted or self.should_stop():
+                    return
+            elif now > deadline or self.peers_gone():
+                return
             if router.poll(timeout=100):
                 frames = router.recv_multipart()
-                if len(frames) == 2:
+                if len(frames) != 2:
+                    continue
+                try:
+                    closed = protocol.decode(frames[1])
+                except protocol.ProtocolError:
+                    closed = None
+                if isinstance(closed, protocol.SinkClosed) and frames[0] == self.sink:
+                    self._receive(router, frames)
+                else:
                     router.send_multipart([frames[0], shutdown])
 
     def _show_progress(self) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 
 import click
@@ -27,8 +29,36 @@ log = logging.getLogger("worker")
 RESTART_DELAY_SECONDS = 1.0
 
 
-def _run_one(options: WorkerOptions, verbose: int, release_at=None) -> None:
+#: prctl(2)'s option: the signal this process gets when the thread that started it dies (Linux).
+PR_SET_PDEATHSIG = 1
+#: How often a compute process checks that its supervisor is still its parent (the fallback to prctl).
+PARENT_CHECK_SECONDS = 1.0
+
+
+def die_with_parent(parent: int, signum: int = signal.SIGTERM, every: float = PARENT_CHECK_SECONDS) -> None:
+    """Make this compute process drain and exit once ``parent`` (its supervisor) is gone, however it went:
+    after a kill -9 of the supervisor its processes ran on for good, holding their memory.  The kernel sends
+    ``signum`` at the parent's death (PR_SET_PDEATHSIG); a thread that sees another parent pid does the same
+    where prctl is missing, and for a parent that died before prctl was set."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the check below is all there is
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        log.warning("worker process %d: its supervisor %d is gone; draining and exiting", os.getpid(), parent)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=watch, name="parent-check", daemon=True).start()
+
+
+def _run_one(options: WorkerOptions, verbose: int, release_at=None, parent: int | None = None) -> None:
     logs.configure(verbose)
+    if parent is not None:
+        die_with_parent(parent)
     worker = WorkerProcess(options)
     if release_at is not None:  # the supervisor's interruption notice: SIGUSR1, deadline in shared memory
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(release_at.value))
@@ -51,7 +81,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
     release_at = context.Value("d", 0.0)
 
     def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_run_one, args=(options, verbose, release_at), daemon=False)
+        process = context.Process(target=_run_one, args=(options, verbose, release_at, os.getpid()), daemon=False)
         process.start()
         return process
 

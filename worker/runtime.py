@@ -59,9 +59,13 @@ class WorkerOptions:
 @dataclass
 class _Job:
     config: JobConfig
-    processor: TaskProcessor
+    processor: TaskProcessor | None
     input_storage: Storage | None
     sink_endpoint: str
+    job_id: str
+    #: Why this worker cannot run the job (a plugin step it lacks, a tokenizer it cannot read): each of the
+    #: job's tasks it is leased fails with this, so they are quarantined and the job ends instead of waiting.
+    unusable: str = ""
 
 
 @dataclass
@@ -104,13 +108,16 @@ class _Compute(threading.Thread):
         """The task's outcome; while the output has no room (worker/backoff.py) the task is retried after a
         growing wait, keeping its lease and its attempts."""
         backoff = dataclasses.replace(self.backoff)
+        processor = job.processor
+        if processor is None:  # never queued: a job this worker cannot run fails its tasks before computing
+            return _Outcome(job, task, None, job.unusable or "this worker cannot run the job")
         while True:
             try:
                 started = time.perf_counter()
                 if content is None and task.reads_input:  # not shipped: read it here
-                    content = job.processor.reader.read(job.input_storage, task)
+                    content = processor.reader.read(job.input_storage, task)
                 read_seconds = time.perf_counter() - started
-                result = job.processor.process(task, content or b"", read_seconds)
+                result = processor.process(task, content or b"", read_seconds)
                 if backoff.waited:  # in the sink's per-stage seconds (mlm_sink_worker_stage_seconds_total)
                     result.stats.seconds[WAIT_STAGE] += backoff.waited
                 return _Outcome(job, task, result)
@@ -235,7 +242,10 @@ class WorkerProcess:
                 # Credit still out: an assignment may be on its way. Exit once the ventilator has
                 # answered a draining heartbeat (it then sends nothing more; what came is handed back).
                 drain_heard = state.drain_mark and state.beats_answered >= state.drain_mark
-                if not state.held and (state.requested == 0 or drain_heard or not state.introduced):
+                # Holding nothing, with a ventilator silent for three heartbeats (gone with the supervisor, say):
+                # nothing is lost by going now rather than at the end of --drain-seconds.
+                silent = now - state.last_contact > 3 * heartbeat_every
+                if not state.held and (state.requested == 0 or drain_heard or not state.introduced or silent):
                     log.info("%s: drained, exiting", self.worker_id)
                     return 0
                 if now > drain_deadline or (self.release_at is not None and time.time() >= self.release_at):
@@ -254,7 +264,7 @@ class WorkerProcess:
                 state.last_hello = now
             if state.introduced and now - state.last_heartbeat > heartbeat_every:
                 # Only this job's tasks: a task id of an earlier job may name the same range of another job.
-                current = state.job.config.job_id if state.job else ""
+                current = state.job.job_id if state.job else ""
                 send(protocol.Heartbeat(sorted(task_id for job_id, task_id in state.held if job_id == current),
                                         0 if self.draining else state.requested))
                 state.last_heartbeat = now
@@ -273,7 +283,7 @@ class WorkerProcess:
                 while not compute.outbox.empty():
                     outcome = compute.outbox.get()
                     self._report(send, state.job, outcome)
-                    state.held.discard((outcome.job.config.job_id, outcome.task.task_id))
+                    state.held.discard((outcome.job.job_id, outcome.task.task_id))
             if dealer in events:
                 try:
                     message = protocol.decode(dealer.recv())
@@ -304,12 +314,15 @@ class WorkerProcess:
             except (TypeError, ValueError) as error:
                 self.dropped.drop(f"bad task: {error}")
                 return False
-            if state.job is None or (state.job.config.job_id, task.task_id) in state.held:
+            if state.job is None or (state.job.job_id, task.task_id) in state.held:
                 return False
             if self.draining:
                 send(protocol.TaskReturned([task.task_id]))
                 return False
-            state.held.add((state.job.config.job_id, task.task_id))
+            if state.job.unusable:
+                send(protocol.TaskFailed(task.task_id, state.job.unusable))
+                return False
+            state.held.add((state.job.job_id, task.task_id))
             compute.inbox.put((state.job, task, message.content))
         elif isinstance(message, protocol.HeartbeatReply):
             if message.known and message.ventilator_id == state.ventilator_id:
@@ -329,14 +342,26 @@ class WorkerProcess:
         return False
 
     def _prepare(self, config: JobConfig, ventilator_host: str) -> _Job:
-        vocabulary = Vocabulary.from_json(config.tokenizer_json)
-        output = open_storage(config.output_uri, config.s3_endpoint_url)
-        input_storage = open_storage(config.data_uri, config.s3_endpoint_url) if config.read_mode == "range" else None
-        sink_host, sink_port = parse_address(self.options.sink or config.sink_address, SINK_PORT)
-        sink_endpoint = endpoint(sink_host or ventilator_host, sink_port)
-        log.info("%s: job %s, writing to %s, acknowledging to %s", self.worker_id, config.job_id,
+        """The job as this worker runs it; every field of the Welcome is hostile input, so a job it cannot
+        run (a step, tokenizer, output or sink address it cannot make sense of) is one line here, and its
+        tasks fail with that line (the ventilator quarantines them and the job ends): never a crash."""
+        try:
+            job_id = config.job_id  # resolves every step: a plugin step this worker lacks is refused here
+            vocabulary = Vocabulary.from_json(config.tokenizer_json)
+            output = open_storage(config.output_uri, config.s3_endpoint_url)
+            input_storage = open_storage(config.data_uri, config.s3_endpoint_url) if config.read_mode == "range" \
+                else None
+            sink_host, sink_port = parse_address(self.options.sink or config.sink_address, SINK_PORT)
+            sink_endpoint = endpoint(sink_host or ventilator_host, sink_port)
+            processor = TaskProcessor(config, vocabulary, output)
+        except Exception as error:  # noqa: BLE001 - whatever a component raises on a hostile job
+            reason = f"worker cannot run this job: {type(error).__name__}: {error}"
+            log.error("%s: %s; its tasks fail here", self.worker_id, reason)
+            log.debug("%s", traceback.format_exc())
+            return _Job(config, None, None, "", "", reason)
+        log.info("%s: job %s, writing to %s, acknowledging to %s", self.worker_id, job_id,
                  config.output_uri, sink_endpoint)
-        return _Job(config, TaskProcessor(config, vocabulary, output), input_storage, sink_endpoint)
+        return _Job(config, processor, input_storage, sink_endpoint, job_id)
 
     def _sink_socket(self, sink_endpoint: str) -> zmq.Socket:
         if self.push is not None and self.push_endpoint != sink_endpoint:
@@ -354,7 +379,7 @@ class WorkerProcess:
         """Acknowledge to the sink of the task's own job; tell the ventilator
         only if it still runs that job (a new ventilator may run another)."""
         task, job = outcome.task, outcome.job
-        same_job = current is not None and current.config.job_id == job.config.job_id
+        same_job = current is not None and current.job_id == job.job_id
         if current is not None and same_job:
             job = current  # its sink may have moved with a restarted ventilator
         if outcome.result is None:
@@ -363,7 +388,7 @@ class WorkerProcess:
             return
         result = outcome.result
         ack = protocol.TaskAck(
-            task_id=task.task_id, job_id=job.config.job_id, worker_id=self.worker_id, source=task.path,
+            task_id=task.task_id, job_id=job.job_id, worker_id=self.worker_id, source=task.path,
             start=task.start, end=task.end, version=task.version, shards=result.files, records=result.records,
             stats=result.stats.to_wire(), stage=task.stage)
         self._sink_socket(job.sink_endpoint).send(protocol.encode(ack))
@@ -371,11 +396,11 @@ class WorkerProcess:
             send(protocol.TaskFinished(task.task_id))
         else:
             log.info("%s: task %s of the earlier job %s done and acknowledged to its sink", self.worker_id,
-                     task.task_id, job.config.job_id)
+                     task.task_id, job.job_id)
 
     def _release_held(self, send, state: _State) -> None:
         """Out of time: hand back the task still computing (its lease released, not left to expire)."""
-        current = state.job.config.job_id if state.job else ""
+        current = state.job.job_id if state.job else ""
         returned = sorted(task_id for job_id, task_id in state.held if job_id == current)
         if returned:
             send(protocol.TaskReturned(returned))
@@ -395,8 +420,8 @@ class WorkerProcess:
                 compute.inbox.put(None)
                 break
             job, task, _content = item
-            state.held.discard((job.config.job_id, task.task_id))
-            if state.job is not None and job.config.job_id == state.job.config.job_id:
+            state.held.discard((job.job_id, task.task_id))
+            if state.job is not None and job.job_id == state.job.job_id:
                 returned.append(task.task_id)  # a task of an earlier job has no one to go back to
         if returned:
             send(protocol.TaskReturned(returned))

@@ -33,6 +33,7 @@ def test_round_trip_every_message_type():
         protocol.TasksQuarantined({"t": protocol.Quarantine("p", 0, 10, 3, ["lease expired"])}),
         protocol.WorkerHosts({"host": [1.7e9, 1.7e9 + 60]}),
         protocol.Shutdown("done"),
+        protocol.SinkClosed("unknown output format 'demo-jsonl'"),
     ]
     assert {type(s).__name__ for s in samples} == set(protocol.MESSAGE_TYPES)
     for message in samples:
@@ -198,3 +199,164 @@ def test_dropped_messages_stay_bounded_whatever_the_reasons(caplog):
     assert len(dropped.dropped) == DroppedMessages.MAX_REASONS + 1
     assert dropped.dropped[DroppedMessages.OTHER] == 20_000 - DroppedMessages.MAX_REASONS
     assert len(caplog.records) <= DroppedMessages.LOG_LINES
+
+
+# Well-typed hostile numbers: every field of the right type, holding inf, NaN, -1e12, 2**64-1, 1.7e308.
+# A frame that decodes is one a role can act on: its numbers must be finite and within their declared
+# ranges, so that a manifest line stays strict JSON, the cost stays finite and a counter can be incremented.
+
+import dataclasses  # noqa: E402
+import math  # noqa: E402
+import typing  # noqa: E402
+from types import UnionType  # noqa: E402
+
+_hostile_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                            st.sampled_from([math.inf, -math.inf, math.nan, -1e12, 1.7e308, -1.7e308, 0.0, 1.5]))
+_hostile_ints = st.one_of(st.integers(-2**63, 2**64 - 1), st.sampled_from([2**64 - 1, -2**63, -1, 2**53 + 1, 0, 3]))
+
+
+def _well_typed(hint, depth: int = 0):
+    """Values msgpack carries that match ``hint``'s type (not its range): what a hostile but well-formed peer
+    sends."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _well_typed(hint.__origin__, depth)
+    if origin in (typing.Union, UnionType):
+        return st.one_of(*[_well_typed(option, depth) for option in typing.get_args(hint)])
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint, include_extras=True)
+        return st.fixed_dictionaries({f.name: _well_typed(hints[f.name], depth + 1) for f in dataclasses.fields(hint)})
+    if origin in (list, tuple):
+        return st.lists(_well_typed(typing.get_args(hint)[0], depth + 1), max_size=3)
+    if origin is dict:
+        key, value = typing.get_args(hint)
+        return st.dictionaries(_well_typed(key, depth + 1), _well_typed(value, depth + 1), max_size=3)
+    return {int: _hostile_ints, float: _hostile_floats, str: st.text(max_size=8), bool: st.booleans(),
+            bytes: st.binary(max_size=8), type(None): st.none(), list: st.lists(_hostile_ints, max_size=3),
+            dict: st.dictionaries(st.text(max_size=4), _hostile_floats, max_size=2)}[hint]
+
+
+def _numbers(value, hint=None):
+    """(number, its declared Range or None) for every number in a decoded message, nested messages, lists and
+    maps included."""
+    from common.envelope import Range
+
+    if typing.get_origin(hint) is typing.Annotated:
+        bounds = [item for item in hint.__metadata__ if isinstance(item, Range)]
+        for number, _ in _numbers(value, hint.__origin__):
+            yield number, bounds[0] if bounds else None
+        return
+    if typing.get_origin(hint) in (typing.Union, UnionType):  # Count | None: the number's option
+        options = [option for option in typing.get_args(hint) if option is not type(None)]
+        yield from _numbers(value, options[0] if len(options) == 1 else None)
+        return
+    args = typing.get_args(hint)
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        yield value, None
+    elif dataclasses.is_dataclass(value):
+        hints = typing.get_type_hints(type(value), include_extras=True)
+        for f in dataclasses.fields(value):
+            yield from _numbers(getattr(value, f.name), hints[f.name])
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _numbers(item, args[0] if args else None)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _numbers(item, args[1] if len(args) == 2 else None)
+
+
+_CODECS = [(protocol, protocol.ProtocolError, protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES)]
+
+
+def _codecs():
+    from loader import messages
+    return _CODECS + [(messages, messages.MessageError, messages.VERSION, messages.TYPES)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_well_typed_message_that_decodes_holds_only_finite_numbers_in_range(data):
+    for codec, error, version, types in _codecs():
+        name = data.draw(st.sampled_from(sorted(types)))
+        fields = data.draw(_well_typed(types[name]))
+        frame = msgpack.packb({**fields, "v": version, "t": name}, use_bin_type=True)
+        try:
+            message = codec.decode(frame)
+        except error:
+            continue
+        for number, bounds in _numbers(message, types[name]):
+            assert math.isfinite(number), (name, number)
+            assert bounds is None or bounds.low <= number <= bounds.high, (name, number, bounds)
+        # What decodes survives the round trip, and each count can be incremented and sent again.
+        assert codec.decode(codec.encode(message)) == message
+
+
+@pytest.mark.parametrize("payload,reason", [
+    (_ack(stats={"seconds": {"tokenize": math.inf}}), "TaskAck.stats.seconds is not a finite number"),
+    (_ack(stats={"seconds": {"tokenize": math.nan}}), "TaskAck.stats.seconds is not a finite number"),
+    (_ack(stats={"seconds": {"tokenize": -1e12}}), r"TaskAck.stats.seconds is out of its range"),
+    (_ack(stats={"cpu_seconds": math.nan}), "TaskAck.stats.cpu_seconds is not a finite number"),
+    (_ack(stats={"documents": -5}), "TaskAck.stats.documents is out of its range"),
+    (_ack(stats={"counters": {"dedup": {"removed": 2**64 - 1}}}), "TaskAck.stats.counters is out of its range"),
+    (_ack(records=-1), "TaskAck.records is out of its range"),
+    (_ack(shards=[{"name": "s", "records": 3, "sha256": "", "bytes": -9}]), "TaskAck.shards.bytes is out of"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "WorkerHosts", "hosts": {"h": [-1.7e308, 1.7e308]}},
+     "WorkerHosts.hosts is out of its range"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "WorkerHosts", "hosts": {"h": [1.7e9, math.inf]}},
+     "WorkerHosts.hosts is not a finite number"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "Hello", "peer_id": "w", "host": "h", "pid": 1, "role": "worker",
+      "booted_at": math.nan}, "Hello.booted_at is not a finite number"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": 2**64 - 1}, "TaskRequest.credit is out of"),
+    (_welcome(lease_seconds=math.inf), "Welcome.config.lease_seconds is not a finite number"),
+    (_welcome(objective={"name": "bert", "params": {"masked_lm_prob": math.nan}}),
+     "Welcome.config.objective.params has the wrong type"),
+])
+def test_hostile_numbers_are_refused_where_they_are_decoded(payload, reason):
+    with pytest.raises(protocol.ProtocolError, match=reason):
+        protocol.decode(msgpack.packb(payload))
+
+
+def test_an_attach_at_the_last_epoch_msgpack_holds_is_refused_at_the_door():
+    """epoch = 2**64-1 was served, and the loader died encoding epoch 2**64 at the rollover."""
+    from loader import messages
+
+    attach = {"v": messages.VERSION, "t": "Attach", "client_id": "c", "session": 1, "rank": 0, "world_size": 1,
+              "epoch": 2**64 - 1, "batch": 0, "window": 2}
+    with pytest.raises(messages.MessageError, match="Attach.epoch is out of its range"):
+        messages.decode(msgpack.packb(attach))
+    for name in ("session", "rank", "world_size", "batch", "window"):
+        with pytest.raises(messages.MessageError, match=f"Attach.{name} is out of its range"):
+            messages.decode(msgpack.packb({**attach, "epoch": 0, name: -1 if name != "session" else 2**64 - 1}))
+    last = messages.decode(msgpack.packb({**attach, "epoch": 2**53 - 1}))
+    messages.encode(messages.BatchHeader(last.session, last.epoch + 1, 0, False, 1))  # the rollover encodes
+
+
+@settings(max_examples=80, deadline=None)
+@given(fields=_well_typed(protocol.TaskAck), hosts=_well_typed(protocol.WorkerHosts))
+def test_what_decodes_makes_a_strict_json_manifest_line_and_a_finite_cost(fields, hosts):
+    """The sink's consequences of a hostile ack: its manifest line is read back by orjson (which refuses
+    Infinity and NaN), and summary.json's cost is finite and strict JSON."""
+    import orjson
+
+    from sink.cost import CostLedger
+    from sink.server import manifest_entry
+
+    ledger = CostLedger(hourly_price=0.5)
+    try:
+        ack = protocol.decode(msgpack.packb({**fields, "v": protocol.PROTOCOL_VERSION, "t": "TaskAck"}))
+    except protocol.ProtocolError:
+        ack = None
+    if ack is not None:
+        line = orjson.dumps(manifest_entry(ack))
+        assert orjson.loads(line)["task"] == ack.task_id
+        ledger.add(ack.worker_id, ack.stats, ack.records)
+    try:
+        spans = protocol.decode(msgpack.packb({**hosts, "v": protocol.PROTOCOL_VERSION, "t": "WorkerHosts"}))
+        ledger.add_spans(spans.hosts)
+    except protocol.ProtocolError:
+        pass
+    summary = ledger.summary(128)
+    assert all(math.isfinite(v) for v, _ in _numbers(summary))
+    orjson.loads(orjson.dumps(summary))

@@ -74,6 +74,8 @@ def test_bad_input_is_skipped_and_counted(bad_corpus, tmp_path):
     ("vocab_without_mask", "needs the tokenizer's mask token"),
     ("other_jobs_output", "belongs to another job"),
     ("bad_parameter", "--max-seq-length must be at least 5"),
+    # Every peer would drop a Welcome holding inf, and the workers wait for good (#34: numbers on the wire).
+    ("unsendable", "this job cannot be sent to its workers: Welcome.config.lease_seconds is not a finite number"),
 ])
 def test_clear_errors_before_work_starts(tmp_path, case, expected):
     need_shared()
@@ -91,6 +93,8 @@ def test_clear_errors_before_work_starts(tmp_path, case, expected):
         (output / "manifest.jsonl").write_text(json.dumps({"task": "t", "job": "someone-else", "shard": ""}) + "\n")
     elif case == "bad_parameter":
         extra = ["--max-seq-length", "4"]
+    elif case == "unsendable":
+        extra = ["--lease-seconds", "inf"]
     result = run_ventilator(data, output, "--vocab-file", vocab, "--workers", "1", *extra, timeout=120)
     assert result.returncode == 1
     last_line = result.stderr.strip().splitlines()[-1]

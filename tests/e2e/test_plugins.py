@@ -133,3 +133,71 @@ def test_a_broken_or_clashing_plugin_is_one_line_before_any_work(tmp_path, entry
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mlm-ventilator: error: ") and says in lines[0], result.stderr
+
+
+def _apart(tmp_path: Path, installed: Path, *args: str, sink_apart: bool = False):
+    """A ventilator (and the sink it starts, unless ``sink_apart``) with the plugin installed; its Popen and
+    its ports."""
+    from tests.helpers import free_ports, python_module
+
+    vport, sink_port = free_ports(2)
+    lines_corpus(tmp_path / "in", limit=300)
+    sink = ["--sink", f"127.0.0.1:{sink_port}"] if sink_apart else ["--sink-port", sink_port]
+    ventilator = python_module(
+        "ventilator", "--data", tmp_path / "in", "--output", tmp_path / "out", "--vport", vport, *sink,
+        "--bind-host", "127.0.0.1", "--state-dir", tmp_path / "state", "--vocab-file", VOCAB, "--do-lower-case",
+        "--task-size", "16K", "--heartbeat-seconds", "1", *args, env=with_path(installed))
+    return ventilator, vport, sink_port
+
+
+def test_a_worker_without_a_plugin_step_fails_its_tasks_and_the_job_ends(tmp_path, installed):
+    """The step is installed beside the ventilator (and its sink), not beside the worker: the worker printed a
+    traceback at the Welcome and exited 1, and the ventilator showed 0/N tasks done forever.  Now the worker
+    says so in one line, its tasks fail and are quarantined, and the job ends as any job whose tasks cannot
+    be done: exit status 3, the reason in summary.json."""
+    from tests.helpers import python_module
+
+    need_shared()
+    ventilator, vport, _ = _apart(tmp_path, installed, "--format", "text", "--add-step", "demo-drop-digits",
+                                  "--workers", "0", "--max-attempts", "2")
+    worker = python_module("worker", "--ventilator", f"127.0.0.1:{vport}", "--processes", "1",
+                           env=with_path())  # no plugin here
+    try:
+        said, _ = ventilator.communicate(timeout=300)
+        worker_said, _ = worker.communicate(timeout=120)
+    finally:
+        for process in (ventilator, worker):
+            process.kill()
+    assert ventilator.returncode == 3 and "task(s) quarantined" in said, said[-3000:]
+    assert worker.returncode == 0, worker_said[-3000:]
+    assert "Traceback" not in worker_said + said
+    lines = [line for line in worker_said.splitlines() if "cannot run this job" in line]
+    assert len(lines) == 1 and "unknown step 'demo-drop-digits'" in lines[0], worker_said[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["quarantined"] and summary["complete"] is False
+    assert all("unknown step 'demo-drop-digits'" in why["errors"][-1] for why in summary["quarantined"].values())
+
+
+def test_a_sink_apart_without_the_writer_plugin_fails_the_job_in_one_line(tmp_path, installed):
+    """A sink started apart without the job's output format wrote every manifest line, then crashed at the
+    finish with a traceback, and the ventilator exited 0 "done" over an output with no summary.json.  Now the
+    sink refuses the job at its Welcome, before any task, in one line, and the ventilator fails the job."""
+    from tests.helpers import python_module
+
+    need_shared()
+    ventilator, vport, sink_port = _apart(tmp_path, installed, "--format", "demo-lines", "--objective", "demo-ids",
+                                          "--output-format", "demo-jsonl", "--workers", "1", sink_apart=True)
+    sink = python_module("sink", "--ventilator", f"127.0.0.1:{vport}", "--port", sink_port, "--bind-host",
+                         "127.0.0.1", "--state-dir", tmp_path / "state", env=with_path())  # no plugin here
+    try:
+        said, _ = ventilator.communicate(timeout=300)
+        sink_said, _ = sink.communicate(timeout=120)
+    finally:
+        for process in (ventilator, sink):
+            process.kill()
+    assert sink.returncode == 1 and "Traceback" not in sink_said + said, sink_said[-3000:]
+    (line,) = [line.split(" E sink: sink: ", 1)[1] for line in sink_said.splitlines() if " E sink: " in line]
+    assert "cannot keep this job's books: unknown output format 'demo-jsonl'" in line, sink_said
+    assert ventilator.returncode == 1, said[-3000:]
+    assert said.strip().splitlines()[-1] == f"ventilator: error: the sink failed: {line}", said
+    assert not (tmp_path / "out" / "manifest.jsonl").exists() or not (tmp_path / "out" / "manifest.jsonl").read_text()

@@ -564,6 +564,10 @@ def test_a_sink_reintroducing_itself_in_chunks_is_heard_out(tmp_path):
         time.sleep(1.0)
         assert c.ventilator.poll() is None, "tasks the sink does not have were left as done"
         introduce([(done, True)])
+        deadline = time.monotonic() + 60  # the job is over: the sink closes its books, and says so
+        while not (sink.poll(1000) and isinstance(protocol.decode(sink.recv()), protocol.Shutdown)):
+            assert time.monotonic() < deadline, c.tail()
+        sink.send(protocol.encode(protocol.SinkClosed()))
         assert c.ventilator.wait(timeout=60) == 0, c.tail()
     finally:
         sink.close(linger=0)

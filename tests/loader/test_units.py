@@ -256,3 +256,22 @@ def test_separators_inside_a_block_are_never_maskable():
     features["masked_lm_positions"][0, 0], features["masked_lm_ids"][0, 0] = 1, 7
     features["masked_lm_weights"][0, 0] = 1.0
     assert candidates(features)[0, 1]
+
+
+@pytest.mark.parametrize("dtype", ["object", "no-such-dtype", "U8", "V3", "datetime64[s]", "x" * 500])
+def test_an_attached_whose_features_are_not_numbers_is_one_loader_error(dtype):
+    """A well-typed Attached is hostile input to the rank too: a feature whose dtype numpy cannot read (or
+    reads as objects or text) from a record's bytes was a TypeError deep in the first batch."""
+    from loader.client import LoaderClient, LoaderError
+
+    attached = messages.decode(messages.encode(messages.Attached(
+        1, "server", "dataset", 10, 2, 0, False, 5,
+        [messages.FeatureSpec("input_ids", "int32", 8), messages.FeatureSpec("hostile", dtype, 1)])))
+    client = LoaderClient("127.0.0.1:1")
+    try:
+        with pytest.raises(LoaderError, match="feature 'hostile' as .* which is not a fixed-size number"):
+            client._check_attached(attached)
+        client._check_attached(messages.Attached(1, "server", "dataset", 10, 2, 0, False, 5,
+                                                 [messages.FeatureSpec("input_ids", "int32", 8)]))
+    finally:
+        client.close()

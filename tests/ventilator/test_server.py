@@ -109,9 +109,12 @@ def test_leases_wait_for_the_sink_then_follow_credit_and_the_run_completes(job, 
             sink.send(protocol.TasksDone([task_id]))
         worker.send(protocol.TaskRequest(len(leased)))
         leased = [] if len(ids) == total - 1 else [worker.receive(protocol.TaskAssignment)]
+    sink.receive(protocol.Shutdown)
+    assert sink.nothing_of(protocol.Shutdown, 1.0) and thread.is_alive(), "it must wait for the sink's books"
+    sink.send(protocol.SinkClosed())  # manifest and summary.json published
     thread.join(timeout=30)
     assert results and results[0].completed, results
-    assert not results[0].quarantined
+    assert not results[0].quarantined and not results[0].error
 
 
 def protocol_task_id(assignment: protocol.TaskAssignment) -> str:
@@ -179,8 +182,10 @@ def test_the_sink_hears_each_worker_hosts_span_before_shutdown(job, served):
     sink.send(protocol.TasksDone(done))
     spans = sink.receive(protocol.WorkerHosts).hosts
     sink.receive(protocol.Shutdown)
+    sink.send(protocol.SinkClosed("could not publish summary.json: the store is down"))
     thread.join(timeout=30)
-    assert results and results[0].completed
+    assert results and not results[0].completed  # every task done, but an output without its summary is no success
+    assert results[0].error == "the sink could not finish the job: could not publish summary.json: the store is down"
     assert set(spans) == {"host-a", "host-b"}
     assert spans["host-a"][0] == pytest.approx(booted, abs=0.01), "booted during the job: billed from its boot"
     assert spans["host-a"][1] == pytest.approx(last_a, abs=0.5) and spans["host-a"][1] >= spans["host-a"][0] + 0.3

@@ -142,3 +142,43 @@ def test_a_ventilator_that_forgot_it_gets_hello_again(job, peers_and_worker):
     peers.send(protocol.HeartbeatReply("vent-2", known=False))  # a restarted ventilator
     again = peers.receive(protocol.Hello)
     assert again.peer_id == worker.worker_id
+
+
+def test_a_job_it_cannot_run_fails_its_tasks_in_one_line_and_it_goes_on(job, peers_and_worker, caplog):
+    """Every field of a Welcome is hostile: a tokenizer that is not JSON ended the worker with a
+    JSONDecodeError, a plugin step it lacks with "unknown step" (and the job waited forever).  Now each is
+    one line, the job's tasks fail with it (so the ventilator quarantines them and the job ends), and the
+    worker takes the next job."""
+    import dataclasses
+    import logging
+
+    from common.params import Component
+
+    config, tasks, payloads, _ = job
+    peers, worker, exit_code, thread = peers_and_worker
+    hostile = {
+        "not JSON": dataclasses.replace(config, tokenizer_json="{not json"),
+        "JSON, not a tokenizer": dataclasses.replace(config, tokenizer_json='{"model": [1, 2]}'),
+        "unknown step 'demo-drop-digits'": dataclasses.replace(
+            config, steps=(*config.steps, Component("demo-drop-digits", {"max_digits": 3}))),
+        "segment": dataclasses.replace(config, steps=tuple(
+            Component(s.name, {"segmenter": 7}) if s.name == "segment" else s for s in config.steps)),
+        "output": dataclasses.replace(config, output_uri="s3://"),
+    }
+    peers.receive(protocol.Hello)
+    with caplog.at_level(logging.ERROR, logger="worker"):
+        for number, (says, welcome) in enumerate(hostile.items()):
+            peers.send(protocol.Welcome(welcome, f"vent-{number}"))
+            peers.receive(protocol.TaskRequest)
+            peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))
+            failed = peers.receive(protocol.TaskFailed)
+            assert failed.task_id == tasks[0].task_id and "worker cannot run this job" in failed.error, failed
+            assert thread.is_alive()
+    lines = [record.getMessage() for record in caplog.records if "cannot run this job" in record.getMessage()]
+    assert len(lines) == len(hostile) and all("\n" not in line for line in lines), lines
+    assert "unknown step 'demo-drop-digits'" in lines[2] and "JSON" in lines[0] + lines[1], lines
+
+    peers.send(protocol.Welcome(config, "vent-good"))  # a job it can run: done as ever
+    peers.receive(protocol.TaskRequest)
+    peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))
+    assert peers.ack().task_id == tasks[0].task_id
