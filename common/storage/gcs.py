@@ -35,6 +35,8 @@ _LATER = frozenset({408, 429, 500, 502, 503, 504})
 #: Files past this size are uploaded by a resumable session in chunks of this size (the client's default is
 #: 100 MiB); smaller ones in one multipart request.
 UPLOAD_CHUNK = 32 * 1024 * 1024
+#: google-cloud-storage's own switch for its background bucket-metadata fetches.
+_NO_BUCKET_METADATA = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 
 
 def _client():
@@ -68,6 +70,9 @@ class GCSStorage(Backend):
         return f"the store answered {code} {type(error).__name__}" if code in (429, 503) else None
 
     def __init__(self, uri: str, retry: RetryPolicy | None = None, client=None):
+        # The client (3.x) otherwise fetches each bucket's metadata in a background thread, for its tracing
+        # spans: a request the job never asked for, which a service account limited to objects is refused.
+        os.environ.setdefault(_NO_BUCKET_METADATA, "true")
         self.bucket_name, self.prefix = split_bucket_uri(uri, self.name)
         self.retry = retry or RetryPolicy()
         self.unlisted: dict[str, str] = {}  # a listing is all or nothing on GCS
