@@ -77,7 +77,6 @@ def open_storage(uri: str, endpoint_url: str | None = None) -> Storage:
     """The storage at ``uri``, by its scheme (a plain path is a local directory or file).  A URI no backend
     serves, or a malformed one, is a StorageError (one line)."""
     try:
-        backend = backend_for(uri)
-    except ValueError as error:
+        return backend_for(uri).open(uri, endpoint_url)
+    except ValueError as error:  # no backend for the scheme; no bucket in the URI
         raise StorageError(str(error)) from None
-    return backend.open(uri, endpoint_url)

@@ -39,7 +39,7 @@ def test_the_scheme_picks_the_backend(bucket, tmp_path):
     assert isinstance(open_storage(str(tmp_path)), LocalStorage)
     with pytest.raises(StorageError, match=r"az://x/y: no storage backend for az:// \(installed: .*gs://"):
         open_storage("az://x/y")
-    with pytest.raises(ValueError, match="expected gs://bucket/prefix"):
+    with pytest.raises(StorageError, match="expected gs://bucket/prefix"):
         open_storage("gs://")
 
 
