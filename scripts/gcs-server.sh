@@ -85,14 +85,15 @@ start_server() {
 
 stop_server() {
     [[ -f $DIR/server.pid ]] || return 0
-    local pid
+    local pid state
     pid=$(cat "$DIR/server.pid")
     if is_ours "$pid"; then
         # KILL, not TERM: its data is thrown away or kept on disk as written (an outage), and a graceful
         # shutdown takes it 2 s
         kill -9 "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
+        for _ in $(seq 100); do  # gone, or a zombie its new parent has not reaped yet
+            state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+            [[ -n $state && $state != Z ]] || break
             sleep 0.05
         done
     fi
