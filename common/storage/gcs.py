@@ -41,8 +41,12 @@ _NO_BUCKET_METADATA = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 
 def _client():
     """A client as Google's libraries make one: ``STORAGE_EMULATOR_HOST`` or Application Default Credentials."""
-    from google.auth.exceptions import DefaultCredentialsError
-    from google.cloud import storage
+    try:
+        from google.auth.exceptions import DefaultCredentialsError
+        from google.cloud import storage
+    except ImportError:
+        raise StorageError("gs:// needs Google's client: pip install 'mlm-pipeline[gcs]' "
+                           "(google-cloud-storage)") from None
 
     try:
         return storage.Client()
