@@ -177,3 +177,27 @@ def test_the_worker_waits_out_a_throttled_store():
     except StorageError as wrapped:
         assert no_room(wrapped) == "the store answered 429 TooManyRequests"
     assert busy_reason(exceptions.NotFound("gone")) is None
+
+
+def test_parquet_footers_and_row_groups_are_read_by_range(bucket, gcs, tmp_path):
+    """Footers of several objects read at once (the reader's threads share the storage's client), row groups
+    by range: every task's documents are those of the local files."""
+    from tests.helpers import need_shared
+    from tests.web_corpora import wiki_parquet
+
+    need_shared()
+    paths = wiki_parquet(tmp_path / "data", files=3, row_group_size=6)
+    gcs.upload_tree(bucket, tmp_path / "data", "d")
+    remote, local = open_storage(f"gs://{bucket}/d"), LocalStorage(str(paths[0].parent))
+    reader = reader_named("parquet")()
+    remote_files = remote.list_inputs()
+    reader.check_inputs(remote, remote_files)
+    remote_tasks = list(reader.plan(remote_files, 100_000, remote))
+    local_tasks = list(reader.plan(local.list_inputs(), 100_000, local))
+    assert [(t.path, t.start, t.end) for t in remote_tasks] == [(t.path, t.start, t.end) for t in local_tasks]
+    assert len(remote_tasks) > 3
+    for remote_task, local_task in zip(remote_tasks, local_tasks):
+        found = [(d.id, d.lines) for d in reader.documents(remote_task, reader.read(remote, remote_task),
+                                                           ParseReport())]
+        assert found and found == [(d.id, d.lines) for d in reader.documents(
+            local_task, reader.read(local, local_task), ParseReport())]
