@@ -217,6 +217,11 @@ class GCSStorage(Backend):
 
         return self._call(f"create {self.uri(name)}", create)
 
+    def remove(self, name: str) -> None:
+        """Delete the object (nothing happens if there is none)."""
+        self._call(f"DELETE {self.uri(name)}", lambda: self.bucket.blob(self._key(name)).delete(retry=None),
+                   not_found=lambda: None)
+
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
         """The object's bytes (its first ``limit`` only, if given: a ranged GET); None if there is none."""
         from google.api_core import exceptions

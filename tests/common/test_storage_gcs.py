@@ -121,6 +121,9 @@ def test_a_shard_is_visible_only_once_committed(bucket, gcs, monkeypatch):
     assert storage.create_if_absent("lock", b"mine") is True
     assert storage.create_if_absent("lock", b"theirs") is False
     assert storage.get_bytes("lock") == b"mine"
+    storage.remove("lock")
+    storage.remove("lock")  # gone already: nothing happens
+    assert storage.get_bytes("lock") is None and storage.create_if_absent("lock", b"next") is True
     assert storage.remove_temporaries() == 0
 
 
