@@ -281,8 +281,9 @@ def test_s3_endpoint_down_for_10_seconds(clean, s3, tmp_path):
 @pytest.mark.gcs
 def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path):
     """Corpus and output on gs:// (the GCS emulator) behind a proxy answering every 5th request 429 or 503: a
-    worker killed -9 and replaced, the ventilator killed -9 and restarted (it resumes from the manifest on
-    gs://, the objects' generations unchanged): the same shards as a clean local run, none lost or doubled."""
+    worker killed -9 and replaced, the emulator down for 5 s, the ventilator killed -9 and restarted (it
+    resumes from the manifest on gs://, the objects' generations unchanged): the same shards as a clean local
+    run, none lost or doubled."""
     from tests.common.test_storage_gcs import GCS_ERRORS
     from tests.faulty_proxy import FaultyProxy
 
@@ -295,6 +296,11 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
             c.wait_for_progress(3)
             c.kill(c.live_workers()[0])
             c.start_worker()
+            gcs.gateway("stop")  # and the store itself gone for 5 s
+            try:
+                time.sleep(5)
+            finally:
+                gcs.gateway("start")
             c.wait_for_progress(6)
             c.kill(c.ventilator)
             time.sleep(1)
@@ -308,7 +314,7 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
     (tmp_path / "download").mkdir()
     gcs.download_prefix(bucket, "run", tmp_path / "download")
     records = assert_same_as_clean(tmp_path / "download", clean)
-    figure(f"gs:// corpus and output, every 5th request 429/503, kill -9 worker and ventilator: {proxy.failed} "
+    figure(f"gs:// corpus and output, every 5th request 429/503, kill -9 worker, store down 5 s, kill -9 ventilator: {proxy.failed} "
            f"failed requests retried, {records} records, 0 lost, 0 duplicated")
 
 
