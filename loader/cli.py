@@ -35,7 +35,7 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
 @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", required=True, metavar="OUT", show_envvar=True,
-              help="A finished output of this project (directory or s3://bucket/prefix), read through its manifest.")
+              help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), read through its manifest.")
 @click.option("--split", type=click.Choice(SPLITS), default="train", show_envvar=True,
               help="The side to serve: the training side, or the held-out side (--holdout-fraction) for evaluation.")
 @click.option("--allow-partial", is_flag=True, show_envvar=True,

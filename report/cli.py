@@ -53,7 +53,7 @@ def unread_input(report: dict) -> str:
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"],
                                  "show_default": True})
-@click.argument("output", metavar="DIR|s3://BUCKET/PREFIX")
+@click.argument("output", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX")
 @click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
 @click.option("--sample", default="64M", callback=_size, show_envvar=True,
               help="Bytes of shards to read (whole files, spread over the output; a quarter more for the held-out "

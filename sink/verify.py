@@ -149,7 +149,7 @@ def _read_back(storage, listed: dict, data: bytes, result: Verification, info: d
 
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"]})
-@click.argument("output", metavar="DIR|s3://BUCKET/PREFIX")
+@click.argument("output", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX")
 @click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
 def main(output: str, s3_endpoint_url: str) -> None:
     """Check every shard of OUTPUT against its manifest.jsonl.

@@ -104,11 +104,12 @@ def small_corpus(root: Path) -> Path:
     return corpus
 
 
-def run_case(case: Case, corpus: Path, output: Path) -> dict[str, str]:
-    """Plan the job as the ventilator does, run every task as workers do: {file name: sha256}."""
+def run_case(case: Case, corpus: Path | str, output: Path | str) -> dict[str, str]:
+    """Plan the job as the ventilator does, run every task as workers do: {file name: sha256}.  ``corpus`` and
+    ``output`` may be any storage's URI (gs://, s3://): the bytes must not depend on where they are."""
     from common.dedup import stages as dedup_stages
     from common.dedup.settings import DedupSettings
-    from common.storage import LocalStorage
+    from common.storage import open_storage
     from common.tokenization import Vocabulary
     from ventilator.job import JobOptions, prepare_job
     from worker.pipeline import TaskProcessor
@@ -120,14 +121,14 @@ def run_case(case: Case, corpus: Path, output: Path) -> dict[str, str]:
                          task_size=TASK_SIZE, holdout_fraction=0.2 if case.holdout else 0.0,
                          dedup=DedupSettings(mode=case.dedup))
     job = prepare_job(options)
-    storage = LocalStorage(str(output))
+    storage = open_storage(job.config.output_uri)
     processor = TaskProcessor(job.config, Vocabulary.from_json(job.config.tokenizer_json), storage)
     digests = {}
     for task in job.tasks:  # planned in stage order: signature, bucket, resolve, then the normal pass
         payload = job.reader.read(job.input_storage, task) if task.reads_input else dedup_stages.encode_skips([])
         for written in processor.process(task, payload).files:
-            data = (output / written.name).read_bytes()
-            assert hashlib.sha256(data).hexdigest() == written.sha256, written.name
+            data = storage.get_bytes(written.name)
+            assert data is not None and hashlib.sha256(data).hexdigest() == written.sha256, written.name
             digests[written.name] = written.sha256
     assert digests, f"{case.name} wrote nothing"
     return digests

@@ -68,8 +68,8 @@ class Cluster:
         process.wait(timeout=120)
 
     def progress(self) -> int:
-        """Tasks in the manifest (for an S3 output: in the sink's journal)."""
-        if str(self.output).startswith("s3://"):
+        """Tasks in the manifest (for an object store's output: in the sink's journal)."""
+        if "://" in str(self.output):
             journals = list((self.workdir / "state").glob("*/manifest.jsonl"))
             return len(journals[0].read_text().splitlines()) if journals else 0
         manifest = Path(self.output) / "manifest.jsonl"

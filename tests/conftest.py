@@ -1,6 +1,6 @@
 import pytest
 
-from tests import s3_server
+from tests import gcs_server, s3_server
 
 #: The longest files (minutes each, on 2 cores), started first: the suite runs on two xdist workers with
 #: --dist loadfile --no-loadscope-reorder (setup.cfg), which hands out files in collection order, so a long file
@@ -53,6 +53,16 @@ def s3():
     if reason:
         pytest.skip(reason)
     with s3_server.S3Server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    """One local GCS emulator (fake-gcs-server, scripts/gcs-server.sh) for the whole session (well under 1 s)."""
+    reason = gcs_server.available()
+    if reason:
+        pytest.skip(reason)
+    with gcs_server.GCSServer() as server:
         yield server
 
 

@@ -20,9 +20,12 @@ _ERRORS = [(503, "SlowDown", "Please reduce your request rate."),
 
 
 class FaultyProxy:
-    def __init__(self, upstream: str, fail_every: int = 3, fail_requests: frozenset[int] = frozenset()):
+    def __init__(self, upstream: str, fail_every: int = 3, fail_requests: frozenset[int] = frozenset(),
+                 errors: list[tuple[int, str, str]] | None = None):
         """``fail_requests``: these requests (numbered from 1) fail too, so several in a row can (more than
-        botocore's own retries absorb)."""
+        botocore's own retries absorb).  ``errors``: the (status, code, message) answers to take turns
+        with (S3's 503 SlowDown and 500 InternalError unless given)."""
+        answers = errors or _ERRORS
         target = urlsplit(upstream)
         counter = itertools.count(1)
         self.failed = 0
@@ -42,7 +45,7 @@ class FaultyProxy:
                 proxy.requests = number
                 if (fail_every and number % fail_every == 0) or number in fail_requests:
                     proxy.failed += 1
-                    status, code, text = _ERRORS[(number // fail_every) % 2]
+                    status, code, text = answers[(number // (fail_every or 1)) % len(answers)]
                     payload = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>{text}</Message></Error>".encode()
                     self.send_response(status)
                     self.send_header("Content-Type", "application/xml")

@@ -38,7 +38,7 @@ def run_ventilator(data, output, *args, timeout: float = 300, env=None) -> subpr
     vport, sink_port = free_ports(2)
     command = [sys.executable, "-m", "ventilator", "--data", str(data), "--output", str(output),
                "--vport", str(vport), "--sink-port", str(sink_port), "--bind-host", "127.0.0.1",
-               "--state-dir", str(Path(str(output)).parent / "state") if not str(output).startswith("s3://") else "/tmp/mlm-state",
+               "--state-dir", str(Path(str(output)).parent / "state") if "://" not in str(output) else "/tmp/mlm-state",
                *map(str, args)]
     return subprocess.run(command, cwd=REPO, env={**os.environ, **(env or {})}, capture_output=True, text=True,
                           timeout=timeout)

@@ -28,7 +28,7 @@ from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.segmenters import resolve as resolve_segmenter
 from common.steps import plan_stages, step_named
-from common.storage import LocalStorage, Storage, StorageError, is_s3, open_storage
+from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
 from common.tasks import InputFile, Task, compression_of, parse_size
 from common.tokenization import TokenizerError, Vocabulary, load_vocabulary
 from common.version import version
@@ -249,8 +249,8 @@ def validate(options: JobOptions) -> Checked:
 def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
     """The input's storage, every file listed, those that can be read, and why the others cannot
     (JobError if none can)."""
-    storage = open_storage(options.data, options.s3_endpoint_url)
     try:
+        storage = open_storage(options.data, options.s3_endpoint_url)
         listed = storage.list_inputs()
     except StorageError as error:
         raise JobError(str(error)) from None
@@ -269,8 +269,8 @@ def identify(options: JobOptions, checked: Checked) -> JobConfig:
         config = job_config(options, checked)
     except ValueError as error:  # an added step whose place is not in this job
         raise JobError(str(error)) from None
-    output = open_storage(config.output_uri, options.s3_endpoint_url)
     try:
+        output = open_storage(config.output_uri, options.s3_endpoint_url)
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"),
                   lambda: _what_changed(output, config))
@@ -300,10 +300,10 @@ def _what_changed(output, config: JobConfig) -> str:
 
 def job_config(options: JobOptions, checked: Checked) -> JobConfig:
     """The one place a JobConfig is built from the options and what validate() resolved."""
-    data_is_s3 = is_s3(options.data)
-    read_mode = "range" if (data_is_s3 or options.shared_fs) else "ship"
-    data_uri = options.data if data_is_s3 else checked.storage.root
-    output_uri = options.output if is_s3(options.output) else open_storage(options.output).root
+    data_is_remote = is_remote(options.data)  # an object store: workers read their byte ranges themselves
+    read_mode = "range" if (data_is_remote or options.shared_fs) else "ship"
+    data_uri = options.data if data_is_remote else checked.storage.root
+    output_uri = options.output if is_remote(options.output) else open_storage(options.output).root
     reader_class, objective_class = checked.reader_class, checked.objective_class
     return JobConfig(
         data_uri=data_uri,

@@ -8,9 +8,9 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 
-#: S3 (and radosgw) error codes that mean "later", not "never".
-S3_BACKOFF_CODES = frozenset({"SlowDown", "QuotaExceeded", "ServiceUnavailable", "Throttling", "ThrottlingException",
-                              "RequestLimitExceeded", "TooManyRequests", "XMinioStorageFull"})
+from common.storage import busy_reason
+from common.storage.s3 import S3_BACKOFF_CODES  # noqa: F401 (where it was)
+
 #: errno values of a full device or an exhausted quota.
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -23,10 +23,9 @@ def no_room(error: BaseException | None) -> str | None:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS:
             return f"no space on the output ({error.strerror or 'ENOSPC'})"
-        response = getattr(error, "response", None)
-        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
-        if code in S3_BACKOFF_CODES:
-            return f"the store answered {code}"
+        busy = busy_reason(error)  # each storage backend knows its store's words for "slow down"
+        if busy:
+            return busy
         error = error.__cause__ or error.__context__
     return None
 

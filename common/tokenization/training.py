@@ -42,7 +42,7 @@ import click
 
 from common.readers import ParseReport, detect, reader_named, readers
 from common.readers.content import decompress
-from common.storage import LocalStorage
+from common.storage import LocalStorage, StorageError, open_storage, scheme_of
 from common.tasks import compression_of
 
 #: Each file is read as one task (a vocabulary is trained on a sample, not on hundreds of GB).
@@ -51,7 +51,7 @@ _WHOLE_FILE = 1 << 62
 
 def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
     """Every non-blank paragraph line of every document, through the same readers as the pipeline."""
-    storage = LocalStorage(data)
+    storage = open_storage(data)
     for f in storage.list_inputs():
         if corpus_format == "auto":
             with storage.open_reader(f.path, f.version) as handle:
@@ -64,6 +64,13 @@ def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
         for task in reader.plan([f], _WHOLE_FILE, storage):
             for document in reader.documents(task, reader.read(storage, task), ParseReport()):
                 yield from (line for line in document.lines if line.strip())
+
+
+def _existing_corpus(ctx, param, value: str) -> str:
+    """A local path must exist (as click.Path checks); an object store's URI is checked when it is listed."""
+    if scheme_of(value) == LocalStorage.name:
+        return str(click.Path(exists=True).convert(value, param, ctx))
+    return value
 
 
 MODELS = ("wordpiece", "bpe", "unigram", "sentencepiece")
@@ -176,7 +183,8 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 
 @click.command(context_settings={"auto_envvar_prefix": "MLM_VOCAB", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--data", show_envvar=True, required=True, type=click.Path(exists=True), help="Corpus directory or file (any supported format).")
+@click.option("--data", show_envvar=True, required=True, metavar="PATH", callback=_existing_corpus,
+              help="Corpus directory or file (any supported format), or an object store's prefix (s3://, gs://).")
 @click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False),
               help="File to write: vocab.txt (wordpiece, one token per line), tokenizer.json (bpe, unigram) or a "
                    ".model (sentencepiece).")
@@ -201,6 +209,14 @@ def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: boo
         raise click.UsageError("--character-coverage is for --model sentencepiece")
     if do_lower_case is None:
         do_lower_case = model != "bpe"
+    try:
+        train(data, output, model, vocab_size, do_lower_case, corpus_format, character_coverage)
+    except StorageError as error:  # the corpus's store: unreachable, no such bucket, an object gone
+        raise click.ClickException(str(error)) from None
+
+
+def train(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool, corpus_format: str,
+          character_coverage: float | None) -> None:
     lines = corpus_lines(data, corpus_format)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     if model == "sentencepiece":

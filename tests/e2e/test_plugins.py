@@ -1,7 +1,7 @@
 """Variants from installed packages: a throwaway plugin package
 (tests/data/plugin_demo) is installed with pip and adds an input format, a
-step, a segmenter, a word segmenter, an objective, an output format and a
-launcher through the entry-point groups ``mlm_pipeline.<axis>``; a job runs
+step, a segmenter, a word segmenter, an objective, an output format, a
+launcher and a storage backend (a URI scheme) through the entry-point groups ``mlm_pipeline.<axis>``; a job runs
 on them end to end over the real command line, without a line of
 mlm-pipeline changed, and mlm-verify checks its files through the format.
 Broken or clashing plugins are refused in one line before any work."""
@@ -56,7 +56,8 @@ def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
     need_shared()
     lines = lines_corpus(tmp_path / "in")
     out = tmp_path / "out"
-    result = run_ventilator(tmp_path / "in", out, "--vocab-file", VOCAB, "--do-lower-case", "--workers", "2",
+    # --data through the plugin's storage backend (its URI scheme): workers read their byte ranges themselves
+    result = run_ventilator(f"demo://{tmp_path / 'in'}", out, "--vocab-file", VOCAB, "--do-lower-case", "--workers", "2",
                             "--task-size", "64K", "--format", "demo-lines", "--demo-min-chars", "20",
                             "--objective", "demo-ids", "--demo-copies", "2", "--output-format", "demo-jsonl",
                             "--word-segmenter", "demo-chars", "--add-step", "demo-drop-digits",

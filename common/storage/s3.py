@@ -1,0 +1,158 @@
+"""S3 and S3-compatible stores through boto3.  Credentials come from boto3's standard chain (environment,
+shared config, instance role), never from the job.  An object appears only when its upload completes, so a
+shard is never visible half-written; reads are pinned to the ETag listed at planning (``IfMatch``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from common.storage.base import (AtomicWriter, Backend, RangeReader, RetryPolicy, StorageError, VersionChanged,
+                                 ignored, spool_file, split_bucket_uri)
+from common.tasks import InputFile
+
+#: S3 (and radosgw) error codes that mean "later", not "never".
+S3_BACKOFF_CODES = frozenset({"SlowDown", "QuotaExceeded", "ServiceUnavailable", "Throttling", "ThrottlingException",
+                              "RequestLimitExceeded", "TooManyRequests", "XMinioStorageFull"})
+
+
+class S3Storage(Backend):
+    """Amazon S3 or an S3-compatible store (``--s3-endpoint-url``)."""
+
+    name = "s3"
+
+    @classmethod
+    def open(cls, uri: str, endpoint_url: str | None = None) -> "S3Storage":
+        return cls(uri, endpoint_url)
+
+    @classmethod
+    def busy(cls, error: BaseException) -> str | None:
+        response = getattr(error, "response", None)
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        return f"the store answered {code}" if code in S3_BACKOFF_CODES else None
+
+    def __init__(self, uri: str, endpoint_url: str | None = None, retry: RetryPolicy | None = None):
+        import boto3
+        from botocore.config import Config
+
+        self.bucket, self.prefix = split_bucket_uri(uri, "s3")
+        self.retry = retry or RetryPolicy()
+        self.unlisted: dict[str, str] = {}  # a listing is all or nothing on S3
+        # botocore retries quickly and silently; RetryPolicy waits longer and logs.
+        config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+        self.client = boto3.client("s3", endpoint_url=endpoint_url or None, config=config)
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix and name else (self.prefix or name)
+
+    def uri(self, name: str) -> str:
+        return f"s3://{self.bucket}/{self._key(name)}"
+
+    # Inputs -----------------------------------------------------------------
+    #: Keys per listing request (S3's own maximum; tests page smaller).
+    list_page_size = 1000
+
+    def _objects(self, what: str) -> Iterator[tuple[str, dict]]:
+        """(name below the prefix, its listing entry) of every object, a page at a time.  Each page is one
+        request, retried on its own (a failure on page 900 of a million-object listing does not start it
+        over), and dropped once read: the listing is never held as pages beside what is kept of it."""
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        request = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": self.list_page_size}
+        pages = 0
+        while True:
+            page = self.retry.run(f"list {self.uri('')} (page {pages + 1})",
+                                  lambda: self.client.list_objects_v2(**request))
+            pages += 1
+            for obj in page.get("Contents", ()):
+                yield obj["Key"][len(prefix):], obj
+            if not page.get("IsTruncated"):
+                return
+            request["ContinuationToken"] = page["NextContinuationToken"]
+
+    def list_inputs(self) -> list[InputFile]:
+        found = [InputFile(name, obj["Size"], obj["ETag"]) for name, obj in self._objects("list")
+                 if name and not name.endswith("/") and not ignored(name)]
+        found.sort(key=lambda f: f.path)  # S3 lists in UTF-8 byte order, which is code point order: no work
+        return found
+
+    def _get(self, relative: str, version: str, byte_range: str | None) -> bytes:
+        from botocore.exceptions import ClientError
+
+        def get() -> bytes:
+            kwargs = {"Bucket": self.bucket, "Key": self._key(relative), "IfMatch": version}
+            if byte_range:
+                kwargs["Range"] = byte_range
+            try:
+                return self.client.get_object(**kwargs)["Body"].read()
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code", "")
+                if code in ("PreconditionFailed", "412"):
+                    raise VersionChanged(f"{self.uri(relative)}: object changed since it was listed (ETag {version})") from error
+                if code in ("InvalidRange", "416"):
+                    return b""
+                if code in ("NoSuchKey", "404"):
+                    raise StorageError(f"{self.uri(relative)}: no such object") from error
+                raise
+
+        return self.retry.run(f"GET {self.uri(relative)} {byte_range or ''}", get,
+                              permanent=(VersionChanged, StorageError))
+
+    def open_reader(self, relative: str, version: str) -> "RangeReader":
+        return RangeReader(lambda offset, length: self._get(
+            relative, version, f"bytes={offset}-{offset + length - 1}") if length > 0 else b"")
+
+    def read_all(self, relative: str, version: str) -> bytes:
+        return self._get(relative, version, None)
+
+    # Outputs ----------------------------------------------------------------
+    def open_atomic(self, name: str) -> "AtomicWriter":
+        from boto3.s3.transfer import TransferConfig
+
+        handle = spool_file()
+        transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024, multipart_chunksize=64 * 1024 * 1024)
+
+        def commit() -> str:
+            handle.flush()
+            handle.close()
+            self.retry.run(f"upload {self.uri(name)}", lambda: self.client.upload_file(
+                handle.name, self.bucket, self._key(name), Config=transfer))
+            os.unlink(handle.name)
+            return self.uri(name)
+
+        return AtomicWriter(handle, commit, handle.name)
+
+    def put_bytes(self, name: str, data: bytes) -> str:
+        self.retry.run(f"PUT {self.uri(name)}", lambda: self.client.put_object(
+            Bucket=self.bucket, Key=self._key(name), Body=data))
+        return self.uri(name)
+
+    def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
+        """The object's bytes (its first ``limit`` only, if given: a ranged GET); None if there is none."""
+        from botocore.exceptions import ClientError
+
+        ranged = {} if limit is None else {"Range": f"bytes=0-{max(limit, 1) - 1}"}
+
+        def get():
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=self._key(name), **ranged)["Body"].read()
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code")
+                if code in ("NoSuchKey", "404"):
+                    return None
+                if code in ("InvalidRange", "416"):  # a ranged GET of an empty object
+                    return b""
+                raise
+
+        return self.retry.run(f"GET {self.uri(name)}", get)
+
+    def list_outputs(self) -> list[str]:
+        return sorted(name for name, _obj in self._objects("list"))
+
+    def output_sizes(self) -> dict[str, int]:
+        """Every object below the prefix and its size, from the listing itself (no HEAD per object)."""
+        return {name: int(obj["Size"]) for name, obj in self._objects("list")}
+
+    def remove_temporaries(self) -> int:
+        """Nothing to do on the store: an unfinished upload never becomes an
+        object (abort leftover multipart uploads with a bucket lifecycle rule)."""
+        return 0
