@@ -96,6 +96,9 @@ class Writer(Configurable, abc.ABC):
     #: Endings of the files it writes: which files of an output are its own (common.writers.writer_for_file,
     #: for mlm-verify, the loader and every other reader of an output).
     suffixes: ClassVar[tuple[str, ...]] = ()
+    #: Where the files of its own stage after the normal pass go (``finish_task``; Megatron's merged pairs:
+    #: ``megatron/merged-``, on each side): with ``part-*``, the files a job of this format writes.
+    finish_prefixes: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
 

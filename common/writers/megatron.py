@@ -218,6 +218,7 @@ class MegatronWriter(Writer):
     name = "megatron"
     Params = MegatronParams
     suffixes = (".bin", ".idx")
+    finish_prefixes = (MERGED_PREFIX,)
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
