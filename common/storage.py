@@ -35,6 +35,8 @@ class Storage(Protocol):
     def read_all(self, relative: str, version: str) -> bytes: ...
     def open_atomic(self, name: str) -> "AtomicWriter": ...
     def put_bytes(self, name: str, data: bytes) -> str: ...
+    def create_if_absent(self, name: str, data: bytes) -> bool: ...
+    def remove(self, name: str) -> None: ...
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None: ...
     def list_outputs(self) -> list[str]: ...
     def output_sizes(self) -> dict[str, int]: ...
@@ -153,6 +155,27 @@ class LocalStorage:
         with self.open_atomic(name) as writer:
             writer.file.write(data)
             return writer.commit()
+
+    def create_if_absent(self, name: str, data: bytes) -> bool:
+        """Write ``data`` as ``name`` unless it exists, atomically (a hard link of a complete temporary file:
+        a reader sees all of it or nothing, and of two creators exactly one wins); whether this call wrote it."""
+        with self.open_atomic(name) as writer:
+            writer.file.write(data)
+            writer.file.flush()
+            os.fsync(writer.file.fileno())
+            try:
+                os.link(writer.file.name, self.uri(name))
+            except FileExistsError:
+                return False
+            _fsync_directory(os.path.dirname(self.uri(name)))
+            return True  # the temporary name is removed as the writer is left uncommitted
+
+    def remove(self, name: str) -> None:
+        """Delete the file if it is there."""
+        try:
+            os.unlink(self.uri(name))
+        except FileNotFoundError:
+            pass
 
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
         """The file's bytes (its first ``limit`` only, if given); None if there is no such file."""
@@ -328,6 +351,28 @@ class S3Storage:
         self.retry.run(f"PUT {self.uri(name)}", lambda: self.client.put_object(
             Bucket=self.bucket, Key=self._key(name), Body=data))
         return self.uri(name)
+
+    def create_if_absent(self, name: str, data: bytes) -> bool:
+        """PUT ``data`` as ``name`` unless the object exists (a conditional PUT, ``If-None-Match: *``: AWS S3 and
+        Ceph radosgw refuse it with 412 when the key exists, so of two creators exactly one wins); whether
+        this call wrote it.  A store that ignores the condition would overwrite: use one that honours it."""
+        from botocore.exceptions import ClientError
+
+        def put() -> bool:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data, IfNoneMatch="*")
+                return True
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                    return False
+                raise  # 409 ConditionalRequestConflict (a racing PUT) and transport errors: retried
+
+        return self.retry.run(f"PUT {self.uri(name)} (if absent)", put)
+
+    def remove(self, name: str) -> None:
+        """Delete the object (nothing happens if there is none)."""
+        self.retry.run(f"DELETE {self.uri(name)}", lambda: self.client.delete_object(
+            Bucket=self.bucket, Key=self._key(name)))
 
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
         """The object's bytes (its first ``limit`` only, if given: a ranged GET); None if there is none."""
