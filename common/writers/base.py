@@ -115,6 +115,12 @@ class Writer(Configurable, abc.ABC):
     def open(self, output, stem: str) -> TaskOutput:
         """Start a task's files, named from ``stem`` (``part-<task id>``), in ``output`` (a Storage)."""
 
+    def names(self, stem: str) -> tuple[str, ...] | None:
+        """Every name a task's files under ``stem`` can have, when known before writing (None: not known, as
+        for Parquet's bins).  The write step removes those a task did not write this time: a task done again
+        after the stages before it changed writes fewer files, and the rest must not stay (a merge, a glob)."""
+        return None
+
     @classmethod
     @abc.abstractmethod
     def count_records(cls, name: str, data: bytes) -> int:

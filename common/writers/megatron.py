@@ -233,6 +233,9 @@ class MegatronWriter(Writer):
         eod = self.special.sep if self.special is not None else None  # Megatron's eod: [SEP] for BERT, </s>
         return _MegatronTaskOutput(output, stem, best_fitting_dtype(ids.bound), self.params.megatron_level, eod)
 
+    def names(self, stem: str) -> tuple[str, ...]:
+        return f"{stem}.bin", f"{stem}.idx"
+
     @classmethod
     def finish_tasks(cls, params, output, job_id: str, normal: list, special) -> list:
         """One merge task per group of tasks, in the order the data path list names them (task id),

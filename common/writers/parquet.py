@@ -317,6 +317,9 @@ class ParquetWriter(Writer):
     def open(self, output, stem: str) -> TaskOutput:
         return _ParquetTaskOutput(output, stem, self.features, self._derived, self._schema, self.params.bin_size)
 
+    def names(self, stem: str) -> tuple[str, ...] | None:
+        return None if self.params.bin_size else (f"{stem}.parquet",)  # bins: which ones is known once written
+
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
         try:

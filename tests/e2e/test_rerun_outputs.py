@@ -105,6 +105,13 @@ def test_a_rerun_after_a_quarantine_leaves_only_what_its_manifest_lists(corpus, 
     _run_twice(corpus, output, *FORMATS[output_format])
     first_files = {name for name in LocalStorage(str(output)).list_outputs() if is_output_file(name)}
     first_summary = _local_summary(output)
+    if output_format == "megatron":
+        # As if the first run's acknowledgements of b's tasks were lost (a crash between write and ack): their
+        # files are there and listed nowhere, so only the task done again can know them, before the merge.
+        lines = (output / "manifest.jsonl").read_text().splitlines(keepends=True)
+        kept = [line for line in lines if json.loads(line).get("stage") or json.loads(line)["source"] != "b"]
+        assert len(kept) < len(lines)
+        (output / "manifest.jsonl").write_text("".join(kept))
     second = run_ventilator(corpus[0], output, *JOB, *FORMATS[output_format])
     assert second.returncode == 0, second.stderr[-3000:]
     _check(LocalStorage(str(output)), first_files, first_summary)
