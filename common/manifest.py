@@ -273,7 +273,13 @@ class Manifest:
         list: files of an earlier run's tasks that this one did otherwise (acknowledged nowhere: a crash
         between a write and its acknowledgement).  Only once no writer of the job can still be running (at
         its end), and only in an output that was resumed: a first run has no earlier files.  The names."""
-        from common.writers import is_output_file
+        from common.writers import is_output_file, writer_for_file
+
+        def ours(name: str) -> bool:  # a part-* no format writes (a user's notes) is reported, not removed
+            try:
+                return is_output_file(name) and bool(writer_for_file(name))
+            except ValueError:
+                return False
 
         if not self.resumed:
             return []
@@ -281,7 +287,7 @@ class Manifest:
         with open(self.path, "rb", buffering=1 << 20) as handle:
             for entry, _start, _end in _iter_lines(handle):
                 listed.update(f["name"] for f in shard_files(entry) + stage_files(entry))
-        stale = [name for name in self.storage.list_outputs() if is_output_file(name) and name not in listed]
+        stale = [name for name in self.storage.list_outputs() if name not in listed and ours(name)]
         for name in stale:
             self.storage.remove(name)
         if stale:
