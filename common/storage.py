@@ -363,11 +363,15 @@ class S3Storage:
                 self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data, IfNoneMatch="*")
                 return True
             except ClientError as error:
-                if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                code = error.response.get("Error", {}).get("Code")
+                if code in ("PreconditionFailed", "412"):
                     return False
+                if code in ("NotImplemented", "501"):
+                    raise StorageError(f"{self.uri(name)}: the store does not do conditional writes "
+                                       "(If-None-Match)") from error
                 raise  # 409 ConditionalRequestConflict (a racing PUT) and transport errors: retried
 
-        return self.retry.run(f"PUT {self.uri(name)} (if absent)", put)
+        return self.retry.run(f"PUT {self.uri(name)} (if absent)", put, permanent=(StorageError,))
 
     def remove(self, name: str) -> None:
         """Delete the object (nothing happens if there is none)."""
