@@ -78,6 +78,16 @@ def _check(storage, first_files: set[str], first_summary: dict) -> None:
                      if f["name"].endswith(".bin") and f["name"].startswith(side + "part-")]
             joined = [f for name, f in merged.items() if name.endswith(".bin") and name.startswith(side + "megatron/")]
             assert sum(f["bytes"] for f in joined) == sum(f["bytes"] for f in parts) > 0, side
+    # The files that describe the output name only listed files: the dataset card (Parquet), Megatron's data
+    # path lists.
+    stale = first_files - listed
+    for description in ("README.md", "megatron_data_path.txt", "holdout/megatron_data_path.txt"):
+        text = (storage.get_bytes(description) or b"").decode()
+        assert not [name for name in stale if name.rsplit(".", 1)[0] in text], description
+        root = storage.uri("").rstrip("/")
+        for line in text.splitlines() if description.endswith(".txt") else ():  # TOKENS PREFIX
+            prefix = line.split()[1]
+            assert prefix.startswith(root) and f"{prefix[len(root):].lstrip('/')}.bin" in listed, line
     if not merged:  # the loader serves what the manifest lists, and reads every file of it (fixed-length records)
         served, shards = open_dataset(storage.uri(""))
         cache = ShardCache(served, shards, 1 << 30)
