@@ -11,7 +11,6 @@ name or suffix), and kept in a cache bounded in bytes
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
