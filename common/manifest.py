@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 import orjson
@@ -33,7 +34,7 @@ MANIFEST_NAME = "manifest.jsonl"
 LINE_FIELDS = frozenset({"task", "job", "source", "start", "end", "version", "shards", "shard", "records",
                          "documents", "skipped", "tokens", "bytes", "worker", "at", "seconds", "bytes_in", "stage",
                          "files", "totals", "skipped_documents", "tasks", "bytes_written", "quarantined", "this_run",
-                         "dropped_messages", "cost", "reason", "complete"})
+                         "dropped_messages", "cost", "reason", "complete", "cpu_seconds", "output_tokens"})
 #: Lines written before protocol 5 counted the held-out side's documents, tokens and records under
 #: "holdout" but not its files (marked ``"holdout": true``): those are counted from the line's files.
 LEGACY_SPLIT = "holdout"
@@ -50,6 +51,31 @@ def counters(entry: dict) -> dict[str, dict]:
 def made_without_earlier_tasks(entry: dict) -> bool:
     """A stage's task that ran without some task of an earlier stage (it counted them)."""
     return entry.get("stage") and any(values.get(WITHOUT_EARLIER_TASKS) for values in counters(entry).values())
+
+
+@dataclass
+class Work:
+    """What the listed tasks read and made, over every run of the job: the cost's denominators
+    (sink/cost.py).  Lines written before they said so count no CPU and no tokens."""
+
+    records: int = 0
+    bytes_in: int = 0
+    cpu_seconds: float = 0.0
+    output_tokens: int = 0  # token positions holding a token (no padding)
+
+    def add(self, entry: dict) -> None:
+        self.records += entry.get("records", 0)
+        self.bytes_in += entry.get("bytes_in", 0)
+        self.cpu_seconds += entry.get("cpu_seconds", 0.0)
+        self.output_tokens += entry.get("output_tokens", 0)
+
+
+def _output_files(entry: dict) -> list[str]:
+    """The files of a line that a writer wrote (shards on every side, a format's finish files), not a
+    dedup stage's."""
+    from common.writers import is_output_file
+
+    return [f["name"] for f in shard_files(entry) + stage_files(entry) if is_output_file(f["name"])]
 
 
 class ManifestMismatch(Exception):
@@ -160,6 +186,8 @@ class Manifest:
         self.done: dict[str, str] = {}
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
+        self.work = Work()
+        self.resumed = False  # it held lines when loaded: files of an earlier run may be there
         self._handle = None
         self._dirty = False
 
@@ -180,7 +208,9 @@ class Manifest:
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         good, lines, gone = 0, 0, []  # gone: byte ranges of lines whose files are missing
         present: set[str] | None = None
-        staged: list[tuple[int, int, str, bool]] = []  # a job with stages: every line's range, stage, input
+        staged: list[tuple[int, int, str, bool, tuple]] = []  # a job with stages: every line's range, stage,
+        # whether it reads the input, its files
+        dropped: list[str] = []  # the files of lines dropped: their tasks are done again, maybe writing others
         incomplete_stage = False  # a later stage ran without some task of an earlier one
         if size:
             job_id, where, done = self.job_id, self.storage.uri(MANIFEST_NAME), self.done
@@ -190,7 +220,8 @@ class Manifest:
                         check_job([entry], job_id, where)
                     good, lines = end, lines + 1
                     if "stage" in entry or staged:
-                        staged.append((start, end, str(entry.get("stage", "")), bool(entry.get("bytes_in"))))
+                        staged.append((start, end, str(entry.get("stage", "")), bool(entry.get("bytes_in")),
+                                       tuple(_output_files(entry))))
                         incomplete_stage = incomplete_stage or made_without_earlier_tasks(entry)
                     files = entry.get("shards") or entry.get("files")
                     if files:
@@ -198,6 +229,7 @@ class Manifest:
                             present = set(self.storage.list_outputs())
                         if not all(f["name"] in present for f in shard_files(entry) + stage_files(entry)):
                             gone.append((start, end))
+                            dropped += [name for name in _output_files(entry) if name in present]
                             continue
                     if entry["task"] not in done:
                         self._count(entry)
@@ -205,7 +237,10 @@ class Manifest:
             # Its results (and the normal pass built on them) lack those tasks' documents: a job that ends
             # well must have deduplicated the whole corpus, so everything after the first stage is done again.
             # The stages whose tasks read the input (dedup's signatures) need nothing earlier: they stay.
-            redone = [(start, end) for start, end, stage, reads_input in staged if not (stage and reads_input)]
+            redone = [(start, end) for start, end, stage, reads_input, _files in staged
+                      if not (stage and reads_input)]
+            dropped += [name for _start, _end, stage, reads_input, files in staged if not (stage and reads_input)
+                        for name in files]
             log.warning("manifest %s: a stage ran without tasks that had failed; %d task(s) after the first "
                         "stage will be done again, so the whole corpus is covered", self.path, len(redone))
             gone = sorted(set(gone) | set(redone))
@@ -220,9 +255,48 @@ class Manifest:
             self._rewrite_without(gone)
         if incomplete_stage:
             self._recount()
+        self._remove(dropped)
+        self.resumed = bool(lines)
         self._handle = open(self.path, "ab")
         self._dirty = bool(lines)  # publish at least once what the journal holds
         return self.done
+
+    def _remove(self, names: list[str]) -> None:
+        """Remove the files of lines just dropped, before their tasks are done again: a task redone after the
+        stages before it changed (dedup redone after a quarantine) may write fewer files, or none, and what
+        it does not write must not stay beside what it does (the loader, a glob, Megatron's merge)."""
+        names = sorted(set(names))
+        for name in names:
+            self.storage.remove(name)
+        if names:
+            log.warning("manifest %s: removed %d file(s) of the tasks to be done again", self.path, len(names))
+
+    def remove_unlisted(self) -> list[str]:
+        """Remove every file a writer wrote (``part-*``, a format's finish files) that the manifest does not
+        list: files of an earlier run's tasks that this one did otherwise (acknowledged nowhere: a crash
+        between a write and its acknowledgement).  Only once no writer of the job can still be running (at
+        its end), and only in an output that was resumed: a first run has no earlier files.  The names."""
+        from common.writers import is_output_file, writer_for_file
+
+        def ours(name: str) -> bool:  # a part-* no format writes (a user's notes) is reported, not removed
+            try:
+                return is_output_file(name) and bool(writer_for_file(name))
+            except ValueError:
+                return False
+
+        if not self.resumed:
+            return []
+        listed: set[str] = set()
+        with open(self.path, "rb", buffering=1 << 20) as handle:
+            for entry, _start, _end in _iter_lines(handle):
+                listed.update(f["name"] for f in shard_files(entry) + stage_files(entry))
+        stale = [name for name in self.storage.list_outputs() if name not in listed and ours(name)]
+        for name in stale:
+            self.storage.remove(name)
+        if stale:
+            log.warning("manifest %s: removed %d file(s) of earlier runs that it does not list (%s%s)", self.path,
+                        len(stale), stale[0], ", ..." if len(stale) > 1 else "")
+        return stale
 
     def _rewrite_without(self, ranges: list[tuple[int, int]]) -> None:
         """The journal less the lines at these byte ranges, replaced atomically."""
@@ -246,6 +320,7 @@ class Manifest:
         self.done = {}
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
+        self.work = Work()
         with open(self.path, "rb", buffering=1 << 20) as handle:
             for entry, _start, _end in _iter_lines(handle):
                 if entry["task"] not in self.done:
@@ -253,6 +328,7 @@ class Manifest:
 
     def _count(self, entry: dict) -> None:
         self.done[entry["task"]] = entry.get("version", "")
+        self.work.add(entry)
         totals = self.totals
         totals["tasks"] += 1
         files = shard_files(entry)

@@ -11,7 +11,6 @@ name or suffix), and kept in a cache bounded in bytes
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,7 +21,7 @@ import numpy as np
 
 from common.manifest import read_published
 from common.objectives.base import Ragged
-from common.outputs import TRAIN, split_of
+from common.outputs import SUMMARY_NAME, TRAIN, check_finished, split_of  # noqa: F401 (re-exported)
 from common.storage import open_storage
 from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout
@@ -43,6 +42,7 @@ class ListedFile(NamedTuple):
     records: int
     size: int | None  # bytes, when the line says (the older single-shard shape does not)
     split: str  # its side: "" training, "holdout" held out (--holdout-fraction), or another step's split
+    sha256: str | None = None  # what the worker wrote, when the line says: checked before a shard is served
 
 
 #: What ``--split`` chooses between: the training side, or the held-out side for evaluation.
@@ -59,7 +59,7 @@ def entry_files(entry: dict) -> list[ListedFile]:
     if "shards" in entry:
         return [ListedFile(str(shard["name"]), int(shard["records"]),
                            int(shard["bytes"]) if shard.get("bytes") is not None else None,
-                           split_of(shard))
+                           split_of(shard), str(shard["sha256"]) if shard.get("sha256") else None)
                 for shard in entry["shards"] or []]
     if entry.get("shard"):
         return [ListedFile(str(entry["shard"]).replace("\\", "/").rsplit("/", 1)[-1], int(entry.get("records", 0)),
@@ -109,6 +109,7 @@ class ShardList:
     names: tuple[str, ...]
     counts: np.ndarray  # int64, records per shard
     offsets: np.ndarray  # int64, (shards + 1): global index of each shard's first record
+    digests: tuple[str | None, ...] = ()  # each shard's sha256 as the manifest lists it (None: not listed)
 
     @property
     def records(self) -> int:
@@ -128,7 +129,7 @@ class ShardList:
             format_for(file.name)
         counts = np.asarray([file.records for file in files], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        return cls(tuple(file.name for file in files), counts, offsets)
+        return cls(tuple(file.name for file in files), counts, offsets, tuple(file.sha256 for file in files))
 
     @staticmethod
     def listed(entries: list[dict], split: str = "train") -> list[ListedFile]:
@@ -139,31 +140,6 @@ class ShardList:
         side = TRAIN if split == "train" else split
         return [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
                 for file in entry_files(entry) if file.records > 0 and file.split == side]
-
-
-SUMMARY_NAME = "summary.json"
-
-
-def check_finished(storage) -> str | None:
-    """Why the output is not a finished job's (None if it is): the sink writes
-    ``summary.json`` last, and says there whether every task's output is in."""
-    data = storage.get_bytes(SUMMARY_NAME)
-    if data is None:
-        return "no summary.json: the job has not ended (or its sink was killed)"
-    try:
-        summary = json.loads(data)
-    except ValueError:
-        return "summary.json is not JSON"
-    if not isinstance(summary, dict):
-        return "summary.json is not a JSON object"
-    if summary.get("quarantined"):
-        return f"{len(summary['quarantined'])} task(s) were quarantined: their documents are not in it"
-    complete = summary.get("complete")
-    if complete is None:  # written before summaries said so
-        complete = str(summary.get("reason", "")).endswith("all tasks done")
-    if not complete:
-        return f"the job did not finish ({summary.get('reason', 'no reason given')})"
-    return None
 
 
 def check_shards_present(storage, uri: str, files: list[ListedFile]) -> None:
@@ -257,6 +233,11 @@ class ShardCache:
         data = self.storage.get_bytes(name)
         if data is None:
             raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
+        digest = self.shards.digests[shard] if shard < len(self.shards.digests) else None
+        if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+            # A format's own checks (TFRecord's CRCs, Parquet's page CRCs) miss a file rewritten whole.
+            raise DatasetError(f"{where}: its sha256 differs from the manifest's: it changed since it was "
+                               "written (run mlm-verify)")
         try:
             columns = read_shard(name, data, self.storage.get_bytes)
         except ValueError as error:

@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from common.manifest import Work
 from common.protocol import AckStats
 
 
@@ -94,6 +95,65 @@ class CostLedger:
             if self.bytes_in:
                 result["cost_per_input_gb"] = round(cost / (self.bytes_in / 1e9), 6)
         return result
+
+
+#: What a run spent, added over the runs of a job (from the earlier runs' summary.json).
+SPENT = ("worker_cpu_hours", "instance_hours")
+
+
+def earlier_cost(output, job_id: str) -> dict | None:
+    """The cost the output's summary.json holds for this job (its earlier runs'), or None: no summary, another
+    job's, or one that cannot be read (a run killed before its end leaves none: its spending is not known)."""
+    import json
+
+    data = output.get_bytes("summary.json")
+    try:
+        summary = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    if not isinstance(summary, dict) or summary.get("job") != job_id or not isinstance(summary.get("cost"), dict):
+        return None
+    cost = summary["cost"]
+    numbers = {key: cost.get(key) for key in (*SPENT, "cost", "worker_hosts", "runs")}
+    checked = {key: float(value) for key, value in numbers.items()
+               if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+               and value >= 0}
+    checked.setdefault("runs", 1.0)
+    return checked
+
+
+def job_cost(this_run: dict, earlier: dict | None, work: Work | None, sequence_length: int | None,
+             hourly_price: float | None) -> dict:
+    """The job's cost over its runs: what each run spent (this run's ledger plus the earlier runs'), and what
+    the job made, from the manifest (``work``: its tasks' records, tokens and input), so the cost per token
+    and per GB are of the whole output, however many runs made it."""
+    earlier = earlier or {}
+    result = dict(this_run)
+    for key in SPENT:
+        result[key] = round(this_run[key] + earlier.get(key, 0.0), 9)
+    result["worker_hosts"] = max(this_run["worker_hosts"], int(earlier.get("worker_hosts", 0)))
+    result["runs"] = int(earlier.get("runs", 0)) + 1
+    if work is not None:
+        result["input_gb"] = round(work.bytes_in / 1e9, 9)
+        result["output_tokens"] = work.records * sequence_length if sequence_length else None
+        result["output_tokens_without_padding"] = work.output_tokens
+        result["worker_cpu_hours"] = round(max(result["worker_cpu_hours"], work.cpu_seconds / 3600), 9)
+    for key in ("cost", "cost_per_billion_output_tokens", "cost_per_billion_tokens_without_padding",
+                "cost_per_input_gb"):
+        result[key] = None
+    if hourly_price is not None:
+        before = earlier.get("cost")  # an earlier run without a price: its hours at this one's
+        cost = (before if before is not None else earlier.get("instance_hours", 0.0) * hourly_price) \
+            + this_run["instance_hours"] * hourly_price
+        result["cost"] = round(cost, 9)
+        if result["output_tokens"]:
+            result["cost_per_billion_output_tokens"] = round(cost / (result["output_tokens"] / 1e9), 6)
+        if result["output_tokens_without_padding"]:
+            result["cost_per_billion_tokens_without_padding"] = round(
+                cost / (result["output_tokens_without_padding"] / 1e9), 6)
+        if result["input_gb"]:
+            result["cost_per_input_gb"] = round(cost / result["input_gb"], 6)
+    return result
 
 
 def describe(summary: dict) -> str:

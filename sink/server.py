@@ -33,7 +33,7 @@ from common.storage import StorageError, open_storage
 from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
                               new_identity, parse_address)
 from common.writers import writer_named
-from sink.cost import CostLedger, describe, sequence_length
+from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length
 from sink.progress import Throughput
 
 log = logging.getLogger("sink")
@@ -95,6 +95,8 @@ def manifest_entry(ack: protocol.TaskAck) -> dict:
         "worker": ack.worker_id,
         # When the sink recorded it and what it took: throughput over time, per worker (mlm-report).
         "at": round(time.time(), 3), "seconds": round(sum(stats.seconds.values()), 3), "bytes_in": stats.bytes_in,
+        # What the task cost and made, so the job's cost adds up over its runs (sink/cost.py: job_cost).
+        "cpu_seconds": round(stats.cpu_seconds, 3), "output_tokens": stats.output_tokens,
     }
     if ack.stage:  # a step's stage's task: its files are not training shards (docs/dedup.md)
         entry["stage"] = ack.stage
@@ -123,6 +125,7 @@ class SinkServer:
         self.output = None
         self.ventilator_id = ""
         self.quarantined: dict[str, protocol.Quarantine] = {}
+        self.earlier_cost: dict | None = None  # the cost of the job's earlier runs (their summary.json)
         self.duplicates = 0
         self.unrecorded = 0  # acknowledgements the manifest could not take (I/O errors), left unconfirmed
         self.finish_error = ""  # why the last _finish could not publish (its status was 1)
@@ -289,6 +292,7 @@ class SinkServer:
             raise SinkError(str(error)) from None
         except StorageError as error:  # the store, for now: a sink started again may read it
             raise SinkError(str(error), final=False) from None
+        self.earlier_cost = earlier_cost(self.output, config.job_id)
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 
     def _hello_done(self, send) -> None:
@@ -392,15 +396,19 @@ class SinkServer:
     def summary(self, reason: str) -> dict:
         elapsed = time.monotonic() - self.throughput.started
         tasks, totals, _stage_seconds = self.throughput.snapshot()
+        this_run = self.cost.summary(sequence_length(self.config))
         return {
             "job": self.config.job_id if self.config else None,
             "reason": reason,
             **(self.manifest.totals if self.manifest else {}),  # with each step's summed counters, by its name
             "quarantined": {task: dataclasses.asdict(why) for task, why in self.quarantined.items()},
             "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
-                         "duplicate_acks": self.duplicates},
+                         "duplicate_acks": self.duplicates, "cost": this_run},
             "dropped_messages": dict(self.dropped.dropped),
-            "cost": self.cost.summary(sequence_length(self.config)),
+            # Every run's: spent (CPU, instance-hours) summed over the runs' summaries, made (records,
+            # tokens, input) from the manifest's tasks.
+            "cost": job_cost(this_run, self.earlier_cost, self.manifest.work if self.manifest else None,
+                             sequence_length(self.config), self.options.instance_hourly_price),
         }
 
     def _describe(self, complete: bool) -> None:
@@ -425,6 +433,8 @@ class SinkServer:
             removed = self.output.remove_temporaries() if job_over else 0
             if removed:
                 log.info("sink: removed %d temporary shard(s) left by workers that died", removed)
+            if summary["complete"]:  # no writer of the job is left: what the manifest does not list goes
+                self.manifest.remove_unlisted()
             if self.config is not None:  # every format, complete or not: what a reader needs to know
                 self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
@@ -444,5 +454,7 @@ class SinkServer:
                  "%d quarantined; this run %.1fs", reason, summary["tasks"], summary["shards"], summary["records"],
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,
                  len(self.quarantined), summary["this_run"]["seconds"])
-        log.info("sink: this run's cost: %s", describe(summary["cost"]))
+        log.info("sink: this run's cost: %s", describe(summary["this_run"]["cost"]))
+        if summary["cost"]["runs"] > 1:
+            log.info("sink: the job's cost over its %d runs: %s", summary["cost"]["runs"], describe(summary["cost"]))
         return 0

@@ -6,8 +6,10 @@ intact (the format that wrote it reads it: the writer axis, common/writers;
 this module knows no format by name), as many records as
 acknowledged, and its records as ``dataset_info.json`` describes them
 (features, their shapes and dtypes, token ids below the vocabulary's size);
-and no ``part-*`` file is there that the manifest does not list.  No
-TensorFlow needed.
+and no file a writer writes (``part-*``, a format's finish files such as
+Megatron's merged pairs) is there that the manifest does not list; and the
+job finished (``summary.json`` says ``complete``: a killed job's files may
+all match while some are missing).  No TensorFlow needed.
 """
 
 from __future__ import annotations
@@ -21,12 +23,10 @@ import click
 
 from common import dataset_info
 from common.manifest import read_published, shard_files, stage_files
-from common.outputs import split_of
+from common.outputs import check_finished, split_of
 from common.storage import StorageError, open_storage
 from common.tasks import FINISH
-from common.writers import writer_for_file
-
-SHARD_PREFIX = "part-"
+from common.writers import is_output_file, writer_for_file
 
 
 @dataclass
@@ -49,6 +49,9 @@ def verify_output(storage) -> Verification:
         result.problems.append("no manifest.jsonl: not an mlm-pipeline output, or no task has finished yet")
         return result
     entries, torn = published
+    unfinished = check_finished(storage)
+    if unfinished:  # its files may all match, yet some are missing (a merged pair, the data path list)
+        result.problems.append(f"the job has not finished: {unfinished}")
     info = _dataset_info(storage, entries, result)
     if torn:
         result.problems.append(f"manifest.jsonl ends with {torn} bytes that are not a complete line")
@@ -65,6 +68,7 @@ def verify_output(storage) -> Verification:
             _verify_file(storage, task, shard, result, info)
             listed[shard["name"]] = task
         for stage_file in stage_files(entry):  # a stage's own files: present and as written (docs/dedup.md)
+            listed[stage_file["name"]] = task
             data = storage.get_bytes(stage_file["name"])
             if data is None:
                 result.problems.append(f"{stage_file['name']}: missing ({entry.get('stage')} task {task})")
@@ -72,8 +76,8 @@ def verify_output(storage) -> Verification:
                 result.problems.append(f"{stage_file['name']}: sha256 differs from the manifest's")
             elif entry.get("stage") == FINISH:  # the format's files after the normal pass (Megatron's merged pairs)
                 _read_back(storage, stage_file, data, result, info)
-    for name in storage.list_outputs():
-        if name.rsplit("/", 1)[-1].startswith(SHARD_PREFIX) and name not in listed:
+    for name in storage.list_outputs():  # every file a writer writes (part-*, merged pairs), on every side
+        if is_output_file(name) and name not in listed:
             result.problems.append(f"{name}: not in the manifest")
     return result
 
@@ -156,8 +160,9 @@ def main(output: str, s3_endpoint_url: str) -> None:
 
     Exits 0 when each listed file is present with its sha256, intact
     framing and checksums, its record count, and the features, shapes and
-    dtypes dataset_info.json describes, and no part-* file is there that
-    the manifest does not list; 1 with one line per problem.
+    dtypes dataset_info.json describes, no part-* file (or merged pair) is
+    there that the manifest does not list, and summary.json says the job
+    finished; 1 with one line per problem.
     """
     try:
         result = verify_output(open_storage(output, s3_endpoint_url or None))

@@ -13,7 +13,8 @@ from common.transport import ListenError
 from common.version import command_line
 from common.cli_settings import SectionedCommand
 from ventilator.display import TerminalDisplay
-from ventilator.job import JobError, prepare_job
+from common.output_lock import OutputLock
+from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import LaunchError, Launcher, Role, launcher_named
 from ventilator.publishers import publisher_named
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
@@ -53,14 +54,28 @@ def main(**values) -> None:
 def run(config: RunConfig) -> int:
     """Plan the job, start what the run starts beside the ventilator, serve the job to its end: the exit status."""
     logs.configure(config.display.verbose)
+    lock = None
     try:
         launcher = launcher_named(config.fleet.launcher)(config)
-        job = prepare_job(config.job_options(command=command_line()))
-        _check_sendable(job)
+        options = config.job_options(command=command_line())
+        checked = validate(options)
+        job_config = identify(options, checked)
+        _check_sendable(job_config)
+        lock = lock_output(options, job_config)  # one run per output, from before anything is written to it
+        job = plan(options, checked, job_config)
     except (LaunchError, JobError) as error:
+        if lock is not None:
+            lock.release()
         click.echo(f"ventilator: error: {error}", err=True)
         return EXIT_FAILED
+    try:
+        return _run(config, job, launcher, lock)
+    finally:
+        lock.release()
 
+
+def _run(config: RunConfig, job, launcher: Launcher, lock: OutputLock) -> int:
+    """Start the sink and workers the run starts, serve the job; the exit status (the output's lock held)."""
     show_progress = sys.stderr.isatty() if config.display.progress is None else config.display.progress
     display = TerminalDisplay(len(job.tasks), sum(task.length for task in job.tasks)) if show_progress else None
     if display is not None:
@@ -77,26 +92,26 @@ def run(config: RunConfig) -> int:
         on_progress=display.update if display is not None else None,
         backlog_publisher=(lambda observe: publisher(config, observe)) if publisher.wanted(config) else None)
     with display if display is not None else contextlib.nullcontext():
-        code, message = _serve(job, server_options, launcher)
+        code, message = _serve(job, server_options, launcher, lock)
     click.echo(f"ventilator: {message}", err=True)
     return code
 
 
-def _check_sendable(job) -> None:
+def _check_sendable(job_config) -> None:
     """The job as every peer will decode it: a value the wire refuses (``--lease-seconds inf``: every number
     must be finite and in its range) would have every Welcome dropped and the workers wait for good."""
     try:
-        protocol.decode(protocol.encode(protocol.Welcome(job.config, "")))
+        protocol.decode(protocol.encode(protocol.Welcome(job_config, "")))
     except protocol.ProtocolError as error:
         raise JobError(f"this job cannot be sent to its workers: {error}") from None
 
 
-def _serve(job, server_options, launcher: Launcher) -> tuple[int, str]:
+def _serve(job, server_options, launcher: Launcher, lock: OutputLock) -> tuple[int, str]:
     """Run the job to its end; the exit status and its one-line reason."""
     failure: list[str] = []
 
     def child_failed() -> bool:
-        reason = launcher.failure()
+        reason = launcher.failure() or lock.lost
         if reason:
             failure.append(reason)
         return bool(reason)

@@ -23,6 +23,7 @@ from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.holdout import HoldoutSplit
 from common.manifest import check_job, read_first_entry
 from common.objectives import objective_named
+from common.output_lock import OutputLock, OutputLocked
 from common.params import ParamValue
 from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
@@ -296,6 +297,21 @@ def _what_changed(output, config: JobConfig) -> str:
     if not changes:
         return "no option changed: the corpus changed since (a file's size, time or ETag, or the list of files)"
     return "changed: " + ", ".join(changes)
+
+
+def lock_output(options: JobOptions, config: JobConfig) -> OutputLock:
+    """The output's lock, held and renewing (common/output_lock.py); JobError naming the holder if another run
+    has it."""
+    output = open_storage(config.output_uri, options.s3_endpoint_url)
+    lock = OutputLock(output, config.job_id)
+    try:
+        lock.acquire()
+    except OutputLocked as error:
+        raise JobError(str(error)) from None
+    except Exception as error:  # an unreachable store, or one that cannot create conditionally
+        raise JobError(f"--output {options.output}: cannot take the output's lock: {error}") from None
+    lock.start_renewing()
+    return lock
 
 
 def job_config(options: JobOptions, checked: Checked) -> JobConfig:

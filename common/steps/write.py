@@ -1,5 +1,6 @@
 """The last step: each part's records into its files, by the job's writer (stage time "write"), as
-the objective makes them.  A part without documents writes nothing.  The training side's records are
+the objective makes them.  A part without documents writes nothing, and removes what an earlier run's
+task wrote under its names (``Writer.names``).  The training side's records are
 the task's instances; another side's files and records are counted under its split's name.
 
 The writer's own stage after the normal pass (``Writer.finish_tasks``: Megatron's merge) is this step's
@@ -31,6 +32,10 @@ class Write(Step):
                             output.write(batch)
                     with stats.stage("write"):
                         files = output.commit()
+            written = {f.name for f in files}
+            for name in self.job.writer.names(part.stem) or ():  # what an earlier run's task wrote otherwise
+                if name not in written:
+                    self.job.output.remove(name)
             if part.split != TRAIN:
                 for f in files:
                     f.split = part.split

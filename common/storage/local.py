@@ -97,6 +97,27 @@ class LocalStorage(Backend):
             writer.file.write(data)
             return writer.commit()
 
+    def create_if_absent(self, name: str, data: bytes) -> bool:
+        """Write ``data`` as ``name`` unless it exists, atomically (a hard link of a complete temporary file:
+        a reader sees all of it or nothing, and of two creators exactly one wins); whether this call wrote it."""
+        with self.open_atomic(name) as writer:
+            writer.file.write(data)
+            writer.file.flush()
+            os.fsync(writer.file.fileno())
+            try:
+                os.link(writer.file.name, self.uri(name))
+            except FileExistsError:
+                return False
+            _fsync_directory(os.path.dirname(self.uri(name)))
+            return True  # the temporary name is removed as the writer is left uncommitted
+
+    def remove(self, name: str) -> None:
+        """Delete the file if it is there."""
+        try:
+            os.unlink(self.uri(name))
+        except FileNotFoundError:
+            pass
+
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
         """The file's bytes (its first ``limit`` only, if given); None if there is no such file."""
         try:

@@ -126,6 +126,32 @@ class S3Storage(Backend):
             Bucket=self.bucket, Key=self._key(name), Body=data))
         return self.uri(name)
 
+    def create_if_absent(self, name: str, data: bytes) -> bool:
+        """PUT ``data`` as ``name`` unless the object exists (a conditional PUT, ``If-None-Match: *``: AWS S3 and
+        Ceph radosgw refuse it with 412 when the key exists, so of two creators exactly one wins); whether
+        this call wrote it.  A store that ignores the condition would overwrite: use one that honours it."""
+        from botocore.exceptions import ClientError
+
+        def put() -> bool:
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data, IfNoneMatch="*")
+                return True
+            except ClientError as error:
+                code = error.response.get("Error", {}).get("Code")
+                if code in ("PreconditionFailed", "412"):
+                    return False
+                if code in ("NotImplemented", "501"):
+                    raise StorageError(f"{self.uri(name)}: the store does not do conditional writes "
+                                       "(If-None-Match)") from error
+                raise  # 409 ConditionalRequestConflict (a racing PUT) and transport errors: retried
+
+        return self.retry.run(f"PUT {self.uri(name)} (if absent)", put, permanent=(StorageError,))
+
+    def remove(self, name: str) -> None:
+        """Delete the object (nothing happens if there is none)."""
+        self.retry.run(f"DELETE {self.uri(name)}", lambda: self.client.delete_object(
+            Bucket=self.bucket, Key=self._key(name)))
+
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
         """The object's bytes (its first ``limit`` only, if given: a ranged GET); None if there is none."""
         from botocore.exceptions import ClientError

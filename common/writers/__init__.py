@@ -31,5 +31,23 @@ def writer_for_file(name: str) -> type[Writer]:
     return max(matches, key=lambda match: match[0])[1]
 
 
-__all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "OutputFile", "ShardFile", "TaskOutput", "Writer", "writer_for_file",
-           "writer_named", "writers"]
+def is_output_file(name: str) -> bool:
+    """A file a job's writer writes (a task's ``part-*``, a format's finish files, on any side), as opposed to
+    the job's descriptions, dedup's files or anyone else's: what must be in the manifest (mlm-verify), and
+    what a job removes when its manifest will not list it (common.manifest)."""
+    from common.outputs import SHARD_PREFIX
+
+    base = name.rsplit("/", 1)[-1]
+    if base.startswith("."):
+        return False
+    if base.startswith(SHARD_PREFIX):
+        return True
+    try:
+        writer = writer_for_file(name)
+    except ValueError:
+        return False
+    return any(f"/{prefix}" in f"/{name}" for prefix in writer.finish_prefixes)
+
+
+__all__ = ["DEFAULT", "ENTRY_POINT_GROUP", "OutputFile", "ShardFile", "TaskOutput", "Writer", "is_output_file",
+           "writer_for_file", "writer_named", "writers"]

@@ -96,6 +96,9 @@ class Writer(Configurable, abc.ABC):
     #: Endings of the files it writes: which files of an output are its own (common.writers.writer_for_file,
     #: for mlm-verify, the loader and every other reader of an output).
     suffixes: ClassVar[tuple[str, ...]] = ()
+    #: Where the files of its own stage after the normal pass go (``finish_task``; Megatron's merged pairs:
+    #: ``megatron/merged-``, on each side): with ``part-*``, the files a job of this format writes.
+    finish_prefixes: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
 
@@ -111,6 +114,12 @@ class Writer(Configurable, abc.ABC):
     @abc.abstractmethod
     def open(self, output, stem: str) -> TaskOutput:
         """Start a task's files, named from ``stem`` (``part-<task id>``), in ``output`` (a Storage)."""
+
+    def names(self, stem: str) -> tuple[str, ...] | None:
+        """Every name a task's files under ``stem`` can have, when known before writing (None: not known, as
+        for Parquet's bins).  The write step removes those a task did not write this time: a task done again
+        after the stages before it changed writes fewer files, and the rest must not stay (a merge, a glob)."""
+        return None
 
     @classmethod
     @abc.abstractmethod

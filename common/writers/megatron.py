@@ -218,6 +218,7 @@ class MegatronWriter(Writer):
     name = "megatron"
     Params = MegatronParams
     suffixes = (".bin", ".idx")
+    finish_prefixes = (MERGED_PREFIX,)
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
@@ -231,6 +232,9 @@ class MegatronWriter(Writer):
         ids = next(f for f in self.features if f.name == "input_ids")
         eod = self.special.sep if self.special is not None else None  # Megatron's eod: [SEP] for BERT, </s>
         return _MegatronTaskOutput(output, stem, best_fitting_dtype(ids.bound), self.params.megatron_level, eod)
+
+    def names(self, stem: str) -> tuple[str, ...]:
+        return f"{stem}.bin", f"{stem}.idx"
 
     @classmethod
     def finish_tasks(cls, params, output, job_id: str, normal: list, special) -> list:

@@ -358,8 +358,10 @@ class TFRecordWriter(Writer):
                              f"(use --output-format parquet or megatron)")
 
     def open(self, output, stem: str) -> TaskOutput:
-        suffix = ".tfrecord.gz" if self.params.gzip else ".tfrecord"
-        return _TFRecordTaskOutput(output, stem + suffix, "gzip" if self.params.gzip else "")
+        return _TFRecordTaskOutput(output, self.names(stem)[0], "gzip" if self.params.gzip else "")
+
+    def names(self, stem: str) -> tuple[str, ...]:
+        return (stem + (".tfrecord.gz" if self.params.gzip else ".tfrecord"),)
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:

@@ -25,9 +25,9 @@ def test_entry_files_reads_both_manifest_shapes():
                                                   "bytes": 8, "holdout": True}]}
     old = {"task": "a", "shard": "s3://bucket/out/part-a.tfrecord.gz", "records": 7, "sha256": "z"}
     empty_new, empty_old = {"task": "c", "records": 0, "shards": []}, {"task": "d", "records": 0, "shard": None}
-    assert entry_files(new) == [("part-b.tfrecord", 3, 9, ""), ("part-b-1.parquet", 2, 9, ""),
-                                ("holdout/part-b.parquet", 4, 8, "holdout")]
-    assert entry_files(old) == [("part-a.tfrecord.gz", 7, None, "")]
+    assert entry_files(new) == [("part-b.tfrecord", 3, 9, "", "x"), ("part-b-1.parquet", 2, 9, "", "y"),
+                                ("holdout/part-b.parquet", 4, 8, "holdout", "w")]
+    assert entry_files(old) == [("part-a.tfrecord.gz", 7, None, "", None)]
     assert entry_files(empty_new) == entry_files(empty_old) == []
     shards = ShardList.from_entries([new, empty_new, old, empty_old])
     assert shards.names == ("part-a.tfrecord.gz", "part-b.tfrecord", "part-b-1.parquet")  # sorted by task id

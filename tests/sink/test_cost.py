@@ -57,3 +57,42 @@ def test_the_ventilators_spans_widen_each_hosts_hours():
     assert "700 output tokens without padding" in describe(summary)
     ledger.add_spans({"a": [0.0, 50.0]})  # narrower: changes nothing
     assert ledger.summary(None)["instance_hours"] == pytest.approx(700 / 3600)
+
+
+def test_the_jobs_cost_adds_its_runs():
+    """Spent: this run's plus what the earlier runs' summary says; made: the manifest's tasks (issue 34,
+    item 13).  An earlier run without a price is priced at this one's."""
+    from common.manifest import Work
+    from sink.cost import job_cost
+
+    ledger = CostLedger(hourly_price=2.0)
+    ledger.add("worker-a-1-aaaaaa", _stats(360, 3600), records=10, now=3600)
+    this_run = ledger.summary(sequence_length=128)
+    earlier = {"worker_cpu_hours": 0.5, "instance_hours": 2.0, "worker_hosts": 3.0, "runs": 1.0}
+    work = Work(records=30, bytes_in=2_000_000_000, cpu_seconds=1800.0, output_tokens=3000)
+    cost = job_cost(this_run, earlier, work, 128, 2.0)
+    assert cost["runs"] == 2 and cost["worker_hosts"] == 3
+    assert cost["worker_cpu_hours"] == pytest.approx(0.6) and cost["instance_hours"] == pytest.approx(3.0)
+    assert cost["input_gb"] == 2.0 and cost["output_tokens"] == 30 * 128
+    assert cost["output_tokens_without_padding"] == 3000
+    assert cost["cost"] == pytest.approx(6.0) and cost["cost_per_input_gb"] == pytest.approx(3.0)
+    assert job_cost(this_run, {**earlier, "cost": 1.0}, work, 128, 2.0)["cost"] == pytest.approx(3.0)
+    first = job_cost(this_run, None, work, None, None)
+    assert first["runs"] == 1 and first["cost"] is None and first["output_tokens"] is None
+
+
+def test_an_earlier_summary_is_read_only_for_the_same_job_and_its_numbers_checked(tmp_path):
+    import json
+
+    from common.storage import LocalStorage
+    from sink.cost import earlier_cost
+
+    storage = LocalStorage(str(tmp_path))
+    assert earlier_cost(storage, "j") is None
+    storage.put_bytes("summary.json", json.dumps({"job": "other", "cost": {"instance_hours": 1}}).encode())
+    assert earlier_cost(storage, "j") is None
+    storage.put_bytes("summary.json", b'{"job": "j", "cost": {"instance_hours": 1e999, "worker_cpu_hours": -1, '
+                                      b'"cost": true, "runs": 2, "worker_hosts": 4}}')
+    assert earlier_cost(storage, "j") == {"runs": 2.0, "worker_hosts": 4.0}
+    storage.put_bytes("summary.json", b"not json")
+    assert earlier_cost(storage, "j") is None

@@ -99,3 +99,31 @@ def test_a_stray_part_file_and_a_missing_one_are_named(copy):
     problems = verify_output(LocalStorage(str(copy))).problems
     assert "part-stray.bin: not in the manifest" in problems
     assert any(p.startswith(f"{first}: missing (task ") for p in problems)
+
+
+def test_a_planted_merged_pair_is_named(copy):
+    """A format's finish files (Megatron's merged pairs) are the job's files too: one the manifest does not
+    list is reported, as a stray part-* is (issue 34, item 12)."""
+    (copy / "megatron" / "merged-00009.bin").write_bytes(b"\0" * 16)
+    (copy / "holdout" / "megatron").mkdir(parents=True)
+    (copy / "holdout" / "megatron" / "merged-00003.idx").write_bytes(b"")
+    problems = verify_output(LocalStorage(str(copy))).problems
+    assert "megatron/merged-00009.bin: not in the manifest" in problems
+    assert "holdout/megatron/merged-00003.idx: not in the manifest" in problems
+    runner = CliRunner().invoke(main, [str(copy)])
+    assert runner.exit_code == 1
+
+
+@pytest.mark.parametrize("summary", [None, {"complete": False, "reason": "stopped by signal", "quarantined": {}}])
+def test_an_unfinished_job_is_not_passed(copy, summary):
+    """Killed before its end: whatever its files, a job whose sink did not write a complete summary is not
+    a finished output (a merged pair, the data path list may be missing), and verify says so."""
+    if summary is None:
+        (copy / "summary.json").unlink()
+    else:
+        (copy / "summary.json").write_text(json.dumps(summary))
+    problems = verify_output(LocalStorage(str(copy))).problems
+    assert len(problems) == 1 and problems[0].startswith("the job has not finished: "), problems
+    assert ("no summary.json" if summary is None else "stopped by signal") in problems[0]
+    runner = CliRunner().invoke(main, [str(copy)])
+    assert runner.exit_code == 1 and "all match the manifest" not in runner.output
