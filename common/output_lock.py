@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class Holder:
             raise ValueError("not a JSON object")
         kinds = {"host": str, "pid": int, "job": str, "token": str, "process": str, "started": float,
                  "expires": float}
-        values = {}
+        values: dict[str, Any] = {}
         for name, kind in kinds.items():
             value = fields.get(name)
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
