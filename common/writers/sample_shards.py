@@ -169,10 +169,12 @@ def records_as_bytes(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], re
         rows = np.empty((records, width), dtype=np.uint8)
         column = 0
         for buffer, starts, sizes in views:
-            rows[:, column:column + sizes[0]] = np.frombuffer(buffer, np.uint8).reshape(records, sizes[0]) \
-                if starts[-1] == (records - 1) * sizes[0] else np.stack(
-                    [np.frombuffer(buffer[s:s + sizes[0]], np.uint8) for s in starts])
-            column += sizes[0]
+            size = sizes[0]
+            if starts == list(range(0, records * size, size)):  # end to end: one reshape
+                rows[:, column:column + size] = np.frombuffer(buffer, np.uint8, records * size).reshape(records, size)
+            else:
+                rows[:, column:column + size] = np.stack([np.frombuffer(buffer[s:s + size], np.uint8) for s in starts])
+            column += size
         data = rows.tobytes()
         return [data[i * width:(i + 1) * width] for i in range(records)]
     out = []
