@@ -37,9 +37,9 @@ from common.objectives.base import Batch, Feature
 from common.params import NoParams
 from common.writers.base import TaskOutput, Writer
 from common.writers.mds import to_columns
-from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, column_bytes, config_json,
-                                          index_name, job_features, listed_by_directory, parse_shard, read_config,
-                                          records_as_bytes)
+from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, check_indexes, column_bytes,
+                                          config_json, equal_rows, index_name, job_features, listed_by_directory,
+                                          parse_shard, read_config, records_as_bytes, sliced_columns)
 
 INDEX = "index.json"
 #: LitData's numpy dtype codes (litdata.constants._NUMPY_DTYPES_MAPPING).
@@ -145,6 +145,13 @@ class LitDataWriter(Writer):
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
         shard, columns = cls._description_of(data)
         dtypes = [np.dtype(dtype).newbyteorder("<") for _, dtype, _ in columns]
+        rows = equal_rows(shard)
+        table = 4 * len(columns)
+        if rows is not None and rows.shape[1] >= table and (rows[:, :table] == rows[0, :table]).all():
+            sizes = np.frombuffer(rows[0, :table].tobytes(), "<u4").tolist()  # every item's leaves the same size
+            if table + sum(sizes) == rows.shape[1] and all(s % d.itemsize == 0 for s, d in zip(sizes, dtypes)):
+                return sliced_columns(rows, [(column, dtype, length, size) for (column, _, length), dtype, size
+                                             in zip(columns, dtypes, sizes)], table)
         samples = []
         for i in range(shard.samples):
             raw = shard.sample(i)
@@ -168,7 +175,20 @@ class LitDataWriter(Writer):
         """``index.json`` in each directory of chunks (the training side's, holdout/): the manifest's chunks."""
         litdata = litdata_config([Column.of(f) for f in job_features(config)])
         for directory, files in listed_by_directory(output, cls.suffixes).items():
-            chunks = [{"chunk_bytes": f["bytes"], "chunk_size": f["records"], "dim": None, "filename": f["basename"]}
-                      for f in files]
-            output.put_bytes(index_name(directory, INDEX), json.dumps(
-                {"chunks": chunks, "config": litdata, "updated_at": config.job_id}, sort_keys=True).encode())
+            output.put_bytes(index_name(directory, INDEX),
+                             json.dumps(index_of(files, litdata, config.job_id), sort_keys=True).encode())
+
+    @classmethod
+    def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:
+        """A complete output's index.json files list the manifest's chunks as they are."""
+        if not info.get("complete"):
+            return []
+        litdata = (info.get("format_details") or {}).get("config")
+        return check_indexes(storage, entries, cls.suffixes, lambda files: index_of(files, litdata, info.get("job")))
+
+
+def index_of(files: list[dict], config: dict, job_id: str) -> dict:
+    """index.json for these files (the manifest's, with their ``basename``), LitData's ``config`` and the job."""
+    return {"chunks": [{"chunk_bytes": f["bytes"], "chunk_size": f["records"], "dim": None,
+                        "filename": f["basename"]} for f in files],
+            "config": config, "updated_at": job_id}

@@ -34,9 +34,9 @@ import numpy as np
 from common.objectives.base import Batch, Feature, Ragged
 from common.params import NoParams
 from common.writers.base import TaskOutput, Writer
-from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, column_bytes, config_json,
-                                          index_name, job_features, listed_by_directory, parse_shard, read_config,
-                                          records_as_bytes)
+from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, check_indexes, column_bytes,
+                                          config_json, equal_rows, index_name, job_features, listed_by_directory,
+                                          parse_shard, read_config, records_as_bytes, sliced_columns)
 
 INDEX = "index.json"
 FORMAT = "mds"
@@ -208,6 +208,20 @@ class MdsWriter(Writer):
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
+        shard = parse_shard(data)
+        config = read_config(shard)
+        rows = equal_rows(shard)
+        sizes = config.get("column_sizes")
+        if rows is not None and isinstance(sizes, list) and all(sizes) and rows.shape[1] == sum(sizes):
+            layout = []  # every column fixed-size (BERT's features): cut from the rows, no sample-by-sample decode
+            for column, encoded, size in zip(config["column_names"], config["column_encodings"], sizes):
+                kind, _, rest = str(encoded).partition(":")
+                dtype_name, _, shape = rest.partition(":")
+                dtype = np.dtype("int64" if kind == "int" else dtype_name if kind == "ndarray" else kind)
+                if dtype.name not in ARRAY_DTYPES or size % dtype.itemsize:
+                    raise ValueError(f"column encoding {encoded!r} is not one this pipeline writes")
+                layout.append((column, dtype.newbyteorder("<"), int(shape) if shape else 1, size))
+            return sliced_columns(rows, layout, 0)
         config, samples = decode_samples(name, data)
         lengths = {}
         for column, encoded in zip(config["column_names"], config["column_encodings"]):
@@ -221,8 +235,21 @@ class MdsWriter(Writer):
         """``index.json`` in each directory of shards (the training side's, holdout/): the manifest's shards."""
         shard = shard_config([Column.of(f) for f in job_features(config)])
         for directory, files in listed_by_directory(output, cls.suffixes).items():
-            shards = [{**shard, "samples": f["records"], "zip_data": None,
-                       "raw_data": {"basename": f["basename"], "bytes": f["bytes"], "hashes": {"sha256": f["sha256"]}}}
-                      for f in files]
-            output.put_bytes(index_name(directory, INDEX),
-                             json.dumps({"version": VERSION, "shards": shards}, sort_keys=True).encode())
+            output.put_bytes(index_name(directory, INDEX), json.dumps(index_of(files, shard), sort_keys=True).encode())
+
+    @classmethod
+    def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:
+        """A complete output's index.json files list the manifest's shards as they are."""
+        if not info.get("complete"):
+            return []
+        shard = (info.get("format_details") or {}).get("shard_config")
+        return check_indexes(storage, entries, cls.suffixes, lambda files: index_of(files, shard))
+
+
+def index_of(files: list[dict], shard: dict) -> dict:
+    """index.json for these files (the manifest's, with their ``basename``): each with its samples, bytes and
+    sha256, and the shard config they were written with."""
+    return {"version": VERSION, "shards": [
+        {**shard, "samples": f["records"], "zip_data": None,
+         "raw_data": {"basename": f["basename"], "bytes": f["bytes"], "hashes": {"sha256": f["sha256"]}}}
+        for f in files]}

@@ -116,13 +116,13 @@ class SampleShardOutput(TaskOutput):
     ``stem-00001 + suffix``...  ``encode`` lays a batch out as one bytes object per record."""
 
     def __init__(self, output, stem: str, suffix: str, config: bytes, encode: Callable[[Batch], list[bytes]],
-                 limit: int = SIZE_LIMIT):
+                 limit: int | None = None):
         self._output = output
         self._stem = stem
         self._suffix = suffix
         self._config = config
         self._encode = encode
-        self._limit = limit
+        self._limit = limit or SIZE_LIMIT
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._files: list[tuple[OutputFile, int]] = []  # written, not committed, with their sample counts
@@ -193,13 +193,14 @@ def job_features(config) -> list[Feature]:
     return objective_class(objective_class.make_params(config.objective.params), special).features
 
 
-def listed_by_directory(output, suffixes: tuple[str, ...]) -> dict[str, list[dict]]:
+def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] | None = None) -> dict[str, list[dict]]:
     """The manifest's files of this format (the normal pass's, in task order), by directory: one index each
     (the training side's at the root, the held-out side's in holdout/).  Only what the manifest lists."""
     from common.manifest import read_entries, shard_files
 
     directories: dict[str, list[dict]] = {}
-    entries = {entry["task"]: entry for entry in read_entries(output) if not entry.get("stage")}
+    entries = {entry["task"]: entry for entry in (read_entries(output) if entries is None else entries)
+               if not entry.get("stage")}
     for task in sorted(entries):
         for f in shard_files(entries[task]):
             if f["name"].endswith(suffixes):
@@ -210,3 +211,45 @@ def listed_by_directory(output, suffixes: tuple[str, ...]) -> dict[str, list[dic
 
 def index_name(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
+
+
+def check_indexes(storage, entries: list[dict], suffixes: tuple[str, ...], expected_index) -> list[str]:
+    """Each directory's index.json against what the manifest makes of it (``expected_index(files)``, as
+    finish_job writes it): the problems, one line each."""
+    problems = []
+    for directory, files in listed_by_directory(storage, suffixes, entries).items():
+        name = index_name(directory, "index.json")
+        data = storage.get_bytes(name)
+        if data is None:
+            problems.append(f"{name}: missing (the job is complete: its readers open this index)")
+            continue
+        try:
+            found = json.loads(data)
+        except ValueError as error:
+            problems.append(f"{name}: not JSON: {error}")
+            continue
+        if found != expected_index(files):
+            problems.append(f"{name}: does not list the manifest's {len(files)} files as they are (names, "
+                            "records, bytes)")
+    return problems
+
+
+def equal_rows(shard: ParsedShard) -> np.ndarray | None:
+    """The samples as one (samples, bytes) array when all are the same size (fixed-length records: read in
+    one step, not sample by sample); None otherwise."""
+    sizes = np.diff(shard.offsets)
+    if not len(sizes) or (sizes != sizes[0]).any():
+        return None
+    return np.frombuffer(shard.data, np.uint8, len(sizes) * int(sizes[0]), int(shard.offsets[0])).reshape(
+        len(sizes), int(sizes[0]))
+
+
+def sliced_columns(rows: np.ndarray, layout: list[tuple[str, np.dtype, int | None, int]], at: int) -> dict:
+    """Columns cut from equal rows: ``layout`` gives each column's name, dtype, length (1: one value) and
+    bytes, in order from byte ``at``."""
+    columns = {}
+    for name, dtype, length, size in layout:
+        values = np.ascontiguousarray(rows[:, at:at + size]).view(dtype)
+        columns[name] = values.reshape(-1) if length == 1 else values
+        at += size
+    return columns

@@ -187,11 +187,15 @@ def test_mlm_verify_passes_and_catches_a_corrupt_shard(clean, fmt, tmp_path):
     shard.write_bytes(bytes(data))
     truncated = sorted((copy / "holdout").glob(f"part-*.{fmt}"))[0]
     truncated.write_bytes(truncated.read_bytes()[:-3])
+    index = json.loads((copy / "index.json").read_text())
+    index["shards" if fmt == "mds" else "chunks"].pop()  # a stale index: one file short
+    (copy / "index.json").write_text(json.dumps(index))
     result = verify(copy)
     assert result.returncode != 0
     report = result.stdout + result.stderr
     assert f"{shard.name}: sha256 differs from the manifest's" in report
     assert f"holdout/{truncated.name}: corrupt" in report
+    assert "index.json: does not list the manifest's" in report and "holdout/index.json" not in report
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
