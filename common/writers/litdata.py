@@ -39,7 +39,8 @@ from common.writers.base import TaskOutput, Writer
 from common.writers.mds import to_columns
 from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, check_indexes, column_bytes,
                                           config_json, equal_rows, index_name, job_features, listed_by_directory,
-                                          parse_shard, read_config, records_as_bytes, sliced_columns)
+                                          Samples, parse_shard, read_config, records_as_bytes,
+                                          sliced_columns)
 
 INDEX = "index.json"
 #: LitData's numpy dtype codes (litdata.constants._NUMPY_DTYPES_MAPPING).
@@ -79,7 +80,7 @@ def chunk_description(columns: list[Column]) -> dict:
             "config": litdata_config(columns)}
 
 
-def encode_batch(batch: Batch, columns: list[Column]) -> list[bytes]:
+def encode_batch(batch: Batch, columns: list[Column]) -> Samples:
     """Each record as a LitData item: every leaf's size, then the leaves."""
     records = len(batch)
     sizes, pieces = [], []

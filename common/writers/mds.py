@@ -36,7 +36,8 @@ from common.params import NoParams
 from common.writers.base import TaskOutput, Writer
 from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, check_indexes, column_bytes,
                                           config_json, equal_rows, index_name, job_features, listed_by_directory,
-                                          parse_shard, read_config, records_as_bytes, sliced_columns)
+                                          Samples, parse_shard, read_config, records_as_bytes,
+                                          sliced_columns)
 
 INDEX = "index.json"
 FORMAT = "mds"
@@ -73,7 +74,7 @@ def shard_config(columns: list[Column]) -> dict:
             "column_sizes": [encoded_size(c) for c in ordered]}
 
 
-def encode_batch(batch: Batch, columns: list[Column]) -> list[bytes]:
+def encode_batch(batch: Batch, columns: list[Column]) -> Samples:
     """Each record as an MDS sample."""
     records = len(batch)
     sizes, pieces = [], []

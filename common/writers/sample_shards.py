@@ -57,14 +57,24 @@ def column_bytes(values, column: Column, records: int) -> tuple[np.ndarray, np.n
     return data.view(np.uint8).reshape(-1), starts, sizes
 
 
-def shard_bytes(samples: list[bytes], config: bytes) -> bytes:
-    """The file: sample count, offsets, ``config``, samples."""
-    sizes = np.fromiter((len(s) for s in samples), dtype=np.int64, count=len(samples))
+@dataclass
+class Samples:
+    """Records laid out end to end: ``data`` (bytes or a uint8 array) and each record's size."""
+
+    data: bytes | np.ndarray
+    sizes: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+
+def shard_bytes(samples: Samples, config: bytes) -> list[bytes | np.ndarray]:
+    """The file's parts, in order: sample count, offsets, ``config``, samples."""
     head = 4 + 4 * (len(samples) + 1) + len(config)
-    offsets = head + np.concatenate([[0], np.cumsum(sizes)])
+    offsets = head + np.concatenate([[0], np.cumsum(samples.sizes)])
     if offsets[-1] >= 1 << 32:
         raise ValueError("a shard of 4 GiB or more cannot be addressed by uint32 offsets")
-    return (np.uint32(len(samples)).tobytes() + offsets.astype("<u4").tobytes() + config + b"".join(samples))
+    return [np.uint32(len(samples)).tobytes(), offsets.astype("<u4").tobytes(), config, samples.data]
 
 
 @dataclass
@@ -112,10 +122,10 @@ def read_config(shard: ParsedShard) -> dict:
 
 
 class SampleShardOutput(TaskOutput):
-    """A task's samples, cut into files of about ``limit`` bytes: ``stem + suffix``, then
-    ``stem-00001 + suffix``...  ``encode`` lays a batch out as one bytes object per record."""
+    """A task's samples, cut into files of about ``limit`` bytes of samples: ``stem + suffix``, then
+    ``stem-00001 + suffix``...  ``encode`` lays a batch's records out end to end (:class:`Samples`)."""
 
-    def __init__(self, output, stem: str, suffix: str, config: bytes, encode: Callable[[Batch], list[bytes]],
+    def __init__(self, output, stem: str, suffix: str, config: bytes, encode: Callable[[Batch], Samples],
                  limit: int | None = None):
         self._output = output
         self._stem = stem
@@ -123,18 +133,28 @@ class SampleShardOutput(TaskOutput):
         self._config = config
         self._encode = encode
         self._limit = limit or SIZE_LIMIT
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        self._pending: list[Samples] = []
+        self._pending_bytes = 0  # samples' bytes and their offsets'
         self._files: list[tuple[OutputFile, int]] = []  # written, not committed, with their sample counts
 
     def write(self, batch: Batch) -> None:
         if not len(batch):
             return
-        for sample in self._encode(batch):
-            if self._pending and self._pending_bytes + len(sample) + 4 > self._limit:
+        samples = self._encode(batch)
+        data, sizes = memoryview(samples.data).cast("B"), samples.sizes
+        while len(sizes):
+            # How many of them still fit in this file (one at least, if the file is empty: a sample past the
+            # limit goes alone).
+            fit = int(np.searchsorted(self._pending_bytes + np.cumsum(sizes + 4), self._limit, side="right"))
+            if not fit and not self._pending:
+                fit = 1
+            if fit:
+                end = int(sizes[:fit].sum())
+                self._pending.append(Samples(data[:end], sizes[:fit]))
+                self._pending_bytes += end + 4 * fit
+                data, sizes = data[end:], sizes[fit:]
+            if len(sizes):
                 self._flush()
-            self._pending.append(sample)
-            self._pending_bytes += len(sample) + 4
 
     def _flush(self) -> None:
         if not self._pending:
@@ -142,9 +162,13 @@ class SampleShardOutput(TaskOutput):
         index = len(self._files)
         name = self._stem + (CONTINUATION.format(index) if index else "") + self._suffix
         file = OutputFile(self._output, name)
-        self._files.append((file, len(self._pending)))
+        self._files.append((file, sum(len(p) for p in self._pending)))
         try:
-            file.write(shard_bytes(self._pending, self._config))
+            samples = Samples(b"", np.concatenate([p.sizes for p in self._pending]))
+            for part in shard_bytes(samples, self._config)[:-1]:
+                file.write(part)
+            for part in self._pending:
+                file.write(part.data)
         except BaseException:
             self.abort()
             raise
@@ -159,28 +183,25 @@ class SampleShardOutput(TaskOutput):
             file.abort()
 
 
-def records_as_bytes(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], records: int) -> list[bytes]:
-    """Each record's bytes: its piece of every (buffer, starts, sizes) in turn, end to end."""
+def records_as_bytes(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], records: int) -> Samples:
+    """The records end to end, each its piece of every (buffer, starts, sizes) in turn."""
     if not records:
-        return []
-    views = [(memoryview(buffer), starts.tolist(), sizes.tolist()) for buffer, starts, sizes in pieces]
-    if all(len(set(sizes)) == 1 for _, _, sizes in views):  # every piece fixed: one reshape, no loop per piece
-        width = sum(sizes[0] for _, _, sizes in views)
-        rows = np.empty((records, width), dtype=np.uint8)
+        return Samples(b"", np.zeros(0, np.int64))
+    if all((sizes == sizes[0]).all() for _, _, sizes in pieces):  # every piece fixed: columns side by side
+        rows = np.empty((records, sum(int(sizes[0]) for _, _, sizes in pieces)), dtype=np.uint8)
         column = 0
-        for buffer, starts, sizes in views:
-            size = sizes[0]
-            if starts == list(range(0, records * size, size)):  # end to end: one reshape
+        for buffer, starts, sizes in pieces:
+            size = int(sizes[0])
+            if (starts == np.arange(records) * size).all():  # end to end: one reshape
                 rows[:, column:column + size] = np.frombuffer(buffer, np.uint8, records * size).reshape(records, size)
-            else:
-                rows[:, column:column + size] = np.stack([np.frombuffer(buffer[s:s + size], np.uint8) for s in starts])
+            else:  # spaced (a header's stride is wider than the header)
+                rows[:, column:column + size] = buffer[starts[:, None] + np.arange(size)]
             column += size
-        data = rows.tobytes()
-        return [data[i * width:(i + 1) * width] for i in range(records)]
-    out = []
-    for i in range(records):
-        out.append(b"".join([buffer[starts[i]:starts[i] + sizes[i]] for buffer, starts, sizes in views]))
-    return out
+        return Samples(rows.reshape(-1), np.full(records, rows.shape[1], dtype=np.int64))
+    views = [(memoryview(buffer), starts.tolist(), sizes.tolist()) for buffer, starts, sizes in pieces]
+    out = [b"".join([buffer[starts[i]:starts[i] + sizes[i]] for buffer, starts, sizes in views])
+           for i in range(records)]
+    return Samples(b"".join(out), np.fromiter(map(len, out), dtype=np.int64, count=records))
 
 
 def job_features(config) -> list[Feature]:
