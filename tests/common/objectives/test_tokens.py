@@ -56,3 +56,11 @@ def test_bad_lengths_and_tokenizers_are_refused():
     TokensObjective(TokensParams(), no_cls)
     with pytest.raises(ValueError, match="cls and sep"):
         TokensObjective(TokensParams(max_seq_length=8), no_cls)
+
+
+def test_megatron_takes_whole_documents_only():
+    from common.writers.megatron import MegatronParams, MegatronWriter
+
+    MegatronWriter.check_features(MegatronParams(), TokensObjective(TokensParams(), SPECIAL).features)
+    with pytest.raises(ValueError, match="megatron holds whole documents"):
+        MegatronWriter.check_features(MegatronParams(), TokensObjective(TokensParams(max_seq_length=64), SPECIAL).features)
