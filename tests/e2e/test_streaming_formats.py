@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.cluster import Cluster
+from tests.common.writers.jobs import read_through_axis
 from tests.helpers import REPO, VOCAB, need_shared, run_ventilator, shard_digests
 from tests.web_corpora import wiki_articles
 
@@ -229,3 +230,28 @@ def test_kill_9_and_a_quarantine_then_the_same_command_completes_the_output(clea
     read = read_with_library(fmt, output)
     assert chunk_counter(read[str(output)]) == chunk_counter(clean[fmt][1])
     assert verify(output).returncode == 0
+
+
+def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
+    """The loader reads MDS through the format's read_columns like any other output (RoBERTa's unmasked
+    blocks: one length for every record, as its fixed-size batches need)."""
+    from loader.client import LoaderClient
+    from tests.loader_helpers import LoaderProcess
+
+    data, _ = corpus
+    output = tmp_path / "out"
+    result = run_ventilator(data, output, "--vocab-file", VOCAB, "--task-size", "24K", "--objective", "roberta",
+                            "--masking", "none", "--max-seq-length", "128", "--output-format", "mds",
+                            "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = Counter(tuple(row) for path in sorted(output.glob("part-*.mds"))
+                      for row in read_through_axis(output, path.name)[1]["input_ids"].tolist())
+    served = Counter()
+    with LoaderProcess(output, "--batch-size", 16) as server:
+        with LoaderClient(server.address, rank=0, world_size=1) as client:
+            while True:
+                batch = client.next_batch()
+                served.update(tuple(row) for row in batch.features["input_ids"].tolist())
+                if batch.last_in_epoch:
+                    break
+    assert served == written and sum(written.values()) > 100
