@@ -70,6 +70,10 @@ class Row:
 TOKENIZERS = {"hf": "HF tokenizers", "fast": "nanotoken"}
 
 
+#: Parquet, then the formats measured against it (docs/formats.md: mds, litdata).
+SAMPLE_FORMATS = ("parquet", "mds", "litdata")
+
+
 def _rows() -> list[Row]:
     rows = [
         Row("w_input_mb", "Worker input: one task of the replicated corpus (MB)", "{:.1f}"),
@@ -239,6 +243,11 @@ def _rows() -> list[Row]:
         # Output formats (docs/formats.md): the same worker task, bert seq 128, per format.
         *[Row(f"fmt_{fmt}{d}_vs_tfrecord", f"Worker d={d}, --output-format {fmt}: CPU / the same with tfrecord",
               "{:.2f}×", "≤ 1.2×", lambda v: v <= 1.2) for d in (1, 10) for fmt in ("parquet",)],
+        *[Row(f"fmt_{fmt}_tokens_vs_parquet", f"Worker --objective tokens --max-seq-length 1024 --segmenter line, "
+              f"--output-format {fmt}: CPU / the same with parquet", "{:.2f}×", "≤ 1.1×", lambda v: v <= 1.1)
+          for fmt in SAMPLE_FORMATS[1:]],
+        *[Row(f"fmt_{fmt}10_vs_parquet", f"Worker bert seq 128 d=10, --output-format {fmt}: CPU / the same with "
+              "parquet", "{:.2f}×", "≤ 1.1×", lambda v: v <= 1.1) for fmt in SAMPLE_FORMATS[1:]],
         Row("fmt_megatron_vs_tokenize", "Worker --objective tokens --output-format megatron: CPU / parse, split and "
             "tokenize alone (the same worker's stages)", "{:.2f}×", "≤ 1.5×", lambda v: v <= 1.5),
         # Input formats (bench/readers_bench.py)
@@ -499,6 +508,10 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         "parquet10": ("bert", {"max_seq_length": 128, "dupe_factor": 10}, Segmenter.BLINGFIRE, "parquet"),
         "parquet1": ("bert", {"max_seq_length": 128, "dupe_factor": 1}, Segmenter.BLINGFIRE, "parquet"),
         "megatron1": ("tokens", {}, Segmenter.BLINGFIRE, "megatron"),
+        # MDS and LitData against Parquet: ModernBERT-style samples (1,024-token chunks), and BERT's records at d=10
+        **{f"tok{fmt}1": ("tokens", {"max_seq_length": 1024}, Segmenter.LINE, fmt) for fmt in SAMPLE_FORMATS},
+        **{f"{fmt}10": ("bert", {"max_seq_length": 128, "dupe_factor": 10}, Segmenter.BLINGFIRE, fmt)
+           for fmt in SAMPLE_FORMATS[1:]},
     }
     checkout = electra_checkout()
     for repeat in range(s.repeats):
@@ -539,6 +552,9 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add("fmt_parquet1_vs_tfrecord", cpu["parquet1"] / cpu["bert1"])
         res.add("fmt_parquet10_vs_tfrecord", cpu["parquet10"] / cpu["bert10"])
         res.add("fmt_megatron_vs_tokenize", cpu["megatron1"] / tokenize_cpu["megatron1"])
+        for fmt in SAMPLE_FORMATS[1:]:
+            res.add(f"fmt_{fmt}_tokens_vs_parquet", cpu[f"tok{fmt}1"] / cpu["tokparquet1"])
+            res.add(f"fmt_{fmt}10_vs_parquet", cpu[f"{fmt}10"] / cpu["parquet10"])
     log("objectives: ALBERT against its reference script, once (the script takes ~1 CPU-minute per MB)")
     albert_section(s, tmp, res, content, vocabulary, fast)
 

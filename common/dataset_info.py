@@ -76,7 +76,7 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "format_params": writer_fields,
         "format_details": writer_class.format_details(writer_params, objective.features, special),
         "file_suffixes": list(writer_class.suffixes),
-        "sequence_length": objective_params.get("max_seq_length"),
+        "sequence_length": objective_params.get("max_seq_length") or None,  # tokens' 0: whole documents
         "max_predictions_per_seq": objective_params.get("max_predictions_per_seq"),
         "feature_names": list(features),
         "features": features,

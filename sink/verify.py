@@ -26,7 +26,7 @@ from common.manifest import read_published, shard_files, stage_files
 from common.outputs import check_finished, split_of
 from common.storage import StorageError, open_storage
 from common.tasks import FINISH
-from common.writers import is_output_file, writer_for_file
+from common.writers import is_output_file, writer_for_file, writer_named
 
 
 @dataclass
@@ -79,6 +79,11 @@ def verify_output(storage) -> Verification:
     for name in storage.list_outputs():  # every file a writer writes (part-*, merged pairs), on every side
         if is_output_file(name) and name not in listed:
             result.problems.append(f"{name}: not in the manifest")
+    if info is not None:  # what the format wrote for the whole output (MDS's and LitData's index.json)
+        try:
+            result.problems += writer_named(str(info.get("format"))).check_output(storage, entries, info)
+        except ValueError as error:
+            result.problems.append(f"{dataset_info.DATASET_INFO}: {error}")
     return result
 
 

@@ -169,6 +169,12 @@ class Writer(Configurable, abc.ABC):
             yield {key: np.asarray(next(values)) for key, values in rows.items()}
 
     @classmethod
+    def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:
+        """``mlm-verify``'s look at what finish_job wrote for a complete output (``entries``: the manifest's,
+        ``info``: dataset_info.json): one line per problem.  Nothing by default."""
+        return []
+
+    @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
         """Called by the sink once every task is done: files that describe the
         whole output (a dataset description, a blend list).  Nothing by default."""

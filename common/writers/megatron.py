@@ -224,6 +224,9 @@ class MegatronWriter(Writer):
     def check_features(cls, params, features: list[Feature]) -> None:
         names = {f.name: f for f in features}
         ids, sentences = names.get("input_ids"), names.get("sentence_lengths")
+        if "document_id" in names:
+            raise ValueError("megatron holds whole documents (Megatron cuts its samples itself): drop "
+                             "--max-seq-length from --objective tokens")
         if ids is None or ids.length is not None or sentences is None:
             raise ValueError("megatron holds token sequences, not finished instances: use --objective tokens "
                              "(Megatron builds its BERT/T5/GPT samples itself at train time)")

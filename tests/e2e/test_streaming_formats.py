@@ -1,0 +1,257 @@
+"""--output-format mds and litdata through the real command lines, read by
+the trainers' own libraries (MosaicML's ``streaming.StreamingDataset``,
+Lightning's ``litdata.StreamingDataset``, in a process of their own:
+tests/streaming_readers.py).
+
+One tiny corpus (24 articles of the shared sample in three JSON Lines files,
+one article copied under another id), ``--objective tokens --max-seq-length
+128`` with a held-out side and exact dedup.  The oracle is the tokenizers
+library's encoding of each whole document, cut into [CLS] 126 tokens [SEP]
+chunks.  A second run of each format has its last file vanish after planning
+and its worker killed with -9: it ends rc 3 with no index; with the file back
+the same command completes it, byte for byte the clean run's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.cluster import Cluster
+from tests.common.writers.jobs import read_through_axis
+from tests.helpers import REPO, VOCAB, need_shared, run_ventilator, shard_digests
+from tests.web_corpora import wiki_articles
+
+pytestmark = pytest.mark.e2e
+
+MAX = 128
+JOB = ["--vocab-file", VOCAB, "--task-size", "24K", "--objective", "tokens", "--max-seq-length", str(MAX),
+       "--segmenter", "line", "--holdout-fraction", "0.25", "--dedup", "exact", "--max-attempts", "2"]
+FORMATS = ("mds", "litdata")
+CLS, SEP = 101, 102
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    need_shared()
+    articles = wiki_articles()[:24]
+    root = tmp_path_factory.mktemp("corpus")
+    rows = [{"id": a.id, "text": a.text} for a in articles] + [{"id": "copy", "text": articles[3].text}]
+    for i in range(3):
+        (root / f"part-{i}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[i * 9:(i + 1) * 9]))
+    return root, [a.text for a in articles]
+
+
+def oracle_chunks(texts: list[str]) -> Counter:
+    """Each document's chunks as the tokenizers library makes them: [CLS] 126 tokens [SEP], none lost."""
+    from tokenizers import BertWordPieceTokenizer
+
+    tokenizer = BertWordPieceTokenizer(str(VOCAB), lowercase=True)
+    chunks = Counter()
+    for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
+        ids = encoding.ids
+        for start in range(0, len(ids), MAX - 2):
+            chunks[(CLS, *ids[start:start + MAX - 2], SEP)] += 1
+    return chunks
+
+
+def read_with_library(fmt: str, *directories) -> dict[str, list[dict]]:
+    result = subprocess.run([sys.executable, "-m", "tests.streaming_readers", fmt, *map(str, directories)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    return {line["directory"]: line["samples"] for line in lines}
+
+
+def verify(output) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sink.verify", str(output)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def clean(corpus, tmp_path_factory):
+    """Each format's clean run and what its library reads: {format: (output, train samples, held-out samples)}."""
+    data, _ = corpus
+    runs = {}
+    for fmt in FORMATS:
+        output = tmp_path_factory.mktemp(fmt) / "out"
+        result = run_ventilator(data, output, *JOB, "--output-format", fmt, "--workers", "2", timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        read = read_with_library(fmt, output, output / "holdout")
+        runs[fmt] = (output, read[str(output)], read[str(output / "holdout")])
+    return runs
+
+
+def chunk_counter(samples: list[dict]) -> Counter:
+    return Counter(tuple(s["input_ids"]) for s in samples)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_library_reads_every_chunk_of_every_kept_document(clean, corpus, fmt):
+    output, train, held = clean[fmt]
+    _, texts = corpus
+    assert train and held, "both sides hold documents"
+    assert chunk_counter(train) + chunk_counter(held) == oracle_chunks(texts), "the copy is dropped, nothing else"
+    for sample in train + held:
+        ids = sample["input_ids"]
+        assert len(ids) <= MAX and ids[0] == CLS and ids[-1] == SEP and len(ids) > 2
+    # Documents rebuilt from document_id and chunk_index: whole, in order, each on one side only.
+    documents = {}
+    for side, samples in (("train", train), ("held", held)):
+        for s in samples:
+            documents.setdefault(s["document_id"], []).append((side, s["chunk_index"], s["input_ids"][1:-1]))
+    from tokenizers import BertWordPieceTokenizer
+
+    whole = Counter(tuple(e.ids) for e in BertWordPieceTokenizer(str(VOCAB), lowercase=True).encode_batch(
+        texts, add_special_tokens=False))
+    rebuilt = Counter()
+    for chunks in documents.values():
+        assert len({side for side, _, _ in chunks}) == 1
+        assert sorted(index for _, index, _ in chunks) == list(range(len(chunks)))
+        rebuilt[tuple(token for _, _, ids in sorted(chunks, key=lambda c: c[1]) for token in ids)] += 1
+    assert rebuilt == whole
+    index = json.loads((output / "index.json").read_text())
+    listed = {f["name"] for e in map(json.loads, (output / "manifest.jsonl").read_text().splitlines())
+              for f in e["shards"] if not f.get("split")}
+    names = [s["raw_data"]["basename"] for s in index["shards"]] if fmt == "mds" else \
+        [c["filename"] for c in index["chunks"]]
+    assert set(names) == listed and len(names) == len(listed)
+
+
+def test_mds_columns_are_the_ones_mdswriter_writes(tmp_path):
+    """The same samples through MosaicML's own MDSWriter, with the encodings our shard declares: the same bytes."""
+    script = f"""
+import sys, types, json, numpy as np
+sys.modules['streaming.vision'] = types.ModuleType('streaming.vision')
+from streaming import MDSWriter
+from common.objectives.base import Batch, Feature, Ragged
+from common.params import NoParams
+from common.storage import LocalStorage
+from common.writers.mds import MdsWriter, shard_config, Column
+features = [Feature('input_ids', 'int32', None), Feature('document_id', 'int64', 1),
+            Feature('chunk_index', 'int32', 1), Feature('weights', 'float32', 3)]
+lengths = np.array([3, 300, 70000, 1])
+batch = Batch({{'input_ids': Ragged(np.arange(lengths.sum(), dtype=np.int32), lengths),
+               'document_id': np.array([[5], [2**62], [7], [0]]), 'chunk_index': np.array([[0], [1], [2], [3]]),
+               'weights': np.arange(12, dtype=np.float32).reshape(4, 3)}})
+with MdsWriter(NoParams(), features).writing(LocalStorage('{tmp_path}/ours'), 'part-x') as out:
+    out.write(batch)
+    out.commit()
+config = shard_config([Column.of(f) for f in features])
+columns = dict(zip(config['column_names'], config['column_encodings']))
+with MDSWriter(out='{tmp_path}/theirs', columns=columns, hashes=['sha256']) as writer:
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for i in range(4):
+        writer.write({{'input_ids': np.arange(offsets[i], offsets[i + 1], dtype=np.int32),
+                      'document_id': int(batch.columns['document_id'][i, 0]),
+                      'chunk_index': np.int32(i), 'weights': batch.columns['weights'][i]}})
+print(json.dumps(columns))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"chunk_index": "int32", "document_id": "int", "input_ids": "ndarray:int32",
+                                         "weights": "ndarray:float32:3"}
+    assert (tmp_path / "ours" / "part-x.mds").read_bytes() == (tmp_path / "theirs" / "shard.00000.mds").read_bytes()
+
+
+def test_mds_and_parquet_give_the_same_samples(clean, corpus, tmp_path):
+    data, _ = corpus
+    output = tmp_path / "parquet"
+    result = run_ventilator(data, output, *JOB, "--output-format", "parquet", "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, train, held = clean["mds"]
+    for directory, samples in ((output, train), (output / "holdout", held)):
+        rows = [row for path in sorted(directory.glob("part-*.parquet")) for row in pq.read_table(path).to_pylist()]
+        assert Counter(json.dumps(r, sort_keys=True) for r in rows) == \
+            Counter(json.dumps(s, sort_keys=True) for s in samples)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mlm_verify_passes_and_catches_a_corrupt_shard(clean, fmt, tmp_path):
+    output = clean[fmt][0]
+    result = verify(output)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    copy = tmp_path / "copy"
+    shutil.copytree(output, copy)
+    shard = sorted(copy.glob(f"part-*.{fmt}"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    truncated = sorted((copy / "holdout").glob(f"part-*.{fmt}"))[0]
+    truncated.write_bytes(truncated.read_bytes()[:-3])
+    index = json.loads((copy / "index.json").read_text())
+    index["shards" if fmt == "mds" else "chunks"].pop()  # a stale index: one file short
+    (copy / "index.json").write_text(json.dumps(index))
+    result = verify(copy)
+    assert result.returncode != 0
+    report = result.stdout + result.stderr
+    assert f"{shard.name}: sha256 differs from the manifest's" in report
+    assert f"holdout/{truncated.name}: corrupt" in report
+    assert "index.json: does not list the manifest's" in report and "holdout/index.json" not in report
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_kill_9_and_a_quarantine_then_the_same_command_completes_the_output(clean, corpus, fmt, tmp_path):
+    data, _ = corpus
+    inputs = tmp_path / "inputs"
+    shutil.copytree(data, inputs)
+    victim, away = inputs / "part-2.jsonl", tmp_path / "away"
+    output = tmp_path / "out"
+    c = Cluster(inputs, output, [*JOB, "--output-format", fmt], tmp_path).start(1)
+    try:
+        c.wait_for_progress(1)
+        victim.rename(away)
+        c.kill(c.live_workers()[0])
+        c.start_worker()
+        assert c.wait() == 3, c.tail()
+    finally:
+        c.close()
+    away.rename(victim)
+    assert not (output / "index.json").exists(), "no index of a partial output: no trainer reads it"
+    result = run_ventilator(inputs, output, *JOB, "--output-format", fmt, "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference = clean[fmt][0]
+    assert shard_digests(output) == shard_digests(reference)
+    for index in ("index.json", "holdout/index.json"):
+        ours, theirs = json.loads((output / index).read_text()), json.loads((reference / index).read_text())
+        if fmt == "litdata":  # named after the job, which knows its input's mtimes
+            ours.pop("updated_at"), theirs.pop("updated_at")
+        assert ours == theirs, index
+    assert not [p for p in output.rglob("*.tmp")], "a killed worker's temporary file was removed"
+    read = read_with_library(fmt, output)
+    assert chunk_counter(read[str(output)]) == chunk_counter(clean[fmt][1])
+    assert verify(output).returncode == 0
+
+
+def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
+    """The loader reads MDS through the format's read_columns like any other output (RoBERTa's unmasked
+    blocks: one length for every record, as its fixed-size batches need)."""
+    from loader.client import LoaderClient
+    from tests.loader_helpers import LoaderProcess
+
+    data, _ = corpus
+    output = tmp_path / "out"
+    result = run_ventilator(data, output, "--vocab-file", VOCAB, "--task-size", "24K", "--objective", "roberta",
+                            "--masking", "none", "--max-seq-length", "128", "--output-format", "mds",
+                            "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = Counter(tuple(row) for path in sorted(output.glob("part-*.mds"))
+                      for row in read_through_axis(output, path.name)[1]["input_ids"].tolist())
+    served = Counter()
+    with LoaderProcess(output, "--batch-size", 16) as server:
+        with LoaderClient(server.address, rank=0, world_size=1) as client:
+            while True:
+                batch = client.next_batch()
+                served.update(tuple(row) for row in batch.features["input_ids"].tolist())
+                if batch.last_in_epoch:
+                    break
+    assert served == written and sum(written.values()) > 100
