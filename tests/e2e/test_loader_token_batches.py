@@ -1,0 +1,162 @@
+"""Token-budget batches (--batch-tokens) from real loader processes to real clients, on a real
+``--objective tokens --output-format parquet`` output whose stored samples pyarrow reads independently."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from loader.client import LoaderClient, LoaderError
+from loader.shards import open_dataset
+from tests.helpers import free_ports, scrape
+from tests.loader_helpers import LoaderProcess, make_token_dataset, vocab_args, wait_for
+
+pytestmark = pytest.mark.e2e
+
+BUDGET = 4096
+
+
+@pytest.fixture(scope="module")
+def token_dataset(tmp_path_factory):
+    return make_token_dataset(tmp_path_factory.mktemp("token-batches"))
+
+
+@pytest.fixture(scope="module")
+def stored(token_dataset) -> list[np.ndarray]:
+    """Every sample's tokens by record index (the manifest's shard order), read by pyarrow."""
+    _, shards = open_dataset(str(token_dataset))
+    return [np.asarray(ids, dtype=np.int32) for name in shards.names
+            for ids in pq.read_table(token_dataset / name).column("input_ids").to_pylist()]
+
+
+def epochs(address: str, world: int, count: int, **kwargs) -> list[list[list]]:
+    """[epoch][rank] -> that rank's batches of the epoch."""
+    clients = [LoaderClient(address, rank=rank, world_size=world, timeout_seconds=120, **kwargs)
+               for rank in range(world)]
+    out = []
+    for epoch in range(count):
+        per_rank = []
+        for client in clients:
+            batches = []
+            while True:
+                batch = client.next_batch()
+                assert batch.epoch == epoch
+                batches.append(batch)
+                if batch.last_in_epoch:
+                    break
+            per_rank.append(batches)
+        out.append(per_rank)
+    for client in clients:
+        client.close()
+    return out
+
+
+def originals(features: dict, row: int = 0) -> np.ndarray:
+    """The unmasked tokens of a row: the label where a token was masked, the input id elsewhere."""
+    labels = features["labels"][row]
+    return np.where(labels != -100, labels, features["input_ids"][row])
+
+
+@pytest.fixture(scope="module")
+def flat_run(token_dataset):
+    """Two epochs of flat batches for 3 ranks, masked 30%, with the server's metrics afterwards."""
+    metrics_port = free_ports(1)[0]
+    with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--dynamic-masking", "--masked-lm-prob", 0.3,
+                       *vocab_args(), "--pack-window", 1000, "--metrics-port", metrics_port) as server:
+        run = epochs(server.address, 3, 2)
+        metrics = wait_for(lambda: scrape(metrics_port))
+    return run, metrics
+
+
+def test_flat_batches_hold_every_sample_once_per_epoch_within_the_budget(flat_run, stored):
+    run, metrics = flat_run
+    orders, tokens, batches = [], 0, 0
+    for per_rank in run:
+        assert max(map(len, per_rank)) - min(map(len, per_rank)) <= 1
+        seen = []
+        for batch in (b for rank in per_rank for b in rank):
+            f = batch.features
+            cu = f["cu_seqlens"]
+            assert f["input_ids"].shape == f["labels"].shape == f["position_ids"].shape == (1, int(cu[-1]))
+            assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] <= BUDGET
+            lengths = np.diff(cu)
+            assert int(f["max_seqlen"]) == lengths.max()
+            assert lengths.tolist() == [len(stored[r]) for r in batch.record_ids]
+            assert f["position_ids"][0].tolist() == [p for n in lengths.tolist() for p in range(n)]
+            assert np.array_equal(originals(f), np.concatenate([stored[r] for r in batch.record_ids]))
+            masked = np.add.reduceat(f["labels"][0] != -100, cu[:-1])
+            assert masked.tolist() == [max(1, round(0.3 * n)) for n in lengths.tolist()]
+            seen.append(batch.record_ids)
+            tokens, batches = tokens + int(cu[-1]), batches + 1
+        order = np.concatenate(seen)
+        assert sorted(order.tolist()) == list(range(len(stored)))
+        orders.append(order)
+    assert (orders[0] != orders[1]).mean() > 0.9, "each epoch is a new order"
+    waste = 1 - tokens / (batches * BUDGET)
+    assert waste <= 0.02, waste
+    sent, slots = metrics[("mlm_loader_tokens_sent_total", ())], metrics[("mlm_loader_token_slots_total", ())]
+    assert sent >= tokens and slots % BUDGET == 0 and slots >= batches * BUDGET
+    assert metrics[("mlm_loader_padding_waste", ())] == pytest.approx(1 - sent / slots) and 1 - sent / slots <= 0.02
+
+
+def test_padded_batches_group_similar_lengths_with_the_same_masks_as_flat(token_dataset, flat_run, stored):
+    """The padded layout: every sample once, rows x longest within the budget, attention_mask on the tokens;
+    each sample masked exactly as in the flat layout (masks are keyed by seed, epoch and record only)."""
+    flat_masks = {}
+    for batch in (b for rank in flat_run[0][0] for b in rank):
+        cu = batch.features["cu_seqlens"]
+        for row, record in enumerate(batch.record_ids.tolist()):
+            flat_masks[record] = batch.features["input_ids"][0, cu[row]:cu[row + 1]]
+    with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--batch-layout", "padded", "--dynamic-masking",
+                       "--masked-lm-prob", 0.3, *vocab_args(), "--pack-window", 1000) as server:
+        (per_rank,), = epochs(server.address, 2, 1),
+    seen, real, slots = [], 0, 0
+    for batch in (b for rank in per_rank for b in rank):
+        f = batch.features
+        rows, width = f["input_ids"].shape
+        assert rows * width <= BUDGET and f["attention_mask"].shape == f["labels"].shape == (rows, width)
+        lengths = f["attention_mask"].sum(axis=1)
+        assert lengths.tolist() == [len(stored[r]) for r in batch.record_ids] and lengths.max() == width
+        for row, record in enumerate(batch.record_ids.tolist()):
+            n = len(stored[record])
+            assert np.array_equal(originals(f, row)[:n], stored[record])
+            assert np.array_equal(f["input_ids"][row, :n], flat_masks[record])
+            assert (f["labels"][row, n:] == -100).all() and (f["input_ids"][row, n:] == 0).all()
+        seen.append(batch.record_ids)
+        real, slots = real + int(lengths.sum()), slots + rows * width
+    assert sorted(np.concatenate(seen).tolist()) == list(range(len(stored)))
+    assert 1 - real / slots < 0.25, "similar lengths together: far less padding than one fixed length"
+
+
+def test_resumed_and_restarted_servers_give_the_same_batches(token_dataset):
+    args = ("--batch-tokens", BUDGET, "--dynamic-masking", *vocab_args(), "--pack-window", 500)
+    with LoaderProcess(token_dataset, *args) as server:
+        with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=120) as client:
+            whole = [client.next_batch() for _ in range(12)]
+        with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=120) as client:
+            [client.next_batch() for _ in range(5)]
+            state = client.state()
+        assert state["batch"] == 5 and state["batch_tokens"] == BUDGET and state["layout"] == "flat"
+    with LoaderProcess(token_dataset, *args) as restarted:
+        with LoaderClient(restarted.address, rank=1, world_size=2, state=json.loads(json.dumps(state)),
+                          timeout_seconds=120) as client:
+            rest = [client.next_batch() for _ in range(7)]
+    for ours, theirs in zip(whole[5:], rest, strict=True):
+        assert (ours.epoch, ours.index) == (theirs.epoch, theirs.index)
+        assert np.array_equal(ours.record_ids, theirs.record_ids)
+        for name in ("input_ids", "labels", "position_ids", "cu_seqlens"):
+            assert np.array_equal(ours.features[name], theirs.features[name])
+    with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--batch-layout", "padded", "--dynamic-masking",
+                       *vocab_args(), "--pack-window", 500) as other:
+        with pytest.raises(LoaderError, match="another batch layout"):
+            LoaderClient(other.address, rank=1, world_size=2, state=state, timeout_seconds=60).next_batch()
+
+
+def test_a_sample_over_the_budget_is_refused_in_one_line(token_dataset, stored):
+    longest = max(map(len, stored))
+    server = LoaderProcess(token_dataset, "--batch-tokens", 512)
+    output = server.wait(timeout=60)
+    assert server.process.returncode != 0 and "Traceback" not in output
+    assert f"--batch-tokens 512:" in output and f"the longest {longest} tokens" in output
+    assert "--max-seq-length 512 or less" in output
