@@ -14,7 +14,7 @@ from tests.loader_helpers import LoaderProcess, make_token_dataset, vocab_args, 
 
 pytestmark = pytest.mark.e2e
 
-BUDGET = 4096
+BUDGET = 512
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def stored(token_dataset) -> list[np.ndarray]:
 
 def epochs(address: str, world: int, count: int, **kwargs) -> list[list[list]]:
     """[epoch][rank] -> that rank's batches of the epoch."""
-    clients = [LoaderClient(address, rank=rank, world_size=world, timeout_seconds=120, **kwargs)
+    clients = [LoaderClient(address, rank=rank, world_size=world, timeout_seconds=60, **kwargs)
                for rank in range(world)]
     out = []
     for epoch in range(count):
@@ -63,7 +63,7 @@ def flat_run(token_dataset):
     """Two epochs of flat batches for 3 ranks, masked 30%, with the server's metrics afterwards."""
     metrics_port = free_ports(1)[0]
     with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--dynamic-masking", "--masked-lm-prob", 0.3,
-                       *vocab_args(), "--pack-window", 1000, "--metrics-port", metrics_port) as server:
+                       *vocab_args(), "--pack-window", 700, "--metrics-port", metrics_port) as server:
         run = epochs(server.address, 3, 2)
         metrics = wait_for(lambda: scrape(metrics_port))
     return run, metrics
@@ -109,7 +109,7 @@ def test_padded_batches_group_similar_lengths_with_the_same_masks_as_flat(token_
         for row, record in enumerate(batch.record_ids.tolist()):
             flat_masks[record] = batch.features["input_ids"][0, cu[row]:cu[row + 1]]
     with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--batch-layout", "padded", "--dynamic-masking",
-                       "--masked-lm-prob", 0.3, *vocab_args(), "--pack-window", 1000) as server:
+                       "--masked-lm-prob", 0.3, *vocab_args(), "--pack-window", 700) as server:
         (per_rank,), = epochs(server.address, 2, 1),
     seen, real, slots = [], 0, 0
     for batch in (b for rank in per_rank for b in rank):
@@ -132,15 +132,15 @@ def test_padded_batches_group_similar_lengths_with_the_same_masks_as_flat(token_
 def test_resumed_and_restarted_servers_give_the_same_batches(token_dataset):
     args = ("--batch-tokens", BUDGET, "--dynamic-masking", *vocab_args(), "--pack-window", 500)
     with LoaderProcess(token_dataset, *args) as server:
-        with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=120) as client:
+        with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=60) as client:
             whole = [client.next_batch() for _ in range(12)]
-        with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=120) as client:
+        with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=60) as client:
             [client.next_batch() for _ in range(5)]
             state = client.state()
         assert state["batch"] == 5 and state["batch_tokens"] == BUDGET and state["layout"] == "flat"
     with LoaderProcess(token_dataset, *args) as restarted:
         with LoaderClient(restarted.address, rank=1, world_size=2, state=json.loads(json.dumps(state)),
-                          timeout_seconds=120) as client:
+                          timeout_seconds=60) as client:
             rest = [client.next_batch() for _ in range(7)]
     for ours, theirs in zip(whole[5:], rest, strict=True):
         assert (ours.epoch, ours.index) == (theirs.epoch, theirs.index)
@@ -155,8 +155,100 @@ def test_resumed_and_restarted_servers_give_the_same_batches(token_dataset):
 
 def test_a_sample_over_the_budget_is_refused_in_one_line(token_dataset, stored):
     longest = max(map(len, stored))
-    server = LoaderProcess(token_dataset, "--batch-tokens", 512)
+    server = LoaderProcess(token_dataset, "--batch-tokens", 128)
     output = server.wait(timeout=60)
     assert server.process.returncode != 0 and "Traceback" not in output
-    assert f"--batch-tokens 512:" in output and f"the longest {longest} tokens" in output
-    assert "--max-seq-length 512 or less" in output
+    assert f"--batch-tokens 128:" in output and f"the longest {longest} tokens" in output
+    assert "--max-seq-length 128 or less" in output
+
+
+def tiny_modernbert(torch):
+    """2 layers, hidden 64, random init; layer 0 attends globally, layer 1 in a local window of 32 (±16)."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    torch.manual_seed(0)
+    config = ModernBertConfig(vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=4, global_attn_every_n_layers=2, local_attention=32,
+                              max_position_embeddings=BUDGET, pad_token_id=0, cls_token_id=101, sep_token_id=102,
+                              bos_token_id=101, eos_token_id=102, sparse_prediction=True, embedding_dropout=0.0,
+                              attention_dropout=0.0, mlp_dropout=0.0, attn_implementation="sdpa")
+    return ModernBertForMaskedLM(config)
+
+
+def flat_loss(model, batch, torch, boundaries: bool = True):
+    """A flat batch without flash-attention: one row, position_ids restarting at each sample, and a
+    block-diagonal mask built from cu_seqlens (a token attends to its own sample only; in the local layer,
+    within the window as well), passed to ModernBERT per attention type."""
+    cu = batch["cu_seqlens"].long()
+    sample = torch.repeat_interleave(torch.arange(len(cu) - 1), cu.diff())
+    position = batch["position_ids"][0]
+    same = sample[:, None] == sample[None, :] if boundaries else torch.ones(len(sample), len(sample), dtype=bool)
+    near = (position[:, None] - position[None, :]).abs() <= model.config.sliding_window
+    if not boundaries:
+        near = (torch.arange(len(sample))[:, None] - torch.arange(len(sample))[None, :]).abs() <= \
+            model.config.sliding_window
+    masks = {"full_attention": same[None, None], "sliding_attention": (same & near)[None, None]}
+    return model(input_ids=batch["input_ids"].long(), position_ids=batch["position_ids"], attention_mask=masks,
+                 labels=batch["labels"]).loss
+
+
+def hidden(model, batch, torch, boundaries: bool = True):
+    """The encoder's last hidden states at the real tokens, in sample order (either layout)."""
+    if "cu_seqlens" in batch:
+        captured = {}
+        handle = model.model.register_forward_hook(lambda module, args, out: captured.update(out=out[0]))
+        flat_loss(model, batch, torch, boundaries)
+        handle.remove()
+        return captured["out"][0]
+    out = model.model(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"])[0]
+    return out[batch["attention_mask"].bool()]
+
+
+def padded_loss(model, batch):
+    return model(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                 labels=batch["labels"]).loss
+
+
+def test_tiny_modernbert_learns_from_flat_and_padded_batches(token_dataset):
+    """transformers' ModernBertForMaskedLM (CPU, random init) trains 20 steps on each layout, fed by the
+    PyTorch adapter through a DataLoader; its loss falls from ~ln(30522).  On the same samples, a flat batch
+    (block-diagonal mask from cu_seqlens) and its padded form give the same loss; without the mask they do not."""
+    torch = pytest.importorskip("torch", reason="torch is in the test extras (the CPU wheel)")
+    pytest.importorskip("transformers", reason="transformers (with ModernBERT) is in the test extras")
+    from torch.utils.data import DataLoader
+
+    from loader.token_layout import padded
+
+    torch.set_num_threads(1)
+    curves = {}
+    for layout in ("padded", "flat"):
+        model = tiny_modernbert(torch)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
+        with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--batch-layout", layout, "--dynamic-masking",
+                           "--masked-lm-prob", 0.3, *vocab_args()) as server:
+            with LoaderClient(server.address, timeout_seconds=60) as client:
+                batches = iter(DataLoader(client.torch_dataset(), batch_size=None, num_workers=0))
+                losses = []
+                for _ in range(20):
+                    batch = next(batches)
+                    assert all(isinstance(v, torch.Tensor) for k, v in batch.items() if k != "max_seqlen")
+                    loss = flat_loss(model, batch, torch) if layout == "flat" else padded_loss(model, batch)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                held = next(batches)
+        curves[layout] = losses
+        assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, (layout, losses)
+
+    model.eval()  # the flat-trained model; `held` is a flat batch
+    lengths = held["cu_seqlens"].diff().numpy()
+    same = {name: torch.from_numpy(array) for name, array in padded(
+        {"input_ids": held["input_ids"][0].numpy(), "labels": held["labels"][0].numpy()}, lengths).items()}
+    with torch.no_grad():
+        as_flat, as_padded = flat_loss(model, held, torch).item(), padded_loss(model, same).item()
+        states = {name: hidden(model, batch, torch, **kw) for name, batch, kw in (
+            ("flat", held, {}), ("padded", same, {}), ("unbounded", held, {"boundaries": False}))}
+    assert as_flat == pytest.approx(as_padded, rel=1e-5, abs=1e-5)
+    torch.testing.assert_close(states["flat"], states["padded"], rtol=1e-4, atol=1e-4)
+    assert (states["unbounded"] - states["padded"]).abs().max() > 1e-2, "attending across samples changes the output"
