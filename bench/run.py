@@ -1052,7 +1052,6 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 def batches_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     """--batch-tokens: padding waste against fixed padding, packing cost, serving speed to 8 ranks."""
     from bench import token_batches_bench as tb
-    from bench.roles import pipeline
 
     lengths = tb.web_lengths(20_000 if s.quick else 200_000)
     for context in (1024, 8192):
@@ -1065,10 +1064,8 @@ def batches_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     tb.packed_waste(pieces, 8192, "flat")
     res.add("tb_pack_s", (time.process_time() - started) / len(pieces) * 1e6)
     corpus = tb.web_like_corpus(sources, tmp / "tb-corpus" / "web.txt", 1 if s.quick else 4)
-    pipeline(corpus, tmp / "runs" / "tb-data", str(VOCAB), 2, task_size="1M", dupe_factor=1,
-             extra=("--objective", "tokens", "--output-format", "parquet"))
+    output = tb.make_output(corpus, tmp / "runs" / "tb-data", str(VOCAB))
     shutil.rmtree(corpus.parent)
-    output = tmp / "runs" / "tb-data" / "out"
     res.add("tb_samples", sum(json.loads(line)["records"]
                               for line in (output / "manifest.jsonl").read_text().splitlines()))
     per_rank = 10 if s.quick else 100

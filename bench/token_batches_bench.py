@@ -83,6 +83,22 @@ def fixed_waste(lengths: np.ndarray, context: int) -> float:
     return 1 - int(lengths.sum()) / (len(lengths) * context)
 
 
+def make_output(corpus: Path, work: Path, vocab: str, timeout: float = 900) -> Path:
+    """``--objective tokens --output-format parquet`` of ``corpus`` with 2 workers: the loader's input."""
+    import subprocess
+
+    work.mkdir(parents=True, exist_ok=True)
+    vport, sink_port = free_ports(2)
+    result = subprocess.run([sys.executable, "-m", "ventilator", "--data", str(corpus), "--output", str(work / "out"),
+                             "--vport", str(vport), "--sink-port", str(sink_port), "--bind-host", "127.0.0.1",
+                             "--state-dir", str(work / "state"), "--vocab-file", vocab, "--objective", "tokens",
+                             "--output-format", "parquet", "--task-size", "1M", "--workers", "2"],
+                            capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"tokens output: exit status {result.returncode}\n{result.stderr[-3000:]}")
+    return work / "out"
+
+
 @dataclass
 class TokenRun:
     wall: float

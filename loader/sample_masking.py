@@ -84,18 +84,23 @@ def mask_samples(ids: np.ndarray, lengths: np.ndarray, record_ids: np.ndarray, s
         selected = _whole_words(maskable, np.asarray(word_starts, dtype=bool), sample, position, keys, budget,
                                 len(lengths))
     else:
-        selected = _tokens(maskable, sample, position, keys, budget)
+        selected = _tokens(maskable, sample, position, keys, budget, starts, lengths)
     return _replace(ids, selected, sample[selected], position[selected], keys, params)
 
 
-def _tokens(maskable, sample, position, keys, budget) -> np.ndarray:
-    """Per sample, the ``budget`` maskable tokens with the smallest draws."""
-    draws = _uniform(keys[sample], position, 0)
-    order = np.argsort(sample * 2.0 + np.where(maskable, draws, 1.5), kind="stable")
-    first = np.searchsorted(sample[order], np.arange(len(keys)))  # where each sample's run starts in `order`
-    rank = np.arange(len(order)) - first[sample[order]]
+def _tokens(maskable, sample, position, keys, budget, starts, lengths) -> np.ndarray:
+    """Per sample, the ``budget`` maskable tokens with the smallest draws (a partition per sample: cheaper than
+    sorting the batch, ~20 samples in 8,192 tokens of web text)."""
+    draws = np.where(maskable, _uniform(keys[sample], position, 0), 2.0)
+    counts = np.add.reduceat(maskable, starts) if len(starts) else np.zeros(0, dtype=np.int64)
+    take = np.minimum(budget, counts)
     selected = np.zeros(len(sample), dtype=bool)
-    selected[order] = (rank < budget[sample[order]]) & maskable[order]
+    for start, length, k in zip(starts.tolist(), lengths.tolist(), take.tolist()):
+        if k == 0:
+            continue
+        here = draws[start:start + length]
+        threshold = np.partition(here, k - 1)[k - 1] if k < length else 1.0
+        selected[start:start + length] = here <= threshold
     return selected
 
 
@@ -144,9 +149,10 @@ def _whole_words(maskable, word_starts, sample, position, keys, budget, samples:
 
 
 def _replace(ids, selected, sample, position, keys, params: SampleMasking) -> Masked:
-    """80% mask id, 10% kept, 10% a random id at the selected tokens (draws keyed by sample and position)."""
+    """80% mask id, 10% kept, 10% a random id at the selected tokens (draws keyed by sample and position, made
+    for the selected tokens only)."""
     where = np.flatnonzero(selected)
-    key = keys[sample]
+    key = keys[sample]  # sample and position are already the selected tokens'
     replace, keep = _uniform(key, position, 2), _uniform(key, position, 3)
     random_ids = np.floor(_uniform(key, position, 4) * params.vocab_size).astype(np.int64)
     original = ids[where]
