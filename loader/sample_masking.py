@@ -28,7 +28,22 @@ import numpy as np
 from common.hashing import mix64
 from common.objectives.base import derive_seed
 from common.objectives.masking import num_to_predict
-from loader.masking import _uniform
+
+_SALTS: dict[int, np.ndarray] = {}
+
+
+def _draws(keys: np.ndarray, position: np.ndarray, stream: int) -> np.ndarray:
+    """loader.masking's ``_uniform(keys, position, stream)``, with the per-position salts tabled once per stream
+    (one hash per token instead of two)."""
+    salts = _SALTS.get(stream)
+    top = int(position.max()) + 1 if len(position) else 0
+    if salts is None or len(salts) < top:
+        size = max(top, 8192)
+        with np.errstate(over="ignore"):
+            salts = mix64(np.uint64(stream) * np.uint64(0x9E3779B97F4A7C15) + np.arange(size, dtype=np.uint64))
+        _SALTS[stream] = salts
+    bits = mix64(keys ^ salts[position])
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 @dataclass(frozen=True)
@@ -91,7 +106,7 @@ def mask_samples(ids: np.ndarray, lengths: np.ndarray, record_ids: np.ndarray, s
 def _tokens(maskable, sample, position, keys, budget, starts, lengths) -> np.ndarray:
     """Per sample, the ``budget`` maskable tokens with the smallest draws (a partition per sample: cheaper than
     sorting the batch, ~20 samples in 8,192 tokens of web text)."""
-    draws = np.where(maskable, _uniform(keys[sample], position, 0), 2.0)
+    draws = np.where(maskable, _draws(keys[sample], position, 0), 2.0)
     counts = np.add.reduceat(maskable, starts) if len(starts) else np.zeros(0, dtype=np.int64)
     take = np.minimum(budget, counts)
     selected = np.zeros(len(sample), dtype=bool)
@@ -115,7 +130,7 @@ def _whole_words(maskable, word_starts, sample, position, keys, budget, samples:
     members = maskable & (word_of >= 0)
     word_length = np.bincount(word_of[members], minlength=len(first_token))
     word_sample = sample[first_token]
-    draws = _uniform(keys[word_sample], position[first_token], 0)
+    draws = _draws(keys[word_sample], position[first_token], 0)
     order = np.argsort(word_sample * 2.0 + draws, kind="stable")  # per sample, words in drawn order
     length, owner = word_length[order], word_sample[order]
     run_start = np.searchsorted(owner, np.arange(samples))
@@ -153,8 +168,8 @@ def _replace(ids, selected, sample, position, keys, params: SampleMasking) -> Ma
     for the selected tokens only)."""
     where = np.flatnonzero(selected)
     key = keys[sample]  # sample and position are already the selected tokens'
-    replace, keep = _uniform(key, position, 2), _uniform(key, position, 3)
-    random_ids = np.floor(_uniform(key, position, 4) * params.vocab_size).astype(np.int64)
+    replace, keep = _draws(key, position, 2), _draws(key, position, 3)
+    random_ids = np.floor(_draws(key, position, 4) * params.vocab_size).astype(np.int64)
     original = ids[where]
     masked = ids.copy()
     masked[where] = np.where(replace < 0.8, params.mask_id, np.where(keep < 0.5, original, random_ids))

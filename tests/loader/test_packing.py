@@ -152,3 +152,13 @@ def test_layouts_carry_the_same_tokens():
     assert out["input_ids"].tolist() == [[10, 11, 12], [13, 0, 0], [14, 15, 0]]
     assert out["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0], [1, 1, 0]]
     assert out["labels"].tolist() == [[-100, 11, -100], [-100, -100, -100], [14, -100, -100]]
+
+
+def test_tabled_draws_are_the_fixed_length_maskings_draws():
+    from loader.masking import _uniform
+    from loader.sample_masking import _draws
+
+    rng = np.random.default_rng(0)
+    keys, positions = rng.integers(0, 2**63, 500).astype(np.uint64), rng.integers(0, 20000, 500)
+    for stream in (0, 2, 4):
+        assert np.array_equal(_draws(keys, positions, stream), _uniform(keys, positions, stream))
