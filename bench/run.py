@@ -1063,7 +1063,7 @@ def batches_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     started = time.process_time()
     tb.packed_waste(pieces, 8192, "flat")
     res.add("tb_pack_s", (time.process_time() - started) / len(pieces) * 1e6)
-    corpus = tb.web_like_corpus(sources, tmp / "tb-corpus" / "web.txt", 1 if s.quick else 4)
+    corpus = tb.web_like_corpus(sources, tmp / "tb-corpus" / "web.txt", 4)  # quick: >= 8 batches still
     output = tb.make_output(corpus, tmp / "runs" / "tb-data", str(VOCAB))
     shutil.rmtree(corpus.parent)
     res.add("tb_samples", sum(json.loads(line)["records"]

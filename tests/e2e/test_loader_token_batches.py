@@ -252,3 +252,29 @@ def test_tiny_modernbert_learns_from_flat_and_padded_batches(token_dataset):
     assert as_flat == pytest.approx(as_padded, rel=1e-5, abs=1e-5)
     torch.testing.assert_close(states["flat"], states["padded"], rtol=1e-4, atol=1e-4)
     assert (states["unbounded"] - states["padded"]).abs().max() > 1e-2, "attending across samples changes the output"
+
+
+def test_whole_word_masks_follow_the_tokenizers_words(token_dataset, stored):
+    """--whole-word-mask on samples without word_starts: words from the tokenizer's pieces (WordPiece's ##),
+    so a masked piece's whole word is masked, and a word is never masked across a sample boundary."""
+    from common.tokenization import load_vocabulary
+    from tests.helpers import VOCAB
+
+    continues = ~load_vocabulary(str(VOCAB), None).starts_word
+    with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--dynamic-masking", "--whole-word-mask",
+                       "--masked-lm-prob", 0.3, *vocab_args()) as server:
+        with LoaderClient(server.address, timeout_seconds=60) as client:
+            batches = [client.next_batch() for _ in range(6)]
+    words = 0
+    for batch in batches:
+        cu = batch.features["cu_seqlens"]
+        for row, record in enumerate(batch.record_ids.tolist()):
+            original = stored[record]
+            masked = batch.features["labels"][0, cu[row]:cu[row + 1]] != -100
+            starts = np.flatnonzero(~continues[original])
+            starts = np.union1d(starts, [0])  # a sample's first token begins a word
+            for start, stop in zip(starts, np.append(starts[1:], len(original))):
+                assert len(set(masked[start:stop].tolist())) == 1, (record, start, stop)
+                words += stop - start > 1 and bool(masked[start])
+            assert masked.sum() <= max(1, round(0.3 * len(original)))
+    assert words > 20, "multi-piece words were masked whole"
