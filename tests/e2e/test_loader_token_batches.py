@@ -158,7 +158,7 @@ def test_a_sample_over_the_budget_is_refused_in_one_line(token_dataset, stored):
     server = LoaderProcess(token_dataset, "--batch-tokens", 128)
     output = server.wait(timeout=60)
     assert server.process.returncode != 0 and "Traceback" not in output
-    assert f"--batch-tokens 128:" in output and f"the longest {longest} tokens" in output
+    assert "--batch-tokens 128:" in output and f"the longest {longest} tokens" in output
     assert "--max-seq-length 128 or less" in output
 
 

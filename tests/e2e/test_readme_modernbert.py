@@ -27,7 +27,7 @@ def test_the_readme_path_trains_a_tiny_modernbert(tmp_path):
     commands = [c.replace("/tmp/mb/", f"{tmp_path}/").replace("5560", str(port)) for c in section_commands()]
     assert [c.split()[:3] for c in commands] == [
         ["python", "-m", "common.tokenization.training"], ["python", "-m", "ventilator"], ["python", "-m", "loader"],
-        ["python", "examples/train_tiny_modernbert.py", f"--loader"]]
+        ["python", "examples/train_tiny_modernbert.py", "--loader"]]
     background = None
     try:
         for command in commands:
