@@ -113,11 +113,13 @@ def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_maski
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="Token-budget batches instead of --batch-size rows: whole samples (variable-length records, "
                    "e.g. --objective tokens), at most this many tokens a batch per rank.  [default: off]")
-@click.option("--batch-layout", type=click.Choice(LAYOUTS), default="flat", show_envvar=True,
+@click.option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
               help="With --batch-tokens: flat (one row, position_ids, cu_seqlens: flash-attention varlen / "
-                   "DataCollatorWithFlattening) or padded (similar lengths, padded to the longest, attention_mask).")
-@click.option("--pack-window", type=click.IntRange(min=1), default=4096, show_envvar=True,
-              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.")
+                   "DataCollatorWithFlattening) or padded (similar lengths, padded to the longest, attention_mask).  "
+                   "[default: flat]")
+@click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
+                   "[default: 4096]")
 @click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
 @click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
@@ -144,7 +146,11 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     if whole_word_mask and not dynamic_masking:
         raise click.UsageError("--whole-word-mask is for --dynamic-masking")
     tokens = None
+    if batch_tokens is None and (batch_layout is not None or pack_window is not None):
+        raise click.UsageError(f"{'--batch-layout' if batch_layout is not None else '--pack-window'} is for "
+                               "--batch-tokens")
     if batch_tokens is not None:
+        batch_layout, pack_window = batch_layout or "flat", pack_window or 4096
         if max_predictions_per_seq is not None:
             raise click.UsageError("--max-predictions-per-seq is for fixed-size batches: with --batch-tokens each "
                                    "sample's share is --masked-lm-prob of its length")

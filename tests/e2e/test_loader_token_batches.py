@@ -278,3 +278,10 @@ def test_whole_word_masks_follow_the_tokenizers_words(token_dataset, stored):
                 words += stop - start > 1 and bool(masked[start])
             assert masked.sum() <= max(1, round(0.3 * len(original)))
     assert words > 20, "multi-piece words were masked whole"
+
+
+def test_token_batch_flags_without_batch_tokens_are_refused(token_dataset):
+    server = LoaderProcess(token_dataset, "--batch-layout", "padded")
+    output = server.wait(timeout=60)
+    assert server.process.returncode == 2 and "--batch-layout is for --batch-tokens" in output
+    assert "Traceback" not in output
