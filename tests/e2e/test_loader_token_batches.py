@@ -129,7 +129,7 @@ def test_padded_batches_group_similar_lengths_with_the_same_masks_as_flat(token_
     assert 1 - real / slots < 0.25, "similar lengths together: far less padding than one fixed length"
 
 
-def test_resumed_and_restarted_servers_give_the_same_batches(token_dataset):
+def test_resumed_killed_and_restarted_servers_give_the_same_batches(token_dataset):
     args = ("--batch-tokens", BUDGET, "--dynamic-masking", *vocab_args(), "--pack-window", 500)
     with LoaderProcess(token_dataset, *args) as server:
         with LoaderClient(server.address, rank=1, world_size=2, timeout_seconds=60) as client:
@@ -138,6 +138,16 @@ def test_resumed_and_restarted_servers_give_the_same_batches(token_dataset):
             [client.next_batch() for _ in range(5)]
             state = client.state()
         assert state["batch"] == 5 and state["batch_tokens"] == BUDGET and state["layout"] == "flat"
+        # kill -9 under a live client: it attaches again from its own state, nothing lost or repeated
+        with LoaderClient(server.address, rank=1, world_size=2, patience_seconds=0.3,
+                          timeout_seconds=60) as client:
+            survived = [client.next_batch() for _ in range(4)]
+            server.kill()
+            server.start()
+            survived += [client.next_batch() for _ in range(8)]
+            assert client.reattaches >= 1
+        assert [b.record_ids.tolist() for b in survived] == [b.record_ids.tolist() for b in whole]
+        assert all(np.array_equal(a.features["input_ids"], b.features["input_ids"]) for a, b in zip(survived, whole))
     with LoaderProcess(token_dataset, *args) as restarted:
         with LoaderClient(restarted.address, rank=1, world_size=2, state=json.loads(json.dumps(state)),
                           timeout_seconds=60) as client:
