@@ -14,7 +14,7 @@ machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
 Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
-loader, report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
+loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
 curves are printed after the table).
 """
 
@@ -326,6 +326,22 @@ def _rows() -> list[Row]:
         Row("l_rss_big", "Peak RSS loader server, larger output (MB)", "{:.0f}"),
         Row("l_rss_growth", "Peak RSS loader server growth, smaller → larger output", "{:+.0%}", "flat (≤ +10%)",
             lambda v: v <= 0.10),
+        # Token-budget batches (bench/token_batches_bench.py): waste on log-normal lengths, serving speed
+        *[Row(f"tb_waste_{layout}_{context}", f"Token batches, --batch-tokens {context:,} {layout}: padding waste "
+              f"(log-normal lengths, median ~400, documents cut at {context:,})", "{:.2%}",
+              "≤ 2%" if layout == "flat" else "", (lambda v: v <= 0.02) if layout == "flat" else None)
+          for context in (1024, 8192) for layout in ("flat", "padded")],
+        *[Row(f"tb_waste_fixed_{context}", f"Token batches: padding waste of fixed {context:,}-token rows (same "
+              f"lengths)", "{:.1%}") for context in (1024, 8192)],
+        Row("tb_pack_s", "Token batches: packing an epoch (best fit decreasing, windows of 4,096): CPU-s per million "
+            "samples", "{:.2f}"),
+        Row("tb_samples", "Token batches serving input: samples of an --objective tokens output (web-like lengths)",
+            "{:,.0f}"),
+        Row("tb8_tok_s", "Token batches, 8 ranks, flat 8,192, masked 30%: tokens/s per rank (loopback)",
+            "{:,.0f}", "≥ 1,000,000", lambda v: v >= 1_000_000),
+        Row("tb8_tok_cpu", "Token batches, 8 ranks, flat 8,192, masked 30%: tokens per server CPU-s", "{:,.0f}"),
+        Row("tb8_client_ms", "Token batches, 8 ranks, flat 8,192, masked 30%: client CPU ms per batch", "{:.2f}"),
+        Row("tb8u_tok_cpu", "Token batches, 8 ranks, flat 8,192, no masking: tokens per server CPU-s", "{:,.0f}"),
         # mlm-report (bench/report_bench.py): a real run's shards hard-linked to the target size
         Row("rep_gb", "mlm-report input: output size (GB of TFRecord shards)", "{:.2f}"),
         Row("rep_s", "mlm-report on that output (default --sample 64M, --input-sample 1M): wall seconds", "{:.1f}",
@@ -345,7 +361,7 @@ STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, 
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
 SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup", "extras",
-            "loader", "report", "scale")
+            "loader", "batches", "report", "scale")
 
 
 # --------------------------------------------------------------------------
@@ -1049,6 +1065,38 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
 
 
+def batches_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    """--batch-tokens: padding waste against fixed padding, packing cost, serving speed to 8 ranks."""
+    from bench import token_batches_bench as tb
+
+    lengths = tb.web_lengths(20_000 if s.quick else 200_000)
+    for context in (1024, 8192):
+        pieces = tb.chunked(lengths, context)
+        for layout in ("flat", "padded"):
+            res.add(f"tb_waste_{layout}_{context}", tb.packed_waste(pieces, context, layout))
+        res.add(f"tb_waste_fixed_{context}", tb.fixed_waste(pieces, context))
+    pieces = tb.chunked(lengths, 8192)
+    started = time.process_time()
+    tb.packed_waste(pieces, 8192, "flat")
+    res.add("tb_pack_s", (time.process_time() - started) / len(pieces) * 1e6)
+    corpus = tb.web_like_corpus(sources, tmp / "tb-corpus" / "web.txt", 4)  # quick: >= 8 batches still
+    output = tb.make_output(corpus, tmp / "runs" / "tb-data", str(VOCAB))
+    shutil.rmtree(corpus.parent)
+    res.add("tb_samples", sum(json.loads(line)["records"]
+                              for line in (output / "manifest.jsonl").read_text().splitlines()))
+    per_rank = 10 if s.quick else 100
+    for repeat in range(s.repeats):
+        for masked in (True, False):
+            log(f"batches: repeat {repeat + 1}/{s.repeats}, 8 ranks, flat 8,192, {'masked' if masked else 'unmasked'}")
+            run = tb.measure(output, tmp / "runs" / f"tb-{masked}", 8, per_rank, str(VOCAB), masked=masked)
+            if masked:
+                res.add("tb8_tok_s", run.tokens / run.wall / 8)
+                res.add("tb8_tok_cpu", run.tokens / max(run.server_cpu, 0.01))
+                res.add("tb8_client_ms", run.client_cpu / run.batches * 1000)
+            else:
+                res.add("tb8u_tok_cpu", run.tokens / max(run.server_cpu, 0.01))
+
+
 def report_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench.report_bench import enlarge, run_report
     from bench.roles import pipeline
@@ -1099,7 +1147,8 @@ def scale_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "ventilator": ventilator_section,
                      "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "readers": readers_section,
                      "dedup": dedup_section, "chinese": chinese_section,
-                     "extras": extras_section, "loader": loader_section, "report": report_section,
+                     "extras": extras_section, "loader": loader_section, "batches": batches_section,
+                     "report": report_section,
                      "scale": scale_section}
 
 
@@ -1110,6 +1159,8 @@ SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section,
 def _section_of(key: str) -> str:
     if key.startswith("sc_"):
         return "scale"
+    if key.startswith("tb"):
+        return "batches"
     if key.startswith("rep_"):
         return "report"
     if key.startswith("dd_"):

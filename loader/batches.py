@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +12,9 @@ from loader.layout import RecordLayout
 from loader.masking import MASK_FIELDS, MaskingParams, remask, served_layout
 from loader.order import EpochOrder, Partition
 from loader.shards import ShardCache
+
+if TYPE_CHECKING:
+    from loader.token_batches import TokenBudget
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,12 @@ class ServingParams:
     seed: int
     window: int
     masking: MaskingParams | None = None
+    #: --batch-tokens: token-budget batches of whole samples (loader/token_batches.py) instead of batch_size rows.
+    tokens: "TokenBudget | None" = None
+
+    @property
+    def dynamic_masking(self) -> bool:
+        return self.masking is not None or (self.tokens is not None and self.tokens.masking is not None)
 
 
 @dataclass
@@ -28,6 +38,10 @@ class Built:
     matrix: np.ndarray  # (rows, row_bytes) uint8: the records (loader.layout), re-masked if asked
     record_ids: np.ndarray  # int64: each row's global record index (manifest order)
     last_in_epoch: bool
+    #: Token-budget batches: each sample's length (int32; the matrix is then one row per token), and the token
+    #: slots a trainer computes on for this batch (padding waste: 1 - tokens / slots).
+    lengths: np.ndarray | None = None
+    slots: int = 0
 
 
 class BatchMaker:
@@ -47,7 +61,10 @@ class BatchMaker:
             self._layout = stored if self.params.masking is None else served_layout(stored, self.params.masking)
         return self._layout
 
-    def partition(self, world_size: int) -> Partition:
+    def prepare(self) -> None:
+        """Nothing to read ahead for fixed-size batches (the first shard is read by layout())."""
+
+    def partition(self, world_size: int, epoch: int = 0) -> Partition:
         return Partition(self.shards.records, world_size, self.params.batch_size)
 
     def _order(self, epoch: int) -> EpochOrder:

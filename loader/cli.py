@@ -13,6 +13,9 @@ from common.transport import ListenError
 from common.cli_settings import SectionedCommand
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
+from loader.sample_masking import SampleMasking
+from loader.token_batches import TokenBudget
+from loader.token_layout import LAYOUTS
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import SPLITS, DatasetError, open_dataset
 
@@ -30,6 +33,45 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
     if special.mask is None:
         raise click.BadParameter(f"{tokenizer or vocab_file} has no mask token", param_hint=hint)
     return special.mask, special.vocab_size
+
+
+def load_tokenizer_roles(vocab_file: str | None, tokenizer: str | None):
+    """The tokenizer's Vocabulary (special ids, word starts), loaded as the pipeline loads it."""
+    from common.tokenization import load_vocabulary
+
+    hint = "--tokenizer" if tokenizer else "--vocab-file"
+    try:
+        return load_vocabulary(vocab_file, tokenizer)
+    except (OSError, ValueError) as error:
+        raise click.BadParameter(str(error).splitlines()[0], param_hint=hint) from None
+
+
+def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_masking: bool, vocab_file, tokenizer,
+                 mask_id, vocab_size, masked_lm_prob: float, whole_word: bool) -> TokenBudget:
+    """--batch-tokens' settings: the samples' masking from the tokenizer (special ids never masked, the pieces'
+    word starts for --whole-word-mask where the tokenizer marks them per piece) and its pad id."""
+    from common.tokenization.word_boundaries import WORD_IDS
+
+    vocabulary = load_tokenizer_roles(vocab_file, tokenizer) if (vocab_file or tokenizer) else None
+    pad_id = vocabulary.pad_id if vocabulary is not None and vocabulary.pad_id is not None else 0
+    masking = None
+    if dynamic_masking:
+        if vocabulary is not None:
+            if vocabulary.mask_id is None:
+                raise click.BadParameter(f"{tokenizer or vocab_file} has no mask token",
+                                         param_hint="--tokenizer" if tokenizer else "--vocab-file")
+            mask_id, vocab_size = vocabulary.mask_id, vocabulary.size
+        elif mask_id is None or vocab_size is None:
+            raise click.UsageError("--dynamic-masking needs --vocab-file or --tokenizer, or both --mask-id and "
+                                   "--vocab-size")
+        if mask_id >= vocab_size:
+            raise click.UsageError(f"--mask-id {mask_id} is not below --vocab-size {vocab_size}")
+        specials = tuple(sorted({i for role, i in vocabulary.roles.items() if role != "unk" and i is not None})) \
+            if vocabulary is not None else ()
+        starts_word = vocabulary.starts_word if vocabulary is not None and vocabulary.boundaries.kind != WORD_IDS \
+            else None
+        masking = SampleMasking(mask_id, vocab_size, masked_lm_prob, whole_word, specials, starts_word)
+    return TokenBudget(batch_tokens, layout, pack_window, masking, pad_id)
 
 
 @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
@@ -69,6 +111,16 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
               help="With --dynamic-masking: mask whole words (the records' word_starts: --objective roberta --masking "
                    "none, electra --word-starts; Chinese words with --word-segmenter), as BERT's "
                    "--do-whole-word-mask does.")
+@click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="Token-budget batches instead of --batch-size rows: whole samples (variable-length records, "
+                   "e.g. --objective tokens), at most this many tokens a batch per rank.  [default: off]")
+@click.option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
+              help="With --batch-tokens: flat (one row, position_ids, cu_seqlens: flash-attention varlen / "
+                   "DataCollatorWithFlattening) or padded (similar lengths, padded to the longest, attention_mask).  "
+                   "[default: flat]")
+@click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
+                   "[default: 4096]")
 @click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
 @click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
@@ -81,7 +133,8 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, tokenizer, mask_id,
-         vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
+         vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, batch_tokens, batch_layout,
+         pack_window, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
          verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
@@ -93,7 +146,19 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     masking = None
     if whole_word_mask and not dynamic_masking:
         raise click.UsageError("--whole-word-mask is for --dynamic-masking")
-    if dynamic_masking:
+    tokens = None
+    if batch_tokens is None and (batch_layout is not None or pack_window is not None):
+        raise click.UsageError(f"{'--batch-layout' if batch_layout is not None else '--pack-window'} is for "
+                               "--batch-tokens")
+    if batch_tokens is not None:
+        batch_layout, pack_window = batch_layout or "flat", pack_window or 4096
+        if max_predictions_per_seq is not None:
+            raise click.UsageError("--max-predictions-per-seq is for fixed-size batches: with --batch-tokens each "
+                                   "sample's share is --masked-lm-prob of its length")
+        tokens = token_budget(batch_tokens, batch_layout, pack_window, dynamic_masking, vocab_file, tokenizer,
+                              mask_id, vocab_size, masked_lm_prob, whole_word_mask)
+        batch_size = 0
+    elif dynamic_masking:
         if vocab_file or tokenizer:
             mask_id, vocab_size = mask_ids(vocab_file, tokenizer)
         elif mask_id is None or vocab_size is None:
@@ -108,7 +173,7 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
                                 cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
                                 metrics_port=metrics_port)
-        server = LoaderServer(storage, shards, ServingParams(batch_size, seed, shuffle_window, masking), options)
+        server = LoaderServer(storage, shards, ServingParams(batch_size, seed, shuffle_window, masking, tokens), options)
         sys.exit(server.run())
     except (DatasetError, StorageError, SecurityError, ListenError) as error:
         raise click.ClickException(str(error)) from None

@@ -27,6 +27,7 @@ from common.security import Curve
 from common.transport import endpoint, make_socket, parse_address
 from loader import messages
 from loader.layout import Field, RecordLayout
+from loader.token_layout import lay_out
 
 log = logging.getLogger("loader.client")
 
@@ -120,7 +121,9 @@ class LoaderClient:
                 "dataset": attached.dataset if attached else base.get("dataset", ""),
                 "seed": attached.seed if attached else base.get("seed"),
                 "batch_size": attached.batch_size if attached else base.get("batch_size"),
-                "dynamic_masking": attached.dynamic_masking if attached else base.get("dynamic_masking")}
+                "dynamic_masking": attached.dynamic_masking if attached else base.get("dynamic_masking"),
+                "batch_tokens": attached.batch_tokens if attached else base.get("batch_tokens"),
+                "layout": attached.layout if attached else base.get("layout")}
 
     @property
     def info(self) -> messages.Attached:
@@ -174,7 +177,9 @@ class LoaderClient:
         with ``DataLoader(dataset, batch_size=None, num_workers=0)``: the
         server batches and the client prefetches.  A worker process is
         refused: it would iterate a copy of this client, so ``state()`` here
-        would never move and a resume would replay the epoch."""
+        would never move and a resume would replay the epoch.  Token-budget
+        batches' ``max_seqlen`` comes as a Python int (what flash-attention's
+        varlen functions take)."""
         import torch
         from torch.utils.data import IterableDataset, get_worker_info
 
@@ -187,7 +192,8 @@ class LoaderClient:
                                       "would not follow the batches, and a resume would replay them (the server "
                                       "batches and the client prefetches already)")
                 for features in client:
-                    yield {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in features.items()}
+                    yield {name: torch.from_numpy(np.ascontiguousarray(array)) if array.ndim else array.item()
+                           for name, array in features.items()}
 
         return _LoaderDataset()
 
@@ -195,6 +201,9 @@ class LoaderClient:
         """A ``tf.data.Dataset`` of dicts of tensors (shapes and dtypes from the server)."""
         import tensorflow as tf
 
+        if self.info.batch_tokens:
+            raise LoaderError("tf_dataset() serves fixed-size batches: use the client's own iterator or "
+                              "torch_dataset() for --batch-tokens")
         specs = {spec.name: tf.TensorSpec((None, spec.width), tf.as_dtype(spec.dtype)) for spec in self.info.features}
         if self.hf and "input_mask" in specs:
             specs["attention_mask"] = specs["input_mask"]
@@ -220,7 +229,7 @@ class LoaderClient:
         self._send(messages.Attach(self.client_id, session.number, self.rank, self.world_size,
                                    self._position.epoch, self._position.batch, self.prefetch,
                                    state["dataset"] or "", state["seed"], state["batch_size"],
-                                   state["dynamic_masking"]))
+                                   state["dynamic_masking"], state["batch_tokens"], state["layout"]))
 
     def _send(self, message) -> None:
         """Never blocks: with no connection up (server down, CURVE refused) the
@@ -290,6 +299,8 @@ class LoaderClient:
                                   f"which is not a fixed-size number")
 
     def _batch(self, header: messages.BatchHeader, frames) -> Batch:
+        if self._session.attached.batch_tokens:
+            return self._token_batch(header, frames)
         layout = self._layout()
         if len(frames) != 2 or len(frames[0]) != header.rows * layout.row_bytes or len(frames[1]) != 8 * header.rows:
             raise LoaderError("malformed batch from the server")
@@ -299,6 +310,23 @@ class LoaderClient:
         record_ids = np.frombuffer(frames[1].buffer, dtype=np.int64).copy()
         if self.hf:
             features = hf_views(features)
+        return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch)
+
+    def _token_batch(self, header: messages.BatchHeader, frames) -> Batch:
+        """A token-budget batch: the samples' tokens end to end and their lengths, laid out as the server says."""
+        layout, attached = self._layout(), self._session.attached
+        if len(frames) != 3 or header.tokens < 1 or header.rows < 1 or \
+                len(frames[0]) != header.tokens * layout.row_bytes or len(frames[1]) != 8 * header.rows or \
+                len(frames[2]) != 4 * header.rows:
+            raise LoaderError("malformed batch from the server")
+        lengths = np.frombuffer(frames[2].buffer, dtype="<i4")
+        if (lengths < 1).any() or int(lengths.sum(dtype=np.int64)) != header.tokens or \
+                int(lengths.max()) > attached.batch_tokens:
+            raise LoaderError("malformed batch from the server: its sample lengths do not add up")
+        matrix = np.frombuffer(frames[0].buffer, dtype=np.uint8).reshape(header.tokens, layout.row_bytes)
+        tokens = {name: view.reshape(-1) for name, view in layout.views(matrix).items()}
+        features = lay_out(attached.layout, tokens, lengths, attached.pad_id)  # new arrays: the trainer may keep them
+        record_ids = np.frombuffer(frames[1].buffer, dtype=np.int64).copy()
         return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch)
 
     def _layout(self) -> RecordLayout:

@@ -16,6 +16,10 @@ record indices (int64): no serialization, no copy.
   server -> rank: Attached, Refused, Unknown (attach again: the server
                   restarted or forgot you), BatchHeader + arrays, Status
 
+Token-budget batches (``--batch-tokens``) are samples of varying length: the
+batch frame holds their tokens end to end (one row per token) and a last
+frame each sample's length; the client lays them out (loader/token_layout.py).
+
 ``session`` counts a client's attaches: whatever belongs to an older one
 (batches still in flight, replies to stale credit) is ignored.
 """
@@ -50,6 +54,8 @@ class Attach:
     seed: int | None = None  # the serving parameters its state was taken with (None: fresh start)
     batch_size: Count | None = None
     dynamic_masking: bool | None = None
+    batch_tokens: Count | None = None  # 0: fixed-size batches; else the token budget its state was taken with
+    layout: str | None = None  # with batch_tokens: the batch layout its state was taken with
 
 
 @dataclass
@@ -79,8 +85,11 @@ class Attached:
     batch_size: Count
     seed: int
     dynamic_masking: bool
-    batches_per_epoch: Count  # this rank's
+    batches_per_epoch: Count  # this rank's (of the epoch it attached at: token-budget epochs vary)
     features: list[FeatureSpec]
+    batch_tokens: Count = 0  # > 0: token-budget batches (features are then per token, BatchHeader.tokens rows)
+    layout: str = ""  # with batch_tokens: how the client lays the samples out (loader/token_layout.py)
+    pad_id: Count = 0  # with the padded layout: the id padding holds
 
 
 @dataclass
@@ -101,6 +110,9 @@ class BatchHeader:
     batch: Count
     last_in_epoch: bool
     rows: Count  # one frame follows: rows x the record layout of Attached.features, then the record ids
+    #: > 0 for token-budget batches: ``rows`` samples of ``tokens`` tokens in all; the first frame is then
+    #: one row per token, and a third frame follows the record ids: each sample's length (int32).
+    tokens: Count = 0
 
 
 @dataclass

@@ -27,7 +27,9 @@ from common.storage import StorageError
 from common.transport import DroppedMessages, listen, make_socket
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
+from loader.samples import SampleCache
 from loader.shards import DatasetError, ShardCache, ShardList
+from loader.token_batches import TokenBatchMaker, padding_waste
 
 log = logging.getLogger("loader")
 
@@ -67,14 +69,20 @@ class LoaderServer:
         self.shards = shards
         self.params = params
         self.options = options
-        self.cache = ShardCache(storage, shards, options.cache_bytes)
-        self.maker = BatchMaker(self.cache, params)
+        if params.tokens is None:
+            self.cache = ShardCache(storage, shards, options.cache_bytes)
+            self.maker = BatchMaker(self.cache, params)
+        else:
+            self.cache = SampleCache(storage, shards, options.cache_bytes)
+            self.maker = TokenBatchMaker(self.cache, params)
         self.server_id = uuid.uuid4().hex[:12]
         self.ranks: dict[bytes, _Rank] = {}
         self.dropped = DroppedMessages("loader")
         self.batches_sent = 0
         self.bytes_sent = 0
         self.shard_failures = 0  # batches that could not be built (their rank was told)
+        self.tokens_sent = 0  # token-budget batches: tokens served, and the slots a trainer computes on
+        self.token_slots = 0
         self.stopping = False
         self._features: list[messages.FeatureSpec] | None = None
 
@@ -97,10 +105,11 @@ class LoaderServer:
             self._check_cache()
             if self.options.metrics_port is not None:
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
-            log.info("loader %s: %d records in %d shards (dataset %s), batch %d, seed %d, %s, listening on port %d",
+            log.info("loader %s: %d records in %d shards (dataset %s), batch %s, seed %d, %s, listening on port %d",
                      self.server_id, self.shards.records, len(self.shards.names), self.shards.fingerprint,
-                     self.params.batch_size, self.params.seed,
-                     "dynamic masking" if self.params.masking else "masks as stored", self.options.port)
+                     self.params.batch_size if self.params.tokens is None else
+                     f"<= {self.params.tokens.budget} tokens ({self.params.tokens.layout})", self.params.seed,
+                     "dynamic masking" if self.params.dynamic_masking else "masks as stored", self.options.port)
             self._loop(router)
             return 0
         finally:
@@ -114,7 +123,11 @@ class LoaderServer:
     def _check_cache(self) -> None:
         """Reads the first shard now (a bad output fails before any rank waits) and
         warns when one shuffle window's records do not fit the cache: it would then
-        reread shards within a window (correct, but slow)."""
+        reread shards within a window (correct, but slow).  Token-budget batches
+        read every sample's length now (and refuse a sample over the budget)."""
+        if self.params.tokens is not None:
+            self.maker.prepare()
+            return
         row_bytes = self.cache.layout_of().row_bytes
         try:
             self.maker.layout()
@@ -196,15 +209,23 @@ class LoaderServer:
             return refuse(f"rank {attach.rank} of world size {attach.world_size}: needs 0 <= rank < world size")
         if attach.dataset and attach.dataset != self.shards.fingerprint:
             return refuse(f"the state is of dataset {attach.dataset}, this server serves {self.shards.fingerprint}")
+        budget = params.tokens.budget if params.tokens else 0
         settings = (("seed", attach.seed, params.seed), ("batch size", attach.batch_size, params.batch_size),
-                    ("dynamic masking", attach.dynamic_masking, params.masking is not None))
+                    ("dynamic masking", attach.dynamic_masking, params.dynamic_masking),
+                    ("batch tokens", attach.batch_tokens, budget),
+                    ("batch layout", attach.layout, params.tokens.layout if params.tokens else ""))
         mismatched = [name for name, theirs, ours in settings if theirs is not None and theirs != ours]
         if mismatched:
             return refuse(f"the state was taken with another {', '.join(mismatched)} than this server's")
-        batches = self.maker.partition(attach.world_size).batches(attach.rank)
+        if attach.epoch < 0:
+            self.dropped.drop("attach with a bad position")
+            return refuse(f"epoch {attach.epoch}: epochs count from 0")
+        batches = self.maker.partition(attach.world_size, attach.epoch).batches(attach.rank)
         if batches == 0:
-            return refuse(f"{self.shards.records} records cannot give each of {attach.world_size} ranks a batch")
-        if attach.epoch < 0 or not 0 <= attach.batch < batches:
+            what = f"{self.shards.records} records" if not budget else \
+                f"the {self.maker.partition(1, attach.epoch).records} batches of epoch {attach.epoch}"
+            return refuse(f"{what} cannot give each of {attach.world_size} ranks a batch")
+        if not 0 <= attach.batch < batches:
             self.dropped.drop("attach with a bad position")
             return refuse(f"epoch {attach.epoch} batch {attach.batch}: this rank has batches 0..{batches - 1}")
         for other, rank in list(self.ranks.items()):  # the same client on a new connection
@@ -216,8 +237,9 @@ class LoaderServer:
         log.info("loader: rank %d of %d (%s) from epoch %d batch %d", attach.rank, attach.world_size,
                  attach.client_id, attach.epoch, attach.batch)
         return messages.Attached(attach.session, self.server_id, self.shards.fingerprint, self.shards.records,
-                                 params.batch_size, params.seed, params.masking is not None, batches,
-                                 self._feature_specs())
+                                 params.batch_size, params.seed, params.dynamic_masking, batches,
+                                 self._feature_specs(), budget, params.tokens.layout if params.tokens else "",
+                                 params.tokens.pad_id if params.tokens else 0)
 
     def _feature_specs(self) -> list[messages.FeatureSpec]:
         if self._features is None:
@@ -244,6 +266,12 @@ class LoaderServer:
         yield counter("mlm_loader_shard_failures", "Batches that could not be built from their shards (the rank was "
                       "told).", self.shard_failures)
         yield counter("mlm_loader_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
+        if self.params.tokens is not None:
+            yield counter("mlm_loader_tokens_sent", "Token-budget batches: tokens sent, all ranks.", self.tokens_sent)
+            yield counter("mlm_loader_token_slots", "Token-budget batches: token slots a trainer computes on (the "
+                          "budget per flat batch, rows x longest per padded one).", self.token_slots)
+            yield gauge("mlm_loader_padding_waste", "Share of the token slots sent that hold no token "
+                        "(1 - tokens / slots).", padding_waste(self.tokens_sent, self.token_slots))
 
     # Batches ----------------------------------------------------------
     def _serve_round(self, router: zmq.Socket) -> None:
@@ -256,10 +284,16 @@ class LoaderServer:
             except (DatasetError, StorageError, OSError) as error:
                 self._fail_rank(router, rank, error)
                 continue
+            frames = [built.matrix, built.record_ids]
+            tokens = 0
+            if built.lengths is not None:
+                frames.append(built.lengths)
+                tokens = len(built.matrix)
+                self.tokens_sent += tokens
+                self.token_slots += built.slots
             header = messages.BatchHeader(rank.session, rank.epoch, rank.batch, built.last_in_epoch,
-                                          len(built.record_ids))
-            router.send_multipart([rank.identity, messages.encode(header), built.matrix, built.record_ids],
-                                  copy=False)
+                                          len(built.record_ids), tokens)
+            router.send_multipart([rank.identity, messages.encode(header), *frames], copy=False)
             rank.sent += 1
             self.batches_sent += 1
             self.bytes_sent += built.matrix.nbytes
