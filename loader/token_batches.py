@@ -71,6 +71,8 @@ class TokenBatchMaker:
         self.cache = cache
         self.shards = cache.shards
         self.params = params
+        if params.tokens is None:
+            raise ValueError("token-budget batches need --batch-tokens")
         self.tokens: TokenBudget = params.tokens
         self._lengths: np.ndarray | None = None
         self._epochs: OrderedDict[int, _Epoch] = OrderedDict()
@@ -104,6 +106,13 @@ class TokenBatchMaker:
                  "windows of %d samples", len(lengths), int(lengths.sum(dtype=np.int64)), int(lengths.max()),
                  budget, self.tokens.layout, self.tokens.pack_window)
 
+    def _sample_lengths(self) -> np.ndarray:
+        """Every sample's length, read once (prepare())."""
+        if self._lengths is None:
+            self.prepare()
+        assert self._lengths is not None
+        return self._lengths
+
     def layout(self) -> RecordLayout:
         """One row per token on the wire: its id, and its label when the server masks."""
         if self._layout is None:
@@ -125,7 +134,7 @@ class TokenBatchMaker:
         members = bins.bin(global_bin - int(state.first_bin[window]))
         shard, index = state.order.locate(window * self.tokens.pack_window + members)
         record_ids = self.shards.offsets[shard] + index
-        lengths = self._lengths[record_ids].astype(np.int32)
+        lengths = self._sample_lengths()[record_ids].astype(np.int32)
         ids, flags = self._gather(shard, index)
         columns = {"input_ids": ids}
         masking = self.tokens.masking
@@ -168,7 +177,7 @@ class TokenBatchMaker:
         size = self.tokens.pack_window
         positions = np.arange(window * size, min((window + 1) * size, order.records), dtype=np.int64)
         shard, index = order.locate(positions)
-        lengths = self._lengths[self.shards.offsets[shard] + index]
+        lengths = self._sample_lengths()[self.shards.offsets[shard] + index]
         packed = PACKERS[self.tokens.layout](lengths, self.tokens.budget)
         rng = np.random.default_rng(derive_seed(self.params.seed, f"loader-epoch-{epoch}", window, "bins"))
         permutation = rng.permutation(len(packed))
@@ -183,7 +192,8 @@ class TokenBatchMaker:
 
     def _gather(self, shard: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The samples' tokens end to end (and their flags), in the bin's order."""
-        ids, flags = [], {}
+        ids: list[np.ndarray] = []
+        flags: dict[str, list[np.ndarray]] = {}
         for s, i in zip(shard.tolist(), index.tolist()):
             samples = self.cache.get(s)
             start, stop = int(samples.offsets[i]), int(samples.offsets[i + 1])
