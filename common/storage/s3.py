@@ -40,7 +40,9 @@ class S3Storage(Backend):
         self.unlisted: dict[str, str] = {}  # a listing is all or nothing on S3
         # botocore retries quickly and silently; RetryPolicy waits longer and logs.
         config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60)
-        self.client = boto3.client("s3", endpoint_url=endpoint_url or None, config=config)
+        # A session of its own: credentials read now (the default session caches the first ones it found, and
+        # is not thread-safe).
+        self.client = boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, config=config)
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix and name else (self.prefix or name)
