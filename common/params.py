@@ -59,8 +59,9 @@ class Configurable:
         names = {f.name for f in dataclasses.fields(cls.Params)}
         unknown = sorted(set(given) - names)
         if unknown:
+            its = ", ".join(flag_of(cls.Params, n) for n in sorted(names)) or "none"
             raise ValueError(f"{', '.join(flag_of(cls.Params, n) for n in unknown)} does not apply to "
-                             f"{cls.name} (its options: {', '.join(flag_of(cls.Params, n) for n in sorted(names)) or 'none'})")
+                             f"{cls.name} (its options: {its})")
         params = cls.Params(**{name: _coerce(cls.Params, name, value) for name, value in given.items()})
         validate = getattr(params, "validate", None)
         if validate is not None:

@@ -77,7 +77,8 @@ def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_maski
 @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", required=True, metavar="OUT", show_envvar=True,
-              help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), read through its manifest.")
+              help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), read "
+                   "through its manifest.")
 @click.option("--split", type=click.Choice(SPLITS), default="train", show_envvar=True,
               help="The side to serve: the training side, or the held-out side (--holdout-fraction) for evaluation.")
 @click.option("--allow-partial", is_flag=True, show_envvar=True,
@@ -132,9 +133,9 @@ def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_maski
               help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file, tokenizer, mask_id,
-         vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, batch_tokens, batch_layout,
-         pack_window, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
+def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file,
+         tokenizer, mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, batch_tokens,
+         batch_layout, pack_window, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
          verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
@@ -173,7 +174,8 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
                                 cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
                                 metrics_port=metrics_port)
-        server = LoaderServer(storage, shards, ServingParams(batch_size, seed, shuffle_window, masking, tokens), options)
+        params = ServingParams(batch_size, seed, shuffle_window, masking, tokens)
+        server = LoaderServer(storage, shards, params, options)
         sys.exit(server.run())
     except (DatasetError, StorageError, SecurityError, ListenError) as error:
         raise click.ClickException(str(error)) from None

@@ -155,7 +155,8 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
     sides = {"train": stats.SideStats(vocab_size, specials), "holdout": stats.SideStats(vocab_size, specials)}
     read_bytes = read_files = 0
     for side, held in (("train", False), ("holdout", True)):
-        candidates = [f for f in record_files if split_of(f) == ("holdout" if held else "") and f["name"] not in missing]
+        candidates = [f for f in record_files
+                      if split_of(f) == ("holdout" if held else "") and f["name"] not in missing]
         share = budget_bytes if side == "train" else max(budget_bytes // 4, 1)
         for f in choose_files(candidates, share):
             name = f["name"]

@@ -230,7 +230,8 @@ def render(report: dict) -> str:
     made_by = report.get("made_by") or {}
     tokenizer = report.get("tokenizer") or {}
     parts.append("<h2>How this output was made</h2>")
-    parts.append(f"<p>mlm-pipeline {_e(made_by.get('version', '?'))}: <code>{_e(made_by.get('command', '?'))}</code></p>")
+    version, command = _e(made_by.get("version", "?")), _e(made_by.get("command", "?"))
+    parts.append(f"<p>mlm-pipeline {version}: <code>{command}</code></p>")
     if tokenizer:
         parts.append(f"<p>Tokenizer: {_e(tokenizer.get('model'))}, {_n(tokenizer.get('vocab_size'))} ids, "
                      f"{'lower-casing' if tokenizer.get('lower_case') else 'keeping case'}; sha256 "

@@ -44,5 +44,6 @@ class SinkSettings:
     def server_options(self) -> SinkOptions:
         return SinkOptions(ventilator=self.ventilator, port=self.port, bind_host=self.bind_host,
                            state_dir=self.state_dir, report_seconds=self.report_seconds,
-                           publish_seconds=self.publish_seconds, curve=Curve(self.curve_dir) if self.curve_dir else None,
+                           publish_seconds=self.publish_seconds,
+                           curve=Curve(self.curve_dir) if self.curve_dir else None,
                            metrics_port=self.metrics_port, instance_hourly_price=self.instance_hourly_price)

@@ -260,7 +260,8 @@ def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[Inp
     for path, reason in skipped.items():
         log.warning("skipping input %s: %s", path or options.data, reason)
     if not files:
-        raise JobError(f"--data {options.data}: no input files found" + (f" ({len(skipped)} skipped)" if skipped else ""))
+        raise JobError(f"--data {options.data}: no input files found"
+                       + (f" ({len(skipped)} skipped)" if skipped else ""))
     return storage, listed, files, skipped
 
 

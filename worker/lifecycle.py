@@ -56,7 +56,8 @@ def complete_after_drain(imds: Imds, hook: LifecycleHook, leave: bool = False) -
     instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
     import boto3  # only on EC2, when a hook is configured
     from botocore.exceptions import BotoCoreError, ClientError
-    from botocore.parsers import ResponseParserError  # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
+    # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
+    from botocore.parsers import ResponseParserError
     try:
         boto3.client("autoscaling", region_name=region or None).complete_lifecycle_action(
             LifecycleHookName=hook.name, AutoScalingGroupName=hook.group, InstanceId=instance_id,
@@ -80,7 +81,8 @@ def _leave_group(imds: Imds, hook: LifecycleHook) -> bool:
     instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
     import boto3  # only on EC2, when a hook is configured
     from botocore.exceptions import BotoCoreError, ClientError
-    from botocore.parsers import ResponseParserError  # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
+    # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
+    from botocore.parsers import ResponseParserError
     try:
         boto3.client("autoscaling", region_name=region or None).terminate_instance_in_auto_scaling_group(
             InstanceId=instance_id, ShouldDecrementDesiredCapacity=False)

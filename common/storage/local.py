@@ -131,7 +131,7 @@ class LocalStorage(Backend):
         if not os.path.isdir(self.root):
             return []
         names = []
-        for directory, subdirs, files in os.walk(self.root):
+        for directory, _subdirs, files in os.walk(self.root):
             relative = os.path.relpath(directory, self.root)
             names += [name if relative == "." else f"{relative}/{name}".replace(os.sep, "/") for name in files]
         return sorted(names)

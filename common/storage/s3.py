@@ -89,7 +89,8 @@ class S3Storage(Backend):
             except ClientError as error:
                 code = error.response.get("Error", {}).get("Code", "")
                 if code in ("PreconditionFailed", "412"):
-                    raise VersionChanged(f"{self.uri(relative)}: object changed since it was listed (ETag {version})") from error
+                    raise VersionChanged(f"{self.uri(relative)}: object changed since it was listed "
+                                         f"(ETag {version})") from error
                 if code in ("InvalidRange", "416"):
                     return b""
                 if code in ("NoSuchKey", "404"):

@@ -104,8 +104,8 @@ def decode_samples(name: str, data: bytes) -> tuple[dict, list[dict[str, np.ndar
     shard = parse_shard(data)
     config = read_config(shard)
     names, encodings, sizes = (config.get(key) for key in ("column_names", "column_encodings", "column_sizes"))
-    if config.get("format") != FORMAT or not (isinstance(names, list) and isinstance(encodings, list)
-                                              and isinstance(sizes, list) and len(names) == len(encodings) == len(sizes)):
+    if not (isinstance(names, list) and isinstance(encodings, list) and isinstance(sizes, list)) \
+            or config.get("format") != FORMAT or not len(names) == len(encodings) == len(sizes):
         raise ValueError("not an MDS shard: its config names no columns")
     decoders = [_decoder(e) for e in encodings]
     variable = sum(1 for s in sizes if not s)
@@ -135,7 +135,8 @@ def _decoder(text: str):
     if kind == "int":
         return lambda raw: np.frombuffer(raw, "<i8")[:1]
     if kind in SCALARS and not rest:
-        return lambda raw, dtype=np.dtype(kind).newbyteorder("<"): np.frombuffer(raw, dtype)[:1]
+        scalar = np.dtype(kind).newbyteorder("<")
+        return lambda raw: np.frombuffer(raw, scalar)[:1]
     dtype_name, _, shape = rest.partition(":")
     if kind != "ndarray" or dtype_name not in ARRAY_DTYPES:
         raise ValueError(f"column encoding {text!r} is not one this pipeline writes")

@@ -21,7 +21,8 @@ needs: ``preprocess_data.py --split-sentences``); ``document`` one sequence
 per document, ending with the end-of-document token as
 ``preprocess_data.py --append-eod`` writes it (Megatron's ``eod``: the
 tokenizer's separator, ``[SEP]`` for BERT's WordPiece, ``</s>`` for
-RoBERTa's), so GPT-style samples that cross a document boundary see it.  The dtype is uint16 when the vocabulary has fewer than 65,500
+RoBERTa's), so GPT-style samples that cross a document boundary see it.
+The dtype is uint16 when the vocabulary has fewer than 65,500
 ids (Megatron's ``best_fitting_dtype``), int32 otherwise.
 
 At the end of the job the sink writes ``megatron_data_path.txt``: ``TOKENS

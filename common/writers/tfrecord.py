@@ -250,7 +250,8 @@ def encode_records(features: dict[str, np.ndarray]) -> bytes:
     record_end = np.cumsum(framed.lengths)
     data_start = record_end - framed.lengths + 12
     view = memoryview(out)
-    data_crcs = np.fromiter((_masked_crc(view[start:end]) for start, end in zip(data_start.tolist(), (record_end - 4).tolist())),
+    spans = zip(data_start.tolist(), (record_end - 4).tolist())
+    data_crcs = np.fromiter((_masked_crc(view[start:end]) for start, end in spans),
                             dtype="<u4", count=rows)
     out[(record_end - 4)[:, None] + np.arange(4)] = data_crcs.view(np.uint8).reshape(rows, 4)
     return out.tobytes()
@@ -303,7 +304,8 @@ class ShardWriter:
         self._file = file if isinstance(file, HashingFile) else HashingFile(file)
         self.records = 0
         # mtime=0 and no file name: the same records give the same bytes.
-        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self._file, mtime=0) if compression == "gzip" else None
+        self._gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self._file, mtime=0) \
+            if compression == "gzip" else None
 
     @property
     def bytes_written(self) -> int:
