@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import operator
 import threading
 
 import numpy as np
@@ -37,6 +38,7 @@ class _Buffers:
         self.ends = np.empty(slots if with_ends else 0, np.int32)
         self.addresses = (self.output.ctypes.data, self.starts.ctypes.data,
                           self.ends.ctypes.data if with_ends else None)
+        self.start_values = memoryview(self.starts)  # Python ints a value, for the binary search
 
 
 _local = threading.local()  # each thread's reused _Buffers
@@ -75,13 +77,9 @@ def _buffers_for(slots: int, with_ends: bool) -> _Buffers:
     return reused
 
 
-def _is_zero(offset: np.int32) -> bool:
-    return offset == 0
-
-
 def _byte_offsets(data: bytes, with_ends: bool) -> tuple[np.ndarray, np.ndarray | None] | None:
     """Bling Fire's sentences' first bytes (and last bytes) in non-empty ``data``, or None when it reports
-    an error.
+    an error: views of this thread's buffers, good until its next call.
 
     Bling Fire zeroes as many offset slots as it is given, fills one per sentence, and copies its
     newline-joined output only if it fits the same count of bytes.  Each sentence holds a byte that is
@@ -96,9 +94,8 @@ def _byte_offsets(data: bytes, with_ends: bool) -> tuple[np.ndarray, np.ndarray 
         ends = None
     if _entry(data, len(data), output, starts, ends, slots) < 0:
         return None
-    count = bisect.bisect_left(buffers.starts, True, 1, slots, key=_is_zero)
-    return (buffers.starts[:count].astype(np.int64),
-            buffers.ends[:count].astype(np.int64) if with_ends else None)
+    count = bisect.bisect_left(buffers.start_values, True, 1, slots, key=operator.not_)  # not 0: True
+    return buffers.starts[:count], buffers.ends[:count] if with_ends else None
 
 
 def sentence_starts(text: str, utf8: bytes | None = None) -> list[int]:
@@ -134,7 +131,7 @@ def sentence_offsets(text: str) -> list[tuple[int, int]]:
         return []
     starts, last_bytes = found
     bounds = np.empty(2 * len(starts), np.int64)
-    bounds[0::2], bounds[1::2] = starts, last_bytes + 1  # a sentence's end: the byte after its last
+    bounds[0::2], bounds[1::2] = starts, last_bytes.astype(np.int64) + 1  # an end: the byte after the last
     # The wrapper's loop pairs the offsets with character starts in order: it agrees with a bulk mapping
     # when they never go back and every one but the last end lies inside the text.
     if np.any(np.diff(bounds) < 0) or bounds[:-1].max(initial=0) >= len(data) or bounds[-1] > len(data):
@@ -152,17 +149,14 @@ def sentence_offsets(text: str) -> list[tuple[int, int]]:
 
 
 def _characters(data: bytes, byte_offsets: np.ndarray) -> np.ndarray | None:
-    """The character index of each byte offset (each the first byte of a character; None if one is not):
-    the offset less the UTF-8 continuation bytes (10xxxxxx) before it, found in bulk."""
+    """The character index of each of the ascending byte offsets into ``data``, each the first byte of a
+    character (None if one is not): the offset less the UTF-8 continuation bytes (10xxxxxx) before it."""
     if len(byte_offsets) == 0:
         return byte_offsets
-    if byte_offsets.min() < 0 or byte_offsets.max() >= len(data):
+    continuation = np.frombuffer(data, np.int8) < -64  # 0x80..0xBF as signed bytes
+    if byte_offsets[0] < 0 or byte_offsets[-1] >= len(data) or continuation[byte_offsets].any():
         return None
-    continuation = np.flatnonzero(np.frombuffer(data, np.int8) < -64)  # 0x80..0xBF as signed bytes
-    before = np.searchsorted(continuation, byte_offsets)
-    if len(continuation) and np.any(continuation[np.minimum(before, len(continuation) - 1)] == byte_offsets):
-        return None
-    return byte_offsets - before
+    return byte_offsets - np.searchsorted(np.flatnonzero(continuation), byte_offsets)
 
 
 def _wrapper_starts(text: str) -> list[int]:

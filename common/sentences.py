@@ -63,8 +63,7 @@ def segment_pieces(lines: list[str], segmenter: Segmenter) -> list[list[str]]:
     (``following:`` / ``During ...``) is one segment of two pieces, each
     encoded as its own paragraph encodes it.
     """
-    paragraphs = [line.strip() for line in lines]
-    paragraphs = [paragraph for paragraph in paragraphs if paragraph]
+    paragraphs = list(filter(None, map(str.strip, lines)))
     if segmenter is not Segmenter.BLINGFIRE or not paragraphs:
         return [[piece] for paragraph in paragraphs for piece in _bounded(paragraph)]
     text = "\n".join(paragraphs)
