@@ -8,7 +8,10 @@ the target.  Meeting a target is information only: the exit status says
 whether every measurement ran, never whether it was fast enough.
 
 Ratios (worker vs tokenizer, 2 workers vs 1) are taken within each repeat,
-then their median reported.  Throughput per CPU-second uses CPU time
+then their median reported; the worker's stage ratios (bench/ratios.py, the
+regression guard: ``--ratios FILE`` writes them, ``--record-ratios`` records
+a quick run's as the guard's figures) are each stage's least CPU over rounds
+divided by its reference's least.  Throughput per CPU-second uses CPU time
 (time.process_time, or psutil for other processes), so other work on the
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
@@ -364,7 +367,7 @@ class Settings:
     rss_series_copies: int = 96  # 12 groups of 8 copies: 24 tasks of ~8 MiB
     pysbd_bytes: int = 200_000
     loader_batches: int = 2000  # batches received per measurement, over all ranks
-    ratio_rounds: int = 3  # worker stage ratios (bench/ratios.py): rounds, the least cost of each kept
+    ratio_rounds: int = 5  # worker stage ratios (bench/ratios.py): rounds, the least cost of each kept
 
     @classmethod
     def make(cls, quick: bool, repeats: int | None, scale: int | None) -> "Settings":
@@ -372,7 +375,7 @@ class Settings:
             return cls(quick=True, repeats=repeats or 1, worker_copies=scale or 1, limit_per_file=96_000,
                        vent_small=2, vent_big=6, small_task="16K", flood_acks=600, pipe_task="48K", pipe_dupe=2,
                        rss_worker_copies=(1, 2), rss_worker_per_file=1, rss_series_copies=2,
-                       pysbd_bytes=10_000, loader_batches=40, ratio_rounds=5)
+                       pysbd_bytes=10_000, loader_batches=40)
         return cls(quick=False, repeats=repeats or 3, worker_copies=scale or 4)
 
 
