@@ -44,7 +44,8 @@ class Drift:
     measured: float
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.measured:.3f} measured, {self.recorded:.3f} recorded ({self.measured / self.recorded:.2f}x)"
+        return (f"{self.key}: {self.measured:.3f} measured, {self.recorded:.3f} recorded "
+                f"({self.measured / self.recorded:.2f}x)")
 
 
 def drifts(measured: dict[str, float], recorded: dict[str, float], tolerance: float = TOLERANCE,

@@ -475,8 +475,8 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         gz = one(encoders["hf"], 1, "gzip1", "gzip")
         res.add("out_gzip_bytes_inst", gz.bytes_out / gz.instances)
         res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)
-    stage_ratios(s, res, documents, segments, "fast" if fast is not None else "hf", encoders.get("fast", encoders["hf"]),
-                 cold, one)
+    tok = "fast" if fast is not None else "hf"
+    stage_ratios(s, res, documents, segments, tok, encoders[tok], cold, one)
 
 
 def stage_ratios(s: Settings, res: Results, documents, segments, tok: str, encoder, cold, one) -> None:

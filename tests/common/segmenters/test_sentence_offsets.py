@@ -65,8 +65,8 @@ def joined(lines: list[str]) -> str:
 def random_texts(count: int, seed: int = 33) -> list[str]:
     rng = random.Random(seed)
     atoms = ["Hello", "world", "Dr.", "U.S.", ".", "!", "?", ":", ",", " ", "  ", "\t", "\n", "\r\n", "\u00a0",
-             "\u200b", "\u3000", "\x85", "\x1c", "。", "！", "？", "；", "…", "⋯", "．", "”", "」", "』", "）", "，",
-             "、", "他说", "好", "私は", "e\u0301", "😀", "𝔘", "x" * 40]
+             "\u200b", "\u3000", "\x85", "\x1c", "。", "！", "？", "；", "…", "⋯", "．", "”", "」", "』", "）",
+             "，", "、", "他说", "好", "私は", "e\u0301", "😀", "𝔘", "x" * 40]
     return ["".join(rng.choice(atoms) for _ in range(rng.randint(1, 80))) for _ in range(count)]
 
 
