@@ -8,7 +8,10 @@ the target.  Meeting a target is information only: the exit status says
 whether every measurement ran, never whether it was fast enough.
 
 Ratios (worker vs tokenizer, 2 workers vs 1) are taken within each repeat,
-then their median reported.  Throughput per CPU-second uses CPU time
+then their median reported; the worker's stage ratios (bench/ratios.py, the
+regression guard: ``--ratios FILE`` writes them, ``--record-ratios`` records
+a quick run's as the guard's figures) are each stage's least CPU over rounds
+divided by its reference's least.  Throughput per CPU-second uses CPU time
 (time.process_time, or psutil for other processes), so other work on the
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
@@ -38,6 +41,7 @@ from typing import Callable
 import click
 
 from bench import corpus as corpora
+from bench.ratios import REFERENCES, key as ratio_key
 from bench.procs import REPO
 
 SHARED = REPO.parent / "shared"
@@ -106,6 +110,9 @@ def _rows() -> list[Row]:
             needs=("nanotoken",)),
         Row("w1_fastline_vs_tok", "Worker d=1 (nanotoken, --segmenter line: no sentence split) / its tokenizer alone",
             "{:.1%}", "≥ 70%", lambda v: v >= 0.7, needs=("nanotoken",)),
+        *[Row(f"ratio_fast{dupe}_split", f"Sentence split stage, worker d={dupe} (nanotoken) / Bling Fire's "
+              "text_to_sentences alone on the same text (same run, least of rounds)", "{:.2f}×", "≤ 1.2×",
+              lambda v: v <= 1.2, needs=("nanotoken",)) for dupe in (1, 10)],
         Row("fast_identical", "Shards written with nanotoken byte-identical to HF's (d=1, d=10)", "{:.0f}/2",
             "2/2", lambda v: v == 2, needs=("nanotoken",)),
         Row("out_bytes_inst", "Output bytes per instance (TFRecord)", "{:,.0f}"),
@@ -385,6 +392,7 @@ class Settings:
     rss_series_copies: int = 96  # 12 groups of 8 copies: 24 tasks of ~8 MiB
     pysbd_bytes: int = 200_000
     loader_batches: int = 2000  # batches received per measurement, over all ranks
+    ratio_rounds: int = 5  # worker stage ratios (bench/ratios.py): rounds, the least cost of each kept
 
     @classmethod
     def make(cls, quick: bool, repeats: int | None, scale: int | None) -> "Settings":
@@ -492,6 +500,30 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         gz = one(encoders["hf"], 1, "gzip1", "gzip")
         res.add("out_gzip_bytes_inst", gz.bytes_out / gz.instances)
         res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)
+    tok = "fast" if fast is not None else "hf"
+    stage_ratios(s, res, documents, segments, tok, encoders[tok], cold, one)
+
+
+def stage_ratios(s: Settings, res: Results, documents, segments, tok: str, encoder, cold, one) -> None:
+    """The regression guard's figures (bench/ratios.py): each stage of the worker's own tokenizer's runs
+    (d=1, d=10) over its reference, Bling Fire alone on the same texts for the split and the tokenizer
+    alone on the same segments for the rest.  Rounds of (references, run) alternate; each cost is its
+    least over the rounds, the estimate least moved by other work on the machine (which only adds)."""
+    from bench import ratios
+    from bench.worker_bench import blingfire_alone, cpu_of, joined_paragraphs
+
+    texts = [joined_paragraphs(lines) for lines in documents]  # what the segmenter hands Bling Fire
+    for dupe in (1, 10):
+        reference = {"blingfire": math.inf, "tokenizer": math.inf}
+        stage = dict.fromkeys(ratios.REFERENCES, math.inf)
+        for round_ in range(s.ratio_rounds):
+            log(f"worker: stage ratios d={dupe}, round {round_ + 1}/{s.ratio_rounds}")
+            reference["blingfire"] = min(reference["blingfire"], cpu_of(blingfire_alone, texts))
+            reference["tokenizer"] = min(reference["tokenizer"], cpu_of(encoder, segments, before=cold))
+            run = one(encoder, dupe, f"ratio{tok}{dupe}")
+            stage = {name: min(cost, run.stage_cpu.get(name, 0.0)) for name, cost in stage.items()}
+        for name, against in ratios.REFERENCES.items():
+            res.add(ratios.key(f"{tok}{dupe}", name), stage[name] / reference[against])
 
 
 
@@ -1169,7 +1201,7 @@ def _section_of(key: str) -> str:
         return "loader"
     if key.startswith(("obj_", "fmt_")):
         return "objectives"
-    if key.startswith(("w", "tok", "out", "fast", "stage")) and not key.startswith("worker_"):
+    if key.startswith(("w", "tok", "out", "fast", "stage", "ratio_")) and not key.startswith("worker_"):
         return "worker"
     if key.startswith("v_"):
         return "ventilator"
@@ -1228,6 +1260,15 @@ def render(res: Results, s: Settings, command: str, elapsed: float, ran: list[st
             total = sum(values) or 1.0
             cells = [f"{v:.3f} ({v / total:.0%})" for v in values]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Worker stage CPU / its reference's CPU on the same text, the least of each over rounds that "
+              "alternate them (bench/ratios.py: Bling Fire alone for the split, the tokenizer alone for the rest; "
+              "the regression guard's figures):", "",
+              "| Worker | " + " | ".join(f"{STAGE_NAMES[stage]} / {against}" for stage, against in REFERENCES.items())
+              + " |", "| --- |" + " --- |" * len(REFERENCES)]
+    for tok, dupe, label in STAGE_ROWS:
+        values = [res.value(ratio_key(f"{tok}{dupe}", stage)) for stage in REFERENCES]
+        if any(v is not None for v in values):
+            lines.append(f"| {label} | " + " | ".join("n/a" if v is None else f"{v:.3f}" for v in values) + " |")
     for table in res.tables:
         lines += ["", table]
     return "\n".join(lines) + "\n"
@@ -1241,14 +1282,21 @@ def render(res: Results, s: Settings, command: str, elapsed: float, ran: list[st
               help="Copies of the corpus in the worker's task and the pipeline's input (default 4: ~8 MB).")
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None, help="Also write the table to this file.")
 @click.option("--only", default=",".join(SECTIONS), show_default=True, help="Sections to run, comma-separated.")
+@click.option("--ratios", "ratios_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the worker's stage ratios (bench/ratios.py) to this JSON file.")
+@click.option("--record-ratios", is_flag=True,
+              help="Record this run's worker stage ratios as the guard's figures (bench/ratios.json; --quick only).")
 @click.pass_context
 def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None, markdown: str | None,
-         only: str) -> None:
+         only: str, ratios_out: str | None, record_ratios: bool) -> None:
     sections = [name.strip() for name in only.split(",") if name.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         raise click.BadParameter(f"unknown section(s): {', '.join(unknown)}; of {', '.join(SECTIONS)}",
                                  param_hint="--only")
+    if record_ratios and (not quick or "worker" not in sections or repeats or scale):
+        raise click.BadParameter("records the quick run's figures, as the suite measures them: use it with --quick "
+                                 "and the worker section, without --repeats or --scale", param_hint="--record-ratios")
     if not WIKI.is_dir() or not VOCAB.is_file():
         raise click.ClickException(f"needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent")
     settings = Settings.make(quick, repeats, scale)
@@ -1273,6 +1321,15 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
     print(table)
     if markdown:
         Path(markdown).write_text(table)
+    measured = {name: res.value(name) for name in res.samples if name.startswith("ratio_")}
+    if ratios_out:
+        Path(ratios_out).write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
+    if record_ratios and not res.errors:
+        from bench import ratios
+
+        load = os.getloadavg()[0]
+        ratios.save(measured, f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {load:.2f}")
+        log(f"recorded {len(measured)} ratios in {ratios.RECORDED}")
     ctx.exit(1 if res.errors else 0)
 
 

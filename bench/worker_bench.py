@@ -114,6 +114,20 @@ def split_all(documents: list[list[str]], segmenter: Segmenter = Segmenter.BLING
     return [segment for lines in documents for segment in split_segments(lines, segmenter)]
 
 
+def joined_paragraphs(lines: list[str]) -> str:
+    """A document's text as common/sentences.py hands it to Bling Fire: its non-empty paragraphs,
+    stripped, joined by newlines."""
+    return "\n".join(paragraph for paragraph in map(str.strip, lines) if paragraph)
+
+
+def blingfire_alone(texts: list[str]) -> None:
+    """Bling Fire's sentence split alone, one call per document: the split stage's reference."""
+    import blingfire
+
+    for text in texts:
+        blingfire.text_to_sentences(text)
+
+
 def hf_encoder(tokenizer, batch: int = 2048):
     """Vocabulary.encode_many on HF tokenizers, as the worker had it when
     this benchmark was written: the "hf" variant, whatever encode_many

@@ -12,8 +12,10 @@ closing quotes stay with their sentence, and ；and … end one too.
 from __future__ import annotations
 
 import enum
+import itertools
 
 from common.cjk_sentences import adjust_starts
+from common.sentence_offsets import sentence_starts
 
 #: Segments longer than this are cut at whitespace: a segment is useful only
 #: up to max_seq_length tokens, and one giant line would otherwise make the
@@ -49,19 +51,6 @@ def _bounded(segment: str) -> list[str]:
     return pieces
 
 
-def _cut(paragraph: str, cuts: list[int]) -> list[tuple[int, int]]:
-    """Spans of ``paragraph`` cut at ``cuts`` (sentence starts), each cut moved
-    back over the whitespace before it: the spans cover the paragraph."""
-    bounds = [0]
-    for cut in cuts:
-        while cut > bounds[-1] and paragraph[cut - 1].isspace():
-            cut -= 1
-        if cut > bounds[-1]:
-            bounds.append(cut)
-    bounds.append(len(paragraph))
-    return list(zip(bounds, bounds[1:]))
-
-
 def segment_pieces(lines: list[str], segmenter: Segmenter) -> list[list[str]]:
     """A document's segments, each as its pieces of text, one per paragraph it spans.
 
@@ -74,34 +63,15 @@ def segment_pieces(lines: list[str], segmenter: Segmenter) -> list[list[str]]:
     (``following:`` / ``During ...``) is one segment of two pieces, each
     encoded as its own paragraph encodes it.
     """
-    paragraphs = [line.strip() for line in lines]
-    paragraphs = [paragraph for paragraph in paragraphs if paragraph]
+    paragraphs = list(filter(None, map(str.strip, lines)))
     if segmenter is not Segmenter.BLINGFIRE or not paragraphs:
         return [[piece] for paragraph in paragraphs for piece in _bounded(paragraph)]
-    import blingfire
-
     text = "\n".join(paragraphs)
-    _, offsets = blingfire.text_to_sentences_and_offsets(text)
-    starts = adjust_starts(text, sorted(start for start, _ in offsets))  # CJK: closers, ；and …
-    segments: list[list[str]] = []
-    begin, next_start = 0, 0
-    for paragraph in paragraphs:
-        end = begin + len(paragraph)
-        cuts = []
-        opens_sentence = begin == 0  # the first paragraph always does
-        while next_start < len(starts) and starts[next_start] < end:
-            if starts[next_start] > begin:
-                cuts.append(starts[next_start] - begin)
-            else:
-                opens_sentence = True
-            next_start += 1
-        for index, (a, b) in enumerate(_cut(paragraph, cuts)):
-            piece = paragraph[a:b]
-            if index == 0 and not opens_sentence and segments:
-                segments[-1].append(piece)  # the sentence goes on from the paragraph before
-            else:
-                segments.append([piece])
-        begin = end + 1  # the joining newline
+    utf8 = text.encode("utf-8")
+    starts = adjust_starts(text, sorted(sentence_starts(text, utf8)), utf8)  # CJK: closers, ；and …
+    segments = _cut(text, paragraphs, starts)
+    if len(text) <= MAX_SEGMENT_CHARS:
+        return segments  # no segment can be longer than its document
     bounded = []
     for pieces in segments:
         if sum(map(len, pieces)) <= MAX_SEGMENT_CHARS:
@@ -109,6 +79,57 @@ def segment_pieces(lines: list[str], segmenter: Segmenter) -> list[list[str]]:
         else:
             bounded.extend([chunk] for piece in pieces for chunk in _bounded(piece))
     return bounded
+
+
+def _cut(text: str, paragraphs: list[str], starts: list[int]) -> list[list[str]]:
+    """``text`` (the paragraphs joined by newlines) cut at the sentence ``starts``, each cut moved back
+    over the whitespace before it (so the whitespace starts the next piece, and no piece is whitespace
+    alone), into segments of pieces.  A start at a paragraph's first character or at the newline before
+    it makes that paragraph open a sentence; otherwise its first piece goes on the segment before.
+
+    One pass over the starts, a slice and an rstrip per sentence: the split's own cost must stay small
+    beside Bling Fire's (issue #33)."""
+    segments: list[list[str]] = []
+    new_segment = segments.append
+    paragraph_ends = list(itertools.accumulate(len(paragraph) + 1 for paragraph in paragraphs))
+    count = len(paragraphs)
+    index, begin, end = 0, 0, paragraph_ends[0] - 1
+    first, opens = True, True  # the first paragraph always opens a sentence
+    for start in starts:
+        while start >= end and index < count:  # the paragraph ends before this start: its last piece
+            piece = text[begin:end]
+            if first and not opens and segments:
+                segments[-1].append(piece)
+            else:
+                new_segment([piece])
+            index += 1
+            if index < count:
+                begin, end = end + 1, paragraph_ends[index] - 1
+                first, opens = True, start <= begin
+        if start <= begin or index == count:
+            continue  # at the paragraph's first character or the newline before it (or past the text)
+        piece = text[begin:start].rstrip()
+        if not piece:
+            continue  # only whitespace since the last cut: no cut here
+        if first:
+            first = False
+            if not opens and segments:
+                segments[-1].append(piece)
+                begin += len(piece)
+                continue
+        new_segment([piece])
+        begin += len(piece)
+    while index < count:
+        piece = text[begin:end]
+        if first and not opens and segments:
+            segments[-1].append(piece)
+        else:
+            new_segment([piece])
+        index += 1
+        if index < count:
+            begin, end = end + 1, paragraph_ends[index] - 1
+            first, opens = True, False
+    return segments
 
 
 def split_segments(lines: list[str], segmenter: Segmenter) -> list[str]:

@@ -1,10 +1,13 @@
-"""The benchmark runs (quick mode, tiny inputs) and reports every row.
+"""The benchmark runs (quick mode, tiny inputs) and reports every row, and no worker stage's cost moved.
 
-No timing is asserted: a slow machine must not fail CI.  What this catches
-is the benchmark rotting: a role's command line, the protocol or the
-worker's stage names changing under it.
+No time is asserted: a slow machine must not fail CI.  What this catches
+is the benchmark rotting (a role's command line, the protocol or the
+worker's stage names changing under it), and a worker stage getting much
+dearer or cheaper against a reference measured in the same run
+(bench/ratios.py: ratios, not times, with a band measured under load).
 """
 
+import json
 import re
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import sys
 import pytest
 
 from bench.extras import installed
+from bench.ratios import FLOOR, RECORD_COMMAND, TOLERANCE, drifts, failure_message, load
 from bench.run import ROWS, STAGE_NAMES, STAGE_ROWS
 from tests.helpers import REPO, need_shared
 
@@ -21,9 +25,14 @@ pytestmark = pytest.mark.bench
 def test_quick_benchmark_reports_every_row(tmp_path):
     need_shared()
     markdown = tmp_path / "bench.md"
-    result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--markdown", str(markdown)], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    measured = tmp_path / "ratios.json"
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--markdown", str(markdown),
+                             "--ratios", str(measured)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    ratios = json.loads(measured.read_text())
+    assert {"ratio_fast1_split", "ratio_fast10_build"} <= set(ratios)
+    drifted = drifts(ratios, load())
+    assert not drifted, failure_message(drifted)
     assert markdown.read_text() in result.stdout
     cells = {}
     for line in result.stdout.splitlines():
@@ -62,3 +71,25 @@ def test_steady_rate_is_unknown_for_a_run_too_short_to_tell():
     assert steady_rate([(1.0, 100)] * 5, workers=1) is None
     assert steady_rate([(1.0, 100), (1.0, 100), (2.0, 100)], workers=1) is None
     assert steady_rate([], workers=2) is None
+
+
+def test_the_guard_fails_on_issue_33s_split_regression():
+    """Deterministic, from figures: issue #33 measured the split, through text_to_sentences_and_offsets'
+    per-byte loop, at 0.165-0.171 CPU-s/MB against 0.031 for text_to_sentences alone on the same text."""
+    recorded = load()
+    regressed = dict(recorded, ratio_fast1_split=0.165 / 0.031, ratio_fast10_split=0.165 / 0.031)
+    found = drifts(regressed, recorded)
+    assert {drift.key for drift in found} == {"ratio_fast1_split", "ratio_fast10_split"}
+    assert RECORD_COMMAND in failure_message(found)
+    assert not drifts(recorded, recorded)
+
+
+def test_the_band_is_a_factor_each_way_and_small_stages_are_bounded_above():
+    recorded = {"a": 1.0, "tiny": 0.01}
+    assert not drifts({"a": TOLERANCE * 0.99, "tiny": 0.0}, recorded)
+    assert not drifts({"a": 1 / TOLERANCE * 1.01, "tiny": FLOOR * TOLERANCE * 0.99}, recorded)
+    assert [d.key for d in drifts({"a": TOLERANCE * 1.01, "tiny": 0.01}, recorded)] == ["a"]
+    assert [d.key for d in drifts({"a": 1 / TOLERANCE * 0.99}, recorded)] == ["a"]
+    assert [d.key for d in drifts({"a": 1.0, "tiny": FLOOR * TOLERANCE * 1.01}, recorded)] == ["tiny"]
+    assert [d.key for d in drifts({"a": float("nan")}, recorded)] == ["a"]
+    assert not drifts({"unrecorded": 50.0}, recorded)  # measured only: nothing to compare with
