@@ -67,6 +67,8 @@ def _ends(text: str):
     for position in sorted(found):
         if position >= last:  # not inside the run before
             match = _END.match(text, position)
+            if match is None:  # a terminator always matches at its own position
+                continue
             last = match.end()
             yield match
 

@@ -19,6 +19,7 @@ import bisect
 import ctypes
 import operator
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -38,11 +39,11 @@ class _Buffers:
         self.ends = np.empty(slots if with_ends else 0, np.int32)
         self.addresses = (self.output.ctypes.data, self.starts.ctypes.data,
                           self.ends.ctypes.data if with_ends else None)
-        self.start_values = memoryview(self.starts)  # Python ints a value, for the binary search
+        self.start_values = self.starts.data  # a memoryview: Python ints a value, for the binary search
 
 
 _local = threading.local()  # each thread's reused _Buffers
-_entry = None
+_entry: Any = None  # the C function once looked up; False when it cannot be had
 
 
 def _entry_point():
@@ -130,6 +131,7 @@ def sentence_offsets(text: str) -> list[tuple[int, int]]:
     if found is None:
         return []
     starts, last_bytes = found
+    assert last_bytes is not None  # asked with_ends
     bounds = np.empty(2 * len(starts), np.int64)
     bounds[0::2], bounds[1::2] = starts, last_bytes.astype(np.int64) + 1  # an end: the byte after the last
     # The wrapper's loop pairs the offsets with character starts in order: it agrees with a bulk mapping
