@@ -170,9 +170,8 @@ def test_narrow_scopes_and_a_prefix_bound_service_account(resources, root):
     assert _one(resources["google_compute_instance.ventilator"]["service_account"])["scopes"] == \
         "${local.ventilator_scopes}"
     assert "monitoring.write" in str(locals_["ventilator_scopes"])
-    for name in ("google_storage_bucket_iam_member.objects", "google_storage_bucket_iam_member.list"):
-        condition = _one(resources[name]["condition"])
-        assert "${local.objects}" in condition["expression"], f"{name} is not bound to the prefix"
+    condition = _one(resources["google_storage_bucket_iam_member.objects"]["condition"])
+    assert "${local.objects}" in condition["expression"], "the objects' grant is not bound to the prefix"
     assert locals_["objects"] == "projects/_/buckets/${var.bucket_name}/objects/${local.prefix}/"
 
 
@@ -189,3 +188,48 @@ def test_gcp_compute_inventory_uses_the_plugins_options_and_the_modules_labels(r
     assert f"labels.project = {labels['project']}" in inventory["filters"]
     assert inventory["groups"]["worker"] == f"labels.role == '{labels['role']}'"
     assert inventory["groups"]["ventilator"] == f"labels.role == '{rendered['ventilator_labels']['role']}'"
+
+
+def _grants(condition: str, variables: dict[str, str], name: str, list_prefix: str = "") -> bool:
+    """Evaluates a Cloud Storage IAM condition of the shapes this module writes (CEL: ``resource.name``'s
+    ``startsWith`` and ``==``, the ``objectListPrefix`` API attribute, ``||``, ``&&``) for one request."""
+    import re
+
+    expression = condition.replace('\\"', '"')
+    for key, value in variables.items():
+        expression = expression.replace("${" + key + "}", value)
+    assert "${" not in expression, expression
+    expression = expression.replace('api.getAttribute("storage.googleapis.com/objectListPrefix", "")', "list_prefix")
+    expression = expression.replace("api.getAttribute('storage.googleapis.com/objectListPrefix', '')", "list_prefix")
+    expression = expression.replace("resource.name", "name").replace(".startsWith(", ".startswith(")
+    expression = expression.replace("||", " or ").replace("&&", " and ")
+    leftover = set(re.findall(r"\b[a-zA-Z_]\w*\b", re.sub(r'"[^"]*"', '""', expression)))
+    assert leftover <= {"name", "list_prefix", "startswith", "or", "and"}, f"not understood: {leftover}"
+    return bool(eval(expression, {"__builtins__": {}}, {"name": name, "list_prefix": list_prefix}))  # noqa: S307
+
+
+def test_the_service_accounts_reach_the_jobs_prefix_only(resources, root):
+    """Every bucket grant, evaluated for requests: objects below the prefix and listings of it are granted;
+    an object elsewhere, and a listing of the whole bucket or of another prefix (its names and metadata), are not.
+    A listing's resource is the bucket itself, so a condition on the bucket's name would grant the whole bucket:
+    Cloud Storage's `storage.googleapis.com/objectListPrefix` attribute is what limits it to a prefix."""
+    variables = {"var.bucket_name": "my-corpora", "local.prefix": "zhwiki/run1"}
+    variables["local.objects"] = "projects/_/buckets/my-corpora/objects/zhwiki/run1/"
+    locals_ = {k: v for entry in root["locals"] for k, v in entry.items()}
+    assert locals_["objects"] == "projects/_/buckets/${var.bucket_name}/objects/${local.prefix}/"
+    bucket = "projects/_/buckets/my-corpora"
+    grants = [(name, _one(body["condition"])["expression"]) for name, body in resources.items()
+              if name.startswith("google_storage_bucket_iam")]
+    assert grants and all(expression for _name, expression in grants), "every bucket grant has a condition"
+
+    def granted(name: str, list_prefix: str = "") -> bool:
+        return any(_grants(expression, variables, name, list_prefix) for _name, expression in grants)
+
+    assert granted(f"{bucket}/objects/zhwiki/run1/corpus/AA/wiki_00")
+    assert granted(f"{bucket}/objects/zhwiki/run1/out/part-00000.tfrecord")
+    assert granted(bucket, "zhwiki/run1/corpus/"), "the corpus can be listed"
+    assert granted(bucket, "zhwiki/run1/out/"), "the output can be listed"
+    assert not granted(f"{bucket}/objects/other-team/secret.txt")
+    assert not granted(f"{bucket}/objects/zhwiki/run10/x"), "a sibling prefix is another job's"
+    assert not granted(bucket, ""), "a listing of the whole bucket"
+    assert not granted(bucket, "other-team/"), "a listing of another prefix"
