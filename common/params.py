@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 #: What a parameter may hold: the wire carries these as they are.
