@@ -56,6 +56,7 @@ class FakeGceMetadata(_Server):
         self.email = email
         self.preempted = False
         self.maintenance_event = "NONE"
+        self.token_answer: str | None = None  # set: served instead of a token (a broken or hostile server)
         self.tokens: set[str] = set()
         self.requests: list[str] = []
         self._lock = threading.Lock()
@@ -102,6 +103,8 @@ class FakeGceMetadata(_Server):
             if key == "instance/service-accounts/default/email":
                 return 200, self.email, "text/plain"
             if key == "instance/service-accounts/default/token":
+                if self.token_answer is not None:
+                    return 200, self.token_answer, "application/json"
                 token = secrets.token_urlsafe(16)
                 self.tokens.add(token)
                 return 200, json.dumps({"access_token": token, "expires_in": 3599, "token_type": "Bearer"}), \

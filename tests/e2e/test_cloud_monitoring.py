@@ -164,3 +164,18 @@ def test_a_monitoring_api_that_never_answers_does_not_hold_the_ventilator(tmp_pa
     assert publisher.returncode == 0, err
     assert "closed in" in out
     assert "got no answer in time" in err and "job_active=0" not in err, "no success claimed for a call unanswered"
+
+
+@pytest.mark.parametrize("answer", ["{}", '{"access_token": "x", "expires_in": "soon"}', "[1, 2]"])
+def test_a_token_answer_google_auth_cannot_use_is_one_warning(tmp_path, answer):
+    """A metadata server whose token answer google-auth trips on (KeyError, TypeError, ...: not its own error
+    types): one warning, the publisher goes on, and no traceback, as for any failed publication."""
+    with FakeGceMetadata(PROJECT) as metadata, FakeCloudMonitoring(metadata) as monitoring:
+        metadata.token_answer = answer
+        publisher = _publisher(metadata, monitoring, tmp_path, spacing=0.0)
+        _wait_for(lambda: any("/token" in p for p in list(metadata.requests)) or publisher.poll() is not None,
+                  60, "a token asked for")
+        out, err = publisher.communicate("close\n", timeout=60)
+    assert publisher.returncode == 0, err
+    assert "Traceback" not in err, err[-3000:]
+    assert err.count("cloud monitoring: cannot publish the backlog") == 1, err[-3000:]

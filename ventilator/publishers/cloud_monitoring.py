@@ -114,7 +114,8 @@ class CloudMonitoringPublisher(BacklogPublisher):
                                     timeout=self.options.request_seconds)
             if response.status_code != 200:
                 raise requests.HTTPError(f"{response.status_code} {response.text[:300]}")
-        except (google.auth.exceptions.GoogleAuthError, requests.RequestException) as error:
+        except (google.auth.exceptions.GoogleAuthError, requests.RequestException, LookupError, TypeError,
+                ValueError) as error:  # google-auth does not wrap every malformed answer (a token without a field)
             if not self._failing:
                 log.warning("cloud monitoring: cannot publish the backlog to project %s: %s (trying again every "
                             "%.0fs)", self.options.project, error, self.options.interval_seconds)
