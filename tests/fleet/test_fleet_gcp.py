@@ -233,3 +233,43 @@ def test_the_service_accounts_reach_the_jobs_prefix_only(resources, root):
     assert not granted(f"{bucket}/objects/zhwiki/run10/x"), "a sibling prefix is another job's"
     assert not granted(bucket, ""), "a listing of the whole bucket"
     assert not granted(bucket, "other-team/"), "a listing of another prefix"
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    """Terraform's templatefile for a template without directives: ${name} interpolated, $${ a literal ${."""
+    text = template.replace("$${", "\0")
+    for name, value in values.items():
+        text = text.replace("${" + name + "}", value)
+    assert "${" not in text, text
+    return text.replace("\0", "${")
+
+
+@pytest.mark.parametrize("failures, succeeds", [(2, True), (99, False)])
+def test_the_install_outlasts_a_package_index_not_answering_yet(tmp_path, failures, succeeds):
+    """The install part of both startup scripts, run by bash with stand-ins for the system's commands: PyPI (through
+    Cloud NAT, just after boot) failing twice does not leave a VM without its worker, idle until scaled in;
+    failing for good ends the script non-zero (the guest agent logs it)."""
+    opt, bin_dir = tmp_path / "opt", tmp_path / "bin"
+    (opt / "venv" / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    calls = tmp_path / "pip-calls"
+    pip = opt / "venv" / "bin" / "pip"
+    pip.write_text(f'#!/bin/bash\necho "$@" >> {calls}\n[ "$(wc -l < {calls})" -gt {failures} ]\n')
+    for name, body in {"id": "exit 0", "python3": "exit 0", "useradd": "exit 0", "sleep": "exit 0"}.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+    for path in [pip, *bin_dir.iterdir()]:
+        path.chmod(0o755)
+    script = _render((STARTUP_DIR / "templates" / "install.sh.tftpl").read_text(),
+                     {"user": "mlm", "install_dir": str(opt), "venv": str(opt / "venv"),
+                      "package_spec": "mlm-pipeline[gcs]==0.1.0"})
+    import os
+    import subprocess
+
+    proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    tries = calls.read_text().splitlines()
+    assert tries and all(t == "install --quiet mlm-pipeline[gcs]==0.1.0" for t in tries), tries
+    if succeeds:
+        assert proc.returncode == 0 and len(tries) == failures + 1, (proc.returncode, tries, proc.stderr)
+    else:
+        assert proc.returncode != 0 and 3 <= len(tries) <= 10, (proc.returncode, tries)
