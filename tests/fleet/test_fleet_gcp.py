@@ -273,3 +273,21 @@ def test_the_install_outlasts_a_package_index_not_answering_yet(tmp_path, failur
         assert proc.returncode == 0 and len(tries) == failures + 1, (proc.returncode, tries, proc.stderr)
     else:
         assert proc.returncode != 0 and 3 <= len(tries) <= 10, (proc.returncode, tries)
+
+
+def test_the_ventilator_journals_where_its_service_user_may_write(rendered):
+    """The ventilator VM's service runs as the install's system user, whose home (the install directory) is
+    root's: the sink's default --state-dir (~/.cache/mlm-pipeline), where a gs:// output's manifest is journaled,
+    could not be made, and the job would never start.  The journal goes to the unit's StateDirectory, which
+    systemd makes and hands to that user."""
+    import re
+
+    from ventilator.run_config import parse
+
+    argv = shlex.split(rendered["ventilator_command"])[1:]
+    argv = [a if a != "/opt/mlm-pipeline/vocab.txt" else "vocab.txt" for a in argv]
+    state_dir = parse(argv).sink.state_dir
+    unit = rendered["ventilator_startup_script"]
+    directory = re.search(r"^StateDirectory=(\S+)$", unit, re.M)
+    assert directory, "the ventilator's unit has no StateDirectory"
+    assert state_dir == f"/var/lib/{directory.group(1)}", state_dir
