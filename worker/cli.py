@@ -124,7 +124,9 @@ def main(**values) -> None:
     task, tokenize and mask it with google-research/bert's semantics, write
     its shard to the job's output (local directory or S3), and acknowledge it
     to the sink.  Exits 0 when the job is finished.  SIGTERM drains: current
-    tasks are finished and acknowledged, queued ones handed back.
+    tasks are finished and acknowledged, queued ones handed back.  SIGUSR1
+    (a VM's shutdown script) drains like a spot notice: what is not done
+    within --notice-drain-seconds is handed back.
     """
     try:
         settings = build(WorkerSettings, values)
