@@ -16,8 +16,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar
 
 #: What a parameter may hold: the wire carries these as they are.
 ParamValue = bool | int | float | str
@@ -160,6 +161,29 @@ def entry_point_group(package: str) -> str:
 V = typing.TypeVar("V")
 
 
+class _Found(typing.Generic[V]):
+    """An axis's variants, found on the first call.  ``cache_clear()`` forgets them and the installed packages'
+    entry points, so a plugin installed since (also into a directory already on sys.path, as pip does into
+    site-packages) is found by the next call."""
+
+    def __init__(self, find: Callable[[], dict[str, type[V]]]):
+        self._find = find
+        self._found: dict[str, type[V]] | None = None
+
+    def __call__(self) -> dict[str, type[V]]:
+        found = self._found
+        if found is None:
+            found = self._found = self._find()
+        return found
+
+    def cache_clear(self) -> None:
+        import importlib
+
+        self._found = None
+        _installed_entry_points.cache_clear()
+        importlib.invalidate_caches()  # the import system's view of the directories, as after any install
+
+
 class Registry(typing.Generic[V]):
     """One axis's variants by name: ``variants()`` finds them once (:func:`discover`: the package's modules
     and its entry-point group), ``named`` looks one up or says, in one line, which there are.  Every axis
@@ -170,7 +194,7 @@ class Registry(typing.Generic[V]):
         self.base = base
         self.kind = kind  # what users call a variant, for the error: "input format", "objective", ...
         self.also_known = tuple(also_known)  # names the axis takes beside its variants ("auto", "none")
-        self.variants = functools.cache(self._discover)  # .cache_clear() after installing a plugin
+        self.variants = _Found(self._discover)  # .cache_clear() after installing a plugin
 
     def _discover(self) -> dict[str, type[V]]:
         return discover(self.package, self.base)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -55,6 +56,7 @@ class FakeGceMetadata(_Server):
         self.email = email
         self.preempted = False
         self.maintenance_event = "NONE"
+        self.token_answer: str | None = None  # set: served instead of a token (a broken or hostile server)
         self.tokens: set[str] = set()
         self.requests: list[str] = []
         self._lock = threading.Lock()
@@ -101,6 +103,8 @@ class FakeGceMetadata(_Server):
             if key == "instance/service-accounts/default/email":
                 return 200, self.email, "text/plain"
             if key == "instance/service-accounts/default/token":
+                if self.token_answer is not None:
+                    return 200, self.token_answer, "application/json"
                 token = secrets.token_urlsafe(16)
                 self.tokens.add(token)
                 return 200, json.dumps({"access_token": token, "expires_in": 3599, "token_type": "Bearer"}), \
@@ -116,6 +120,13 @@ class FakeCloudMonitoring(_Server):
         self.created: list[dict] = []  # request bodies of accepted timeSeries.create calls
         self.refused = 0
         self.fail_next = 0  # answer this many calls 503 first
+        #: Google's limit: a point per time series every 5 s at most, else 400 (0: not checked)
+        self.min_spacing_seconds = 0.0
+        self.too_frequent = 0
+        self.hang = threading.Event()  # set: hold every call until released (a Monitoring API that never answers)
+        self.release = threading.Event()
+        self.held = 0  # calls ``hang`` holds
+        self._last_end: dict[str, datetime] = {}
         self._lock = threading.Lock()
         fake = self
 
@@ -136,11 +147,39 @@ class FakeCloudMonitoring(_Server):
                         return _reply(self, 503, '{"error": {"code": 503}}', "application/json", flavor=False)
                     if not (self.path.startswith("/v3/projects/") and self.path.endswith("/timeSeries")):
                         return _reply(self, 404, "{}", "application/json", flavor=False)
-                    fake.created.append({"path": self.path, "body": json.loads(body)})
+                if fake.hang.is_set():
+                    with fake._lock:
+                        fake.held += 1
+                    fake.release.wait()
+                    return _reply(self, 503, '{"error": {"code": 503}}', "application/json", flavor=False)
+                request = json.loads(body)
+                with fake._lock:
+                    if fake.too_soon(request):
+                        fake.too_frequent += 1
+                        return _reply(self, 400, '{"error": {"code": 400, "message": "One or more points were written '
+                                      'more frequently than the maximum sampling period configured for the '
+                                      'metric."}}', "application/json", flavor=False)
+                    fake.created.append({"path": self.path, "body": request})
                 _reply(self, 200, "{}", "application/json", flavor=False)
 
         super().__init__(Handler)
         self.endpoint = f"http://{self.host}"
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()  # calls held by ``hang`` end before the server does
+        super().__exit__(*exc)
+
+    def too_soon(self, request: dict) -> bool:
+        """Google's rule, by the points' end times: closer than ``min_spacing_seconds`` to the series' last point
+        refuses the call (records the accepted ones' ends)."""
+        ends = {series["metric"]["type"]: datetime.fromisoformat(
+            series["points"][0]["interval"]["endTime"].replace("Z", "+00:00")) for series in request["timeSeries"]}
+        if self.min_spacing_seconds and any(
+                metric in self._last_end and (end - self._last_end[metric]).total_seconds() < self.min_spacing_seconds
+                for metric, end in ends.items()):
+            return True
+        self._last_end.update(ends)
+        return False
 
     def latest(self) -> dict[str, int]:
         """The last published value of each metric, by its type."""

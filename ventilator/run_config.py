@@ -341,6 +341,19 @@ class RunConfig:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     display: DisplaySettings = field(default_factory=DisplaySettings)
 
+    def __post_init__(self):
+        # The ports this command listens on (and its local sink): two on one would fail only once the job is
+        # planned and the sink started, in a few lines of another process's log.
+        listening = {"--vport": self.network.vport, "--metrics-port": self.metrics.metrics_port}
+        if not self.sink.sink_address:
+            listening.update({"--sink-port": self.sink.sink_port, "--sink-metrics-port": self.sink.sink_metrics_port})
+        taken: dict[int, str] = {}
+        for flag, port in listening.items():
+            if port:  # None: off; 0: the system picks one
+                if port in taken:
+                    raise ConfigError(f"{taken[port]} and {flag} are both {port}: one port each")
+                taken[port] = flag
+
     def job_options(self, command: str = "") -> JobOptions:
         """What the job is planned from (ventilator/job.py)."""
         return JobOptions(

@@ -55,13 +55,20 @@ def die_with_parent(parent: int, signum: int = signal.SIGTERM, every: float = PA
     threading.Thread(target=watch, name="parent-check", daemon=True).start()
 
 
-def _run_one(options: WorkerOptions, verbose: int, release_at=None, parent: int | None = None) -> None:
+def _run_one(options: WorkerOptions, verbose: int, release_at=None, stopping=None,
+             parent: int | None = None) -> None:
     logs.configure(verbose)
     if parent is not None:
         die_with_parent(parent)
     worker = WorkerProcess(options)
     if release_at is not None:  # the supervisor's interruption notice: SIGUSR1, deadline in shared memory
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(release_at.value))
+        # A notice (or a stop) given before the handler was there: the supervisor writes it to shared memory
+        # before it signals, so a process started while the drain began still drains.
+        if release_at.value:
+            worker.interrupt(release_at.value)
+    if stopping is not None and stopping.value:
+        worker.draining = True
     sys.exit(worker.run())
 
 
@@ -78,34 +85,45 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
     With ``watch``, an interruption notice from IMDS drains them too, with its deadline."""
     context = multiprocessing.get_context("spawn")
     draining = False
-    release_at = context.Value("d", 0.0)
+    release_at = context.Value("d", 0.0)  # a notice's deadline (0: none), read by processes started later too
+    stopping = context.Value("b", 0)  # SIGTERM/SIGINT received: processes started later drain too
 
-    def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_run_one, args=(options, verbose, release_at, os.getpid()), daemon=False)
+    def start() -> None:
+        process = context.Process(target=_run_one, args=(options, verbose, release_at, stopping, os.getpid()),
+                                  daemon=False)
         process.start()
-        return process
+        children.append(process)
+        if release_at.value or stopping.value:  # the drain began while it was starting: it drains too
+            if process.pid is not None:
+                os.kill(process.pid, signal.SIGUSR1 if release_at.value else signal.SIGTERM)
+
+    def signal_children(signum: int) -> None:
+        for process in list(children):  # a copy: the watcher's thread calls this while the loop edits the list
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signum)
 
     def on_notice(notice) -> None:
         nonlocal draining
         if noticed is not None:
             noticed.append(notice)
-        release_at.value = notice.release_at if not draining else min(release_at.value, notice.release_at)
+        release_at.value = notice.release_at if not release_at.value else min(release_at.value, notice.release_at)
         draining = True
-        for process in children:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGUSR1)
+        signal_children(signal.SIGUSR1)
 
     def on_signal(signum, _frame):
         nonlocal draining
+        stopping.value = 1
         draining = True
-        for process in children:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
+        signal_children(signal.SIGTERM)
 
-    children = [start() for _ in range(processes)]
+    children: list[multiprocessing.process.BaseProcess] = []
+    # Handlers first: a SIGUSR1 (whose default is to end the process) or SIGTERM while the processes start.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGUSR1, lambda _signum, _frame: on_notice(shutdown_notice(notice_drain_seconds)))
+    for _ in range(processes):
+        if not draining:
+            start()
     if watch is not None:
         InterruptionWatcher(watch, on_notice, interval=watch_seconds, drain_seconds=notice_drain_seconds).start()
     job_over = False  # a process exited 0: the job finished, restart nobody
@@ -120,8 +138,11 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
             if process.exitcode != 0 and not (draining or job_over):
                 log.warning("worker process %d exited with %s; starting another in %.0fs",
                             process.pid, process.exitcode, RESTART_DELAY_SECONDS)
-                time.sleep(RESTART_DELAY_SECONDS)
-                children.append(start())
+                restart_at = time.monotonic() + RESTART_DELAY_SECONDS
+                while not draining and time.monotonic() < restart_at:  # a drain now means: start nobody
+                    time.sleep(0.1)
+                if not draining:
+                    start()
     return 0
 
 
@@ -135,7 +156,9 @@ def main(**values) -> None:
     task, tokenize and mask it with google-research/bert's semantics, write
     its shard to the job's output (local directory or S3), and acknowledge it
     to the sink.  Exits 0 when the job is finished.  SIGTERM drains: current
-    tasks are finished and acknowledged, queued ones handed back.
+    tasks are finished and acknowledged, queued ones handed back.  SIGUSR1
+    (a VM's shutdown script) drains like a spot notice: what is not done
+    within --notice-drain-seconds is handed back.
     """
     try:
         settings = build(WorkerSettings, values)

@@ -84,6 +84,14 @@ class WorkerSettings:
             raise SettingsError("--lifecycle-hook and --autoscaling-group go together, with --spot-watch")
         if self.lifecycle_hook and self.spot_watch_cloud != "ec2":
             raise SettingsError("--lifecycle-hook is an EC2 Auto Scaling hook: it needs --spot-watch-cloud ec2")
+        # Accepted and ignored, these would leave a VM undrained while its operator believes it is watched.
+        if self.spot_watch_cloud != "ec2" and not self.spot_watch:
+            raise SettingsError(f"--spot-watch-cloud {self.spot_watch_cloud} needs --spot-watch")
+        if self.gce_metadata_host and not (self.spot_watch and self.spot_watch_cloud == "gce"):
+            raise SettingsError("--gce-metadata-host is for --spot-watch --spot-watch-cloud gce")
+        if self.imds_endpoint != DEFAULT_ENDPOINT and self.spot_watch_cloud == "gce":
+            raise SettingsError("--imds-endpoint is EC2's: with --spot-watch-cloud gce, --gce-metadata-host names "
+                                "the metadata server")
 
     def worker_options(self) -> WorkerOptions:
         return WorkerOptions(ventilator=self.ventilator, sink=self.sink, credit=self.credit,

@@ -110,8 +110,9 @@ resource "google_service_account" "ventilator" {
   display_name = "mlm-pipeline ventilator and sink of ${var.fleet_name}"
 }
 
-# Objects below the prefix (read, create, overwrite, delete): an IAM condition on the object's name. Listing
-# is asked of the bucket itself, so the condition admits the bucket's name for it (objects.list only).
+# Objects below the prefix (read, create, overwrite, delete, list): an IAM condition on the object's name.  A
+# listing's resource is the bucket itself, so a condition on the bucket's name would admit the whole bucket's
+# names: Cloud Storage's objectListPrefix attribute (the listing's prefix) admits only listings below ours.
 resource "google_storage_bucket_iam_member" "objects" {
   for_each = {
     worker     = google_service_account.worker.email
@@ -123,22 +124,7 @@ resource "google_storage_bucket_iam_member" "objects" {
   member = "serviceAccount:${each.value}"
   condition {
     title      = "${var.fleet_name}-prefix-${each.key}"
-    expression = "resource.name.startsWith(\"${local.objects}\")"
-  }
-}
-
-resource "google_storage_bucket_iam_member" "list" {
-  for_each = {
-    worker     = google_service_account.worker.email
-    ventilator = google_service_account.ventilator.email
-  }
-
-  bucket = var.bucket_name
-  role   = "roles/storage.objectViewer"
-  member = "serviceAccount:${each.value}"
-  condition {
-    title      = "${var.fleet_name}-list-${each.key}"
-    expression = "resource.name == \"projects/_/buckets/${var.bucket_name}\" || resource.name.startsWith(\"${local.objects}\")"
+    expression = "resource.name.startsWith(\"${local.objects}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${local.prefix}/\")"
   }
 }
 

@@ -136,3 +136,27 @@ def test_entry_points_are_scanned_once_per_path_and_again_when_it_changes(monkey
     assert len(scans) <= 1, "the same sys.path was scanned twice"
     monkeypatch.syspath_prepend(str(tmp_path))
     assert discover("common.word_segmenters", WordSegmenter)["whole-test"].__module__ == "throwaway_words"
+
+
+def test_cache_clear_finds_a_plugin_installed_since_into_the_same_path(monkeypatch, tmp_path):
+    """``pip install`` of a plugin into a directory already on sys.path (a site-packages), then the axis's
+    ``cache_clear()`` (as common/params.py says): the new variant is found, though sys.path did not change."""
+    from common import word_segmenters
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    word_segmenters.word_segmenters.cache_clear()
+    try:
+        assert "late-test" not in word_segmenters.word_segmenters()
+        (tmp_path / "late_words.py").write_text(
+            "from common.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
+            "class Late(WordSegmenter):\n    name = 'late-test'\n    Params = NoParams\n\n"
+            "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
+        info = tmp_path / "late_words-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: late-words\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text("[mlm_pipeline.word_segmenters]\nlate = late_words\n")
+        word_segmenters.word_segmenters.cache_clear()
+        assert word_segmenters.word_segmenter_named("late-test").__module__ == "late_words"
+    finally:
+        monkeypatch.undo()
+        word_segmenters.word_segmenters.cache_clear()

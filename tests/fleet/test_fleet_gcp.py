@@ -170,9 +170,8 @@ def test_narrow_scopes_and_a_prefix_bound_service_account(resources, root):
     assert _one(resources["google_compute_instance.ventilator"]["service_account"])["scopes"] == \
         "${local.ventilator_scopes}"
     assert "monitoring.write" in str(locals_["ventilator_scopes"])
-    for name in ("google_storage_bucket_iam_member.objects", "google_storage_bucket_iam_member.list"):
-        condition = _one(resources[name]["condition"])
-        assert "${local.objects}" in condition["expression"], f"{name} is not bound to the prefix"
+    condition = _one(resources["google_storage_bucket_iam_member.objects"]["condition"])
+    assert "${local.objects}" in condition["expression"], "the objects' grant is not bound to the prefix"
     assert locals_["objects"] == "projects/_/buckets/${var.bucket_name}/objects/${local.prefix}/"
 
 
@@ -189,3 +188,106 @@ def test_gcp_compute_inventory_uses_the_plugins_options_and_the_modules_labels(r
     assert f"labels.project = {labels['project']}" in inventory["filters"]
     assert inventory["groups"]["worker"] == f"labels.role == '{labels['role']}'"
     assert inventory["groups"]["ventilator"] == f"labels.role == '{rendered['ventilator_labels']['role']}'"
+
+
+def _grants(condition: str, variables: dict[str, str], name: str, list_prefix: str = "") -> bool:
+    """Evaluates a Cloud Storage IAM condition of the shapes this module writes (CEL: ``resource.name``'s
+    ``startsWith`` and ``==``, the ``objectListPrefix`` API attribute, ``||``, ``&&``) for one request."""
+    import re
+
+    expression = condition.replace('\\"', '"')
+    for key, value in variables.items():
+        expression = expression.replace("${" + key + "}", value)
+    assert "${" not in expression, expression
+    expression = expression.replace('api.getAttribute("storage.googleapis.com/objectListPrefix", "")', "list_prefix")
+    expression = expression.replace("api.getAttribute('storage.googleapis.com/objectListPrefix', '')", "list_prefix")
+    expression = expression.replace("resource.name", "name").replace(".startsWith(", ".startswith(")
+    expression = expression.replace("||", " or ").replace("&&", " and ")
+    leftover = set(re.findall(r"\b[a-zA-Z_]\w*\b", re.sub(r'"[^"]*"', '""', expression)))
+    assert leftover <= {"name", "list_prefix", "startswith", "or", "and"}, f"not understood: {leftover}"
+    return bool(eval(expression, {"__builtins__": {}}, {"name": name, "list_prefix": list_prefix}))  # noqa: S307
+
+
+def test_the_service_accounts_reach_the_jobs_prefix_only(resources, root):
+    """Every bucket grant, evaluated for requests: objects below the prefix and listings of it are granted;
+    an object elsewhere, and a listing of the whole bucket or of another prefix (its names and metadata), are not.
+    A listing's resource is the bucket itself, so a condition on the bucket's name would grant the whole bucket:
+    Cloud Storage's `storage.googleapis.com/objectListPrefix` attribute is what limits it to a prefix."""
+    variables = {"var.bucket_name": "my-corpora", "local.prefix": "zhwiki/run1"}
+    variables["local.objects"] = "projects/_/buckets/my-corpora/objects/zhwiki/run1/"
+    locals_ = {k: v for entry in root["locals"] for k, v in entry.items()}
+    assert locals_["objects"] == "projects/_/buckets/${var.bucket_name}/objects/${local.prefix}/"
+    bucket = "projects/_/buckets/my-corpora"
+    grants = [(name, _one(body["condition"])["expression"]) for name, body in resources.items()
+              if name.startswith("google_storage_bucket_iam")]
+    assert grants and all(expression for _name, expression in grants), "every bucket grant has a condition"
+
+    def granted(name: str, list_prefix: str = "") -> bool:
+        return any(_grants(expression, variables, name, list_prefix) for _name, expression in grants)
+
+    assert granted(f"{bucket}/objects/zhwiki/run1/corpus/AA/wiki_00")
+    assert granted(f"{bucket}/objects/zhwiki/run1/out/part-00000.tfrecord")
+    assert granted(bucket, "zhwiki/run1/corpus/"), "the corpus can be listed"
+    assert granted(bucket, "zhwiki/run1/out/"), "the output can be listed"
+    assert not granted(f"{bucket}/objects/other-team/secret.txt")
+    assert not granted(f"{bucket}/objects/zhwiki/run10/x"), "a sibling prefix is another job's"
+    assert not granted(bucket, ""), "a listing of the whole bucket"
+    assert not granted(bucket, "other-team/"), "a listing of another prefix"
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    """Terraform's templatefile for a template without directives: ${name} interpolated, $${ a literal ${."""
+    text = template.replace("$${", "\0")
+    for name, value in values.items():
+        text = text.replace("${" + name + "}", value)
+    assert "${" not in text, text
+    return text.replace("\0", "${")
+
+
+@pytest.mark.parametrize("failures, succeeds", [(2, True), (99, False)])
+def test_the_install_outlasts_a_package_index_not_answering_yet(tmp_path, failures, succeeds):
+    """The install part of both startup scripts, run by bash with stand-ins for the system's commands: PyPI (through
+    Cloud NAT, just after boot) failing twice does not leave a VM without its worker, idle until scaled in;
+    failing for good ends the script non-zero (the guest agent logs it)."""
+    opt, bin_dir = tmp_path / "opt", tmp_path / "bin"
+    (opt / "venv" / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    calls = tmp_path / "pip-calls"
+    pip = opt / "venv" / "bin" / "pip"
+    pip.write_text(f'#!/bin/bash\necho "$@" >> {calls}\n[ "$(wc -l < {calls})" -gt {failures} ]\n')
+    for name, body in {"id": "exit 0", "python3": "exit 0", "useradd": "exit 0", "sleep": "exit 0"}.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+    for path in [pip, *bin_dir.iterdir()]:
+        path.chmod(0o755)
+    script = _render((STARTUP_DIR / "templates" / "install.sh.tftpl").read_text(),
+                     {"user": "mlm", "install_dir": str(opt), "venv": str(opt / "venv"),
+                      "package_spec": "mlm-pipeline[gcs]==0.1.0"})
+    import os
+    import subprocess
+
+    proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    tries = calls.read_text().splitlines()
+    assert tries and all(t == "install --quiet mlm-pipeline[gcs]==0.1.0" for t in tries), tries
+    if succeeds:
+        assert proc.returncode == 0 and len(tries) == failures + 1, (proc.returncode, tries, proc.stderr)
+    else:
+        assert proc.returncode != 0 and 3 <= len(tries) <= 10, (proc.returncode, tries)
+
+
+def test_the_ventilator_journals_where_its_service_user_may_write(rendered):
+    """The ventilator VM's service runs as the install's system user, whose home (the install directory) is
+    root's: the sink's default --state-dir (~/.cache/mlm-pipeline), where a gs:// output's manifest is journaled,
+    could not be made, and the job would never start.  The journal goes to the unit's StateDirectory, which
+    systemd makes and hands to that user."""
+    import re
+
+    from ventilator.run_config import parse
+
+    argv = shlex.split(rendered["ventilator_command"])[1:]
+    argv = [a if a != "/opt/mlm-pipeline/vocab.txt" else "vocab.txt" for a in argv]
+    state_dir = parse(argv).sink.state_dir
+    unit = rendered["ventilator_startup_script"]
+    directory = re.search(r"^StateDirectory=(\S+)$", unit, re.M)
+    assert directory, "the ventilator's unit has no StateDirectory"
+    assert state_dir == f"/var/lib/{directory.group(1)}", state_dir

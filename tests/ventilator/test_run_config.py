@@ -75,6 +75,11 @@ def test_the_axes_options_given_are_the_jobs_params_and_unset_ones_absent():
     (["--vport", "0"], r"--vport 0: not a port workers and the sink can be sent to \(1 to 65535\)"),
     (["--vport", "70000"], r"--vport 70000: not a port"),
     (["--sink-port", "0"], r"--sink-port 0: not a port workers and the sink can be sent to"),
+    # this command's own listeners: two on one port, and the later one fails after the job was planned
+    (["--vport", "6123", "--sink-port", "6123"], r"--vport and --sink-port are both 6123: one port each"),
+    (["--metrics-port", "5557"], r"--vport and --metrics-port are both 5557: one port each"),
+    (["--metrics-port", "9101", "--sink-metrics-port", "9101"],
+     r"--metrics-port and --sink-metrics-port are both 9101: one port each"),
 ])
 def test_options_that_do_not_go_together_are_one_line(flags, message):
     with pytest.raises(ConfigError, match=message) as refused:

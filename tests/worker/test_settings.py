@@ -31,3 +31,18 @@ def test_the_number_of_processes_is_always_written():
 
     settings = WorkerSettings(ventilator="h:1", processes=os.cpu_count() or 1)
     assert to_argv(settings) == ["--ventilator", "h:1", "--processes", str(settings.processes)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--spot-watch-cloud", "gce"], "--spot-watch-cloud gce needs --spot-watch"),
+    (["--gce-metadata-host", "127.0.0.1:1"], "--gce-metadata-host is for --spot-watch --spot-watch-cloud gce"),
+    (["--spot-watch", "--gce-metadata-host", "127.0.0.1:1"],
+     "--gce-metadata-host is for --spot-watch --spot-watch-cloud gce"),
+    (["--spot-watch", "--spot-watch-cloud", "gce", "--imds-endpoint", "http://127.0.0.1:1"],
+     "--imds-endpoint is EC2's: with --spot-watch-cloud gce, --gce-metadata-host"),
+])
+def test_a_watch_option_that_would_do_nothing_is_one_line(argv, message):
+    """A cloud chosen without the watch, or the other cloud's endpoint, would be accepted and ignored: a Spot VM
+    then goes without draining while its operator believes it watches."""
+    with pytest.raises(SettingsError, match=message):
+        parse(WorkerSettings, ["--ventilator", "h:1", *argv])

@@ -10,12 +10,15 @@ Application Default Credentials, found as Google's clients find them (``google.a
 named by GOOGLE_APPLICATION_CREDENTIALS, gcloud's, or the VM's service account from the metadata server,
 ``GCE_METADATA_HOST`` honoured); the REST call goes through google-auth's ``AuthorizedSession``, which
 refreshes the token.  A failed publication is logged and retried on the next tick: the job never waits.
+Every call is made by the publisher's one thread, the last one too, so close() is bounded by
+``min_spacing_seconds + close_seconds`` however slowly the API answers.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -37,6 +40,11 @@ class CloudMonitoringOptions:
     prefix: str = DEFAULT_PREFIX  # metric types are <prefix>/<metric>: terraform/gcp's is <prefix>/<fleet>
     endpoint: str = DEFAULT_ENDPOINT
     interval_seconds: float = 60.0  # Cloud Monitoring takes a point per series every 5 s at most: keep it above
+    #: Google refuses a point closer than this to its series' last one ("written more frequently than the maximum
+    #: sampling period"): the last publication waits for it.
+    min_spacing_seconds: float = 5.0
+    request_seconds: float = 10.0  # one call's connect and read timeouts
+    close_seconds: float = 15.0  # close() waits this long at most for the last publication (beyond the spacing)
 
 
 def _values(backlog: Backlog) -> dict[str, int]:
@@ -82,6 +90,8 @@ class CloudMonitoringPublisher(BacklogPublisher):
         self._stopped = threading.Event()
         self._failing = False
         self._session = None  # made on the first publication: finding credentials may ask the metadata server
+        self._last_accepted = float("-inf")  # time.monotonic() of the last point Monitoring took
+        self._last_word = False  # the job_active=0 point was taken
 
     def _authorized_session(self):
         if self._session is None:
@@ -98,11 +108,14 @@ class CloudMonitoringPublisher(BacklogPublisher):
 
         url = f"{self.options.endpoint.rstrip('/')}/v3/projects/{self.options.project}/timeSeries"
         try:
-            response = self._authorized_session().post(
-                url, json=time_series(backlog, self.options, datetime.now(timezone.utc)), timeout=30)
+            session = self._authorized_session()
+            at = time.monotonic()
+            response = session.post(url, json=time_series(backlog, self.options, datetime.now(timezone.utc)),
+                                    timeout=self.options.request_seconds)
             if response.status_code != 200:
                 raise requests.HTTPError(f"{response.status_code} {response.text[:300]}")
-        except (google.auth.exceptions.GoogleAuthError, requests.RequestException) as error:
+        except (google.auth.exceptions.GoogleAuthError, requests.RequestException, LookupError, TypeError,
+                ValueError) as error:  # google-auth does not wrap every malformed answer (a token without a field)
             if not self._failing:
                 log.warning("cloud monitoring: cannot publish the backlog to project %s: %s (trying again every "
                             "%.0fs)", self.options.project, error, self.options.interval_seconds)
@@ -112,22 +125,35 @@ class CloudMonitoringPublisher(BacklogPublisher):
             log.info("cloud monitoring: publishing again")
         self._failing = False
         self.published += 1
+        self._last_accepted = at
         return True
 
     def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
+        """Every publication from this one thread (one session, points in order), the last word included."""
         while not self._stopped.is_set():
             self.publish(self.observe())
             self._stopped.wait(self.options.interval_seconds)
+        # Monitoring refuses a point too close to the series' last one: a job ending just after a tick waits.
+        wait = self._last_accepted + self.options.min_spacing_seconds + 0.1 - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        last = self.observe()
+        self._last_word = self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
 
     def close(self) -> None:
-        """Stop, and say the job is no longer active (backlog 0: the group scales to its minimum)."""
+        """Stop, and say the job is no longer active (backlog 0: the group scales to its minimum).  Bounded: an
+        API that does not answer costs the ventilator ``close_seconds`` (beyond Google's spacing), not a hang."""
         self._stopped.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        last = self.observe()
-        self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
-        log.info("cloud monitoring: %d backlog publications to project %s, the last one job_active=0",
-                 self.published, self.options.project)
+        if self._thread.ident is None:  # never started: the last word only
+            self._thread.start()
+        self._thread.join(timeout=self.options.min_spacing_seconds + self.options.close_seconds)
+        if self._last_word:
+            log.info("cloud monitoring: %d backlog publications to project %s, the last one job_active=0",
+                     self.published, self.options.project)
+        else:
+            log.warning("cloud monitoring: the last publication to project %s (backlog 0, job_active 0) %s; the "
+                        "group scales on the last value it has", self.options.project,
+                        "got no answer in time" if self._thread.is_alive() else "failed")

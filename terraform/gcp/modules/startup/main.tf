@@ -8,6 +8,8 @@ locals {
   data_uri    = "gs://${var.bucket_name}/${trim(var.bucket_prefix, "/")}/corpus"
   vserver     = coalesce(var.ventilator_address, "127.0.0.1")
   metric_type = "custom.googleapis.com/mlm-pipeline/${var.fleet_name}/backlog"
+  # The ventilator unit's StateDirectory: the sink journals the output's manifest there (--state-dir).
+  state_directory = "mlm-pipeline"
   # A vocabulary in the bucket is copied onto the ventilator VM first (the ventilator reads a local file).
   vocab_in_bucket = var.vocab_file != null && startswith(coalesce(var.vocab_file, "-"), "gs://")
   vocab_local     = local.vocab_in_bucket ? "${var.install_dir}/${basename(var.vocab_file)}" : var.vocab_file
@@ -32,6 +34,7 @@ locals {
     "--output ${local.output_uri}",
     "--vport ${var.ventilator_port}",
     "--sink-port ${var.sink_port}",
+    "--state-dir /var/lib/${local.state_directory}",
     "--metrics-port ${var.metrics_port} --sink-metrics-port ${var.metrics_port + 1}",
     "--workers 0",
     "--backlog-publisher cloud-monitoring --cloud-monitoring-project ${var.project}",
@@ -59,6 +62,7 @@ locals {
     vocab   = local.vocab_in_bucket ? var.vocab_file : ""
     dir     = var.install_dir
     user    = var.service_user
+    state   = local.state_directory
     command = local.ventilator_command
   })
 }
