@@ -67,6 +67,11 @@ variable "job_args" {
   type        = list(string)
   default     = []
   description = "The job's own flags for the ventilator (--objective, --word-segmenter jieba, ...)."
+  validation {
+    # They are written into the unit's `bash -c '...'` as they are: nothing there may need quoting.
+    condition     = alltrue([for arg in var.job_args : can(regex("^[-A-Za-z0-9_.,:/=@+]+$", arg))])
+    error_message = "job_args: each argument may hold only letters, digits and - _ . , : / = @ + (no spaces, quotes, $ or %), as it is written into the unit's command line unquoted."
+  }
 }
 
 variable "vocab_file" {

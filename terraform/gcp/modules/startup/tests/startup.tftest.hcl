@@ -80,3 +80,11 @@ run "a_vocabulary_in_the_bucket_is_copied_for_the_ventilator" {
     error_message = "the ventilator reads a local copy of a gs:// vocabulary"
   }
 }
+
+run "an_argument_that_needs_quoting_is_refused" {
+  command = plan
+  variables {
+    job_args = ["--objective", "electra", "--cls-token", "[CLS] x"]
+  }
+  expect_failures = [var.job_args]
+}
