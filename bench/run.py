@@ -110,6 +110,9 @@ def _rows() -> list[Row]:
             needs=("nanotoken",)),
         Row("w1_fastline_vs_tok", "Worker d=1 (nanotoken, --segmenter line: no sentence split) / its tokenizer alone",
             "{:.1%}", "≥ 70%", lambda v: v >= 0.7, needs=("nanotoken",)),
+        *[Row(f"w_tokens8192_{fmt}_vs_tok", f"Worker --objective tokens --max-seq-length 8192 --segmenter line, "
+              f"{fmt} (nanotoken) / its tokenizer alone (issue #31)", "{:.1%}", "≥ 50%", lambda v: v >= 0.5,
+              needs=("nanotoken",)) for fmt in ("mds", "parquet")],
         *[Row(f"ratio_fast{dupe}_split", f"Sentence split stage, worker d={dupe} (nanotoken) / Bling Fire's "
               "text_to_sentences alone on the same text (same run, least of rounds)", "{:.2f}×", "≤ 1.2×",
               lambda v: v <= 1.2, needs=("nanotoken",)) for dupe in (1, 10)],
@@ -497,6 +500,14 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
             res.add("w1_fastline_vs_tok", (megabytes / run.cpu_seconds) / line_alone)
             for stage in STAGES:
                 res.add(f"stage_fastline1_{stage}", run.stage_cpu.get(stage, 0.0) / megabytes)
+            for fmt in ("mds", "parquet"):  # the long-context token stream: cutting chunks and writing, no more
+                cold()
+                tokens_run = run_task(processor(with_encoder(vocabulary, fast), out / f"tokens8192{fmt}", 1,
+                                                segmenter=Segmenter.LINE, objective="tokens",
+                                                objective_params={"max_seq_length": 8192}, output_format=fmt),
+                                      storage, task)
+                shutil.rmtree(out / f"tokens8192{fmt}", ignore_errors=True)
+                res.add(f"w_tokens8192_{fmt}_vs_tok", (megabytes / tokens_run.cpu_seconds) / line_alone)
         gz = one(encoders["hf"], 1, "gzip1", "gzip")
         res.add("out_gzip_bytes_inst", gz.bytes_out / gz.instances)
         res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)

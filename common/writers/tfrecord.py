@@ -357,7 +357,7 @@ class TFRecordWriter(Writer):
         variable = [f.name for f in features if f.length is None]
         if variable:
             raise ValueError(f"tfrecord writes fixed-length features; {', '.join(variable)} vary in length "
-                             f"(use --output-format parquet or megatron)")
+                             f"(use --output-format parquet, mds, litdata or megatron)")
 
     def open(self, output, stem: str) -> TaskOutput:
         return _TFRecordTaskOutput(output, self.names(stem)[0], "gzip" if self.params.gzip else "")
