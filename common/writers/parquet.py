@@ -367,7 +367,8 @@ class ParquetWriter(Writer):
                 continue
             lengths = column.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
             values = column.flatten().to_numpy(zero_copy_only=False)
-            if len(lengths) and (lengths == lengths[0]).all():
+            # chinese_ref is variable-length by nature: always Ragged, so every file reads the same way
+            if field.name != CHINESE_REF.name and len(lengths) and (lengths == lengths[0]).all():
                 columns[field.name] = values.reshape(len(lengths), int(lengths[0]))
             else:
                 columns[field.name] = Ragged(values, lengths)
