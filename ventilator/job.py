@@ -107,7 +107,10 @@ def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
         except (OSError, StorageError, ValueError):
             continue
         if head.strip():
-            return detect(head, name)
+            try:
+                return detect(head, name)
+            except ValueError as error:
+                raise JobError(f"--format auto: {name}: {error}") from None
     return reader_named("text")
 
 

@@ -50,17 +50,28 @@ _WHOLE_FILE = 1 << 62
 
 
 def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
-    """Every non-blank paragraph line of every document, through the same readers as the pipeline."""
+    """Every non-blank paragraph line of every document, through the same readers as the pipeline.  Each
+    file's format is found first (ValueError, one line, for a file whose first lines disagree)."""
     storage = LocalStorage(data)
+    chosen = []
     for f in storage.list_inputs():
         if corpus_format == "auto":
             with storage.open_reader(f.path, f.version) as handle:
                 head = handle.read_at(0, 65536)
             if compression_of(f.path):
                 head = decompress(storage.read_all(f.path, f.version), compression_of(f.path))[:65536]
-            reader = detect(head, f.path)()
+            try:
+                reader = detect(head, f.path)()
+            except ValueError as error:
+                raise ValueError(f"--format auto: {f.path}: {error}") from None
         else:
             reader = reader_named(corpus_format)()
+        chosen.append((f, reader))
+    return _lines(storage, chosen)
+
+
+def _lines(storage, chosen) -> Iterator[str]:
+    for f, reader in chosen:
         for task in reader.plan([f], _WHOLE_FILE, storage):
             for document in reader.documents(task, reader.read(storage, task), ParseReport()):
                 yield from (line for line in document.lines if line.strip())
@@ -201,7 +212,10 @@ def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: boo
         raise click.UsageError("--character-coverage is for --model sentencepiece")
     if do_lower_case is None:
         do_lower_case = model != "bpe"
-    lines = corpus_lines(data, corpus_format)
+    try:
+        lines = corpus_lines(data, corpus_format)
+    except ValueError as error:
+        raise click.ClickException(str(error)) from None
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     if model == "sentencepiece":
         try:
