@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable
 
 #: What a parameter may hold: the wire carries these as they are.
 ParamValue = typing.Union[bool, int, float, str]
@@ -36,13 +36,30 @@ class NoParams:
     """The parameters of a component that has none."""
 
 
-def param(default: Any, help: str, flag: str = "", opt_in: bool = False) -> Any:  # noqa: A002 (click's word)
+@dataclass(frozen=True)
+class When:
+    """Where a parameter does something: only when ``holds(params)`` is true (masks drawn here, n-grams of
+    two words or more).  Elsewhere a value other than its default is refused (:meth:`Configurable.make_params`):
+    a flag that does nothing must not be accepted and recorded as if it did."""
+
+    holds: Callable[[Any], bool]
+    described: str  # the condition as the flags say it: "--masking static"
+
+
+def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa: A002 (click's word)
+          when: When | None = None) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
     ``opt_in``: a switch added to a variant after jobs were run with it (its default is "off" for good).  Left
     at its default, it is not recorded in the job, so adding it changes no existing job's id (a resume of an
-    output written before finds its job)."""
-    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in})
+    output written before finds its job).  ``when``: the parameter does something only then (:class:`When`)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when})
+
+
+def idle_fields(params) -> list[dataclasses.Field]:
+    """The fields set to other than their default that do nothing with the rest of ``params`` (:class:`When`)."""
+    return [f for f in dataclasses.fields(params) if f.metadata.get("when") is not None
+            and getattr(params, f.name) != f.default and not f.metadata["when"].holds(params)]
 
 
 class Configurable:
@@ -65,6 +82,14 @@ class Configurable:
         validate = getattr(params, "validate", None)
         if validate is not None:
             validate()
+        idle = idle_fields(params)
+        if idle:
+            by_condition: dict[str, list[str]] = {}
+            for f in idle:
+                by_condition.setdefault(f.metadata["when"].described, []).append(flag_of(cls.Params, f.name))
+            raise ValueError("; ".join(f"{', '.join(flags)} {'does' if len(flags) == 1 else 'do'} nothing but with "
+                                       f"{condition}: leave {'it' if len(flags) == 1 else 'them'} out"
+                                       for condition, flags in by_condition.items()))
         return params
 
     @classmethod
