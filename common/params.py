@@ -68,6 +68,10 @@ class Configurable:
 
     name: ClassVar[str]
     Params: ClassVar[type]
+    #: The version of this variant's behaviour: bumped when the same job would write other bytes for input
+    #: the previous code wrote as valid (docs/design.md, "Versions").  A version above 1 is part of the job's
+    #: id, so an output begun by the previous behaviour is another job's and is not resumed into a mix.
+    version: ClassVar[int] = 1
 
     @classmethod
     def make_params(cls, given: dict[str, ParamValue]):

@@ -80,6 +80,15 @@ class Tokenize(Step):
     def identity(cls, params) -> dict:
         return {}  # the tokenizer is part of the identity as the job's own field
 
+    @classmethod
+    def versions(cls, params, config) -> dict[str, int]:
+        """2 for a tokenizer that treats a text's start apart: its sentences are encoded within their
+        paragraph since (``Vocabulary.encode_with_word_starts``); the others' tokens never changed."""
+        from common.tokenization.vocabulary import start_sensitive_json
+
+        sensitive = start_sensitive_json(config.tokenizer_json)
+        return {**super().versions(params, config), **({"tokenize:start-sensitive": 2} if sensitive else {})}
+
 
 def continuing_pieces(documents: list, segmented: list[list[list[str]]]) -> list[bool]:
     """Per piece: it goes on from the piece before it in one paragraph (a segmenter's pieces are its

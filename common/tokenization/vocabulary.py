@@ -256,9 +256,7 @@ class Vocabulary:
         their paragraph (byte-level BPE's ``add_prefix_space`` adds a ``Ġ`` before a tab or NBSP, Metaspace a
         ``▁`` before a tab, a ``Strip`` normalizer drops a leading tab, a Unigram piece spans ``。他``):
         found by encoding probe pairs alone and together."""
-        texts = [text for pair in SEAM_PROBES for text in (*pair, "".join(pair))]
-        encodings = self.text_tokenizer.encode_batch(texts, add_special_tokens=False)
-        return any(a.ids + b.ids != whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
+        return _start_sensitive(self.text_tokenizer)
 
     def _encode_paragraphs(self, texts: list[str], continues: list[bool]):
         """Each run of continuing texts encoded as the one text it makes (a paragraph, at most
@@ -315,6 +313,25 @@ class Vocabulary:
                         starts.extend(word_ids_starts(encoding.word_ids))
         flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
         return flat, lengths, (np.asarray(starts, dtype=bool) if with_words else None)
+
+
+def _start_sensitive(tokenizer: Tokenizer) -> bool:
+    texts = [text for pair in SEAM_PROBES for text in (*pair, "".join(pair))]
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    return any(a.ids + b.ids != whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
+
+
+@functools.lru_cache(maxsize=4)
+def start_sensitive_json(tokenizer_json: str) -> bool:
+    """:attr:`Vocabulary.start_sensitive` of a job's tokenizer JSON (for its id), without building a Vocabulary."""
+    try:
+        spec = json.loads(tokenizer_json)
+        if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
+            spec = spec["tokenizer"]
+        tokenizer = Tokenizer.from_str(json.dumps(spec))
+    except Exception:  # noqa: BLE001 - not a tokenizer: the job fails where it loads it, with its own one line
+        return False
+    return _start_sensitive(tokenizer)
 
 
 def _check_specials_stay_out_of_text(text_tokenizer: Tokenizer, specials: dict[str, int], unk: int | None) -> None:
