@@ -98,6 +98,9 @@ class Writer(Configurable, abc.ABC):
     suffixes: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
+    #: How to read the output, for its dataset card (common/dataset_card.py), when 🤗 datasets cannot: a
+    #: Markdown snippet.  "" for a format ``datasets.load_dataset(OUT)`` reads through the card (Parquet).
+    reading: ClassVar[str] = ""
 
     def __init__(self, params, features: list[Feature], special: SpecialIds | None = None):
         self.params = params
@@ -162,7 +165,12 @@ class Writer(Configurable, abc.ABC):
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
         """Called by the sink once every task is done: files that describe the
-        whole output (a dataset description, a blend list).  Nothing by default."""
+        whole output (a blend list).  Every format's: ``README.md``, a dataset
+        card naming the files of each side the manifest lists
+        (common/dataset_card.py); an override calls this too."""
+        from common.dataset_card import write_card
+
+        write_card(output, config, cls.reading)
 
     @contextlib.contextmanager
     def writing(self, output, stem: str):

@@ -385,9 +385,3 @@ class ParquetWriter(Writer):
             raise ValueError(f"not a readable Parquet file: {error}") from None
         return {field.name: str(field.type) for field in schema}
 
-    @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
-        """``README.md``: a dataset card that ``datasets.load_dataset(OUT)`` follows (common/dataset_card.py)."""
-        from common.dataset_card import write_card
-
-        write_card(output, config)
