@@ -20,6 +20,7 @@ import abc
 import contextlib
 import hashlib
 import io
+import logging
 from collections.abc import Iterator
 from typing import BinaryIO, Callable, ClassVar
 
@@ -169,8 +170,14 @@ class Writer(Configurable, abc.ABC):
         card naming the files of each side the manifest lists
         (common/dataset_card.py); an override calls this too."""
         from common.dataset_card import write_card
+        from common.storage import StorageError
 
-        write_card(output, config, cls.reading)
+        try:
+            write_card(output, config, cls.reading)
+        except (OSError, StorageError):
+            raise  # the store: the sink says so and exits 1
+        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features) is no failed job
+            logging.getLogger("sink").error("could not write the dataset card README.md: %s", error)
 
     @contextlib.contextmanager
     def writing(self, output, stem: str):

@@ -48,8 +48,8 @@ def documents(vocabulary):
     from common.steps import JobContext
 
     reader = reader_named("wikiextractor")()
-    docs = list(reader.parse((WIKI / "AA" / "wiki_00").read_bytes(), 0, ParseReport()))[:24]
-    docs = [dataclasses.replace(doc, lines=doc.lines[:6]) for doc in docs]  # small: dupe 40 stays quick
+    docs = list(reader.parse((WIKI / "AA" / "wiki_00").read_bytes(), 0, ParseReport()))[:10]
+    docs = [dataclasses.replace(doc, lines=doc.lines[:5]) for doc in docs]  # small: 40 passes stay quick
     context = JobContext(None, vocabulary, None)
     run = a_run(docs)
     Segment(Segment.make_params({"segmenter": "blingfire"}), context).run(run)
