@@ -183,6 +183,10 @@ class AlbertObjective(Objective):
     needs = ("cls", "sep", "mask", "pad")
 
     @property
+    def uses_word_starts(self) -> bool:
+        return self.params.do_whole_word_mask  # n-grams of words; else of pieces
+
+    @property
     def features(self) -> list[Feature]:
         seq, predictions = self.params.max_seq_length, self.params.max_predictions_per_seq
         return [Feature("input_ids", "int32", seq), Feature("input_mask", "int32", seq),

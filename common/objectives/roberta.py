@@ -223,6 +223,10 @@ class RobertaObjective(Objective):
                              "(name it with --mask-token, or use --masking none)")
 
     @property
+    def uses_word_starts(self) -> bool:
+        return self.params.masking == "none" or self.params.do_whole_word_mask
+
+    @property
     def features(self) -> list[Feature]:
         seq = self.params.max_seq_length
         common = [Feature("input_ids", "int32", seq), Feature("input_mask", "int32", seq),

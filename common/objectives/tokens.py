@@ -32,6 +32,10 @@ class TokensObjective(Objective):
     needs = ()
 
     @property
+    def uses_word_starts(self) -> bool:
+        return False
+
+    @property
     def features(self) -> list[Feature]:
         return [Feature("input_ids", "int32", None, bound=self.special.vocab_size),
                 Feature("sentence_lengths", "int32", None)]

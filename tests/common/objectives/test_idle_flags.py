@@ -97,3 +97,49 @@ def test_a_flag_is_refused_exactly_where_it_changes_nothing(name, mode, document
         assert {"masked_lm_prob", "max_predictions_per_seq", "do_whole_word_mask", "dupe_factor"} <= set(idle)
     if name != "tokens":
         assert len(idle) < len(dataclasses.fields(objective_class.Params)) - len(mode)  # some flags matter
+
+
+@pytest.fixture(scope="module")
+def chinese(tmp_path_factory):
+    """Chinese documents tokenized without and with jieba's words (the words step)."""
+    from bench.chinese_bench import chinese_paragraphs, chinese_vocabulary
+    from common.readers import Document
+    from common.steps import JobContext
+    from common.steps.words import Words
+
+    need_shared()
+    vocabulary = chinese_vocabulary(str(VOCAB), tmp_path_factory.mktemp("zh"))
+    paragraphs = chinese_paragraphs()
+    docs = [Document(i, paragraphs[i::12][:6]) for i in range(12)]
+    context = JobContext(None, vocabulary, None)
+    tokenized = []
+    for with_words in (False, True):
+        run = a_run(docs)
+        Segment(Segment.make_params({"segmenter": "blingfire"}), context).run(run)
+        if with_words:
+            Words(Words.make_params({"word_segmenter": "jieba"}), context).run(run)
+        Tokenize(Tokenize.Params(), context).run(run)
+        tokenized.append(run.parts[0].tokenized)
+    return vocabulary, *tokenized
+
+
+@pytest.mark.parametrize("name,mode", MODES, ids=[f"{n}-{'-'.join(map(str, m.values())) or 'default'}"
+                                                  for n, m in MODES])
+def test_a_word_segmenter_is_refused_exactly_where_its_words_change_nothing(name, mode, chinese):
+    vocabulary, plain, with_words = chinese
+    objective_class = objective_named(name)
+    objective = objective_class(objective_class.make_params(mode), vocabulary.special)
+    assert objective.uses_word_starts == (records(objective, plain) != records(objective, with_words))
+
+
+def test_the_ventilator_refuses_a_word_segmenter_that_does_nothing(tmp_path):
+    from ventilator.job import JobError, JobOptions, validate
+
+    need_shared()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "wiki_00").write_text('<doc id="1" url="" title="t">\nt\n他来了。\n</doc>\n', encoding="utf-8")
+    options = dict(data=str(tmp_path / "in"), output=str(tmp_path / "out"), vocab_file=str(VOCAB),
+                   word_segmenter="jieba")
+    with pytest.raises(JobError, match="--word-segmenter jieba does nothing here"):
+        validate(JobOptions(**options, objective="roberta", params={"masking": "static"}))
+    validate(JobOptions(**options, objective="roberta", params={"masking": "static", "do_whole_word_mask": True}))
