@@ -52,8 +52,8 @@ class Tokenize(Step):
             pieces = [piece for segments in segmented for segment in segments for piece in segment]
         with stats.stage("tokenize"):
             if part.words is None:
-                ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(
-                    pieces, continuing_pieces(part.documents, segmented))
+                continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
+                ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
             else:
                 ids, piece_lengths, word_starts, unmapped = part.words.encode(vocabulary)
                 if unmapped:
