@@ -9,7 +9,8 @@ came in: without versions every job still has that id, and exactly the jobs that
 have another one now.
 
 ``python -m tests.test_job_ids --write`` records them anew: only for a change meant to change what a job
-is, named in its commit."""
+is, named in its commit (``--before-versions-too`` also the ids without versions: only for a change that
+moves ids otherwise than by a version)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,13 @@ def test_the_same_command_keeps_its_job_id_and_only_versions_moved_ids():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m tests.test_job_ids --write")
-    ids = compute()
+    if sys.argv[1:] not in (["--write"], ["--write", "--before-versions-too"]):
+        sys.exit("usage: python -m tests.test_job_ids --write [--before-versions-too]")
+    found = configs()
+    ids = {name: config.job_id for name, (config, _family) in found.items()}
     IDS_FILE.write_text(json.dumps(ids, indent=1, sort_keys=True) + "\n")
     print(f"{len(ids)} job ids -> {IDS_FILE}")
+    if "--before-versions-too" in sys.argv:  # only for a change that moves ids otherwise than by a version
+        before = {name: config.identity_hash(versioned=False) for name, (config, _family) in found.items()}
+        BEFORE_VERSIONS_FILE.write_text(json.dumps(before, indent=1, sort_keys=True) + "\n")
+        print(f"{len(before)} job ids without versions -> {BEFORE_VERSIONS_FILE}")
