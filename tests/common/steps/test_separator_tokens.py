@@ -4,7 +4,8 @@ The segment step cuts a paragraph into sentences and the tokenize step encodes t
 treats the start of a text apart (byte-level BPE with ``add_prefix_space``, Metaspace's prepended ``▁``,
 a ``Strip`` normalizer) must not see a sentence start as a text start.  Oracle: HF ``tokenizers`` itself
 on each whole paragraph, for every family, over paragraphs of sentences joined by separators drawn by
-hypothesis (spaces, tabs, NBSP, em-space, VT, FF, ideographic space, runs of them, and nothing at all).
+hypothesis (spaces, tabs, NBSP, em-space, VT, FF, ideographic space, U+2028, NEL, runs of them, and nothing
+at all).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ MATRIX = Path(__file__).parents[2] / "data" / "matrix"
 
 SENTENCES = ["The cat sat on the mat.", "Then it slept all day.", "Was it tired?", "Yes, it was (very) tired!",
              "He said \"no\" twice.", "3.5 million people live there.", "他来了。", "她走了！", "“好的。”"]
-SEPARATORS = [" ", "\t", "\u00a0", "\u2003", "\x0b", "\x0c", "\u3000", "", "  ", " \t", "\t ", "\u00a0 "]
+SEPARATORS = [" ", "\t", "\u00a0", "\u2003", "\x0b", "\x0c", "\u3000", "\u2028", "\x85", "", "  ", " \t", "\t ", "\u00a0 "]
 
 
 def _json(path: Path, **pre_tokenizer) -> str:
