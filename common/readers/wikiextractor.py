@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8, disagreement, head_lines, without_bom
+from common.readers.base import (ByteRangeReader, Document, ParseReport, decode_utf8, disagreement, head_lines,
+                                 without_bom)
 from common.readers.scanning import SCAN_CHUNK, ReadAt, first_line_start_at_or_after
 
 _DOC_END = "</doc>"

@@ -3,8 +3,9 @@
 Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's tokens are
 its pieces' tokens end to end.  For a tokenizer that treats a text's start apart, the pieces of one
 paragraph are encoded as the paragraph and its tokens shared out (``Vocabulary.encode_with_word_starts``),
-so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  Documents left without a usable segment are counted as skipped.  The
-training side's documents and tokens are the task's; another side's are counted under its split's name.
+so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  Documents
+left without a usable segment are counted as skipped.  The training side's documents and tokens are the
+task's; another side's are counted under its split's name.
 
 Each side's documents are also counted by their tokens, in powers of two (counters ``tokens_per_document``,
 and ``holdout_tokens_per_document`` for the held-out side): the sink sums them over the job, so the report's

@@ -48,7 +48,8 @@ PARAGRAPH_CHARS = 100_000
 #: Sentence pairs whose tokens alone and together tell whether a tokenizer treats a text's start apart.
 SEAM_PROBES = tuple(("The cat sat on the mat.", separator + "Then it slept.")
                     for separator in (" ", "  ", "\t", "\u00a0", "\u2003", "\u3000", "\x0b", "\x0c", "", " \t")
-                    ) + (("他来了。", "她走了。"), ("“好的。”", "他说：“走吧！”"), ("x。", "他"))
+                    ) + (("他来了。", "她走了。"), ("“好的。”", "他说：“走吧！”"),
+                         ("x。", "他"))
 
 #: The key of the JSON shipped to workers when roles were named explicitly
 #: (a plain tokenizers JSON otherwise: tokenizers refuses unknown keys).

@@ -176,7 +176,7 @@ class Writer(Configurable, abc.ABC):
             write_card(output, config, cls.reading)
         except (OSError, StorageError):
             raise  # the store: the sink says so and exits 1
-        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features) is no failed job
+        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job
             logging.getLogger("sink").error("could not write the dataset card README.md: %s", error)
 
     @contextlib.contextmanager

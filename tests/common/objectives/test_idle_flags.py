@@ -137,7 +137,8 @@ def test_the_ventilator_refuses_a_word_segmenter_that_does_nothing(tmp_path):
 
     need_shared()
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "wiki_00").write_text('<doc id="1" url="" title="t">\nt\n他来了。\n</doc>\n', encoding="utf-8")
+    (tmp_path / "in" / "wiki_00").write_text('<doc id="1" url="" title="t">\nt\n他来了。\n</doc>\n',
+                                             encoding="utf-8")
     options = dict(data=str(tmp_path / "in"), output=str(tmp_path / "out"), vocab_file=str(VOCAB),
                    word_segmenter="jieba")
     with pytest.raises(JobError, match="--word-segmenter jieba does nothing here"):

@@ -28,7 +28,8 @@ MATRIX = Path(__file__).parents[2] / "data" / "matrix"
 
 SENTENCES = ["The cat sat on the mat.", "Then it slept all day.", "Was it tired?", "Yes, it was (very) tired!",
              "He said \"no\" twice.", "3.5 million people live there.", "他来了。", "她走了！", "“好的。”"]
-SEPARATORS = [" ", "\t", "\u00a0", "\u2003", "\x0b", "\x0c", "\u3000", "\u2028", "\x85", "", "  ", " \t", "\t ", "\u00a0 "]
+SEPARATORS = [" ", "\t", "\u00a0", "\u2003", "\x0b", "\x0c", "\u3000", "\u2028", "\x85", "", "  ", " \t", "\t ",
+              "\u00a0 "]
 
 
 def _json(path: Path, **pre_tokenizer) -> str:
