@@ -171,22 +171,19 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
         body += [f"This is a {info.get('format')} output: 🤗 `datasets` has no reader for its files, so "
                  "`datasets.load_dataset(\"path/to/this/directory\")` stops with \"No (supported) data files "
                  "found\" (the metadata above names the format's files, so manifest.jsonl and summary.json are "
-                 "not taken for data). Read it so:", "", reading, "",
-                 "or serve it to trainer ranks with the project's loader: "
-                 "`python -m loader --data path/to/this/directory`."]
-    body += [
-        "```python",
-        "import datasets",
-        "ds = datasets.load_dataset(\"path/to/this/directory\")   # splits: "
-        + ", ".join(_split_order(counts.records.get("default", {}))),
-    ] if not reading else []
-    if hf_names:
-        body.append("# Hugging Face's column names (--column-names hf): BertForPreTraining / Trainer take the rows "
-                    "as they are")
-    if binned:
-        body.append(f"bin = datasets.load_dataset(\"path/to/this/directory\", \"{next((c for c in configs if c != 'default'), 'bin-001')}\")"
-                    "   # one sequence-length bin")
-    body += ["```"] if not reading else []
+                 "not taken for data). Read it so:", "", reading]
+    else:
+        body += ["```python", "import datasets",
+                 "ds = datasets.load_dataset(\"path/to/this/directory\")   # splits: "
+                 + ", ".join(_split_order(counts.records.get("default", {})))]
+        if hf_names:
+            body.append("# Hugging Face's column names (--column-names hf): BertForPreTraining / Trainer take the "
+                        "rows as they are")
+        if binned:
+            bin_config = next((c for c in configs if c != "default"), "bin-001")
+            body.append(f"bin = datasets.load_dataset(\"path/to/this/directory\", \"{bin_config}\")"
+                        "   # one sequence-length bin")
+        body.append("```")
     body += [
         "",
         "## Records",
