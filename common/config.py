@@ -118,6 +118,30 @@ class JobConfig:
             listing.update(f"{f.path}\x00{f.size}\x00{f.version}\n".encode())
         return listing.hexdigest()
 
+    def versions(self, made: list | None = None) -> dict[str, int]:
+        """Every behaviour version above 1 the job runs with: its steps' (and their variants'), its reader's,
+        objective's and writer's.  A variant whose plugin is not installed here counts as version 1 (this
+        process cannot run the job anyway, and says so)."""
+        from common.objectives import objective_named
+        from common.params import PluginError
+        from common.readers import reader_named
+        from common.steps import job_steps
+        from common.writers import writer_named
+
+        versions: dict[str, int] = {}
+        for step_class, params in made if made is not None else job_steps(self):
+            versions.update(step_class.versions(params, self))
+        for axis, lookup, name in (("reader", reader_named, self.reader.name),
+                                   ("objective", objective_named, self.objective.name),
+                                   ("writer", writer_named, self.writer.name)):
+            try:
+                version = lookup(name).version
+            except (ValueError, PluginError):
+                continue
+            if version > 1:
+                versions[f"{axis}:{name}"] = version
+        return versions
+
     @functools.cached_property
     def job_id(self) -> str:
         """Stable for the same input, tokenizer and parameters.
@@ -131,6 +155,11 @@ class JobConfig:
         the new ones).  The output location is not: the manifest lives there,
         and an output directory that was moved can still be resumed.
         """
+        return self.identity_hash()
+
+    def identity_hash(self, versioned: bool = True) -> str:
+        """The job id; ``versioned=False``: as it was before behaviour versions came in (tests/test_job_ids.py
+        shows with it that versions are all that moved ids since)."""
         from common.steps import job_steps
 
         identity = {
@@ -152,5 +181,10 @@ class JobConfig:
         names = [step_class.name for step_class, _params in made]
         if len(set(names)) < len(names) or sum(step_class.after is not None for step_class, _ in made) > 1:
             identity["step_order"] = names
+        # Behaviour versions above 1 (Configurable.version): said only then, so a job whose variants all
+        # behave as they did when versions came in keeps the id it always had.
+        versions = self.versions(made) if versioned else {}
+        if versions:
+            identity["versions"] = versions
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

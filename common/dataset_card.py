@@ -1,10 +1,16 @@
-"""``OUT/README.md`` for a Parquet output: a Hugging Face dataset card.
+"""``OUT/README.md``: a Hugging Face dataset card, for every format.
 
-Its YAML front matter names each split's files (``configs``/``data_files``:
-``train``, and ``validation`` for the held-out side of --holdout-fraction;
-with --bin-size one config per length bin besides the default one of every
-bin), so ``datasets.load_dataset(OUT)`` gives the right splits without being
-told where the files are, and the held-out files never land in ``train``.
+Its YAML front matter names each side's files as a split (``configs``/``data_files``:
+``train``, ``validation`` for the held-out side of --holdout-fraction, and a
+step's own side by its name; exactly the sides the manifest lists, at the
+directories their files are in; with --bin-size one config per length bin
+besides the default one of every bin), so ``datasets.load_dataset(OUT)``
+gives the right splits of a Parquet output without being told where the
+files are, and the held-out files never land in ``train``.  For a format
+🤗 datasets cannot read (TFRecord, Megatron), the same metadata names the
+format's own files, so ``load_dataset(OUT)`` stops with "No (supported) data
+files found" instead of reading manifest.jsonl and summary.json as JSON
+data, and the card's text says how to read the output.
 It also states the features, a size category, a license placeholder (the
 corpus's license is the user's to state), and the command, version and
 tokenizer (identity and sha256) that made the output.
@@ -17,9 +23,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
-from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.outputs import split_of
+from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY, SPLIT as HOLDOUT_SPLIT
+from common.outputs import TRAIN, split_of
 from common.manifest import read_entries, shard_files
 
 CARD_NAME = "README.md"
@@ -42,28 +49,49 @@ def _q(text) -> str:
     return json.dumps(str(text))
 
 
-def split_files(entries: list[dict]) -> dict[str, dict[str, int]]:
-    """Records per (config, split): config ``default`` (every file) and, for binned output, ``bin-K``."""
-    counts: dict[str, dict[str, int]] = {}
+#: Hugging Face's names for this project's sides: the training side, the held-out side (--holdout-fraction).
+HF_SPLITS = {TRAIN: "train", HOLDOUT_SPLIT: "validation"}
+
+
+def hf_split(split: str) -> str:
+    """A side's split name in the card: train, validation (held out), or a step's own split by its name."""
+    return HF_SPLITS.get(split, split)
+
+
+@dataclass
+class SplitFiles:
+    """Per config (``default``, and ``bin-K`` for binned output), per split: its records and where its files are
+    (glob patterns relative to the output, one per directory its files are in)."""
+
+    records: dict[str, dict[str, int]] = field(default_factory=dict)
+    patterns: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+
+
+def split_files(entries: list[dict], suffixes: tuple[str, ...] = (".parquet",)) -> SplitFiles:
+    """The sides the manifest lists (the normal pass's files of the format's ``suffixes``), as card splits."""
+    found = SplitFiles()
     for entry in entries:
         if entry.get("stage"):
             continue
         for f in shard_files(entry):
-            if not f["name"].endswith(".parquet"):
+            name = str(f["name"])
+            suffix = next((s for s in suffixes if name.endswith(s)), None)
+            if suffix is None:
                 continue
-            split = "validation" if split_of(f) else "train"
-            match = _BIN.search(f["name"])
+            split = hf_split(split_of(f))
+            directory = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+            match = _BIN.search(name)
             for config in ["default"] + ([match.group(1)] if match else []):
-                per_split = counts.setdefault(config, {})
+                per_split = found.records.setdefault(config, {})
                 per_split[split] = per_split.get(split, 0) + int(f.get("records", 0))
-    return counts
+                where = _BIN.sub(lambda m: m.group(0).replace(m.group(1), "bin-*"), directory) \
+                    if config == "default" else directory
+                found.patterns.setdefault(config, {}).setdefault(split, set()).add(f"{where}part-*{suffix}")
+    return found
 
 
-def _pattern(config: str, split: str, binned: bool) -> str:
-    where = "" if split == "train" else f"{HOLDOUT_DIRECTORY}/"
-    if not binned:
-        return f"{where}part-*.parquet"
-    return f"{where}{'bin-*' if config == 'default' else config}/part-*.parquet"
+def _split_order(splits) -> list[str]:
+    return sorted(splits, key=lambda s: ({"train": 0, "validation": 1}.get(s, 2), s))
 
 
 def _feature_yaml(name: str, spec: dict) -> list[str]:
@@ -82,13 +110,14 @@ def file_columns(info: dict) -> list[tuple[str, dict]]:
             + list((details.get("added_columns") or {}).items()))
 
 
-def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
-    """The card's text from the output's dataset_info (common/dataset_info.py) and its files' records."""
+def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
+    """The card's text from the output's dataset_info (common/dataset_info.py) and its files' sides; ``reading``:
+    how to read a format 🤗 datasets cannot (its writer's ``reading``), "" for Parquet."""
     binned = bool(info.get("format_params", {}).get("bin_size"))
     objective = info["objective"]
     tokenizer = info["tokenizer"]
     made_by = info.get("made_by") or {}
-    records = sum(counts.get("default", {}).values())
+    records = sum(counts.records.get("default", {}).values())
     columns = file_columns(info)
     hf_names = (info.get("format_details") or {}).get("column_names") == "hf"
     title = f"mlm-pipeline {objective['name']} pretraining data"
@@ -96,23 +125,25 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
              "license: unknown  # placeholder: state the corpus's license (e.g. cc-by-sa-3.0 for Wikipedia)",
              "task_categories:", "- fill-mask", "tags:", "- mlm-pipeline", f"- {_q(objective['name'])}",
              "size_categories:", f"- {size_category(records)}", "configs:"]
-    configs = ["default"] + sorted(c for c in counts if c != "default")
+    configs = ["default"] + sorted(c for c in counts.records if c != "default")
     for config in configs:
-        splits = counts.get(config, {})
+        splits = counts.records.get(config, {})
         if config != "default" and not splits:
             continue
         lines.append(f"- config_name: {config}")
         if config == "default":
             lines.append("  default: true")
         lines.append("  data_files:")
-        for split in ("train", "validation"):
-            if split in splits:
-                lines += [f"  - split: {split}", f"    path: {_q(_pattern(config, split, binned))}"]
+        for split in _split_order(splits):
+            patterns = sorted(counts.patterns[config][split])
+            lines += [f"  - split: {split}", f"    path: {_q(patterns[0])}" if len(patterns) == 1 else
+                      "    path: [" + ", ".join(map(_q, patterns)) + "]"]
         if not splits:  # an output without a record: the default config still names where they would be
-            lines += ["  - split: train", f"    path: {_q(_pattern(config, 'train', binned))}"]
+            suffix = (info.get("file_suffixes") or [".parquet"])[0]
+            lines += ["  - split: train", f"    path: {_q(('bin-*/' if binned else '') + 'part-*' + suffix)}"]
     lines.append("dataset_info:")
     for config in configs:
-        splits = counts.get(config, {})
+        splits = counts.records.get(config, {})
         if config != "default" and not splits:
             continue
         # No ``splits`` here: datasets wants their in-memory bytes, which only it can count.
@@ -135,19 +166,25 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
         "",
         "## Loading",
         "",
-        "```python",
-        "import datasets",
-        "ds = datasets.load_dataset(\"path/to/this/directory\")   # splits: "
-        + ", ".join(s for s in ("train", "validation") if s in counts.get("default", {})),
     ]
-    if hf_names:
-        body.append("# Hugging Face's column names (--column-names hf): BertForPreTraining / Trainer take the rows "
-                    "as they are")
-    if binned:
-        body.append(f"bin = datasets.load_dataset(\"path/to/this/directory\", \"{next((c for c in configs if c != 'default'), 'bin-001')}\")"
-                    "   # one sequence-length bin")
+    if reading:
+        body += [f"This is a {info.get('format')} output: 🤗 `datasets` has no reader for its files, so "
+                 "`datasets.load_dataset(\"path/to/this/directory\")` stops with \"No (supported) data files "
+                 "found\" (the metadata above names the format's files, so manifest.jsonl and summary.json are "
+                 "not taken for data). Read it so:", "", reading]
+    else:
+        body += ["```python", "import datasets",
+                 "ds = datasets.load_dataset(\"path/to/this/directory\")   # splits: "
+                 + ", ".join(_split_order(counts.records.get("default", {})))]
+        if hf_names:
+            body.append("# Hugging Face's column names (--column-names hf): BertForPreTraining / Trainer take the "
+                        "rows as they are")
+        if binned:
+            bin_config = next((c for c in configs if c != "default"), "bin-001")
+            body.append(f"bin = datasets.load_dataset(\"path/to/this/directory\", \"{bin_config}\")"
+                        "   # one sequence-length bin")
+        body.append("```")
     body += [
-        "```",
         "",
         "## Records",
         "",
@@ -155,7 +192,7 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
         f"- sequence length: {info.get('sequence_length')}; masked positions per sequence at most: "
         f"{info.get('max_predictions_per_seq')}",
         f"- records: {records:,} ("
-        + ", ".join(f"{split} {n:,}" for split, n in sorted(counts.get("default", {}).items())) + ")",
+        + ", ".join(f"{split} {n:,}" for split, n in sorted(counts.records.get("default", {}).items())) + ")",
         f"- columns: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in columns)
         + (" (Hugging Face's names; `labels`: -100 but at the masked positions, which hold the original ids)"
            if hf_names else ""),
@@ -182,8 +219,9 @@ def render(info: dict, counts: dict[str, dict[str, int]]) -> str:
     return "\n".join(lines + body)
 
 
-def write_card(output, config) -> None:
+def write_card(output, config, reading: str = "") -> None:
     from common import dataset_info
 
     info = dataset_info.read(output) or dataset_info.describe(config, {}, complete=False)
-    output.put_bytes(CARD_NAME, render(info, split_files(read_entries(output))).encode())
+    suffixes = tuple(info.get("file_suffixes") or (".parquet",))
+    output.put_bytes(CARD_NAME, render(info, split_files(read_entries(output), suffixes), reading).encode())

@@ -18,7 +18,7 @@ import functools
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 #: What a parameter may hold: the wire carries these as they are.
 ParamValue = bool | int | float | str
@@ -37,13 +37,30 @@ class NoParams:
     """The parameters of a component that has none."""
 
 
-def param(default: Any, help: str, flag: str = "", opt_in: bool = False) -> Any:  # noqa: A002 (click's word)
+@dataclass(frozen=True)
+class When:
+    """Where a parameter does something: only when ``holds(params)`` is true (masks drawn here, n-grams of
+    two words or more).  Elsewhere a value other than its default is refused (:meth:`Configurable.make_params`):
+    a flag that does nothing must not be accepted and recorded as if it did."""
+
+    holds: Callable[[Any], bool]
+    described: str  # the condition as the flags say it: "--masking static"
+
+
+def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa: A002 (click's word)
+          when: When | None = None) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
     ``opt_in``: a switch added to a variant after jobs were run with it (its default is "off" for good).  Left
     at its default, it is not recorded in the job, so adding it changes no existing job's id (a resume of an
-    output written before finds its job)."""
-    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in})
+    output written before finds its job).  ``when``: the parameter does something only then (:class:`When`)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when})
+
+
+def idle_fields(params) -> list[dataclasses.Field]:
+    """The fields set to other than their default that do nothing with the rest of ``params`` (:class:`When`)."""
+    return [f for f in dataclasses.fields(params) if f.metadata.get("when") is not None
+            and getattr(params, f.name) != f.default and not f.metadata["when"].holds(params)]
 
 
 class Configurable:
@@ -52,6 +69,10 @@ class Configurable:
 
     name: ClassVar[str]
     Params: ClassVar[type]
+    #: The version of this variant's behaviour: bumped when the same job would write other bytes for input
+    #: the previous code wrote as valid (docs/design.md, "Versions").  A version above 1 is part of the job's
+    #: id, so an output begun by the previous behaviour is another job's and is not resumed into a mix.
+    version: ClassVar[int] = 1
 
     @classmethod
     def make_params(cls, given: dict[str, ParamValue]):
@@ -67,6 +88,14 @@ class Configurable:
         validate = getattr(params, "validate", None)
         if validate is not None:
             validate()
+        idle = idle_fields(params)
+        if idle:
+            by_condition: dict[str, list[str]] = {}
+            for f in idle:
+                by_condition.setdefault(f.metadata["when"].described, []).append(flag_of(cls.Params, f.name))
+            raise ValueError("; ".join(f"{', '.join(flags)} {'does' if len(flags) == 1 else 'do'} nothing but with "
+                                       f"{condition}: leave {'it' if len(flags) == 1 else 'them'} out"
+                                       for condition, flags in by_condition.items()))
         return params
 
     @classmethod

@@ -79,15 +79,30 @@ def format_for(name: str) -> type[Writer]:
         raise DatasetError(str(error)) from None
 
 
+#: The feature every record has at one length: a batch is a (records, width) matrix of each feature.
+RECORD_FEATURE = "input_ids"
+
+
 def read_shard(name: str, data: bytes, companion: Callable[[str], bytes | None] = lambda name: None) -> Columns:
-    """A file's records as (records, width) arrays, read by its format; ValueError if it cannot be
-    served (corrupt, no records of its own, or a feature whose length varies between records)."""
+    """A file's records as (records, width) arrays, read by its format; ValueError if it cannot be served
+    (corrupt, no records of its own, or input_ids of varying length)."""
+    return served_columns(name, data, companion)[0]
+
+
+def served_columns(name: str, data: bytes, companion: Callable[[str], bytes | None] = lambda name: None
+                   ) -> tuple[Columns, list[str]]:
+    """:func:`read_shard`, and the features left out: one its format reads as variable-length beside
+    input_ids (Parquet's chinese_ref: where words continue, which word_starts says too) is not served, since
+    a batch holds fixed-length features only."""
     columns = format_for(name).read_columns(name, data, companion)
     if columns is None:
         raise ValueError("holds no records of its own (its format reads it with another file)")
-    out = {}
+    out, left = {}, []
     for key, column in columns.items():
         if isinstance(column, Ragged):
+            if key != RECORD_FEATURE:
+                left.append(key)
+                continue
             lengths = np.asarray(column.lengths)
             if len(lengths) and (lengths != lengths[0]).any():
                 raise ValueError(f"feature {key!r} varies in length between records: it cannot be batched")
@@ -95,7 +110,7 @@ def read_shard(name: str, data: bytes, companion: Callable[[str], bytes | None] 
             column = np.asarray(column.values).reshape(len(lengths), width)
         column = np.asarray(column)
         out[key] = column.reshape(-1, 1) if column.ndim == 1 else column
-    return out
+    return out, left
 
 
 # --------------------------------------------------------------------------
@@ -239,7 +254,7 @@ class ShardCache:
             raise DatasetError(f"{where}: its sha256 differs from the manifest's: it changed since it was "
                                "written (run mlm-verify)")
         try:
-            columns = read_shard(name, data, self.storage.get_bytes)
+            columns, left = served_columns(name, data, self.storage.get_bytes)
         except ValueError as error:
             raise DatasetError(f"{where}: {error} (run mlm-verify)") from None
         expected = int(self.shards.counts[shard])
@@ -249,6 +264,9 @@ class ShardCache:
         layout = RecordLayout.of(columns)
         if self.layout is None:
             self.layout = layout
+            if left:
+                log.info("loader: %s: of varying length between records, not served (a batch holds "
+                         "fixed-length features)", ", ".join(left))
         elif layout != self.layout:
             raise DatasetError(f"{where}: its features differ from the other shards' ({self.layout} vs {layout})")
         self.loads += 1

@@ -94,6 +94,32 @@ def test_minhash_recall_above_and_false_merges_below_the_threshold(corpus):
         assert root == min(members)
 
 
+def test_minhash_finds_chinese_near_copies_as_english_ones():
+    """Chinese copies with one character in a hundred replaced are found: a ``\\w`` run is a whole clause
+    in Chinese, so its shingles are cut from characters (English copies so edited: tests above)."""
+    import random
+
+    from bench.chinese_bench import chinese_paragraphs
+
+    paragraphs = chinese_paragraphs()
+    bases = ["\n".join(paragraphs[k::20]) for k in range(20)]
+    han = [ch for ch in "".join(bases) if "\u4e00" <= ch <= "\u9fff"]
+    rng = random.Random(34)
+    copies = []
+    for base in bases:
+        chars = list(base)
+        positions = [i for i, ch in enumerate(chars) if "\u4e00" <= ch <= "\u9fff"]
+        for position in rng.sample(positions, len(positions) // 100):
+            chars[position] = rng.choice(han)
+        copies.append("".join(chars))
+    outcome = deduplicate(bases + copies, _settings())
+    label = _cluster_of(outcome, 40)
+    found = sum(label[20 + k] == label[k] for k in range(20))
+    assert found >= 18, f"{found} of 20 Chinese near copies found"
+    assert len(set(label[:20].tolist())) == 20  # no two articles merged
+    assert outcome.too_short == 0
+
+
 def _datasketch_kept(texts: list[str], settings: DedupSettings) -> np.ndarray:
     """The same method with datasketch's MinHash and MinHashLSH: a document is
     removed when an earlier document is in its cluster (union-find over the

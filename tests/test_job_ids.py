@@ -2,8 +2,15 @@
 or a resume after an upgrade finds "another job" in its own output and refuses it.  The ids of the byte
 matrix's jobs (tests/byte_matrix.py), and of a few more, are held in tests/data/job_ids.json.
 
+An id moves only when the job's behaviour does: a variant whose ``version`` is above 1 (docs/design.md,
+"Versions") adds it to the id.  tests/data/job_ids_before_versions.json holds the ids from before versions
+came in: without versions every job still has that id, and exactly the jobs that run a bumped behaviour
+(Bling Fire's CJK sentence ends, MinHash's CJK words, a start-sensitive tokenizer's paragraph encoding)
+have another one now.
+
 ``python -m tests.test_job_ids --write`` records them anew: only for a change meant to change what a job
-is, named in its commit."""
+is, named in its commit (``--before-versions-too`` also the ids without versions: only for a change that
+moves ids otherwise than by a version)."""
 
 from __future__ import annotations
 
@@ -26,8 +33,8 @@ EXTRA = {
 }
 
 
-def job_id(corpus: Path, objective: str, output_format: str, family: str, holdout: bool = False,
-           dedup: str = "off", extra: dict | None = None) -> str:
+def job_config(corpus: Path, objective: str, output_format: str, family: str, holdout: bool = False,
+               dedup: str = "off", extra: dict | None = None):
     from common.dedup.settings import DedupSettings
     from ventilator.job import JobOptions, prepare_job
 
@@ -39,7 +46,7 @@ def job_id(corpus: Path, objective: str, output_format: str, family: str, holdou
                          output_format=writer, params={**params, **format_params, **extra}, task_size=TASK_SIZE,
                          holdout_fraction=0.2 if holdout else 0.0, dedup=DedupSettings(mode=dedup),
                          word_segmenter=word_segmenter)
-    return prepare_job(options).config.job_id
+    return prepare_job(options).config
 
 
 #: The input's absolute path and its files' versions (size and mtime) are part of a job's identity: the ids are
@@ -48,31 +55,56 @@ WORKDIR = Path(tempfile.gettempdir()) / "mlm-pipeline-job-ids"
 FILE_TIME = 1_700_000_000
 
 
-def compute() -> dict[str, str]:
+BEFORE_VERSIONS_FILE = Path(__file__).parent / "data" / "job_ids_before_versions.json"
+#: Tokenizer families that treat a text's start apart (tests/common/steps/test_separator_tokens.py).
+START_SENSITIVE = {"unigram"}
+
+
+def configs() -> dict:
     shutil.rmtree(WORKDIR, ignore_errors=True)
     corpus = small_corpus(WORKDIR)
     for path in corpus.iterdir():
         os.utime(path, (FILE_TIME, FILE_TIME))
-    ids = {case.name: job_id(corpus, case.objective, case.output_format, case.family, case.holdout, case.dedup)
-           for case in cases()}
+    found = {case.name: (job_config(corpus, case.objective, case.output_format, case.family, case.holdout,
+                                    case.dedup), case.family) for case in cases()}
     for name, (objective, output_format, family, extra) in EXTRA.items():
-        ids[name] = job_id(corpus, objective, output_format, family, extra=extra)
-    return ids
+        found[name] = (job_config(corpus, objective, output_format, family, extra=extra), family)
+    return found
 
 
-def test_the_same_command_keeps_its_job_id():
+def compute() -> dict[str, str]:
+    return {name: config.job_id for name, (config, _family) in configs().items()}
+
+
+def test_the_same_command_keeps_its_job_id_and_only_versions_moved_ids():
     need_shared()
-    expected = json.loads(IDS_FILE.read_text())
-    got = compute()
-    assert sorted(got) == sorted(expected), "the id file lists other jobs"
+    expected, before = json.loads(IDS_FILE.read_text()), json.loads(BEFORE_VERSIONS_FILE.read_text())
+    found = configs()
+    got = {name: config.job_id for name, (config, _family) in found.items()}
+    assert sorted(got) == sorted(expected) == sorted(before), "the id files list other jobs"
     moved = sorted(name for name in expected if got[name] != expected[name])
     assert not moved, f"{len(moved)} of {len(expected)} job ids moved: {', '.join(moved[:8])}"
     assert len(set(got.values())) == len(got), "two different jobs share an id"
+    # Without versions, every id is what it was before versions came in ...
+    unversioned = {name: config.identity_hash(versioned=False) for name, (config, _family) in found.items()}
+    assert unversioned == before
+    # ... and the ids that moved are exactly those of the jobs that run a bumped behaviour.
+    bumped = {name for name, (config, family) in found.items()
+              if config.step("segment").params["segmenter"] == "blingfire"
+              or (config.step("dedup") and config.step("dedup").params["mode"] == "minhash")
+              or family in START_SENSITIVE}
+    assert {name for name in got if got[name] != before[name]} == bumped
+    assert 0 < len(bumped) < len(got)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m tests.test_job_ids --write")
-    ids = compute()
+    if sys.argv[1:] not in (["--write"], ["--write", "--before-versions-too"]):
+        sys.exit("usage: python -m tests.test_job_ids --write [--before-versions-too]")
+    found = configs()
+    ids = {name: config.job_id for name, (config, _family) in found.items()}
     IDS_FILE.write_text(json.dumps(ids, indent=1, sort_keys=True) + "\n")
     print(f"{len(ids)} job ids -> {IDS_FILE}")
+    if "--before-versions-too" in sys.argv:  # only for a change that moves ids otherwise than by a version
+        before = {name: config.identity_hash(versioned=False) for name, (config, _family) in found.items()}
+        BEFORE_VERSIONS_FILE.write_text(json.dumps(before, indent=1, sort_keys=True) + "\n")
+        print(f"{len(before)} job ids without versions -> {BEFORE_VERSIONS_FILE}")

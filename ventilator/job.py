@@ -108,7 +108,10 @@ def _detect_format(storage, files: list[InputFile]) -> type[Reader]:
         except (OSError, StorageError, ValueError):
             continue
         if head.strip():
-            return detect(head, name)
+            try:
+                return detect(head, name)
+            except ValueError as error:
+                raise JobError(f"--format auto: {name}: {error}") from None
     return reader_named("text")
 
 
@@ -237,6 +240,10 @@ def validate(options: JobOptions) -> Checked:
         writer_params = writer_class.make_params(writer_given)
         objective_class.check_vocabulary(vocabulary.special)
         objective = objective_class(objective_params, vocabulary.special)
+        if word_segmenter_class is not None and not objective.uses_word_starts:
+            raise ValueError(f"--word-segmenter {word_segmenter_class.name} does nothing here: its words are used "
+                             "only by whole-word masking (--do-whole-word-mask) or written as word_starts "
+                             "(--objective roberta --masking none, electra --word-starts); leave it out")
         writer_class.check_features(writer_params, objective.features)
         reader = reader_class(reader_params)
         reader.check_inputs(storage, files)

@@ -5,7 +5,8 @@ The signature stage's cost was Python string work: ``re.findall`` making a
 list of words, then a dictionary lookup per word.  Here a batch of texts
 becomes one array of code points (UTF-32), a table says which code points
 are word characters (exactly re's ``\\w``: the table is built by that
-regex), and each run of word characters is hashed as a polynomial of its
+regex) and which are words by themselves (Han, kana: normalise.CHARACTER_WORDS),
+and each run of word characters (each such character alone) is hashed as a polynomial of its
 code points (mod 2**64, the powers from the run's own start), then mixed
 (SplitMix64's finaliser) with its length.  The words are the same as
 :func:`common.dedup.normalise.words` cuts; the hash of a word depends on
@@ -23,7 +24,7 @@ import re
 
 import numpy as np
 
-from common.dedup.normalise import WORD
+from common.dedup.normalise import CHARACTER_WORDS
 from common.hashing import mix64
 
 _BASE = np.uint64(0x100000001B3)  # odd: every power is odd, none is 0
@@ -31,6 +32,7 @@ _BATCH_CHARACTERS = 1 << 20
 _MAX_CODE_POINT = 0x110000
 
 _word_table: np.ndarray | None = None
+_character_table: np.ndarray | None = None
 _powers = np.ones(1, dtype=np.uint64)
 #: Powers kept between calls: words longer than this (rare: URLs, base64) compute theirs each time.
 _POWERS_KEPT = 1 << 12
@@ -42,10 +44,21 @@ def word_table() -> np.ndarray:
     if _word_table is None:
         every = "".join(map(chr, range(_MAX_CODE_POINT)))
         table = np.zeros(_MAX_CODE_POINT, dtype=bool)
-        character = re.compile(WORD.pattern.rstrip("+"))  # one word character: re's own \w
+        character = re.compile(r"\w")  # one word character: re's own
         table[np.fromiter((m.start() for m in character.finditer(every)), dtype=np.int64)] = True
         _word_table = table
     return _word_table
+
+
+def character_table() -> np.ndarray:
+    """bool [0x110000]: the code points that are a word each (normalise.CHARACTER_WORDS)."""
+    global _character_table
+    if _character_table is None:
+        table = np.zeros(_MAX_CODE_POINT, dtype=bool)
+        for low, high in re.findall(r"(.)-(.)", CHARACTER_WORDS):
+            table[ord(low):ord(high) + 1] = True
+        _character_table = table & word_table()
+    return _character_table
 
 
 def _powers_up_to(count: int) -> np.ndarray:
@@ -71,6 +84,9 @@ def _hash_batch(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     starts_run = np.empty(len(where), dtype=bool)
     starts_run[0] = True
     np.not_equal(where[1:], where[:-1] + 1, out=starts_run[1:])
+    alone = character_table()[codes[where]]
+    if alone.any():  # a Han or kana character is a word by itself: it starts one, and so does what follows it
+        starts_run[1:] |= alone[1:] | alone[:-1]
     first = np.flatnonzero(starts_run)  # each word's first character, as an index into ``where``
     run = np.cumsum(starts_run) - 1
     offset = np.arange(len(where)) - first[run]

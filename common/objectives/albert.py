@@ -41,7 +41,7 @@ from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.bert import BATCH_INSTANCES, BertParams, lay_out_pairs, plan_instances
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, word_index
-from common.params import param
+from common.params import When, param
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ class AlbertParams:
     dupe_factor: int = param(40, "Passes over each task's documents, each with different masks.")
     do_whole_word_mask: bool = param(True, "Mask whole words (all their pieces) instead of single pieces.")
     ngram: int = param(3, "ALBERT: mask n-grams of up to this many words.")
-    favor_shorter_ngram: bool = param(True, "ALBERT: n-gram lengths with probability proportional to 1/n.")
+    favor_shorter_ngram: bool = param(True, "ALBERT: n-gram lengths with probability proportional to 1/n.",
+                                      when=When(lambda params: params.ngram > 1, "--ngram 2 or more"))
     random_next_sentence: bool = param(False, "ALBERT: BERT's random next sentence instead of sentence order.")
     random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
 
@@ -180,6 +181,10 @@ class AlbertObjective(Objective):
     reference_casing = ReferenceCasing(lower_case=True, sentencepiece_strips_accents=True)  # preprocess_text
     Params = AlbertParams
     needs = ("cls", "sep", "mask", "pad")
+
+    @property
+    def uses_word_starts(self) -> bool:
+        return self.params.do_whole_word_mask  # n-grams of words; else of pieces
 
     @property
     def features(self) -> list[Feature]:

@@ -118,6 +118,13 @@ class Objective(Configurable, abc.ABC):
         """How many times each task's documents are made into records."""
         return 1
 
+    @property
+    def uses_word_starts(self) -> bool:
+        """Whether its records depend on where words begin (whole-word masking, a ``word_starts`` feature): a
+        --word-segmenter does nothing otherwise, and is refused.  True unless an objective says: one that does
+        not (a plugin's) is not second-guessed."""
+        return True
+
     @abc.abstractmethod
     def batches(self, documents: TokenizedDocuments, task_key: str, pass_index: int) -> Iterator[Batch]:
         """The records of one pass over a task's documents, in batches."""

@@ -292,6 +292,10 @@ class BertObjective(Objective):
     needs = ("cls", "sep", "mask", "pad")
 
     @property
+    def uses_word_starts(self) -> bool:
+        return self.params.do_whole_word_mask
+
+    @property
     def features(self) -> list[Feature]:
         seq, predictions = self.params.max_seq_length, self.params.max_predictions_per_seq
         lengths = {"input_ids": seq, "input_mask": seq, "segment_ids": seq, "masked_lm_positions": predictions,

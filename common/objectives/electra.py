@@ -228,6 +228,10 @@ class ElectraObjective(Objective):
     segment_unit = "line"  # the reference adds its input's lines as they are
 
     @property
+    def uses_word_starts(self) -> bool:
+        return self.params.word_starts
+
+    @property
     def features(self) -> list[Feature]:
         seq = self.params.max_seq_length
         features = [Feature(name, "int32", seq) for name in ELECTRA_FEATURES]

@@ -43,13 +43,17 @@ import numpy as np
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
-from common.params import param
+from common.params import When, param
 from common.tokenization.vocabulary import SpecialIds
 
 PACKINGS = ("full-sentences", "doc-sentences")
 MASKINGS = ("none", "static")
 #: Blocks laid out per numpy batch: bounds memory.
 BATCH_BLOCKS = 2048
+
+
+#: The parameters of masking here: with --masking none (masks drawn at train time) they do nothing.
+STATIC = When(lambda params: params.masking == "static", "--masking static")
 
 
 @dataclass(frozen=True)
@@ -62,14 +66,15 @@ class RobertaParams:
     masking: str = param("none", "none: unmasked blocks with special_tokens_mask and word_starts, masked at train "
                                  "time; static: masked here with BERT's 80/10/10 rule, --dupe-factor times.")
     masked_lm_prob: float = param(0.15, "Share of a block's tokens to mask, in (0, 1) (--masking static; 0.3 for "
-                                        "MosaicBERT/ModernBERT).")
+                                        "MosaicBERT/ModernBERT).", when=STATIC)
     max_predictions_per_seq: int = param(0, "At most this many masked positions per block (--masking static); 0: as "
-                                            "many as --masked-lm-prob asks of a full block.")
-    dupe_factor: int = param(1, "Passes over each task's blocks, each with different masks (--masking static).")
-    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
+                                            "many as --masked-lm-prob asks of a full block.", when=STATIC)
+    dupe_factor: int = param(1, "Passes over each task's blocks, each with different masks (--masking static).",
+                             when=STATIC)
+    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", when=STATIC)
     do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces; Chinese words with "
                                             "--word-segmenter, as RoBERTa-wwm-ext) instead of single pieces "
-                                            "(--masking static).", opt_in=True)
+                                            "(--masking static).", opt_in=True, when=STATIC)
 
     def validate(self) -> None:
         if self.max_seq_length < 3:
@@ -216,6 +221,10 @@ class RobertaObjective(Objective):
         if params.masking == "static" and special.mask is None:
             raise ValueError("--masking static needs the tokenizer's mask token; this tokenizer has none "
                              "(name it with --mask-token, or use --masking none)")
+
+    @property
+    def uses_word_starts(self) -> bool:
+        return self.params.masking == "none" or self.params.do_whole_word_mask
 
     @property
     def features(self) -> list[Feature]:

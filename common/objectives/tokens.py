@@ -102,6 +102,10 @@ class TokensObjective(Objective):
                              "tokenizer lacks one (name them with --cls-token / --sep-token)")
 
     @property
+    def uses_word_starts(self) -> bool:
+        return False
+
+    @property
     def features(self) -> list[Feature]:
         ids = Feature("input_ids", "int32", None, bound=self.special.vocab_size)
         if self.params.max_seq_length:

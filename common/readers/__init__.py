@@ -1,11 +1,11 @@
 """The reader axis: input formats.  Each is one module of this package
 (see :mod:`.base`); the job names it (``--format``, or detected from the
-first file) and :func:`readers` finds it, so adding one touches no other file."""
+first lines of the first file) and :func:`readers` finds it, so adding one touches no other file."""
 
 from __future__ import annotations
 
 from common.params import Registry
-from common.readers.base import ByteRangeReader, Document, ParseReport, Reader
+from common.readers.base import UTF8_BOM, ByteRangeReader, Document, ParseReport, Reader
 
 _REGISTRY: Registry[Reader] = Registry(__name__, Reader, "input format")
 readers = _REGISTRY.variants
@@ -22,10 +22,12 @@ def claimed_by_name(path: str) -> type[Reader] | None:
 
 def detect(head: bytes, path: str = "") -> type[Reader]:
     """The format a file named ``path`` starting with ``head`` is: by its name
-    when a format claims it, else by the first format that recognises ``head``."""
+    when a format claims it, else by the first format that recognises ``head``
+    (its first lines, not only the first).  ValueError (one line) when they disagree."""
     claimed = claimed_by_name(path) if path else None
     if claimed is not None:
         return claimed
+    head = head.removeprefix(UTF8_BOM)
     for reader in sorted(readers().values(), key=lambda r: -r.detect_priority):
         if reader.sniff(head):
             return reader

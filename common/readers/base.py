@@ -41,6 +41,40 @@ class ParseReport:
         self.skipped[reason] = self.skipped.get(reason, 0) + count
 
 
+#: A byte-order mark some editors and exporters put at a UTF-8 file's start: not part of the first document.
+UTF8_BOM = b"\xef\xbb\xbf"
+#: Lines --format auto reads of a file's start (complete, non-blank) before it names a format.
+SNIFF_LINES = 20
+
+
+def without_bom(data: bytes, base_offset: int) -> tuple[bytes, int]:
+    """``data`` without a leading UTF-8 BOM, and where what is left starts."""
+    if data.startswith(UTF8_BOM):
+        return data[len(UTF8_BOM):], base_offset + len(UTF8_BOM)
+    return data, base_offset
+
+
+def head_lines(head: bytes, limit: int = SNIFF_LINES) -> list[tuple[int, bytes]]:
+    """(line number from 1, line) of the first ``limit`` non-blank lines of a file's first bytes; the last
+    line counts only when it is the only one (it may be cut where ``head`` ends)."""
+    lines = head.split(b"\n")
+    if len(lines) > 1:
+        lines = lines[:-1]
+    found = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    return found[:limit]
+
+
+def disagreement(lines: list[tuple[int, bytes]], matches: list[bool], what: str, name: str) -> str | None:
+    """The one-line reason a file's first lines name no one format (some are ``what``, some not), or None."""
+    if all(matches) or not any(matches):
+        return None
+    first_other = next(number for (number, _), match in zip(lines, matches) if match != matches[0])
+    return (f"its first {len(lines)} lines disagree on the format: {sum(matches)} are {what} and "
+            f"{len(lines) - sum(matches)} are not (line {lines[0][0]} {'is' if matches[0] else 'is not'}, "
+            f"line {first_other} {'is not' if matches[0] else 'is'}): pass --format {name} (the other lines "
+            "are skipped and counted) or --format text")
+
+
 def decode_utf8(raw: bytes, report: ParseReport) -> str | None:
     """A document's text, or None (counted) when it holds NUL bytes or invalid UTF-8."""
     if b"\x00" in raw:
@@ -67,7 +101,8 @@ class Reader(Configurable, abc.ABC):
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
-        """Whether a file starting with ``head`` looks like this format."""
+        """Whether a file starting with ``head`` (a UTF-8 BOM removed) looks like this format; ValueError
+        (one line) when its first lines disagree, some of this format and some not."""
         return False
 
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8
+from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8, without_bom
 from common.readers.scanning import (ASCII_SPACE, ReadAt, first_line_start_at_or_after, iter_lines_from,
                                      previous_line_is_blank)
 
@@ -36,6 +36,7 @@ class BertTextReader(ByteRangeReader):
         return size
 
     def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
+        data, base_offset = without_bom(data, base_offset)
         offset = 0
         current: list[bytes] = []
         current_offset = 0

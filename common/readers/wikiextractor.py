@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8
+from common.readers.base import (ByteRangeReader, Document, ParseReport, decode_utf8, disagreement, head_lines,
+                                 without_bom)
 from common.readers.scanning import SCAN_CHUNK, ReadAt, first_line_start_at_or_after
 
 _DOC_END = "</doc>"
@@ -64,7 +65,15 @@ class WikiExtractorReader(ByteRangeReader):
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
-        return head.lstrip().startswith(b"<doc")
+        """A ``<doc`` header first; a header after other lines (stray text, a cut first document) is a
+        disagreement, refused."""
+        lines = head_lines(head)
+        matches = [_is_doc_header(line.lstrip()) or line.strip() == _DOC_END.encode() for _, line in lines]
+        if matches and matches[0]:
+            return True
+        if any(matches):
+            raise ValueError(disagreement(lines, matches, "<doc> header or end lines", cls.name))
+        return False
 
     def boundary_at_or_after(self, read_at: ReadAt, pos: int, size: int) -> int:
         """A boundary is a ``<doc`` header line."""
@@ -78,6 +87,7 @@ class WikiExtractorReader(ByteRangeReader):
         return _next_doc_header(read_at, line_start, size)
 
     def parse(self, data: bytes, base_offset: int, report: ParseReport) -> Iterator[Document]:
+        data, base_offset = without_bom(data, base_offset)
         for offset, block in _split_blocks(data):
             if not _is_doc_header(block):
                 if block.strip():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8
+from common.readers.base import UTF8_BOM, ByteRangeReader, Document, ParseReport, decode_utf8, disagreement, head_lines
 from common.readers.scanning import ReadAt, first_line_start_at_or_after
 
 
@@ -16,14 +16,12 @@ class WikiExtractorJsonReader(ByteRangeReader):
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
-        stripped = head.removeprefix(UTF8_BOM).lstrip()
-        if not stripped.startswith(b"{"):
-            return False
-        try:
-            obj = json.loads(stripped.split(b"\n", 1)[0])
-        except (ValueError, RecursionError):
-            return False
-        return isinstance(obj, dict) and "text" in obj
+        """Its first lines are JSON objects with ``text``; some of them and some not is refused."""
+        lines = head_lines(head.removeprefix(UTF8_BOM))
+        matches = [_is_json_document(line) for _, line in lines]
+        if any(matches) and not all(matches):
+            raise ValueError(disagreement(lines, matches, 'JSON objects with "text"', cls.name))
+        return bool(matches) and all(matches)
 
     def boundary_at_or_after(self, read_at: ReadAt, pos: int, size: int) -> int:
         """Every line start is a boundary."""
@@ -47,8 +45,14 @@ class WikiExtractorJsonReader(ByteRangeReader):
                            str(identity) if isinstance(identity, (str, int)) else "")
 
 
-#: A byte-order mark some editors and exporters put at a UTF-8 file's start: not part of the first document.
-UTF8_BOM = b"\xef\xbb\xbf"
+def _is_json_document(line: bytes) -> bool:
+    if not line.lstrip().startswith(b"{"):
+        return False
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and "text" in obj
 
 
 def json_objects(data: bytes, report: ParseReport) -> Iterator[tuple[int, object]]:

@@ -9,6 +9,7 @@ from common.sentences import Segmenter as Mode, segment_pieces
 
 class BlingfireSegmenter(Segmenter):
     name = "blingfire"
+    version = 2  # CJK sentence ends (common/cjk_sentences.py): other segments for Chinese and Japanese text
 
     def segments(self, lines: list[str]) -> list[list[str]]:
         return segment_pieces(lines, Mode.BLINGFIRE)

@@ -216,5 +216,11 @@ class Step(Configurable, abc.ABC):
         """What this step adds to the job's identity (``JobConfig.job_id``): its name and parameters."""
         return {f"step:{cls.name}": dataclasses.asdict(params)}
 
+    @classmethod
+    def versions(cls, params, config) -> dict[str, int]:
+        """The behaviour versions above 1 this step runs with (its own, and its variants'), by name: part of
+        the job's id (``JobConfig.versions``)."""
+        return {f"step:{cls.name}": cls.version} if cls.version > 1 else {}
+
 
 __all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN"]

@@ -16,6 +16,9 @@ from common.steps.base import JobPlan, StageResult, Step, TaskRun
 from common.tasks import decode_quarantined
 
 
+#: MinHash's behaviour version (common/dedup/normalise.py): 2 cuts Han and kana text into characters.
+MINHASH_VERSION = 2
+
 class Dedup(Step):
     name = "dedup"
     makes = "documents"
@@ -90,3 +93,10 @@ class Dedup(Step):
     @classmethod
     def identity(cls, params) -> dict:
         return {"dedup": dataclasses.asdict(params)}
+
+    @classmethod
+    def versions(cls, params, config) -> dict[str, int]:
+        """MinHash's words: 2 since Han and kana characters are words of their own (common/dedup/normalise.py);
+        exact dedup never changed."""
+        return {**super().versions(params, config), **({"dedup:minhash": MINHASH_VERSION}
+                                                        if params.uses_minhash else {})}

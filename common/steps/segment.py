@@ -35,3 +35,9 @@ class Segment(Step):
     @classmethod
     def identity(cls, params) -> dict:
         return {"segmenter": params.segmenter}
+
+    @classmethod
+    def versions(cls, params, config) -> dict[str, int]:
+        version = segmenter_named(params.segmenter).version
+        return {**super().versions(params, config), **({f"segmenter:{params.segmenter}": version}
+                                                        if version > 1 else {})}

@@ -1,8 +1,11 @@
 """Token ids of each part's segments (TokenizedDocuments), by the job's tokenizer (stage time "tokenize").
 
 Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's tokens are
-its pieces' tokens end to end.  Documents left without a usable segment are counted as skipped.  The
-training side's documents and tokens are the task's; another side's are counted under its split's name.
+its pieces' tokens end to end.  For a tokenizer that treats a text's start apart, the pieces of one
+paragraph are encoded as the paragraph and its tokens shared out (``Vocabulary.encode_with_word_starts``),
+so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  Documents
+left without a usable segment are counted as skipped.  The training side's documents and tokens are the
+task's; another side's are counted under its split's name.
 
 Each side's documents are also counted by their tokens, in powers of two (counters ``tokens_per_document``,
 and ``holdout_tokens_per_document`` for the held-out side): the sink sums them over the job, so the report's
@@ -50,7 +53,8 @@ class Tokenize(Step):
             pieces = [piece for segments in segmented for segment in segments for piece in segment]
         with stats.stage("tokenize"):
             if part.words is None:
-                ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces)
+                continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
+                ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
             else:
                 ids, piece_lengths, word_starts, unmapped = part.words.encode(vocabulary)
                 if unmapped:
@@ -76,6 +80,39 @@ class Tokenize(Step):
     @classmethod
     def identity(cls, params) -> dict:
         return {}  # the tokenizer is part of the identity as the job's own field
+
+    @classmethod
+    def versions(cls, params, config) -> dict[str, int]:
+        """2 for a tokenizer that treats a text's start apart: its sentences are encoded within their
+        paragraph since (``Vocabulary.encode_with_word_starts``); the others' tokens never changed."""
+        from common.tokenization.vocabulary import start_sensitive_json
+
+        sensitive = start_sensitive_json(config.tokenizer_json)
+        return {**super().versions(params, config), **({"tokenize:start-sensitive": 2} if sensitive else {})}
+
+
+def continuing_pieces(documents: list, segmented: list[list[list[str]]]) -> list[bool]:
+    """Per piece: it goes on from the piece before it in one paragraph (a segmenter's pieces are its
+    document's stripped paragraphs cut end to end), so the tokenizer sees them as the paragraph they make.
+    A document whose pieces are not so (a plugin segmenter's own) has each piece a text of its own."""
+    flags: list[bool] = []
+    for document, segments in zip(documents, segmented):
+        paragraphs = [paragraph for paragraph in (line.strip() for line in document.lines) if paragraph]
+        pieces = [piece for segment in segments for piece in segment]
+        flags += _continuing(paragraphs, pieces)
+    return flags
+
+
+def _continuing(paragraphs: list[str], pieces: list[str]) -> list[bool]:
+    flags, paragraph, used = [], 0, 0
+    for piece in pieces:
+        if not piece or paragraph >= len(paragraphs) or not paragraphs[paragraph].startswith(piece, used):
+            return [False] * len(pieces)
+        flags.append(used > 0)
+        used += len(piece)
+        if used == len(paragraphs[paragraph]):
+            paragraph, used = paragraph + 1, 0
+    return flags
 
 
 def _per_segment(piece_lengths: np.ndarray, pieces_per_segment: list[int]) -> np.ndarray:

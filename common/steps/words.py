@@ -67,5 +67,11 @@ class Words(Step):
                 part.words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
 
     @classmethod
+    def versions(cls, params, config) -> dict[str, int]:
+        version = word_segmenter_named(params.word_segmenter).version
+        return {**super().versions(params, config), **({f"word_segmenter:{params.word_segmenter}": version}
+                                                        if version > 1 else {})}
+
+    @classmethod
     def identity(cls, params) -> dict:
         return {"word_segmenter": {"name": params.word_segmenter, "params": dataclasses.asdict(params.options)}}

@@ -50,17 +50,28 @@ _WHOLE_FILE = 1 << 62
 
 
 def corpus_lines(data: str, corpus_format: str = "auto") -> Iterator[str]:
-    """Every non-blank paragraph line of every document, through the same readers as the pipeline."""
+    """Every non-blank paragraph line of every document, through the same readers as the pipeline.  Each
+    file's format is found first (ValueError, one line, for a file whose first lines disagree)."""
     storage = open_storage(data)
+    chosen = []
     for f in storage.list_inputs():
         if corpus_format == "auto":
             with storage.open_reader(f.path, f.version) as handle:
                 head = handle.read_at(0, 65536)
             if compression_of(f.path):
                 head = decompress(storage.read_all(f.path, f.version), compression_of(f.path))[:65536]
-            reader = detect(head, f.path)()
+            try:
+                reader = detect(head, f.path)()
+            except ValueError as error:
+                raise ValueError(f"--format auto: {f.path}: {error}") from None
         else:
             reader = reader_named(corpus_format)()
+        chosen.append((f, reader))
+    return _lines(storage, chosen)
+
+
+def _lines(storage, chosen) -> Iterator[str]:
+    for f, reader in chosen:
         for task in reader.plan([f], _WHOLE_FILE, storage):
             for document in reader.documents(task, reader.read(storage, task), ParseReport()):
                 yield from (line for line in document.lines if line.strip())
@@ -211,7 +222,7 @@ def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: boo
         do_lower_case = model != "bpe"
     try:
         train(data, output, model, vocab_size, do_lower_case, corpus_format, character_coverage)
-    except StorageError as error:  # the corpus's store: unreachable, no such bucket, an object gone
+    except (StorageError, ValueError) as error:  # the corpus's store; a file whose first lines disagree
         raise click.ClickException(str(error)) from None
 
 

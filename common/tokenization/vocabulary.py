@@ -21,6 +21,7 @@ gives) comes out of text.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from common.tokenization.loading import (BERT_MAX_INPUT_CHARS_PER_WORD, Tokenize
                                          lowercases)
 from common.tokenization.special_tokens import ROLES, SpecialTokenError, find_roles, special_contents
 from common.tokenization.word_boundaries import (CONTINUATION, START_MARKER, WordBoundaries, detect,
-                                                 marker_word_starts, starts_word_by_id, word_ids_starts)
+                                                 first_token_of_each, marker_word_starts, starts_word_by_id,
+                                                 word_ids_starts)
 from tokenizers import Tokenizer
 
 __all__ = ["BERT_MAX_INPUT_CHARS_PER_WORD", "SpecialIds", "TokenizerError", "Vocabulary", "bert_tokenizer_from_vocab",
@@ -40,6 +42,14 @@ __all__ = ["BERT_MAX_INPUT_CHARS_PER_WORD", "SpecialIds", "TokenizerError", "Voc
 
 #: Texts per encode_batch call: bounds the memory of HF's Encoding objects.
 _ENCODE_BATCH = 2048
+
+#: The longest text a run of continuing texts is joined into (the segmenters' bound on one segment).
+PARAGRAPH_CHARS = 100_000
+#: Sentence pairs whose tokens alone and together tell whether a tokenizer treats a text's start apart.
+SEAM_PROBES = tuple(("The cat sat on the mat.", separator + "Then it slept.")
+                    for separator in (" ", "  ", "\t", "\u00a0", "\u2003", "\u3000", "\x0b", "\x0c", "", " \t")
+                    ) + (("他来了。", "她走了。"), ("“好的。”", "他说：“走吧！”"),
+                         ("x。", "他"))
 
 #: The key of the JSON shipped to workers when roles were named explicitly
 #: (a plain tokenizers JSON otherwise: tokenizers refuses unknown keys).
@@ -219,9 +229,20 @@ class Vocabulary:
         ids, lengths, _ = self._encode_hf(texts, with_words=False)
         return ids, lengths
 
-    def encode_with_word_starts(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def encode_with_word_starts(self, texts: list[str], continues: list[bool] | None = None
+                                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """:meth:`encode_many` plus per-token word starts (bool), or None where
-        the per-id ``starts_word`` table is exact (the ``##`` family)."""
+        the per-id ``starts_word`` table is exact (the ``##`` family).
+
+        ``continues[i]``: text ``i`` goes on from text ``i - 1`` in one
+        paragraph (a sentence after the one before it).  For a tokenizer that
+        treats a text's start apart (:attr:`start_sensitive`), such texts are
+        encoded as the paragraph they make, and its tokens shared out by
+        their offsets (:meth:`_encode_paragraphs`): a sentence's tokens are
+        then the ones it has in its paragraph, whatever separates it from the
+        sentence before."""
+        if continues is not None and any(continues) and self.start_sensitive:
+            return self._encode_paragraphs(texts, continues)
         if self.boundaries.kind == CONTINUATION:
             ids, lengths = self.encode_many(texts)
             return ids, lengths, None
@@ -229,6 +250,54 @@ class Vocabulary:
             ids, lengths = self.encode_many(texts)
             return ids, lengths, marker_word_starts(ids, lengths, self.starts_word)
         return self._encode_hf(texts, with_words=True)
+
+    @functools.cached_property
+    def start_sensitive(self) -> bool:
+        """Whether a sentence encoded alone can get other tokens than it has after the sentence before it in
+        their paragraph (byte-level BPE's ``add_prefix_space`` adds a ``Ġ`` before a tab or NBSP, Metaspace a
+        ``▁`` before a tab, a ``Strip`` normalizer drops a leading tab, a Unigram piece spans ``。他``):
+        found by encoding probe pairs alone and together."""
+        return _start_sensitive(self.text_tokenizer)
+
+    def _encode_paragraphs(self, texts: list[str], continues: list[bool]):
+        """Each run of continuing texts encoded as the one text it makes (a paragraph, at most
+        PARAGRAPH_CHARS long: a longer one is cut at a text's start), its tokens given to the text where each
+        begins (HF's offsets).  Each text's first token begins a word, as when texts are encoded alone."""
+        runs: list[list[int]] = []  # [first, end) of each run
+        chars = 0
+        for index, text in enumerate(texts):
+            if index and continues[index] and chars + len(text) <= PARAGRAPH_CHARS:
+                runs[-1][1], chars = index + 1, chars + len(text)
+            else:
+                runs.append([index, index + 1])
+                chars = len(text)
+        chunks: list[np.ndarray] = []
+        words: list[bool] = []
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        with_words = self.boundaries.kind not in (CONTINUATION, START_MARKER)
+        for batch_start in range(0, len(runs), _ENCODE_BATCH):
+            batch = runs[batch_start:batch_start + _ENCODE_BATCH]
+            encodings = self.text_tokenizer.encode_batch(["".join(texts[a:b]) for a, b in batch],
+                                                         add_special_tokens=False)
+            for (a, b), encoding in zip(batch, encodings):
+                ids = encoding.ids
+                if not ids:
+                    continue
+                chunks.append(np.asarray(ids, dtype=np.int32))
+                piece_starts = np.cumsum([0] + [len(text) for text in texts[a:b - 1]])
+                token_starts = np.fromiter((start for start, _ in encoding.offsets), dtype=np.int64, count=len(ids))
+                owner = np.maximum.accumulate(np.maximum(np.searchsorted(piece_starts, token_starts, "right") - 1, 0))
+                lengths[a:b] = np.bincount(owner, minlength=b - a)
+                if with_words:
+                    words.extend(word_ids_starts(encoding.word_ids))
+        flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+        if self.boundaries.kind == CONTINUATION:
+            return flat, lengths, None
+        if self.boundaries.kind == START_MARKER:
+            return flat, lengths, marker_word_starts(flat, lengths, self.starts_word)
+        starts = np.asarray(words, dtype=bool)
+        starts[first_token_of_each(lengths)] = True
+        return flat, lengths, starts
 
     def _encode_hf(self, texts: list[str], with_words: bool):
         chunks: list[np.ndarray] = []
@@ -245,6 +314,25 @@ class Vocabulary:
                         starts.extend(word_ids_starts(encoding.word_ids))
         flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
         return flat, lengths, (np.asarray(starts, dtype=bool) if with_words else None)
+
+
+def _start_sensitive(tokenizer: Tokenizer) -> bool:
+    texts = [text for pair in SEAM_PROBES for text in (*pair, "".join(pair))]
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    return any(a.ids + b.ids != whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
+
+
+@functools.lru_cache(maxsize=4)
+def start_sensitive_json(tokenizer_json: str) -> bool:
+    """:attr:`Vocabulary.start_sensitive` of a job's tokenizer JSON (for its id), without building a Vocabulary."""
+    try:
+        spec = json.loads(tokenizer_json)
+        if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
+            spec = spec["tokenizer"]
+        tokenizer = Tokenizer.from_str(json.dumps(spec))
+    except Exception:  # noqa: BLE001 - not a tokenizer: the job fails where it loads it, with its own one line
+        return False
+    return _start_sensitive(tokenizer)
 
 
 def _check_specials_stay_out_of_text(text_tokenizer: Tokenizer, specials: dict[str, int], unk: int | None) -> None:

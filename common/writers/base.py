@@ -20,6 +20,7 @@ import abc
 import contextlib
 import hashlib
 import io
+import logging
 from collections.abc import Iterator
 from typing import BinaryIO, Callable, ClassVar
 
@@ -101,6 +102,9 @@ class Writer(Configurable, abc.ABC):
     finish_prefixes: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
+    #: How to read the output, for its dataset card (common/dataset_card.py), when 🤗 datasets cannot: a
+    #: Markdown snippet.  "" for a format ``datasets.load_dataset(OUT)`` reads through the card (Parquet).
+    reading: ClassVar[str] = ""
 
     def __init__(self, params, features: list[Feature], special: SpecialIds | None = None):
         self.params = params
@@ -177,7 +181,18 @@ class Writer(Configurable, abc.ABC):
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
         """Called by the sink once every task is done: files that describe the
-        whole output (a dataset description, a blend list).  Nothing by default."""
+        whole output (a blend list).  Every format's: ``README.md``, a dataset
+        card naming the files of each side the manifest lists
+        (common/dataset_card.py); an override calls this too."""
+        from common.dataset_card import write_card
+        from common.storage import StorageError
+
+        try:
+            write_card(output, config, cls.reading)
+        except (OSError, StorageError):
+            raise  # the store: the sink says so and exits 1
+        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job
+            logging.getLogger("sink").error("could not write the dataset card README.md: %s", error)
 
     @contextlib.contextmanager
     def writing(self, output, stem: str):

@@ -98,6 +98,8 @@ class LitDataWriter(Writer):
     name = "litdata"
     Params = NoParams
     suffixes = (".litdata",)
+    reading = ("Lightning's litdata reads it as it is: `litdata.StreamingDataset(OUT)`, and "
+               "`StreamingDataset(OUT/holdout)` for the held-out side (index.json ties each side's chunks).")
 
     def __init__(self, params, features: list[Feature], special=None):
         super().__init__(params, features, special)
@@ -178,6 +180,7 @@ class LitDataWriter(Writer):
         for directory, files in listed_by_directory(output, cls.suffixes).items():
             output.put_bytes(index_name(directory, INDEX),
                              json.dumps(index_of(files, litdata, config.job_id), sort_keys=True).encode())
+        super().finish_job(output, config, totals)  # the dataset card
 
     @classmethod
     def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:

@@ -174,6 +174,9 @@ def to_columns(samples: list[dict[str, np.ndarray]], lengths: dict[str, int | No
 class MdsWriter(Writer):
     name = "mds"
     suffixes = (".mds",)
+    reading = ("MosaicML streaming reads it as it is: `streaming.StreamingDataset(local=OUT)`, and "
+               "`StreamingDataset(local=OUT/holdout)` for the held-out side (index.json ties each side's shards); "
+               "ModernBERT's `NoStreamingDataset` reads the same directories.")
     Params = NoParams
 
     def __init__(self, params, features: list[Feature], special=None):
@@ -238,6 +241,7 @@ class MdsWriter(Writer):
         shard = shard_config([Column.of(f) for f in job_features(config)])
         for directory, files in listed_by_directory(output, cls.suffixes).items():
             output.put_bytes(index_name(directory, INDEX), json.dumps(index_of(files, shard), sort_keys=True).encode())
+        super().finish_job(output, config, totals)  # the dataset card
 
     @classmethod
     def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:

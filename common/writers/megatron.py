@@ -220,6 +220,10 @@ class MegatronWriter(Writer):
     Params = MegatronParams
     suffixes = (".bin", ".idx")
     finish_prefixes = (MERGED_PREFIX,)
+    reading = (f"Megatron-LM and NeMo take the pairs as they are: `--data-path $(cat {DATA_PATH_LIST})` (each "
+               f"prefix weighted by its tokens; `{HOLDOUT_DATA_PATH_LIST}` for the held-out side); "
+               "megatron-core's `IndexedDataset(prefix)` opens one pair.  dataset_info.json names the dtype and the "
+               "end-of-document id.")
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
@@ -335,3 +339,4 @@ class MegatronWriter(Writer):
         for held, name in ((False, DATA_PATH_LIST), (True, HOLDOUT_DATA_PATH_LIST)):
             if lines[held] or not held:
                 output.put_bytes(name, ("\n".join(lines[held]) + "\n").encode() if lines[held] else b"")
+        super().finish_job(output, config, totals)

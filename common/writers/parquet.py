@@ -380,7 +380,8 @@ class ParquetWriter(Writer):
                 continue
             lengths = column.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
             values = column.flatten().to_numpy(zero_copy_only=False)
-            if len(lengths) and (lengths == lengths[0]).all():
+            # chinese_ref is variable-length by nature: always Ragged, so every file reads the same way
+            if field.name != CHINESE_REF.name and len(lengths) and (lengths == lengths[0]).all():
                 columns[field.name] = values.reshape(len(lengths), int(lengths[0]))
             else:
                 columns[field.name] = Ragged(values, lengths)
@@ -397,9 +398,3 @@ class ParquetWriter(Writer):
             raise ValueError(f"not a readable Parquet file: {error}") from None
         return {field.name: str(field.type) for field in schema}
 
-    @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
-        """``README.md``: a dataset card that ``datasets.load_dataset(OUT)`` follows (common/dataset_card.py)."""
-        from common.dataset_card import write_card
-
-        write_card(output, config)

@@ -350,6 +350,20 @@ class TFRecordWriter(Writer):
     name = "tfrecord"
     Params = TFRecordParams
     suffixes = (".tfrecord", ".tfrecord.gz")
+    reading = "\n".join([
+        "```python",
+        "import glob, json",
+        "import tensorflow as tf",
+        "info = json.load(open(\"dataset_info.json\"))",
+        "spec = {name: tf.io.FixedLenFeature(f[\"shape\"],",
+        "                                    tf.float32 if f[\"dtype\"].startswith(\"float\") else tf.int64)",
+        "        for name, f in info[\"features\"].items()}",
+        "files = sorted(glob.glob(\"part-*.tfrecord*\"))   # the held-out side: holdout/part-*",
+        "ds = tf.data.TFRecordDataset(files, compression_type=info[\"format_details\"][\"compression\"])",
+        "ds = ds.map(lambda record: tf.io.parse_single_example(record, spec))   # run_pretraining.py's features",
+        "```",
+        "",
+        "or serve it to trainer ranks with this project's loader: `python -m loader --data path/to/this/directory`."])
     exact_dtypes = False  # the decoder narrows int64 lists to int32 where they fit
 
     @classmethod

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from bench.chinese_bench import chinese_vocabulary, make_corpus
+from loader.client import LoaderClient
+from tests.e2e.test_loader_whole_words import words
 from tests.helpers import VOCAB, manifest, need_shared, run_ventilator
+from tests.loader_helpers import LoaderProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +40,23 @@ def test_chinese_job_writes_chinese_ref_and_resumes_to_nothing(tmp_path):
     assert han > 10_000 and vocabulary.size > 30522
     info = json.loads((tmp_path / "out" / "dataset_info.json").read_text())
     assert info["features"]["chinese_ref"]["arrow_type"].startswith("list<")
+    # The loader serves it (word_starts carries chinese_ref's words): masks are unions of jieba's words.
+    with LoaderProcess(tmp_path / "out", "--batch-size", 64, "--dynamic-masking", "--whole-word-mask",
+                       "--vocab-file", tmp_path / "zh-vocab.txt") as server, \
+            LoaderClient(server.address, timeout_seconds=60) as client:
+        batch = client.next_batch()
+    assert set(batch.features) >= {"input_ids", "word_starts", "masked_lm_positions"}
+    whole = 0
+    for row, index in enumerate(batch.record_ids):  # the loader's record order: the files' (task order)
+        record = rows[int(index)]
+        positions = batch.features["masked_lm_positions"][row][batch.features["masked_lm_weights"][row] > 0]
+        maskable = np.array(record["input_mask"]) == 1
+        maskable &= np.array(record["special_tokens_mask"]) == 0
+        word_of = words(np.array(record["word_starts"]), maskable)
+        taken = set(word_of[positions].tolist())
+        assert -1 not in taken and set(np.flatnonzero(np.isin(word_of, list(taken)))) == set(positions.tolist())
+        whole += sum(1 for w in taken if (word_of == w).sum() > 1)
+    assert whole > 50
     again = run_ventilator(tmp_path / "in", tmp_path / "out", *job)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted((tmp_path / "out").glob("part-*.parquet")) == files

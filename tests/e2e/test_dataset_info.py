@@ -106,9 +106,27 @@ def test_verify_checks_the_files_against_the_description(tfrecord_output, tmp_pa
     assert result.returncode == 1 and "no dataset_info.json" in result.stderr
 
 
+def refused_by_load_dataset(output) -> str:
+    """What ``datasets.load_dataset(OUT)`` (offline, a local path) says of an output it cannot read."""
+    import datasets
+
+    with pytest.raises(datasets.exceptions.DataFilesNotFoundError):
+        datasets.load_dataset(str(output))
+    return (output / "README.md").read_text()
+
+
+def test_load_dataset_does_not_misread_a_tfrecord_output_and_the_card_says_how_to_read_it(tfrecord_output):
+    card = refused_by_load_dataset(tfrecord_output)  # not manifest.jsonl and summary.json read as JSON data
+    assert '  - split: train\n    path: "part-*.tfrecord"' in card
+    assert '  - split: validation\n    path: "holdout/part-*.tfrecord"' in card
+    assert "tf.data.TFRecordDataset" in card and "python -m loader" in card
+
+
 def test_megatron_output_names_its_dtype_and_eod(corpus, tmp_path):
     output = run(corpus, tmp_path / "out", "--objective", "tokens", "--output-format", "megatron",
                  "--megatron-level", "document")
+    card = refused_by_load_dataset(output)
+    assert "--data-path $(cat megatron_data_path.txt)" in card
     info = json.loads((output / "dataset_info.json").read_text())
     assert info["features"]["input_ids"] == {"dtype": "uint16", "shape": [None]}
     assert info["format_details"]["eod_id"] == vocab_ids()["[SEP]"] and info["format_details"]["dtype_code"] == 8
@@ -147,6 +165,29 @@ def test_load_dataset_follows_the_card_splits_and_bins(parquet_output):
     assert sorted(tuple(r) for r in binned["train"]["input_ids"]) == rows(False, "bin-002/")
     lengths = np.asarray(binned["train"]["input_mask"]).sum(axis=1)
     assert (lengths > 32).all() and (lengths <= 64).all()
+
+
+def test_the_card_lists_exactly_the_sides_on_disk(parquet_output, tmp_path):
+    """A step's own side (here the held-out files moved to a side "test", as a plugin step writes one) is a
+    split of its name at its files' directory: no validation split at holdout/ that does not exist."""
+    import datasets
+
+    from common.dataset_card import write_card
+    from common.storage import LocalStorage
+
+    output = tmp_path / "out"
+    shutil.copytree(parquet_output, output)
+    shutil.move(output / "holdout", output / "test")
+    lines = (output / "manifest.jsonl").read_text().splitlines()
+    moved = [line.replace('"holdout/', '"test/').replace('"split": "holdout"', '"split": "test"') for line in lines]
+    (output / "manifest.jsonl").write_text("\n".join(moved) + "\n")
+    write_card(LocalStorage(str(output)), None)
+    card = (output / "README.md").read_text()
+    assert "holdout/" not in card.split("\n---\n")[0] and "validation" not in card.split("\n---\n")[0]
+    loaded = datasets.load_dataset(str(output))
+    assert sorted(loaded) == ["test", "train"]
+    assert loaded["test"].num_rows == sum(f["records"] for line in moved for f in json.loads(line)["shards"]
+                                          if f.get("split") == "test") > 0
 
 
 def test_an_output_without_bins_or_holdout_loads_as_one_train_split(corpus, tmp_path):

@@ -48,6 +48,8 @@ def test_roberta(small_corpus, tmp_path, masking):
 
 @pytest.mark.parametrize("flag,expected", [
     (["--masking", "none", "--dupe-factor", "5"], "--dupe-factor would repeat identical blocks"),
+    (["--masking", "none", "--masked-lm-prob", "0.3", "--do-whole-word-mask", "--max-predictions-per-seq", "20"],
+     "--masked-lm-prob, --max-predictions-per-seq, --do-whole-word-mask do nothing but with --masking static"),
 ])
 def test_roberta_flags_that_make_no_sense_are_refused(tmp_path, flag, expected):
     need_shared()
