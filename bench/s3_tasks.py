@@ -68,7 +68,8 @@ def main(objects: int, null_workers: int, vocab_file: str) -> None:
         first = min(r["first"] for r in reports if r["first"])
         last = max(r["last"] for r in reports if r["last"])
         message = protocol.encode(protocol.TaskAssignment(
-            Task("00/wiki_00000", 0, len(doc), len(doc), '"0123456789abcdef0123456789abcdef"').to_wire(), 60.0, 1, None))
+            Task("00/wiki_00000", 0, len(doc), len(doc), '"0123456789abcdef0123456789abcdef"').to_wire(), 60.0, 1,
+            None))
         print(f"| S3 corpus of {objects} objects (upload {upload:.0f} s) | |")
         print(f"| ventilator command, start to exit (list, plan, hand out, wait for the sink) | {elapsed:.1f} s |")
         print(f"| tasks handed out / s, first to last assignment | {tasks / max(last - first, 1e-9):,.0f} |")

@@ -18,7 +18,7 @@ import functools
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, ClassVar
 
 #: What a parameter may hold: the wire carries these as they are.
 ParamValue = bool | int | float | str

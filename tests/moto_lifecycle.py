@@ -62,7 +62,8 @@ class MotoServer:
             except (urllib.error.URLError, OSError):
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"moto server did not answer within {START_SECONDS}s: {self.log()[-2000:]}")
+                    raise RuntimeError(f"moto server did not answer within {START_SECONDS}s: "
+                                       f"{self.log()[-2000:]}") from None
                 time.sleep(0.1)
 
     def reset(self) -> None:

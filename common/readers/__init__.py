@@ -34,4 +34,5 @@ def detect(head: bytes, path: str = "") -> type[Reader]:
     return reader_named("text")
 
 
-__all__ = ["ByteRangeReader", "Document", "ParseReport", "Reader", "claimed_by_name", "detect", "reader_named", "readers"]
+__all__ = ["ByteRangeReader", "Document", "ParseReport", "Reader", "claimed_by_name", "detect", "reader_named",
+           "readers"]

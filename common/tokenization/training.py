@@ -205,8 +205,8 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
 @click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
               help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
-@click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]), default="auto",
-              envvar="MLM_VOCAB_FORMAT")
+@click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]),
+              default="auto", envvar="MLM_VOCAB_FORMAT")
 @click.option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
               help="--model sentencepiece: the share of the corpus's characters the model covers (SentencePiece's "
                    "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).  "

@@ -86,7 +86,7 @@ def test_reading_tasks_from_files(tmp_path):
         found = []
         for task in plan_tasks(storage.list_inputs(), task_size):
             content = task_content(task, WIKI_READER.read(storage, task))
-            found.extend([l for l in d.lines if l.strip()] for d in WIKI_READER.parse(content, 0, ParseReport()))
+            found.extend([line for line in d.lines if line.strip()] for d in WIKI_READER.parse(content, 0, ParseReport()))
         assert found == expected
 
 
@@ -98,7 +98,7 @@ def test_wikiextractor_drops_title_and_counts_bad_blocks():
             '<doc id="4" url="u" title="unclosed">\nunclosed\n\nnever ends\n').encode()
     report = ParseReport()
     documents = list(WIKI_READER.parse(data, 0, report))
-    assert [[l for l in d.lines if l] for d in documents] == [["Alpha beta.", "Gamma."], ["Fine."]]
+    assert [[line for line in d.lines if line] for d in documents] == [["Alpha beta.", "Gamma."], ["Fine."]]
     assert report.skipped == {"text_outside_doc": 1, "malformed_doc_header": 1, "unclosed_doc": 1}
 
 

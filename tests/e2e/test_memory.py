@@ -26,7 +26,7 @@ def replicate(target, copies):
         for relative, data in sources:
             path = target / f"{copy:04d}" / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            data = re.sub(rb'<doc id="(\d+)"', lambda m: b'<doc id="%d%s"' % (copy, m.group(1)), data)
+            data = re.sub(rb'<doc id="(\d+)"', lambda m, copy=copy: b'<doc id="%d%s"' % (copy, m.group(1)), data)
             path.write_bytes(data)
             total += len(data)
     return total

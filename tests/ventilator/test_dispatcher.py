@@ -147,7 +147,7 @@ def test_preemptions_and_lost_confirmations_are_not_failures():
     d.lease("w", now)
     assert d.failed("w", only.task_id, "transient S3 error", now) is None
     assert d.entries[only.task_id].state is State.PENDING
-    for attempt in range(2):  # the third failure quarantines it
+    for _attempt in range(2):  # the third failure quarantines it
         d.lease("w", now)
         quarantined = d.failed("w", only.task_id, "S3 error", now)
     assert quarantined is not None and quarantined.failures == 3 and quarantined.attempts == 6

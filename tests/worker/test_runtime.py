@@ -167,7 +167,7 @@ def test_a_job_it_cannot_run_fails_its_tasks_in_one_line_and_it_goes_on(job, pee
     }
     peers.receive(protocol.Hello)
     with caplog.at_level(logging.ERROR, logger="worker"):
-        for number, (says, welcome) in enumerate(hostile.items()):
+        for number, (_says, welcome) in enumerate(hostile.items()):
             peers.send(protocol.Welcome(welcome, f"vent-{number}"))
             peers.receive(protocol.TaskRequest)
             peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))

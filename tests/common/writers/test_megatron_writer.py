@@ -24,7 +24,7 @@ def read_back(output, files) -> list[IndexedDataset]:
     for f in files:
         pairs.setdefault(f.name.rsplit(".", 1)[0], {})[f.name.rsplit(".", 1)[1]] = f
     datasets = []
-    for prefix, both in pairs.items():  # in the tasks' order
+    for both in pairs.values():  # in the tasks' order
         index = IndexedDataset.parse_index((output / both["idx"].name).read_bytes())
         assert both["idx"].records == len(index.sequence_lengths)
         datasets.append(index.with_data((output / both["bin"].name).read_bytes()))
