@@ -31,11 +31,11 @@ import click
 import zmq
 
 from common import protocol
-from common.writers import ShardFile
 from common.config import JobConfig
 from common.storage import LocalStorage
 from common.tasks import parse_size, plan_tasks
 from common.transport import endpoint, make_socket, new_identity, parse_address
+from common.writers import ShardFile
 
 
 def ack_frames(config: JobConfig, data: str, task_size: int, worker_id: str) -> list[bytes]:

@@ -153,7 +153,7 @@ class Watcher:
         if role:
             self.watched[pid] = _Watched(process, role)
 
-    def __enter__(self) -> "Watcher":
+    def __enter__(self) -> Watcher:
         self._thread.start()
         return self
 

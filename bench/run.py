@@ -17,8 +17,9 @@ machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
 Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
-loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
-curves are printed after the table).
+loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output),
+scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its curves are
+printed after the table).
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import click
 
 from bench import corpus as corpora
-from bench.ratios import REFERENCES, key as ratio_key
 from bench.procs import REPO
+from bench.ratios import REFERENCES
+from bench.ratios import key as ratio_key
 
 SHARED = REPO.parent / "shared"
 WIKI = SHARED / "corpus" / "wiki"
@@ -398,7 +400,7 @@ class Settings:
     ratio_rounds: int = 5  # worker stage ratios (bench/ratios.py): rounds, the least cost of each kept
 
     @classmethod
-    def make(cls, quick: bool, repeats: int | None, scale: int | None) -> "Settings":
+    def make(cls, quick: bool, repeats: int | None, scale: int | None) -> Settings:
         if quick:
             return cls(quick=True, repeats=repeats or 1, worker_copies=scale or 1, limit_per_file=96_000,
                        vent_small=2, vent_big=6, small_task="16K", flood_acks=600, pipe_task="48K", pipe_dupe=2,
@@ -434,10 +436,20 @@ MB = 1e6
 # --------------------------------------------------------------------------
 
 def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
-    from bench.worker_bench import (STAGES, cpu_of, documents_of, hf_encoder, load_vocabulary, processor, run_task,
-                                    split_all, task_of, with_encoder)
-    from common.tokenization.fast_wordpiece import make_fast_encoder
+    from bench.worker_bench import (
+        STAGES,
+        cpu_of,
+        documents_of,
+        hf_encoder,
+        load_vocabulary,
+        processor,
+        run_task,
+        split_all,
+        task_of,
+        with_encoder,
+    )
     from common.sentences import Segmenter
+    from common.tokenization.fast_wordpiece import make_fast_encoder
 
     vocabulary = load_vocabulary(str(VOCAB))
     encoders = {"hf": hf_encoder(vocabulary.tokenizer)}
@@ -815,8 +827,10 @@ def _distinct_copies(sources, target: Path, copies: int, per_file: int) -> corpo
             with open(path, "wb") as handle:
                 for copy in range(first, min(first + per_file, copies)):
                     count = iter(range(10**9))
-                    piece = word.sub(lambda m: m.group(1) + b"x%d" % copy if next(count) % 3 == 0 else m.group(1),
-                                     corpora.with_unique_ids(data, copy))
+                    def mark(m, copy=copy, count=count):  # every third word of this copy made its own
+                        return m.group(1) + b"x%d" % copy if next(count) % 3 == 0 else m.group(1)
+
+                    piece = word.sub(mark, corpora.with_unique_ids(data, copy))
                     handle.write(piece)
                     total += len(piece)
             files += 1
@@ -932,7 +946,7 @@ def readers_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     count = 50 if s.quick else 1000
     log(f"readers: writing {count} Parquet files, then planning them")
     directory = readers_bench.many_files(tmp / "readers-many", count)
-    for repeat in range(s.repeats):
+    for _repeat in range(s.repeats):
         wall, plan_cpu, _tasks = readers_bench.planning_seconds(directory)
         res.add("rd_plan_files", count)
         res.add("rd_plan_s", wall)
@@ -960,8 +974,7 @@ def chinese_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
 def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import extras
-    from bench.worker_bench import documents_of, load_vocabulary, split_all
-    from bench.worker_bench import WIKIEXTRACTOR
+    from bench.worker_bench import WIKIEXTRACTOR, documents_of, load_vocabulary, split_all
     from common.readers import ParseReport
     from common.tokenization.fast_wordpiece import make_fast_encoder
 
@@ -1030,9 +1043,9 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
         import io
 
         import sentencepiece
+        from tokenizers import Tokenizer
 
         from common.tokenization.sentencepiece_conversion import convert
-        from tokenizers import Tokenizer
 
         model = io.BytesIO()
         sentencepiece.SentencePieceTrainer.train(

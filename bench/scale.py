@@ -30,7 +30,6 @@ import math
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -294,7 +293,7 @@ class Plan:
     loss_hold_s: float
 
     @classmethod
-    def make(cls, quick: bool) -> "Plan":
+    def make(cls, quick: bool) -> Plan:
         if quick:
             return cls(throughput=((50, 1000),), plan=(10_000,), resume=(10_000,), heartbeats=(100,),
                        heartbeat_s=1.0, window_s=2.0, loss=(60, 1500, 6), loss_lease_s=2.0, loss_heartbeat_s=0.5,

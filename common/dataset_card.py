@@ -25,9 +25,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY, SPLIT as HOLDOUT_SPLIT
-from common.outputs import TRAIN, split_of
+from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.holdout import SPLIT as HOLDOUT_SPLIT
 from common.manifest import read_entries, shard_files
+from common.outputs import TRAIN, split_of
 
 CARD_NAME = "README.md"
 #: Hugging Face's size_categories tags, by upper bound of the number of records.
@@ -193,7 +194,7 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
         f"{info.get('max_predictions_per_seq')}",
         f"- records: {records:,} ("
         + ", ".join(f"{split} {n:,}" for split, n in sorted(counts.records.get("default", {}).items())) + ")",
-        f"- columns: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in columns)
+        "- columns: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in columns)
         + (" (Hugging Face's names; `labels`: -100 but at the masked positions, which hold the original ids)"
            if hf_names else ""),
         f"- held out: {holdout['fraction']} of the documents (seed {holdout['seed']}), under `{HOLDOUT_DIRECTORY}/`"

@@ -108,7 +108,7 @@ def decode(frame: bytes, version: int, types: dict[str, type], error: type[Excep
 # type hints per message (dataclasses.asdict and typing introspection cost
 # ~50 us each).
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
@@ -125,7 +125,7 @@ _PLAIN = {str: frozenset({str}), int: frozenset({int}), float: frozenset({int, f
           bytes: frozenset({bytes}), list: frozenset({list}), dict: frozenset({dict})}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scalar(hint) -> tuple[frozenset, float | None, float | None] | None:
     """(the types msgpack decodes ``hint`` from, its lowest and highest value) for a plain hint or a ranged
     one, so the hot paths check a value with one comparison; None for anything else.  A float's bounds are
@@ -158,7 +158,7 @@ def _all_fit(scalar, values) -> bool:
     return low <= min(values) and max(values) <= high
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def converter(hint, where: str, error: type[Exception]):
     """A function checking a decoded value against ``hint`` (and building
     nested dataclasses from their maps); ``where`` names it in ``error``s."""

@@ -10,8 +10,9 @@ objectives from the same corpus hold out the same documents.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import TypeVar
 
 #: The default --holdout-seed.
 DEFAULT_SEED = 0

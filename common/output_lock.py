@@ -78,7 +78,7 @@ class Holder:
         return json.dumps(asdict(self), sort_keys=True).encode() + b"\n"
 
     @classmethod
-    def decode(cls, data: bytes) -> "Holder":
+    def decode(cls, data: bytes) -> Holder:
         """ValueError for a file that is not a lock of ours (any other bytes: the file is hostile)."""
         try:
             fields = json.loads(data)
@@ -223,7 +223,7 @@ class OutputLock:
                         self.lease_seconds)
         self.holder = None
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         self.acquire()
         self.start_renewing()
         return self

@@ -6,7 +6,7 @@ four wire types, and neither should import protobuf or TensorFlow for it."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 
 class WireError(ValueError):

@@ -22,9 +22,10 @@ import typing
 from dataclasses import dataclass, field
 
 from common import envelope
-from common.envelope import Count, Seconds, WallClock
 from common.config import JobConfig
+from common.envelope import Count, Seconds, WallClock
 from common.outputs import ShardFile
+
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 

@@ -28,7 +28,7 @@ class Segmenter(str, enum.Enum):  # noqa: UP042 - str() of a member is part of l
     LINE = "line"
     BLINGFIRE = "blingfire"
 
-    def resolve(self, default: str) -> "Segmenter":
+    def resolve(self, default: str) -> Segmenter:
         """``auto`` becomes the objective's unit or else the reader's default (lines for formats whose lines
         are sentences)."""
         return Segmenter(default) if self is Segmenter.AUTO else self

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 import msgpack
 
@@ -101,7 +101,7 @@ class Task:
         return wire + [self.stage] if self.stage else wire
 
     @classmethod
-    def from_wire(cls, data: list) -> "Task":
+    def from_wire(cls, data: list) -> Task:
         if not isinstance(data, list) or len(data) not in (6, 7):
             raise TypeError("a task is a list of 6 or 7 fields")
         path, start, end, size, version, compression, *rest = data

@@ -15,7 +15,6 @@ import uuid
 
 import zmq
 
-
 log = logging.getLogger(__name__)
 
 

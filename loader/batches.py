@@ -26,7 +26,7 @@ class ServingParams:
     window: int
     masking: MaskingParams | None = None
     #: --batch-tokens: token-budget batches of whole samples (loader/token_batches.py) instead of batch_size rows.
-    tokens: "TokenBudget | None" = None
+    tokens: TokenBudget | None = None
 
     @property
     def dynamic_masking(self) -> bool:

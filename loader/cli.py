@@ -7,17 +7,17 @@ import sys
 import click
 
 from common import logs
+from common.cli_settings import SectionedCommand
 from common.security import Curve, SecurityError
 from common.storage import StorageError
 from common.transport import ListenError
-from common.cli_settings import SectionedCommand
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
 from loader.sample_masking import SampleMasking
-from loader.token_batches import TokenBudget
-from loader.token_layout import LAYOUTS
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import SPLITS, DatasetError, open_dataset
+from loader.token_batches import TokenBudget
+from loader.token_layout import LAYOUTS
 
 
 def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:

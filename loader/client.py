@@ -165,7 +165,7 @@ class LoaderClient:
             self._socket = None
         self._context.term()
 
-    def __enter__(self) -> "LoaderClient":
+    def __enter__(self) -> LoaderClient:
         return self
 
     def __exit__(self, *exc) -> None:

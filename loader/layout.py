@@ -24,7 +24,7 @@ class RecordLayout:
     fields: tuple[Field, ...]
 
     @classmethod
-    def of(cls, columns: dict[str, np.ndarray]) -> "RecordLayout":
+    def of(cls, columns: dict[str, np.ndarray]) -> RecordLayout:
         return cls(tuple(Field(name, array.dtype.newbyteorder("<").name if array.dtype.byteorder == ">" else
                                array.dtype.name, int(np.prod(array.shape[1:])))
                          for name, array in columns.items()))

@@ -34,8 +34,8 @@ import numpy as np
 
 from common.hashing import mix64
 from common.objectives.base import derive_seed
-from loader.layout import Field, RecordLayout
 from common.objectives.masking import apply_masks, num_to_predict  # the project's masking: imported here only
+from loader.layout import Field, RecordLayout
 
 #: The features dynamic masking rewrites (and needs) in a masked output.
 MASKED_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",

@@ -137,7 +137,7 @@ class ShardList:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
-    def from_entries(cls, entries: list[dict], split: str = "train") -> "ShardList":
+    def from_entries(cls, entries: list[dict], split: str = "train") -> ShardList:
         """The files of one side (``train`` or ``holdout``) that hold records, in task order."""
         files = cls.listed(entries, split)
         for file in files:

@@ -77,7 +77,7 @@ def render(report: dict) -> str:
     objective = report.get("objective") or {}
     title = f"mlm-pipeline data report: {objective.get('name', '?')}, {report.get('format') or '?'}"
     parts.append(f"<h1>{_e(title)}</h1>")
-    generated = datetime.datetime.fromtimestamp(report["generated_unix"], datetime.timezone.utc)
+    generated = datetime.datetime.fromtimestamp(report["generated_unix"], datetime.UTC)
     parts.append(f"<p class=note>{_e(report['output'])} · job {_e(report.get('job'))} · made "
                  f"{generated:%Y-%m-%d %H:%M} UTC in {report['seconds']:.1f} s</p>")
     if report["problems"]:

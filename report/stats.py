@@ -38,7 +38,7 @@ class Specials:
     unk: int | None = None
 
     @classmethod
-    def from_info(cls, info: dict) -> "Specials":
+    def from_info(cls, info: dict) -> Specials:
         tokens = (info.get("tokenizer") or {}).get("special_tokens") or {}
         return cls(**{role: (tokens.get(role) or {}).get("id") for role in ("cls", "sep", "mask", "pad", "unk")})
 

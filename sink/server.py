@@ -24,14 +24,24 @@ import zmq
 
 from common import dataset_info, protocol
 from common.config import JobConfig
-from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch, counters as step_counters
-from common.outputs import manifest_file
+from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch
+from common.manifest import counters as step_counters
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
+from common.outputs import manifest_file
 from common.security import Curve
 from common.storage import StorageError, open_storage
-from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, ListenError, endpoint, listen, make_socket,
-                              new_identity, parse_address)
+from common.transport import (
+    SINK_PORT,
+    VENTILATOR_PORT,
+    DroppedMessages,
+    ListenError,
+    endpoint,
+    listen,
+    make_socket,
+    new_identity,
+    parse_address,
+)
 from common.writers import writer_named
 from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length
 from sink.progress import Throughput

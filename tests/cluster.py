@@ -53,7 +53,7 @@ class Cluster:
         self.workers.append(worker)
         return worker
 
-    def start(self, workers: int) -> "Cluster":
+    def start(self, workers: int) -> Cluster:
         self.start_sink()
         for _ in range(workers):
             self.start_worker()

@@ -77,7 +77,7 @@ class _Base:
     shingles: set  # its shingles themselves (the true similarity)
 
     @classmethod
-    def of(cls, text: str) -> "_Base":
+    def of(cls, text: str) -> _Base:
         return cls(text, _hashed_shingles(text), shingle_set(text))
 
 

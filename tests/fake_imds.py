@@ -84,7 +84,7 @@ class FakeImds:
         with self._lock:
             return sum(1 for method, p, valid in self.requests if method == "GET" and p == path and valid)
 
-    def __enter__(self) -> "FakeImds":
+    def __enter__(self) -> FakeImds:
         self._thread.start()
         return self
 

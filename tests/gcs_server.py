@@ -53,7 +53,7 @@ class GCSServer:
     def _script(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=SCRIPT_TIMEOUT)
 
-    def start(self) -> "GCSServer":
+    def start(self) -> GCSServer:
         for attempt in range(PORT_RETRIES):
             self.workdir = Path(tempfile.mkdtemp(prefix="gcs-server-"))
             proc = self._script("start", str(self.workdir), str(_free_port()))
@@ -86,7 +86,7 @@ class GCSServer:
         if proc.returncode != 0:
             raise RuntimeError(f"gcs-server.sh gateway-{action} failed:\n{proc.stderr}")
 
-    def __enter__(self) -> "GCSServer":
+    def __enter__(self) -> GCSServer:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

@@ -64,7 +64,7 @@ class LoaderProcess:
                 self.process.kill()
         return self.process.communicate()[0] or ""
 
-    def __enter__(self) -> "LoaderProcess":
+    def __enter__(self) -> LoaderProcess:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -79,7 +79,7 @@ class S3Server:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> "S3Server":
+    def start(self) -> S3Server:
         attempts = 1 if self._requested_port else PORT_RETRIES
         for attempt in range(attempts):
             self.port = self._requested_port or _free_port_pair()
@@ -137,7 +137,7 @@ class S3Server:
         except Exception:
             pass
 
-    def __enter__(self) -> "S3Server":
+    def __enter__(self) -> S3Server:
         return self.start()
 
     def __exit__(self, *exc_info) -> None:

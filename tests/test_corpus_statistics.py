@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 from common.config import JobConfig
-from common.objectives.bert import BertParams
+from common.objectives import derive_seed
+from common.objectives.bert import BertParams, build_batch, plan_instances
 from common.params import Component
 from common.tasks import Task
-from common.objectives import derive_seed
-from common.objectives.bert import build_batch, plan_instances
 from common.tokenization import Vocabulary, load_tokenizer
 from tests import bert_reference
 from tests.helpers import VOCAB, WIKI, need_shared

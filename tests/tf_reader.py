@@ -24,7 +24,6 @@ def feature_spec(max_seq_length: int = 128, max_predictions_per_seq: int = 20):
 
 def read_examples(path: str, max_seq_length: int = 128, max_predictions_per_seq: int = 20,
                   compression: str = "") -> list[dict]:
-    import tensorflow as tf
 
     return read_with_spec(path, feature_spec(max_seq_length, max_predictions_per_seq), compression)
 

@@ -62,7 +62,7 @@ def train_sentencepiece(lines, vocab_size: int = 2000, model_type: str = "unigra
     return model.getvalue()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tokenizer_path(family: str) -> str:
     """A file for --vocab-file (wordpiece) or --tokenizer (the others)."""
     from common.tokenization.training import train_bpe, train_unigram

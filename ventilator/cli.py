@@ -9,13 +9,13 @@ import sys
 import click
 
 from common import logs, protocol
+from common.cli_settings import SectionedCommand
+from common.output_lock import OutputLock
 from common.transport import ListenError
 from common.version import command_line
-from common.cli_settings import SectionedCommand
 from ventilator.display import TerminalDisplay
-from common.output_lock import OutputLock
 from ventilator.job import JobError, identify, lock_output, plan, validate
-from ventilator.launchers import LaunchError, Launcher, Role, launcher_named
+from ventilator.launchers import Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
 from ventilator.server import VentilatorServer

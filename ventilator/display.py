@@ -9,8 +9,15 @@ The sink and workers the one-machine command starts write through it too
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 
@@ -24,7 +31,7 @@ class TerminalDisplay:
             console=self.console)
         self._bar = self._progress.add_task("tasks", total=total_tasks, megabytes="")
 
-    def __enter__(self) -> "TerminalDisplay":
+    def __enter__(self) -> TerminalDisplay:
         self._progress.start()
         return self
 

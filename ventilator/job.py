@@ -24,19 +24,18 @@ from common.holdout import HoldoutSplit
 from common.manifest import check_job, read_first_entry
 from common.objectives import objective_named
 from common.output_lock import OutputLock, OutputLocked
-from common.params import ParamValue
+from common.params import Component, ParamValue
 from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.segmenters import resolve as resolve_segmenter
 from common.steps import plan_stages, step_named
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
 from common.tasks import InputFile, Task, compression_of, parse_size
-from common.tokenization import TokenizerError, Vocabulary, load_vocabulary
+from common.tokenization import TokenizerError, Vocabulary, han_words, load_vocabulary
 from common.version import version
+from common.word_segmenters import NONE as NO_WORD_SEGMENTER
+from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
-from common.tokenization import han_words
-from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenter_named
-from common.params import Component
 
 log = logging.getLogger("ventilator")
 

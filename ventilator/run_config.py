@@ -24,11 +24,12 @@ from common.objectives import objectives
 from common.params import ParamClash, ParamValue, PluginError, defaults_text, option_specs
 from common.readers import readers
 from common.security import Curve
-from common.tasks import parse_size
-from common.word_segmenters import NONE as NO_WORD_SEGMENTER, word_segmenters
-from common.writers import writers
 from common.segmenters import segmenters
 from common.steps import steps
+from common.tasks import parse_size
+from common.word_segmenters import NONE as NO_WORD_SEGMENTER
+from common.word_segmenters import word_segmenters
+from common.writers import writers
 from sink.settings import SinkSettings
 from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers

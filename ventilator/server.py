@@ -27,10 +27,10 @@ from common.security import Curve
 from common.steps import required_tasks
 from common.tasks import encode_quarantined
 from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
-from ventilator.publishers.base import Backlog, BacklogPublisher
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.job import Job
+from ventilator.publishers.base import Backlog, BacklogPublisher
 
 log = logging.getLogger("ventilator")
 

@@ -16,8 +16,14 @@ import click
 from common import logs
 from common.cli_settings import SectionedCommand, add_options, build
 from worker.gce_metadata import GceMetadata, GceNotices
-from worker.interruption import (DEFAULT_NOTICE_DRAIN_SECONDS, Ec2Notices, Imds, InterruptionWatcher, Notice,
-                                 NoticeSource)
+from worker.interruption import (
+    DEFAULT_NOTICE_DRAIN_SECONDS,
+    Ec2Notices,
+    Imds,
+    InterruptionWatcher,
+    Notice,
+    NoticeSource,
+)
 from worker.lifecycle import complete_after_drain
 from worker.runtime import WorkerOptions, WorkerProcess
 from worker.settings import SettingsError, WorkerSettings

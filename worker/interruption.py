@@ -23,8 +23,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
-from datetime import datetime, timezone
 
 log = logging.getLogger("worker")
 
@@ -112,7 +112,7 @@ class Imds:
 
 def _parse_time(text: str) -> float | None:
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc).timestamp()
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).timestamp()
     except (TypeError, ValueError):
         return None
 

@@ -56,6 +56,7 @@ def complete_after_drain(imds: Imds, hook: LifecycleHook, leave: bool = False) -
     instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
     import boto3  # only on EC2, when a hook is configured
     from botocore.exceptions import BotoCoreError, ClientError
+
     # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
     from botocore.parsers import ResponseParserError
     try:
@@ -81,6 +82,7 @@ def _leave_group(imds: Imds, hook: LifecycleHook) -> bool:
     instance_id, region = identity.get("instanceId", ""), identity.get("region", "")
     import boto3  # only on EC2, when a hook is configured
     from botocore.exceptions import BotoCoreError, ClientError
+
     # an answer botocore cannot parse (an HTML 500): not a BotoCoreError
     from botocore.parsers import ResponseParserError
     try:

@@ -35,8 +35,15 @@ from common.security import Curve
 from common.storage import Storage, open_storage, remove_stale_spool_files
 from common.tasks import EarlierTaskFileError, Task
 from common.tokenization import Vocabulary
-from common.transport import (SINK_PORT, VENTILATOR_PORT, DroppedMessages, endpoint, make_socket, new_identity,
-                              parse_address)
+from common.transport import (
+    SINK_PORT,
+    VENTILATOR_PORT,
+    DroppedMessages,
+    endpoint,
+    make_socket,
+    new_identity,
+    parse_address,
+)
 from worker.backoff import Backoff, no_room
 from worker.pipeline import ShardResult, TaskProcessor
 

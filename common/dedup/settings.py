@@ -71,7 +71,7 @@ class DedupSettings:
         if not 0 <= self.partitions <= 65535:
             raise ValueError("--dedup-partitions must be between 0 (auto) and 65535")
 
-    def resolved(self, input_bytes: int) -> "DedupSettings":
+    def resolved(self, input_bytes: int) -> DedupSettings:
         """Bands, rows and partitions made explicit (the job records these)."""
         bands, rows = self.bands, self.rows
         if self.uses_minhash and not bands:

@@ -38,8 +38,8 @@ from common.dedup.files import CorruptFile
 from common.dedup.keys import KeyMaker
 from common.dedup.normalise import document_text
 from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, SKIPPED_COUNTER, DedupSettings
-from common.tasks import Task, decode_quarantined, encode_quarantined
 from common.outputs import ShardFile
+from common.tasks import Task, decode_quarantined, encode_quarantined
 
 PLAN_NAME = "dedup/plan.bin"
 CLUSTERS_NAME = "dedup/clusters.jsonl"

@@ -29,11 +29,9 @@ output is not reproducible; ours is, from (seed, task, pass).
 
 from __future__ import annotations
 
-from common.tokenization.loading import ReferenceCasing
-
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -42,6 +40,7 @@ from common.objectives.bert import BATCH_INSTANCES, BertParams, lay_out_pairs, p
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, word_index
 from common.params import When, param
+from common.tokenization.loading import ReferenceCasing
 
 
 @dataclass(frozen=True)

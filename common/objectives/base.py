@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import abc
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 import numpy as np
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -32,7 +32,6 @@ from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
 from common.params import param
 from common.tokenization.vocabulary import SpecialIds
-
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class InstancePlan:
     def __len__(self) -> int:
         return len(self.a_start)
 
-    def take(self, order: np.ndarray) -> "InstancePlan":
+    def take(self, order: np.ndarray) -> InstancePlan:
         return InstancePlan(self.a_start[order], self.a_length[order], self.b_start[order],
                             self.b_length[order], self.is_random_next[order])
 

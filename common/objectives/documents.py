@@ -36,7 +36,7 @@ class TokenizedDocuments:
         return len(self.segment_offsets) - 1
 
     @classmethod
-    def from_lists(cls, documents: list[list[list[int]]]) -> "TokenizedDocuments":
+    def from_lists(cls, documents: list[list[list[int]]]) -> TokenizedDocuments:
         """From nested token lists (documents of segments); for tests and tools."""
         tokens: list[int] = []
         segment_offsets = [0]
@@ -52,7 +52,7 @@ class TokenizedDocuments:
 
     @classmethod
     def from_segments(cls, tokens: np.ndarray, segment_lengths: np.ndarray, segments_per_document: np.ndarray,
-                      word_starts: np.ndarray | None = None) -> tuple["TokenizedDocuments", int]:
+                      word_starts: np.ndarray | None = None) -> tuple[TokenizedDocuments, int]:
         """From a tokenizer's flat output: drops segments without a token and
         then documents without a segment; returns how many documents were dropped."""
         segment_lengths = np.asarray(segment_lengths, dtype=np.int64)

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 

@@ -32,11 +32,9 @@ whole-word masking).
 
 from __future__ import annotations
 
-from common.tokenization.loading import ReferenceCasing
-
 import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -44,6 +42,7 @@ from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
 from common.params import When, param
+from common.tokenization.loading import ReferenceCasing
 from common.tokenization.vocabulary import SpecialIds
 
 PACKINGS = ("full-sentences", "doc-sentences")

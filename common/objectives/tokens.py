@@ -24,8 +24,8 @@ Nothing is random: the same documents give the same records, whatever the pass.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 

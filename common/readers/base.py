@@ -12,8 +12,9 @@ exactly one task whatever the split size.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable, Iterator
+from typing import ClassVar
 
 from common.params import Configurable, NoParams
 from common.readers.content import read_task_bytes, task_content

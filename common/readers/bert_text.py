@@ -3,11 +3,16 @@ blank lines (so lines already are segments)."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from common.readers.base import ByteRangeReader, Document, ParseReport, decode_utf8, without_bom
-from common.readers.scanning import (ASCII_SPACE, ReadAt, first_line_start_at_or_after, iter_lines_from,
-                                     previous_line_is_blank)
+from common.readers.scanning import (
+    ASCII_SPACE,
+    ReadAt,
+    first_line_start_at_or_after,
+    iter_lines_from,
+    previous_line_is_blank,
+)
 
 
 class BertTextReader(ByteRangeReader):

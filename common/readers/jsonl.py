@@ -10,8 +10,8 @@ by ``--format jsonl`` or a ``.jsonl``/``.ndjson`` name: a WikiExtractor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from common.params import param
 from common.readers.base import Document, ParseReport

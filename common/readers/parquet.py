@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator
-
+from typing import TYPE_CHECKING
 
 from common.lazy_import import LazyModule
 from common.params import param

@@ -3,7 +3,7 @@ readers need to place document boundaries without reading a whole file."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 #: Reads ``length`` bytes at ``offset``; returns fewer only at end of file.
 ReadAt = Callable[[int, int], bytes]

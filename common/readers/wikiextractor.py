@@ -4,10 +4,17 @@ paragraph per line, the title repeated as the body's first line."""
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
-from common.readers.base import (ByteRangeReader, Document, ParseReport, decode_utf8, disagreement, head_lines,
-                                 without_bom)
+from common.readers.base import (
+    ByteRangeReader,
+    Document,
+    ParseReport,
+    decode_utf8,
+    disagreement,
+    head_lines,
+    without_bom,
+)
 from common.readers.scanning import SCAN_CHUNK, ReadAt, first_line_start_at_or_after
 
 _DOC_END = "</doc>"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 from common.readers.base import UTF8_BOM, ByteRangeReader, Document, ParseReport, decode_utf8, disagreement, head_lines
 from common.readers.scanning import ReadAt, first_line_start_at_or_after

@@ -4,7 +4,8 @@ corrections (common/cjk_sentences.py): the default for paragraph-per-line input 
 from __future__ import annotations
 
 from common.segmenters.base import Segmenter
-from common.sentences import Segmenter as Mode, segment_pieces
+from common.sentences import Segmenter as Mode
+from common.sentences import segment_pieces
 
 
 class BlingfireSegmenter(Segmenter):

@@ -37,9 +37,10 @@ import abc
 import dataclasses
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from common.outputs import TRAIN, ShardFile
 from common.params import Configurable, NoParams

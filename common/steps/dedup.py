@@ -15,7 +15,6 @@ from common.readers import ParseReport
 from common.steps.base import JobPlan, StageResult, Step, TaskRun
 from common.tasks import decode_quarantined
 
-
 #: MinHash's behaviour version (common/dedup/normalise.py): 2 cuts Han and kana text into characters.
 MINHASH_VERSION = 2
 

@@ -4,7 +4,7 @@ memory holds one pass; the time to make each batch is stage "build"."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from common.steps.base import Part, Step, TaskRun
 

@@ -12,9 +12,19 @@ from __future__ import annotations
 import functools
 import re
 
-from common.storage.base import (AtomicWriter, Backend, RangeReader, RetryPolicy, Storage, StorageError,
-                                 VersionChanged, ignored, remove_stale_spool_files, split_bucket_uri)
 from common.storage.base import SPOOL_PREFIX as _SPOOL_PREFIX  # noqa: F401 (tests and older callers)
+from common.storage.base import (
+    AtomicWriter,
+    Backend,
+    RangeReader,
+    RetryPolicy,
+    Storage,
+    StorageError,
+    VersionChanged,
+    ignored,
+    remove_stale_spool_files,
+    split_bucket_uri,
+)
 from common.storage.base import ignored as _ignored  # noqa: F401
 from common.storage.gcs import GCSStorage
 from common.storage.local import LocalStorage, _fsync_directory  # noqa: F401

@@ -8,8 +8,9 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Callable, ClassVar, Protocol
+from typing import IO, BinaryIO, ClassVar, Protocol
 
 from common.tasks import InputFile
 
@@ -26,9 +27,9 @@ class Storage(Protocol):
 
     def uri(self, name: str) -> str: ...
     def list_inputs(self) -> list[InputFile]: ...
-    def open_reader(self, relative: str, version: str) -> "RangeReader": ...
+    def open_reader(self, relative: str, version: str) -> RangeReader: ...
     def read_all(self, relative: str, version: str) -> bytes: ...
-    def open_atomic(self, name: str) -> "AtomicWriter": ...
+    def open_atomic(self, name: str) -> AtomicWriter: ...
     def put_bytes(self, name: str, data: bytes) -> str: ...
     def create_if_absent(self, name: str, data: bytes) -> bool: ...
     def remove(self, name: str) -> None: ...
@@ -46,7 +47,7 @@ class Backend:
     remote: ClassVar[bool] = True
 
     @classmethod
-    def open(cls, uri: str, endpoint_url: str | None = None) -> "Storage":
+    def open(cls, uri: str, endpoint_url: str | None = None) -> Storage:
         """The storage at ``uri``; ``endpoint_url`` is the job's ``--s3-endpoint-url`` (a backend with its
         own way to find an endpoint ignores it)."""
         raise NotImplementedError
@@ -167,7 +168,7 @@ class RangeReader:
     def close(self) -> None:
         self._close()
 
-    def __enter__(self) -> "RangeReader":
+    def __enter__(self) -> RangeReader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -200,7 +201,7 @@ class AtomicWriter:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self) -> "AtomicWriter":
+    def __enter__(self) -> AtomicWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

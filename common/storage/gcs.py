@@ -24,10 +24,19 @@ points the client at an emulator (anonymous credentials), as it does any Google 
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
-from common.storage.base import (AtomicWriter, Backend, RangeReader, RetryPolicy, StorageError, VersionChanged,
-                                 ignored, spool_file, split_bucket_uri)
+from common.storage.base import (
+    AtomicWriter,
+    Backend,
+    RangeReader,
+    RetryPolicy,
+    StorageError,
+    VersionChanged,
+    ignored,
+    split_bucket_uri,
+    spool_file,
+)
 from common.tasks import InputFile
 
 #: HTTP statuses that mean "later": retried (with backoff) and, past the retries, waited out by the worker.
@@ -63,7 +72,7 @@ class GCSStorage(Backend):
     list_page_size = 1000
 
     @classmethod
-    def open(cls, uri: str, endpoint_url: str | None = None) -> "GCSStorage":
+    def open(cls, uri: str, endpoint_url: str | None = None) -> GCSStorage:
         return cls(uri)
 
     @classmethod

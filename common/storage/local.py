@@ -17,7 +17,7 @@ class LocalStorage(Backend):
     remote = False  # workers get the content from the ventilator, unless --shared-fs
 
     @classmethod
-    def open(cls, uri: str, endpoint_url: str | None = None) -> "LocalStorage":
+    def open(cls, uri: str, endpoint_url: str | None = None) -> LocalStorage:
         return cls(uri.removeprefix("file://"))
 
     def __init__(self, root: str):
@@ -60,7 +60,7 @@ class LocalStorage(Backend):
         if current != version:
             raise VersionChanged(f"{relative}: file changed since it was listed ({version} -> {current})")
 
-    def open_reader(self, relative: str, version: str) -> "RangeReader":
+    def open_reader(self, relative: str, version: str) -> RangeReader:
         self.check_version(relative, version)
         handle = open(self._path(relative), "rb")
         return RangeReader(lambda offset, length: os.pread(handle.fileno(), length, offset), handle.close)
@@ -71,7 +71,7 @@ class LocalStorage(Backend):
             return handle.read()
 
     # Outputs ----------------------------------------------------------------
-    def open_atomic(self, name: str) -> "AtomicWriter":
+    def open_atomic(self, name: str) -> AtomicWriter:
         """``name`` may hold ``/``: a file in a subdirectory of the output."""
         final = self.uri(name)
         directory = os.path.dirname(final)

@@ -5,10 +5,19 @@ shard is never visible half-written; reads are pinned to the ETag listed at plan
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
-from common.storage.base import (AtomicWriter, Backend, RangeReader, RetryPolicy, StorageError, VersionChanged,
-                                 ignored, spool_file, split_bucket_uri)
+from common.storage.base import (
+    AtomicWriter,
+    Backend,
+    RangeReader,
+    RetryPolicy,
+    StorageError,
+    VersionChanged,
+    ignored,
+    split_bucket_uri,
+    spool_file,
+)
 from common.tasks import InputFile
 
 #: S3 (and radosgw) error codes that mean "later", not "never".
@@ -22,7 +31,7 @@ class S3Storage(Backend):
     name = "s3"
 
     @classmethod
-    def open(cls, uri: str, endpoint_url: str | None = None) -> "S3Storage":
+    def open(cls, uri: str, endpoint_url: str | None = None) -> S3Storage:
         return cls(uri, endpoint_url)
 
     @classmethod
@@ -100,7 +109,7 @@ class S3Storage(Backend):
         return self.retry.run(f"GET {self.uri(relative)} {byte_range or ''}", get,
                               permanent=(VersionChanged, StorageError))
 
-    def open_reader(self, relative: str, version: str) -> "RangeReader":
+    def open_reader(self, relative: str, version: str) -> RangeReader:
         return RangeReader(lambda offset, length: self._get(
             relative, version, f"bytes={offset}-{offset + length - 1}") if length > 0 else b"")
 
@@ -108,7 +117,7 @@ class S3Storage(Backend):
         return self._get(relative, version, None)
 
     # Outputs ----------------------------------------------------------------
-    def open_atomic(self, name: str) -> "AtomicWriter":
+    def open_atomic(self, name: str) -> AtomicWriter:
         from boto3.s3.transfer import TransferConfig
 
         handle = spool_file()

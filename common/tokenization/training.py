@@ -36,7 +36,7 @@ roles without flags.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import click
 

@@ -27,15 +27,29 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from common.tokenization.loading import (BERT_MAX_INPUT_CHARS_PER_WORD, TokenizerError, bert_tokenizer_from_vocab,
-                                         ReferenceCasing, check_model, configured_roles, load_tokenizer,
-                                         lowercases)
-from common.tokenization.special_tokens import ROLES, SpecialTokenError, find_roles, special_contents
-from common.tokenization.word_boundaries import (CONTINUATION, START_MARKER, WordBoundaries, detect,
-                                                 first_token_of_each, marker_word_starts, starts_word_by_id,
-                                                 word_ids_starts)
 from tokenizers import Tokenizer
+
+from common.tokenization.loading import (
+    BERT_MAX_INPUT_CHARS_PER_WORD,
+    ReferenceCasing,
+    TokenizerError,
+    bert_tokenizer_from_vocab,
+    check_model,
+    configured_roles,
+    load_tokenizer,
+    lowercases,
+)
+from common.tokenization.special_tokens import ROLES, SpecialTokenError, find_roles, special_contents
+from common.tokenization.word_boundaries import (
+    CONTINUATION,
+    START_MARKER,
+    WordBoundaries,
+    detect,
+    first_token_of_each,
+    marker_word_starts,
+    starts_word_by_id,
+    word_ids_starts,
+)
 
 __all__ = ["BERT_MAX_INPUT_CHARS_PER_WORD", "SpecialIds", "TokenizerError", "Vocabulary", "bert_tokenizer_from_vocab",
            "load_tokenizer", "load_vocabulary", "text_safe_spec"]
@@ -124,7 +138,7 @@ class Vocabulary:
     _fast_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Tokenizer, special_tokens: dict[str, str] | None = None) -> "Vocabulary":
+    def from_tokenizer(cls, tokenizer: Tokenizer, special_tokens: dict[str, str] | None = None) -> Vocabulary:
         check_model(tokenizer)
         given = {role: token for role, token in (special_tokens or {}).items() if token}
         spec = json.loads(tokenizer.to_str())
@@ -187,7 +201,7 @@ class Vocabulary:
         return {self.tokenizer.id_to_token(i) for i in self.roles.values() if i is not None}
 
     @classmethod
-    def from_json(cls, text: str) -> "Vocabulary":
+    def from_json(cls, text: str) -> Vocabulary:
         spec = json.loads(text)
         if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
             return cls.from_tokenizer(Tokenizer.from_str(json.dumps(spec["tokenizer"])), spec["special_tokens"])

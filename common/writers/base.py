@@ -21,15 +21,15 @@ import contextlib
 import hashlib
 import io
 import logging
-from collections.abc import Iterator
-from typing import BinaryIO, Callable, ClassVar
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, ClassVar
 
 import numpy as np
 
 from common.objectives.base import Batch, Feature, Ragged
-from common.tokenization.vocabulary import SpecialIds
 from common.outputs import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
 from common.params import Configurable
+from common.tokenization.vocabulary import SpecialIds
 
 
 class HashingFile(io.RawIOBase):

@@ -37,10 +37,23 @@ from common.objectives.base import Batch, Feature
 from common.params import NoParams
 from common.writers.base import TaskOutput, Writer
 from common.writers.mds import to_columns
-from common.writers.sample_shards import (SIZE_LIMIT, Column, SampleShardOutput, check_indexes, column_bytes,
-                                          config_json, equal_rows, index_name, job_features, listed_by_directory,
-                                          Samples, parse_shard, read_config, records_as_bytes,
-                                          sliced_columns)
+from common.writers.sample_shards import (
+    SIZE_LIMIT,
+    Column,
+    Samples,
+    SampleShardOutput,
+    check_indexes,
+    column_bytes,
+    config_json,
+    equal_rows,
+    index_name,
+    job_features,
+    listed_by_directory,
+    parse_shard,
+    read_config,
+    records_as_bytes,
+    sliced_columns,
+)
 
 INDEX = "index.json"
 #: LitData's numpy dtype codes (litdata.constants._NUMPY_DTYPES_MAPPING).

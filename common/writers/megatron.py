@@ -87,7 +87,7 @@ class IndexedDataset:
     data: np.ndarray | None = None
 
     @classmethod
-    def parse_index(cls, index: bytes) -> "IndexedDataset":
+    def parse_index(cls, index: bytes) -> IndexedDataset:
         if not index.startswith(INDEX_HEADER) or len(index) < 34:
             raise ValueError("not a Megatron index: no MMIDIDX header")
         version, code, sequences, documents = struct.unpack_from("<QBQQ", index, len(INDEX_HEADER))
@@ -105,7 +105,7 @@ class IndexedDataset:
         document_indices = np.frombuffer(index, np.int64, documents, offset + 12 * sequences)
         return cls(dtypes[code], lengths, pointers, document_indices)
 
-    def with_data(self, data: bytes) -> "IndexedDataset":
+    def with_data(self, data: bytes) -> IndexedDataset:
         total = int(self.sequence_lengths.sum()) * self.dtype.itemsize
         if len(data) != total:
             raise ValueError(f".bin holds {len(data)} bytes, the index {total}")

@@ -16,8 +16,8 @@ a task's files are committed together.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class Column:
     length: int | None
 
     @classmethod
-    def of(cls, feature: Feature) -> "Column":
+    def of(cls, feature: Feature) -> Column:
         return cls(feature.name, np.dtype(feature.dtype), feature.length)
 
 

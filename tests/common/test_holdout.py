@@ -165,9 +165,10 @@ def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
 
 
 def test_the_manifest_counts_each_side():
-    from common.manifest import Manifest
+    from common.manifest import Manifest, Work
 
     manifest = Manifest.__new__(Manifest)
+    manifest.work = Work()
     manifest.done, manifest.totals = {}, {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0,
                                           "bytes_written": 0, "skipped_documents": {}}
     manifest._count({"task": "a", "records": 3, "documents": 4, "tokens": 50, "bytes": 15,

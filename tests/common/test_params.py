@@ -8,8 +8,18 @@ import types
 
 import pytest
 
-from common.params import (Component, Configurable, NoParams, ParamClash, PluginError, defaults_text, discover,
-                           entry_point_group, option_specs, param)
+from common.params import (
+    Component,
+    Configurable,
+    NoParams,
+    ParamClash,
+    PluginError,
+    defaults_text,
+    discover,
+    entry_point_group,
+    option_specs,
+    param,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,17 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.readers.content import task_content
-from common.storage import (GCSStorage, LocalStorage, RetryPolicy, S3Storage, StorageError, VersionChanged,
-                            backends, busy_reason, open_storage)
+from common.storage import (
+    GCSStorage,
+    LocalStorage,
+    RetryPolicy,
+    S3Storage,
+    StorageError,
+    VersionChanged,
+    backends,
+    busy_reason,
+    open_storage,
+)
 from common.tasks import plan_tasks
 from tests.common.test_tasks import make_corpus
 from tests.faulty_proxy import FaultyProxy

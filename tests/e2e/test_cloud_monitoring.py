@@ -6,6 +6,8 @@ over real HTTP on loopback (tests/fake_gcp.py): the values follow the job from e
 the last says the job is no longer active with a backlog of 0 (what scales the group in), and every call
 carried a token the metadata server issued."""
 
+from datetime import UTC
+
 import pytest
 
 from tests.fake_gcp import FakeCloudMonitoring, FakeGceMetadata
@@ -20,10 +22,10 @@ PROJECT = "mlm-test-project"
 
 
 def test_time_series_shape():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     body = time_series(Backlog(5, 3, 4, 2), CloudMonitoringOptions(PROJECT, PREFIX),
-                       datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+                       datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     values = {s["metric"]["type"].rsplit("/", 1)[1]: int(s["points"][0]["value"]["int64Value"])
               for s in body["timeSeries"]}
     assert values == {"backlog": 8, "pending_tasks": 5, "leased_tasks": 3, "workers": 4, "worker_hosts": 2,
@@ -33,7 +35,7 @@ def test_time_series_shape():
         assert series["resource"] == {"type": "global", "labels": {"project_id": PROJECT}}, "a per-group metric"
         assert series["points"][0]["interval"]["endTime"] == "2026-01-02T03:04:05.000000Z"
     inactive = time_series(Backlog(7, 1, 0, 0, active=False), CloudMonitoringOptions(PROJECT, PREFIX),
-                           datetime.now(timezone.utc))
+                           datetime.now(UTC))
     last = {s["metric"]["type"].rsplit("/", 1)[1]: s["points"][0]["value"]["int64Value"] for s in inactive["timeSeries"]}
     assert last["backlog"] == "0" and last["job_active"] == "0", "a stopped ventilator leaves nothing to do"
 

@@ -5,7 +5,7 @@ no longer active (what scales the group to its minimum)."""
 
 import json
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -41,13 +41,13 @@ def test_backlog_follows_a_real_job(tmp_path, moto):
     corpus = tmp_path / "corpus"
     for copy in range(3):
         shutil.copytree(WIKI, corpus / f"copy{copy}")
-    start = datetime.now(timezone.utc) - timedelta(seconds=5)
+    start = datetime.now(UTC) - timedelta(seconds=5)
     output = tmp_path / "out"
     result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--dupe-factor", "40", "--task-size", "256K",
                             "--workers", "2", "--cloudwatch-namespace", NAMESPACE, "--cloudwatch-seconds", "0.2",
                             "--instance-hourly-price", "0.25", env=aws_env(endpoint))
     assert result.returncode == 0, result.stderr[-3000:]
-    end = datetime.now(timezone.utc) + timedelta(seconds=5)
+    end = datetime.now(UTC) + timedelta(seconds=5)
     _check_cost(output, wall_seconds=(end - start).total_seconds(), price=0.25)
     tasks = len(manifest(output))
     cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=endpoint,

@@ -8,7 +8,6 @@ import re
 import shutil
 import signal
 import time
-from pathlib import Path
 
 import pytest
 

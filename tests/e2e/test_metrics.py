@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from ventilator.dispatcher import REQUEUE_REASONS
-
 from tests.cluster import Cluster
 from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, scrape
+from ventilator.dispatcher import REQUEUE_REASONS
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,17 @@ import time
 
 import pytest
 
-from tests.helpers import (VOCAB, WIKI, check_shards, free_ports, manifest, need_shared, python_module,
-                           run_ventilator, shard_digests)
+from tests.helpers import (
+    VOCAB,
+    WIKI,
+    check_shards,
+    free_ports,
+    manifest,
+    need_shared,
+    python_module,
+    run_ventilator,
+    shard_digests,
+)
 
 pytestmark = pytest.mark.e2e
 

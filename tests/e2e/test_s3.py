@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from common.readers import ParseReport, reader_named
+from common.readers.content import task_content
 from tests.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.tf_reader import read_examples
-from common.readers import ParseReport, detect, reader_named
-from common.readers.content import task_content
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 

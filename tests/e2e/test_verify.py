@@ -3,8 +3,8 @@ named, and makes it exit 1."""
 
 import json
 import shutil
-import sys
 import subprocess
+import sys
 
 import pytest
 

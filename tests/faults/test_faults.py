@@ -5,9 +5,9 @@ no extra files."""
 import json
 import random
 import re
-import sys
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path

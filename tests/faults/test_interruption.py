@@ -5,7 +5,7 @@ run.  The scale-in case also completes the group's lifecycle action, against
 moto's Auto Scaling."""
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -69,7 +69,7 @@ def test_spot_notice_releases_the_task_and_exits_0(clean, cluster):
         watched = c.start_worker(*WATCH, "--imds-endpoint", imds.endpoint, "--notice-drain-seconds", "0")
         c.wait_for_progress(1)  # it computes the next big task now
         imds.spot_action = {"action": "terminate",
-                            "time": (datetime.now(timezone.utc) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+                            "time": (datetime.now(UTC) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")}
         _exits_zero_soon(watched, within=10)
         done_at_notice = c.progress()
         c.start_worker(*REPLACEMENT)
@@ -177,7 +177,7 @@ def test_rebalance_drains_and_leaves_the_group(clean, cluster, moto):
                                  "--lifecycle-hook", "mlm-drain", "--autoscaling-group", "mlm-workers",
                                  "--lifecycle-wait-seconds", "60")
         c.wait_for_progress(2)
-        imds.rebalance = {"noticeTime": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        imds.rebalance = {"noticeTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
         deadline = time.monotonic() + 60
         while not server.terminated():  # the drained worker asks to leave...
             assert time.monotonic() < deadline and watched.poll() is None, c.tail()

@@ -141,12 +141,12 @@ class Fleet:
             f.write(data)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Fleet":
+    def from_dict(cls, data: dict) -> Fleet:
         hosts = [Host(**h) for h in data.pop("hosts", [])]
         return cls(**data, hosts=hosts)
 
     @classmethod
-    def load(cls, directory: str) -> "Fleet":
+    def load(cls, directory: str) -> Fleet:
         with open(os.path.join(directory, "fleet.json")) as f:
             return cls.from_dict(json.load(f))
 

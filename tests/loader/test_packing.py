@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loader.packing import best_fit_decreasing, padded_runs, slots
 from loader.sample_masking import SampleMasking, mask_samples

@@ -1,9 +1,9 @@
 """The loader as trainers use it: real server processes, real clients, loopback TCP."""
 
-import zmq
 import msgpack
 import numpy as np
 import pytest
+import zmq
 
 from common.security import generate
 from loader import messages

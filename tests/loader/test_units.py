@@ -7,15 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.writers import writer_named
+from common.writers.tf_example import decode_example_slow, decode_examples
 from common.writers.tfrecord import encode_records
 from loader import messages
 from loader.client import hf_views
-from common.writers.tf_example import decode_example_slow, decode_examples
 from loader.masking import MaskingParams, candidates, remask, restore
 from loader.order import EpochOrder, Partition
-from common.writers import writer_named
 from loader.shards import DatasetError, ShardCache, ShardList, entry_files, format_for, open_dataset, read_shard
-
 
 
 def test_entry_files_reads_both_manifest_shapes():

@@ -1,14 +1,13 @@
 """Google Compute Engine notices: the pure classification, and the client against a real HTTP server that
 answers as the metadata server does (Metadata-Flavor both ways)."""
 
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.fake_gcp import FakeGceMetadata
-from worker.gce_metadata import (MAINTENANCE_EVENT, PREEMPTED, GceMetadata, GceNotices, classify,
-                                 metadata_host)
+from worker.gce_metadata import MAINTENANCE_EVENT, PREEMPTED, GceMetadata, GceNotices, classify, metadata_host
 from worker.interruption import InterruptionWatcher, MetadataError
 
 NOW = 1_000_000.0

@@ -2,23 +2,31 @@
 client against a fake IMDS on loopback (token flow, 404s, an unreachable
 endpoint that must not slow a worker off EC2)."""
 
-import logging
 import json
+import logging
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from tests.fake_imds import FakeImds
-from worker.interruption import (LIFECYCLE_STATE, REBALANCE, SPOT_ACTION, SPOT_SAFETY_SECONDS, Imds, ImdsError,
-                                 InterruptionWatcher, classify)
+from worker.interruption import (
+    LIFECYCLE_STATE,
+    REBALANCE,
+    SPOT_ACTION,
+    SPOT_SAFETY_SECONDS,
+    Imds,
+    ImdsError,
+    InterruptionWatcher,
+    classify,
+)
 
 NOW = 1_800_000_000.0
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_nothing_is_no_notice():
@@ -95,8 +103,8 @@ def test_an_unparsable_answer_from_auto_scaling_is_a_warning_not_a_crash(monkeyp
     """An HTML 500 from the Auto Scaling API (a page that is not XML: &nbsp;) makes botocore raise ResponseParserError,
     which is no BotoCoreError: completing the hook fails with one warning, and the hook's timeout is the
     fallback, as for any other failure."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from worker.lifecycle import LifecycleHook, complete_after_drain
 

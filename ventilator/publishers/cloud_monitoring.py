@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
@@ -58,7 +58,7 @@ def time_series(backlog: Backlog, options: CloudMonitoringOptions, at: datetime)
 
     Gauge points on the ``global`` resource: a per-group metric (a ``gce_instance`` one would be read as
     one series per VM)."""
-    end = at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    end = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {"timeSeries": [
         {"metric": {"type": f"{options.prefix}/{name}"},
          "resource": {"type": "global", "labels": {"project_id": options.project}},
@@ -110,7 +110,7 @@ class CloudMonitoringPublisher(BacklogPublisher):
         try:
             session = self._authorized_session()
             at = time.monotonic()
-            response = session.post(url, json=time_series(backlog, self.options, datetime.now(timezone.utc)),
+            response = session.post(url, json=time_series(backlog, self.options, datetime.now(UTC)),
                                     timeout=self.options.request_seconds)
             if response.status_code != 200:
                 raise requests.HTTPError(f"{response.status_code} {response.text[:300]}")

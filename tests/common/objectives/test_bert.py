@@ -8,9 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from common.objectives.bert import BertParams
 from common.objectives import TokenizedDocuments
-from common.objectives.bert import InstancePlan, build_batch, plan_instances, truncation_counts
+from common.objectives.bert import BertParams, InstancePlan, build_batch, plan_instances, truncation_counts
 from common.objectives.masking import num_to_predict
 from common.tokenization import SpecialIds
 from tests import bert_reference

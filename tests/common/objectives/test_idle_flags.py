@@ -29,6 +29,8 @@ def changed(field: dataclasses.Field):
     if field.type in (bool, "bool"):
         return not field.default
     if field.type in (int, "int"):
+        if field.name == "max_seq_length" and field.default == 0:  # tokens: whole documents -> chunks
+            return 64
         return field.default + 1
     if field.type in (float, "float"):
         return field.default * 2

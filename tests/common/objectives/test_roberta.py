@@ -69,7 +69,7 @@ def test_blocks_are_fairseqs(corpus, pack, max_seq_length):
     # Short blocks fill up: most end exactly at the capacity.
     lengths = np.array([len(row) for row in ours])
     assert (lengths == capacity).mean() > (0.3 if max_seq_length == 16 else 0.0)
-    separators = int((layout.separator.sum()))
+    separators = int(layout.separator.sum())
     assert separators == (documents.num_documents - 1 if pack == "full-sentences" else 0)
 
 

@@ -7,10 +7,9 @@ import gzip
 import pytest
 import zstandard
 
-from common.readers.content import UnreadableInput, decompress, is_permanent
-from common.storage import VersionChanged
 from common.readers import reader_named
-from common.readers.content import task_content
+from common.readers.content import UnreadableInput, decompress, is_permanent, task_content
+from common.storage import VersionChanged
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 

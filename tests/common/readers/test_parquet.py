@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.readers import ParseReport, detect, reader_named
-from common.readers.parquet import cut_row_groups, RowGroup
+from common.readers.parquet import RowGroup, cut_row_groups
 from common.storage import LocalStorage
 from tests.helpers import need_shared
 from tests.web_corpora import wiki_articles, wiki_parquet, write_parquet

@@ -18,7 +18,8 @@ import pytest
 from common import cjk_sentences, sentence_offsets
 from common.cjk_sentences import TERMINATORS, adjust_starts, has_cjk_terminator
 from common.readers import ParseReport, reader_named
-from common.sentence_offsets import sentence_offsets as offsets_of, sentence_starts
+from common.sentence_offsets import sentence_offsets as offsets_of
+from common.sentence_offsets import sentence_starts
 from common.sentences import MAX_SEGMENT_CHARS, Segmenter, _bounded, segment_pieces
 from tests.helpers import REPO, WIKI, need_shared
 

@@ -6,13 +6,13 @@ import textwrap
 
 import pytest
 
+from common import protocol
 from common import steps as steps_package
 from common.config import JobConfig, standard_steps
 from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import Task
 from sink.server import manifest_entry
-from common import protocol
 from worker.pipeline import TaskProcessor
 
 WIKI_TEXT = "".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\n\n' + "Short line.\n" * (1 if i % 2 else 4)

@@ -10,8 +10,10 @@ def test_removes_the_listed_documents_and_counts_them(job, tmp_path):
     context = job(dedup=settings)
     task = Task("wiki_00", 0, 1000, 1000, "v")
     # The removal list the resolve stage would write: ordinals 1 and 3 of this task, as exact copies.
-    import numpy as np
     import hashlib
+
+    import numpy as np
+
     from common.dedup import files
 
     data = files.encode({"partition": 0}, {"task": np.array([task.task_id.encode()] * 2, dtype="S20"),

@@ -15,7 +15,7 @@ import pytest
 
 from common.cjk_sentences import CLOSERS, adjust_starts
 from common.config import JobConfig
-from common.objectives import TokenizedDocuments, objective_named
+from common.objectives import TokenizedDocuments
 from common.params import Component
 from common.sentences import Segmenter, split_segments
 from common.storage import LocalStorage

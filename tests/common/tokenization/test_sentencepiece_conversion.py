@@ -20,10 +20,17 @@ import pytest
 from common.readers import ParseReport, reader_named
 from common.sentences import Segmenter, split_segments
 from common.tokenization import TokenizerError, load_tokenizer, load_vocabulary
-from common.tokenization.sentencepiece_conversion import (CONTROL, NORMAL, UNKNOWN, USER_DEFINED, ConversionError,
-                                                          convert, parse_model)
-from tests.helpers import WIKI, need_shared
+from common.tokenization.sentencepiece_conversion import (
+    CONTROL,
+    NORMAL,
+    UNKNOWN,
+    USER_DEFINED,
+    ConversionError,
+    convert,
+    parse_model,
+)
 from tests.common.tokenization.test_fast_wordpiece import ADVERSARIAL
+from tests.helpers import WIKI, need_shared
 from tests.tokenizer_families import corpus_lines, tokenizer_path, train_sentencepiece
 
 spm = pytest.importorskip("sentencepiece", reason="the conversion is checked against the sentencepiece package")

@@ -8,8 +8,7 @@ import pytest
 from common.objectives.base import Batch, Feature, Ragged
 from common.params import NoParams
 from common.storage import LocalStorage
-from common.writers import writer_named
-from common.writers import sample_shards
+from common.writers import sample_shards, writer_named
 
 FIXED = [Feature("input_ids", "int32", 5), Feature("masked_lm_weights", "float32", 2),
          Feature("next_sentence_labels", "int32", 1)]

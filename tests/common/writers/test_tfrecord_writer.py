@@ -5,8 +5,15 @@ import io
 import numpy as np
 import pytest
 
-from common.writers.tfrecord import (CorruptShard, ShardWriter, encode_examples, encode_records, frame_records, read_records,
-                             varints)
+from common.writers.tfrecord import (
+    CorruptShard,
+    ShardWriter,
+    encode_examples,
+    encode_records,
+    frame_records,
+    read_records,
+    varints,
+)
 from tests.tf_reader import read_examples
 
 tf = pytest.importorskip("tensorflow")
