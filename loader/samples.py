@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.objectives.base import Ragged
-from loader.shards import DatasetError, ShardList, format_for
+from loader.shards import DatasetError, ShardList, format_for, read_listed
 
 log = logging.getLogger("loader")
 
@@ -122,9 +122,7 @@ class SampleCache:
     def _load(self, shard: int) -> ShardSamples:
         name = self.shards.names[shard]
         where = self.storage.uri(name)
-        data = self.storage.get_bytes(name)
-        if data is None:
-            raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
+        data = read_listed(self.storage, self.shards, shard)
         try:
             columns = format_for(name).read_columns(name, data, self.storage.get_bytes)
             if columns is None:

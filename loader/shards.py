@@ -190,6 +190,22 @@ def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train"
     return storage, shards
 
 
+def read_listed(storage, shards: ShardList, shard: int) -> bytes:
+    """A listed shard's bytes, checked against the manifest's sha256: what every cache of the loader reads
+    (fixed-size and token-budget batches alike).  DatasetError if it is missing or changed since it was
+    written: a format's own checks (TFRecord's CRCs, Parquet's page CRCs) miss a file rewritten whole, and
+    MDS and LitData shards have none."""
+    name = shards.names[shard]
+    data = storage.get_bytes(name)
+    if data is None:
+        raise DatasetError(f"{storage.uri(name)}: listed in the manifest but missing (run mlm-verify)")
+    digest = shards.digests[shard] if shard < len(shards.digests) else None
+    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise DatasetError(f"{storage.uri(name)}: its sha256 differs from the manifest's: it changed since it "
+                           "was written (run mlm-verify)")
+    return data
+
+
 class ShardCache:
     """Decoded shards as (records, row_bytes) matrices (loader.layout),
     least recently used out once over ``max_bytes`` (the shard in use always
@@ -230,14 +246,7 @@ class ShardCache:
     def _load(self, shard: int) -> np.ndarray:
         name = self.shards.names[shard]
         where = self.storage.uri(name)
-        data = self.storage.get_bytes(name)
-        if data is None:
-            raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
-        digest = self.shards.digests[shard] if shard < len(self.shards.digests) else None
-        if digest is not None and hashlib.sha256(data).hexdigest() != digest:
-            # A format's own checks (TFRecord's CRCs, Parquet's page CRCs) miss a file rewritten whole.
-            raise DatasetError(f"{where}: its sha256 differs from the manifest's: it changed since it was "
-                               "written (run mlm-verify)")
+        data = read_listed(self.storage, self.shards, shard)
         try:
             columns = read_shard(name, data, self.storage.get_bytes)
         except ValueError as error:

@@ -49,6 +49,15 @@ def _json(storage, name: str, problems: list[str]) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def _format_job_file(name: str, directories: set[str]) -> bool:
+    """A file a format writes at the job's end beside the manifest's files (``Writer.job_files``: MDS's and
+    LitData's index.json on each side)."""
+    from common.writers import writers
+
+    directory, _, base = name.rpartition("/")
+    return directory in directories and any(base in writer.job_files for writer in writers().values())
+
+
 def choose_files(files: list[dict], budget_bytes: int) -> list[dict]:
     """Files spread evenly over ``files`` (in order) until their bytes pass the budget; at least one."""
     if not files:
@@ -118,12 +127,14 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
     sizes = storage.output_sizes()
     listed = {f["name"] for e in entries for f in shard_files(e) + stage_files(e)}
     missing = sorted(name for name in listed if name not in sizes)
+    directories = {name.rpartition("/")[0] for name in listed}
     for name in missing[:20]:
         problems.append(f"missing shard: {name} is in the manifest, not in the output")
     if len(missing) > 20:
         problems.append(f"... and {len(missing) - 20} more missing files")
     foreign = sorted(name for name in sizes if name not in listed and name not in JOB_FILES
-                     and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/"))
+                     and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/")
+                     and not _format_job_file(name, directories))
     for name in foreign[:20]:
         base = name.rsplit("/", 1)[-1]
         why = "a temporary file left by a writer that died" if base.startswith(".") and base.endswith(".tmp") \

@@ -98,6 +98,7 @@ class LitDataWriter(Writer):
     name = "litdata"
     Params = NoParams
     suffixes = (".litdata",)
+    job_files = (INDEX,)
 
     def __init__(self, params, features: list[Feature], special=None):
         super().__init__(params, features, special)

@@ -173,6 +173,7 @@ def to_columns(samples: list[dict[str, np.ndarray]], lengths: dict[str, int | No
 class MdsWriter(Writer):
     name = "mds"
     suffixes = (".mds",)
+    job_files = (INDEX,)
     Params = NoParams
 
     def __init__(self, params, features: list[Feature], special=None):

@@ -255,3 +255,32 @@ def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
                 if batch.last_in_epoch:
                     break
     assert served == written and sum(written.values()) > 100
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mlm_report_finds_no_problem_in_a_clean_output(clean, fmt):
+    """index.json (each side's) is the format's own file, written at the job's end: not a "foreign file"."""
+    from common.storage import open_storage
+    from report.build import build_report
+
+    report = build_report(open_storage(str(clean[fmt][0])), input_budget_bytes=0)
+    assert report["problems"] == [] and report["ok"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_token_batches_refuse_a_shard_changed_since_it_was_written(clean, fmt, tmp_path):
+    """The loader's --batch-tokens reads a shard through its own cache: it checks the manifest's sha256 as the
+    fixed-size batches do.  One token changed by one bit keeps the file's framing (nothing else catches it)."""
+    from loader.samples import SampleCache
+    from loader.shards import DatasetError, open_dataset
+
+    copy = tmp_path / "copy"
+    shutil.copytree(clean[fmt][0], copy)
+    storage, shards = open_dataset(str(copy))
+    assert SampleCache(storage, shards, 1 << 30).lengths().sum() > 0  # as written: served
+    shard = copy / shards.names[-1]
+    data = bytearray(shard.read_bytes())
+    data[-8] ^= 1  # a value of the last sample's last column (MDS: input_ids; LitData: chunk_index)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match="sha256 differs from the manifest's"):
+        SampleCache(storage, shards, 1 << 30).lengths()
