@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections import Counter
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -284,3 +285,24 @@ def test_token_batches_refuse_a_shard_changed_since_it_was_written(clean, fmt, t
     shard.write_bytes(bytes(data))
     with pytest.raises(DatasetError, match="sha256 differs from the manifest's"):
         SampleCache(storage, shards, 1 << 30).lengths()
+
+
+def test_token_batches_never_mask_a_chunks_cls_and_sep_without_a_tokenizer_flag(clean):
+    """``--dynamic-masking --mask-id --vocab-size`` (no --vocab-file): the chunks carry no special_tokens_mask,
+    so which ids are special comes from the output's own description; [CLS] and [SEP] are never masked."""
+    from loader.client import LoaderClient
+    from tests.loader_helpers import LoaderProcess
+
+    output = clean["mds"][0]
+    masked = special = 0
+    with LoaderProcess(output, "--batch-tokens", 1024, "--dynamic-masking", "--mask-id", 103, "--vocab-size", 30522,
+                       "--masked-lm-prob", 0.5) as server:
+        with LoaderClient(server.address, rank=0, world_size=1, timeout_seconds=60) as client:
+            while True:
+                batch = client.next_batch()
+                labels = batch.features["labels"].reshape(-1)
+                masked += int((labels != -100).sum())
+                special += int(np.isin(labels, [CLS, SEP]).sum())
+                if batch.last_in_epoch:
+                    break
+    assert masked > 1000 and special == 0
