@@ -123,7 +123,8 @@ class LoaderClient:
                 "batch_size": attached.batch_size if attached else base.get("batch_size"),
                 "dynamic_masking": attached.dynamic_masking if attached else base.get("dynamic_masking"),
                 "batch_tokens": attached.batch_tokens if attached else base.get("batch_tokens"),
-                "layout": attached.layout if attached else base.get("layout")}
+                "layout": attached.layout if attached else base.get("layout"),
+                "order": attached.order if attached else base.get("order")}
 
     @property
     def info(self) -> messages.Attached:
@@ -229,7 +230,8 @@ class LoaderClient:
         self._send(messages.Attach(self.client_id, session.number, self.rank, self.world_size,
                                    self._position.epoch, self._position.batch, self.prefetch,
                                    state["dataset"] or "", state["seed"], state["batch_size"],
-                                   state["dynamic_masking"], state["batch_tokens"], state["layout"]))
+                                   state["dynamic_masking"], state["batch_tokens"], state["layout"],
+                                   state["order"] or None))
 
     def _send(self, message) -> None:
         """Never blocks: with no connection up (server down, CURVE refused) the
