@@ -306,3 +306,12 @@ def test_token_batches_never_mask_a_chunks_cls_and_sep_without_a_tokenizer_flag(
                 if batch.last_in_epoch:
                     break
     assert masked > 1000 and special == 0
+
+
+def test_the_cost_counts_no_padded_positions_for_chunks_of_their_own_length(clean):
+    """Chunks of at most --max-seq-length tokens are stored at their own length: the positions training reads
+    are their tokens, not records x --max-seq-length (which made the cost per billion output tokens look
+    cheaper by the chunks' missing padding)."""
+    cost = json.loads((clean["mds"][0] / "summary.json").read_text())["cost"]
+    assert cost["output_tokens_without_padding"] > 0
+    assert cost["output_tokens"] is None and cost["cost_per_billion_output_tokens"] is None
