@@ -19,6 +19,7 @@ import time
 
 from common import dataset_info
 from common.manifest import MANIFEST_NAME, read_published, shard_files, stage_files
+from common.output_lock import LOCK_NAME  # a run's lock (and its takeover marker): the job's
 from common.outputs import split_of
 from common.writers import writer_for_file
 from report import stats
@@ -134,7 +135,7 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
         problems.append(f"... and {len(missing) - 20} more missing files")
     foreign = sorted(name for name in sizes if name not in listed and name not in JOB_FILES
                      and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/")
-                     and not _format_job_file(name, directories))
+                     and not _format_job_file(name, directories) and not name.startswith(LOCK_NAME))
     for name in foreign[:20]:
         base = name.rsplit("/", 1)[-1]
         why = "a temporary file left by a writer that died" if base.startswith(".") and base.endswith(".tmp") \

@@ -259,13 +259,21 @@ def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_mlm_report_finds_no_problem_in_a_clean_output(clean, fmt):
-    """index.json (each side's) is the format's own file, written at the job's end: not a "foreign file"."""
+def test_mlm_report_finds_no_problem_in_a_clean_output(clean, fmt, tmp_path):
+    """index.json (each side's) is the format's own file, written at the job's end: not a "foreign file";
+    nor is the lock of a run on the output (common/output_lock.py, and its takeover marker)."""
+    from common.output_lock import LOCK_NAME
     from common.storage import open_storage
     from report.build import build_report
 
     report = build_report(open_storage(str(clean[fmt][0])), input_budget_bytes=0)
     assert report["problems"] == [] and report["ok"]
+    copy = tmp_path / "copy"
+    shutil.copytree(clean[fmt][0], copy)
+    (copy / LOCK_NAME).write_text("{}")
+    (copy / f"{LOCK_NAME}.takeover-0123").write_text("{}")
+    assert not [p for p in build_report(open_storage(str(copy)), input_budget_bytes=0)["problems"]
+                if "foreign" in p]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
