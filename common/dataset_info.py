@@ -127,6 +127,16 @@ def read(storage) -> dict | None:
     return info
 
 
+def special_token_ids(info: dict | None) -> dict[str, int]:
+    """The special tokens' ids by role, as the description records the job's tokenizer (empty when it does not
+    say): what a reader of the output knows of its tokenizer without being given it."""
+    tokens = ((info or {}).get("tokenizer") or {}).get("special_tokens")
+    if not isinstance(tokens, dict):
+        return {}
+    return {str(role): token["id"] for role, token in tokens.items()
+            if isinstance(token, dict) and type(token.get("id")) is int and token["id"] >= 0}
+
+
 #: The options that set the description's settings outside a component's own parameters.
 _SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-size", ("segmenter",): "--segmenter",
                   ("objective", "name"): "--objective", ("writer", "name"): "--output-format",

@@ -29,6 +29,12 @@ class ServingParams:
     tokens: TokenBudget | None = None
 
     @property
+    def order(self) -> str:
+        """The settings besides seed, batch size and budget that decide which record goes where: a resumed
+        state is only valid with the same (another window is another order: records twice, others never)."""
+        return f"shuffle window {self.window}" + (f", pack window {self.tokens.pack_window}" if self.tokens else "")
+
+    @property
     def dynamic_masking(self) -> bool:
         return self.masking is not None or (self.tokens is not None and self.tokens.masking is not None)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import sys
 
 import click
@@ -18,6 +20,8 @@ from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import SPLITS, DatasetError, open_dataset
 from loader.token_batches import TokenBudget
 from loader.token_layout import LAYOUTS
+
+log = logging.getLogger("loader")
 
 
 def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
@@ -72,6 +76,27 @@ def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_maski
             else None
         masking = SampleMasking(mask_id, vocab_size, masked_lm_prob, whole_word, specials, starts_word)
     return TokenBudget(batch_tokens, layout, pack_window, masking, pad_id)
+
+
+def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
+    """Token-budget batches without --vocab-file or --tokenizer: the special ids (never masked: a chunk's
+    [CLS] and [SEP], which its samples do not mark) and the pad id from the job's tokenizer, as the output's
+    dataset_info.json records it."""
+    from common import dataset_info
+
+    try:
+        specials = dataset_info.special_token_ids(dataset_info.read(storage))
+    except ValueError as error:
+        raise DatasetError(f"{storage.uri('')}: {error}") from None
+    if not specials:
+        log.warning("loader: %s does not record its tokenizer's special tokens; pass --vocab-file or --tokenizer "
+                    "so that they are never masked", storage.uri(""))
+        return tokens
+    masking = tokens.masking
+    if masking is not None and not masking.special_ids:
+        masking = dataclasses.replace(masking, special_ids=tuple(sorted(
+            {i for role, i in specials.items() if role != "unk"})))
+    return dataclasses.replace(tokens, masking=masking, pad_id=specials.get("pad", tokens.pad_id))
 
 
 @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
@@ -171,6 +196,8 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     try:
         curve = Curve(curve_dir) if curve_dir else None
         storage, shards = open_dataset(data, s3_endpoint_url, split=split, allow_partial=allow_partial)
+        if tokens is not None and not (vocab_file or tokenizer):
+            tokens = with_recorded_specials(tokens, storage)
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
                                 cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
                                 metrics_port=metrics_port)

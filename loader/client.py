@@ -27,7 +27,7 @@ from common.security import Curve
 from common.transport import endpoint, make_socket, parse_address
 from loader import messages
 from loader.layout import Field, RecordLayout
-from loader.token_layout import lay_out
+from loader.token_layout import LAYOUTS, lay_out
 
 log = logging.getLogger("loader.client")
 
@@ -123,7 +123,8 @@ class LoaderClient:
                 "batch_size": attached.batch_size if attached else base.get("batch_size"),
                 "dynamic_masking": attached.dynamic_masking if attached else base.get("dynamic_masking"),
                 "batch_tokens": attached.batch_tokens if attached else base.get("batch_tokens"),
-                "layout": attached.layout if attached else base.get("layout")}
+                "layout": attached.layout if attached else base.get("layout"),
+                "order": attached.order if attached else base.get("order")}
 
     @property
     def info(self) -> messages.Attached:
@@ -229,7 +230,8 @@ class LoaderClient:
         self._send(messages.Attach(self.client_id, session.number, self.rank, self.world_size,
                                    self._position.epoch, self._position.batch, self.prefetch,
                                    state["dataset"] or "", state["seed"], state["batch_size"],
-                                   state["dynamic_masking"], state["batch_tokens"], state["layout"]))
+                                   state["dynamic_masking"], state["batch_tokens"], state["layout"],
+                                   state["order"] or None))
 
     def _send(self, message) -> None:
         """Never blocks: with no connection up (server down, CURVE refused) the
@@ -289,6 +291,16 @@ class LoaderClient:
         expected = self.state()["dataset"]
         if expected and expected != attached.dataset:
             raise LoaderError(f"the loader at {self.address} serves dataset {attached.dataset}, not {expected}")
+        if attached.batch_tokens or attached.layout:
+            if attached.layout not in LAYOUTS:
+                raise LoaderError(f"the loader at {self.address} sends batch layout {attached.layout[:40]!r}: this "
+                                  f"client lays out {', '.join(LAYOUTS)}")
+            if not attached.batch_tokens:
+                raise LoaderError(f"the loader at {self.address} sends batch layout {attached.layout!r} without a "
+                                  "token budget")
+            if attached.pad_id > np.iinfo(np.int32).max:
+                raise LoaderError(f"the loader at {self.address} sends pad id {attached.pad_id}: it is not a token "
+                                  "id (int32)")
         for spec in attached.features:
             try:
                 kind = np.dtype(spec.dtype).kind
@@ -323,6 +335,12 @@ class LoaderClient:
         if (lengths < 1).any() or int(lengths.sum(dtype=np.int64)) != header.tokens or \
                 int(lengths.max()) > attached.batch_tokens:
             raise LoaderError("malformed batch from the server: its sample lengths do not add up")
+        # What the layout costs, within the budget as the server packs it: the tokens (flat), rows x the longest
+        # (padded): never a matrix the wire's few bytes would make huge.
+        cost = header.tokens if attached.layout == "flat" else header.rows * int(lengths.max())
+        if cost > attached.batch_tokens:
+            raise LoaderError(f"malformed batch from the server: {cost} {attached.layout} token slots, over its "
+                              f"budget of {attached.batch_tokens}")
         matrix = np.frombuffer(frames[0].buffer, dtype=np.uint8).reshape(header.tokens, layout.row_bytes)
         tokens = {name: view.reshape(-1) for name, view in layout.views(matrix).items()}
         features = lay_out(attached.layout, tokens, lengths, attached.pad_id)  # new arrays: the trainer may keep them

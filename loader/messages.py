@@ -56,6 +56,7 @@ class Attach:
     dynamic_masking: bool | None = None
     batch_tokens: Count | None = None  # 0: fixed-size batches; else the token budget its state was taken with
     layout: str | None = None  # with batch_tokens: the batch layout its state was taken with
+    order: str | None = None  # Attached.order its state was taken with
 
 
 @dataclass
@@ -90,6 +91,9 @@ class Attached:
     batch_tokens: Count = 0  # > 0: token-budget batches (features are then per token, BatchHeader.tokens rows)
     layout: str = ""  # with batch_tokens: how the client lays the samples out (loader/token_layout.py)
     pad_id: Count = 0  # with the padded layout: the id padding holds
+    #: The serving settings that order the batches besides those above (loader.batches.ServingParams.order):
+    #: a state taken with other ones is refused, as with another seed.
+    order: str = ""
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.objectives.base import Ragged
-from loader.shards import DatasetError, ShardList, format_for
+from loader.shards import DatasetError, ShardList, format_for, read_shard_bytes
 
 log = logging.getLogger("loader")
 
@@ -122,14 +122,14 @@ class SampleCache:
     def _load(self, shard: int) -> ShardSamples:
         name = self.shards.names[shard]
         where = self.storage.uri(name)
-        data = self.storage.get_bytes(name)
-        if data is None:
-            raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
+        data, companion = read_shard_bytes(self.storage, self.shards, shard)
         try:
-            columns = format_for(name).read_columns(name, data, self.storage.get_bytes)
+            columns = format_for(name).read_columns(name, data, companion)
             if columns is None:
                 raise ValueError("holds no records of its own (its format reads it with another file)")
             samples = samples_of(columns)
+        except DatasetError:  # a companion file's own (it names that file)
+            raise
         except ValueError as error:
             raise DatasetError(f"{where}: {error}") from None
         expected = int(self.shards.counts[shard])

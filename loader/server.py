@@ -213,7 +213,8 @@ class LoaderServer:
         settings = (("seed", attach.seed, params.seed), ("batch size", attach.batch_size, params.batch_size),
                     ("dynamic masking", attach.dynamic_masking, params.dynamic_masking),
                     ("batch tokens", attach.batch_tokens, budget),
-                    ("batch layout", attach.layout, params.tokens.layout if params.tokens else ""))
+                    ("batch layout", attach.layout, params.tokens.layout if params.tokens else ""),
+                    (f"order ({str(attach.order)[:80]}; this server's: {params.order})", attach.order, params.order))
         mismatched = [name for name, theirs, ours in settings if theirs is not None and theirs != ours]
         if mismatched:
             return refuse(f"the state was taken with another {', '.join(mismatched)} than this server's")
@@ -239,7 +240,7 @@ class LoaderServer:
         return messages.Attached(attach.session, self.server_id, self.shards.fingerprint, self.shards.records,
                                  params.batch_size, params.seed, params.dynamic_masking, batches,
                                  self._feature_specs(), budget, params.tokens.layout if params.tokens else "",
-                                 params.tokens.pad_id if params.tokens else 0)
+                                 params.tokens.pad_id if params.tokens else 0, params.order)
 
     def _feature_specs(self) -> list[messages.FeatureSpec]:
         if self._features is None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -124,7 +124,9 @@ class ShardList:
     names: tuple[str, ...]
     counts: np.ndarray  # int64, records per shard
     offsets: np.ndarray  # int64, (shards + 1): global index of each shard's first record
-    digests: tuple[str | None, ...] = ()  # each shard's sha256 as the manifest lists it (None: not listed)
+    #: The sha256 of every file of the side the manifest lists, by name (the files read with another, as a
+    #: Megatron .bin with its .idx, included): checked before a byte of it is served.
+    checksums: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -144,17 +146,19 @@ class ShardList:
             format_for(file.name)
         counts = np.asarray([file.records for file in files], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        return cls(tuple(file.name for file in files), counts, offsets, tuple(file.sha256 for file in files))
+        checksums = {file.name: file.sha256 for file in cls.listed(entries, split, with_records_only=False)
+                     if file.sha256}
+        return cls(tuple(file.name for file in files), counts, offsets, checksums)
 
     @staticmethod
-    def listed(entries: list[dict], split: str = "train") -> list[ListedFile]:
+    def listed(entries: list[dict], split: str = "train", with_records_only: bool = True) -> list[ListedFile]:
         if split not in SPLITS:
             raise DatasetError(f"--split {split}: choose one of {', '.join(SPLITS)}")
         # Only the training split's files are training data: a split a step names otherwise is not (it
         # is counted apart from the training side, as the sink's totals count it).
         side = TRAIN if split == "train" else split
         return [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
-                for file in entry_files(entry) if file.records > 0 and file.split == side]
+                for file in entry_files(entry) if (file.records > 0 or not with_records_only) and file.split == side]
 
 
 def check_shards_present(storage, uri: str, files: list[ListedFile]) -> None:
@@ -205,6 +209,28 @@ def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train"
     return storage, shards
 
 
+def read_listed(storage, shards: ShardList, name: str) -> bytes | None:
+    """A listed file's bytes (None if it is not there), checked against the manifest's sha256: what every
+    cache of the loader reads, a shard and the files its format reads with it (fixed-size and token-budget
+    batches alike).  DatasetError if it changed since it was written: a format's own checks (TFRecord's
+    CRCs, Parquet's page CRCs) miss a file rewritten whole, and MDS, LitData and Megatron files have none."""
+    data = storage.get_bytes(name)
+    digest = shards.checksums.get(name)
+    if data is not None and digest is not None and hashlib.sha256(data).hexdigest() != digest:
+        raise DatasetError(f"{storage.uri(name)}: its sha256 differs from the manifest's: it changed since it "
+                           "was written (run mlm-verify)")
+    return data
+
+
+def read_shard_bytes(storage, shards: ShardList, shard: int) -> tuple[bytes, Callable[[str], bytes | None]]:
+    """A shard's checked bytes, and the checked reader of the files its format reads with it."""
+    name = shards.names[shard]
+    data = read_listed(storage, shards, name)
+    if data is None:
+        raise DatasetError(f"{storage.uri(name)}: listed in the manifest but missing (run mlm-verify)")
+    return data, lambda other: read_listed(storage, shards, other)
+
+
 class ShardCache:
     """Decoded shards as (records, row_bytes) matrices (loader.layout),
     least recently used out once over ``max_bytes`` (the shard in use always
@@ -245,16 +271,11 @@ class ShardCache:
     def _load(self, shard: int) -> np.ndarray:
         name = self.shards.names[shard]
         where = self.storage.uri(name)
-        data = self.storage.get_bytes(name)
-        if data is None:
-            raise DatasetError(f"{where}: listed in the manifest but missing (run mlm-verify)")
-        digest = self.shards.digests[shard] if shard < len(self.shards.digests) else None
-        if digest is not None and hashlib.sha256(data).hexdigest() != digest:
-            # A format's own checks (TFRecord's CRCs, Parquet's page CRCs) miss a file rewritten whole.
-            raise DatasetError(f"{where}: its sha256 differs from the manifest's: it changed since it was "
-                               "written (run mlm-verify)")
+        data, companion = read_shard_bytes(self.storage, self.shards, shard)
         try:
-            columns, left = served_columns(name, data, self.storage.get_bytes)
+            columns, left = served_columns(name, data, companion)
+        except DatasetError:  # a companion file's own (it names that file)
+            raise
         except ValueError as error:
             raise DatasetError(f"{where}: {error} (run mlm-verify)") from None
         expected = int(self.shards.counts[shard])

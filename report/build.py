@@ -19,6 +19,7 @@ import time
 
 from common import dataset_info
 from common.manifest import MANIFEST_NAME, read_published, shard_files, stage_files
+from common.output_lock import LOCK_NAME  # a run's lock (and its takeover marker): the job's
 from common.outputs import split_of
 from common.writers import writer_for_file
 from report import stats
@@ -47,6 +48,15 @@ def _json(storage, name: str, problems: list[str]) -> dict | None:
         problems.append(f"{name} is not JSON")
         return None
     return value if isinstance(value, dict) else None
+
+
+def _format_job_file(name: str, directories: set[str]) -> bool:
+    """A file a format writes at the job's end beside the manifest's files (``Writer.job_files``: MDS's and
+    LitData's index.json on each side)."""
+    from common.writers import writers
+
+    directory, _, base = name.rpartition("/")
+    return directory in directories and any(base in writer.job_files for writer in writers().values())
 
 
 def choose_files(files: list[dict], budget_bytes: int) -> list[dict]:
@@ -118,12 +128,14 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
     sizes = storage.output_sizes()
     listed = {f["name"] for e in entries for f in shard_files(e) + stage_files(e)}
     missing = sorted(name for name in listed if name not in sizes)
+    directories = {name.rpartition("/")[0] for name in listed}
     for name in missing[:20]:
         problems.append(f"missing shard: {name} is in the manifest, not in the output")
     if len(missing) > 20:
         problems.append(f"... and {len(missing) - 20} more missing files")
     foreign = sorted(name for name in sizes if name not in listed and name not in JOB_FILES
-                     and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/"))
+                     and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/")
+                     and not _format_job_file(name, directories) and not name.startswith(LOCK_NAME))
     for name in foreign[:20]:
         base = name.rsplit("/", 1)[-1]
         why = "a temporary file left by a writer that died" if base.startswith(".") and base.endswith(".tmp") \

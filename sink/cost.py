@@ -171,13 +171,21 @@ def describe(summary: dict) -> str:
 
 
 def sequence_length(config) -> int | None:
-    """The job's sequence length (its objective's max_seq_length), if it has one."""
+    """The positions each record holds, padding included (its objective's max_seq_length), when its records
+    are padded to it; None otherwise: records stored at their own length (the tokens objective's documents
+    and chunks of at most --max-seq-length) hold their tokens and no padding."""
     if config is None:
         return None
+    from common.dataset_info import _vocabulary
     from common.objectives import objective_named
     try:
-        params = objective_named(config.objective.name).make_params(config.objective.params)
+        objective_class = objective_named(config.objective.name)
+        params = objective_class.make_params(config.objective.params)
+        length = getattr(params, "max_seq_length", None)
+        if not isinstance(length, int) or not length:
+            return None
+        features = objective_class(params, _vocabulary(config.tokenizer_json).special).features
     except (KeyError, TypeError, ValueError):
         return None
-    length = getattr(params, "max_seq_length", None)
-    return int(length) if isinstance(length, int) else None
+    ids = next((f for f in features if f.name == "input_ids"), None)
+    return int(length) if ids is not None and ids.length is not None else None

@@ -100,6 +100,10 @@ class Writer(Configurable, abc.ABC):
     #: Where the files of its own stage after the normal pass go (``finish_task``; Megatron's merged pairs:
     #: ``megatron/merged-``, on each side): with ``part-*``, the files a job of this format writes.
     finish_prefixes: ClassVar[tuple[str, ...]] = ()
+    #: Files ``finish_job`` writes in each directory of the manifest's files (the training side's, each held-out
+    #: side's), by name: a reader's index of them (MDS's and LitData's ``index.json``).  They are the job's, not
+    #: output files: ``check_output`` checks them, and no reader of an output takes them for foreign ones.
+    job_files: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
     #: How to read the output, for its dataset card (common/dataset_card.py), when 🤗 datasets cannot: a

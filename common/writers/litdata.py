@@ -113,6 +113,7 @@ class LitDataWriter(Writer):
     suffixes = (".litdata",)
     reading = ("Lightning's litdata reads it as it is: `litdata.StreamingDataset(OUT)`, and "
                "`StreamingDataset(OUT/holdout)` for the held-out side (index.json ties each side's chunks).")
+    job_files = (INDEX,)
 
     def __init__(self, params, features: list[Feature], special=None):
         super().__init__(params, features, special)

@@ -190,6 +190,7 @@ class MdsWriter(Writer):
     reading = ("MosaicML streaming reads it as it is: `streaming.StreamingDataset(local=OUT)`, and "
                "`StreamingDataset(local=OUT/holdout)` for the held-out side (index.json ties each side's shards); "
                "ModernBERT's `NoStreamingDataset` reads the same directories.")
+    job_files = (INDEX,)
     Params = NoParams
 
     def __init__(self, params, features: list[Feature], special=None):

@@ -161,6 +161,11 @@ def test_resumed_killed_and_restarted_servers_give_the_same_batches(token_datase
                        *vocab_args(), "--pack-window", 500) as other:
         with pytest.raises(LoaderError, match="another batch layout"):
             LoaderClient(other.address, rank=1, world_size=2, state=state, timeout_seconds=60).next_batch()
+    # Another packing window is another order (samples twice, others never, in the resumed epoch): refused too.
+    with LoaderProcess(token_dataset, *args[:-1], 300) as other:
+        with pytest.raises(LoaderError, match=r"another order \(shuffle window 65536, pack window 500; this "
+                                              r"server's: shuffle window 65536, pack window 300\)"):
+            LoaderClient(other.address, rank=1, world_size=2, state=state, timeout_seconds=60).next_batch()
 
 
 def test_a_sample_over_the_budget_is_refused_in_one_line(token_dataset, stored):

@@ -155,3 +155,32 @@ def test_megatron_core_builds_bert_splits_from_the_merged_output(tmp_path):
                 found = haystack.find(segment.astype(np.int32).tobytes())
                 assert found >= 0 and found % 4 == 0, "a segment that is no run of one document's tokens"
     assert masked_tokens > 0
+
+
+def test_token_batches_check_the_bin_read_with_its_index(tmp_path):
+    """The loader reads a .idx with its .bin (listed with no records of its own): the .bin's sha256 is the
+    manifest's too.  One token changed by one bit keeps both files' framing, so nothing else would catch it.
+    (Document level: at sentence level the manifest counts sentences and the loader's samples are documents.)"""
+    import json
+
+    from loader.samples import SampleCache
+    from loader.shards import DatasetError, open_dataset
+    from tests.web_corpora import wiki_articles
+
+    need_shared()
+    corpus = tmp_path / "data" / "docs.jsonl"
+    corpus.parent.mkdir()
+    corpus.write_text("".join(json.dumps({"id": a.id, "text": a.text}) + "\n" for a in wiki_articles()[:6]))
+    output = tmp_path / "out"
+    result = run_ventilator(corpus.parent, output, *JOB[:3], "64K", *JOB[4:], "--megatron-level", "document",
+                            "--workers", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    storage, shards = open_dataset(str(output))
+    entries = manifest(output).values()  # each document's tokens and its EOD:
+    assert SampleCache(storage, shards, 1 << 30).lengths().sum() == sum(e["tokens"] + e["documents"] for e in entries)
+    blob = output / shards.names[0].replace(".idx", ".bin")
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2 & ~1] ^= 1
+    blob.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=f"{blob.name}: its sha256 differs from the manifest's"):
+        SampleCache(storage, shards, 1 << 30).lengths()

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections import Counter
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -255,3 +256,70 @@ def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
                 if batch.last_in_epoch:
                     break
     assert served == written and sum(written.values()) > 100
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mlm_report_finds_no_problem_in_a_clean_output(clean, fmt, tmp_path):
+    """index.json (each side's) is the format's own file, written at the job's end: not a "foreign file";
+    nor is the lock of a run on the output (common/output_lock.py, and its takeover marker)."""
+    from common.output_lock import LOCK_NAME
+    from common.storage import open_storage
+    from report.build import build_report
+
+    report = build_report(open_storage(str(clean[fmt][0])), input_budget_bytes=0)
+    assert report["problems"] == [] and report["ok"]
+    copy = tmp_path / "copy"
+    shutil.copytree(clean[fmt][0], copy)
+    (copy / LOCK_NAME).write_text("{}")
+    (copy / f"{LOCK_NAME}.takeover-0123").write_text("{}")
+    assert not [p for p in build_report(open_storage(str(copy)), input_budget_bytes=0)["problems"]
+                if "foreign" in p]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_token_batches_refuse_a_shard_changed_since_it_was_written(clean, fmt, tmp_path):
+    """The loader's --batch-tokens reads a shard through its own cache: it checks the manifest's sha256 as the
+    fixed-size batches do.  One token changed by one bit keeps the file's framing (nothing else catches it)."""
+    from loader.samples import SampleCache
+    from loader.shards import DatasetError, open_dataset
+
+    copy = tmp_path / "copy"
+    shutil.copytree(clean[fmt][0], copy)
+    storage, shards = open_dataset(str(copy))
+    assert SampleCache(storage, shards, 1 << 30).lengths().sum() > 0  # as written: served
+    shard = copy / shards.names[-1]
+    data = bytearray(shard.read_bytes())
+    data[-8] ^= 1  # a value of the last sample's last column (MDS: input_ids; LitData: chunk_index)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match="sha256 differs from the manifest's"):
+        SampleCache(storage, shards, 1 << 30).lengths()
+
+
+def test_token_batches_never_mask_a_chunks_cls_and_sep_without_a_tokenizer_flag(clean):
+    """``--dynamic-masking --mask-id --vocab-size`` (no --vocab-file): the chunks carry no special_tokens_mask,
+    so which ids are special comes from the output's own description; [CLS] and [SEP] are never masked."""
+    from loader.client import LoaderClient
+    from tests.loader_helpers import LoaderProcess
+
+    output = clean["mds"][0]
+    masked = special = 0
+    with LoaderProcess(output, "--batch-tokens", 1024, "--dynamic-masking", "--mask-id", 103, "--vocab-size", 30522,
+                       "--masked-lm-prob", 0.5) as server:
+        with LoaderClient(server.address, rank=0, world_size=1, timeout_seconds=60) as client:
+            while True:
+                batch = client.next_batch()
+                labels = batch.features["labels"].reshape(-1)
+                masked += int((labels != -100).sum())
+                special += int(np.isin(labels, [CLS, SEP]).sum())
+                if batch.last_in_epoch:
+                    break
+    assert masked > 1000 and special == 0
+
+
+def test_the_cost_counts_no_padded_positions_for_chunks_of_their_own_length(clean):
+    """Chunks of at most --max-seq-length tokens are stored at their own length: the positions training reads
+    are their tokens, not records x --max-seq-length (which made the cost per billion output tokens look
+    cheaper by the chunks' missing padding)."""
+    cost = json.loads((clean["mds"][0] / "summary.json").read_text())["cost"]
+    assert cost["output_tokens_without_padding"] > 0
+    assert cost["output_tokens"] is None and cost["cost_per_billion_output_tokens"] is None

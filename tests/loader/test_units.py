@@ -274,3 +274,63 @@ def test_an_attached_whose_features_are_not_numbers_is_one_loader_error(dtype):
                                                  [messages.FeatureSpec("input_ids", "int32", 8)]))
     finally:
         client.close()
+
+
+class _Frame:
+    """A received frame as the client reads one (its buffer and length)."""
+
+    def __init__(self, data: bytes):
+        self.buffer = memoryview(data)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+
+def _token_attached(layout: str = "padded", pad_id: int = 0, batch_tokens: int = 64) -> messages.Attached:
+    return messages.decode(messages.encode(messages.Attached(
+        1, "server", "dataset", 10, 0, 0, False, 5, [messages.FeatureSpec("input_ids", "int32", 1)], batch_tokens,
+        layout, pad_id)))
+
+
+@pytest.mark.parametrize("attached, reason", [
+    (_token_attached(layout="weird"), "batch layout .weird.: this client lays out"),
+    (_token_attached(layout="flat", batch_tokens=0), "batch layout 'flat' without a token budget"),
+    (_token_attached(pad_id=2**40), "pad id 1099511627776: it is not a token id"),
+])
+def test_a_token_batch_attached_the_client_cannot_lay_out_is_one_loader_error(attached, reason):
+    """A well-typed Attached of token-budget batches is hostile input too: a layout the client does not know was
+    a ValueError, a pad id past int32 an OverflowError, at the first batch."""
+    from loader.client import LoaderClient, LoaderError
+
+    client = LoaderClient("127.0.0.1:1")
+    try:
+        with pytest.raises(LoaderError, match=reason):
+            client._check_attached(attached)
+        client._check_attached(_token_attached())
+    finally:
+        client.close()
+
+
+def test_a_padded_batch_over_its_budget_is_refused_before_it_is_laid_out():
+    """Padded rows cost rows x the longest (the packer keeps that within --batch-tokens): a server sending
+    10,000 one-token samples and one of 60 tokens, 10,060 tokens on the wire, would make the client allocate a
+    10,001 x 60 matrix; at a million samples, terabytes."""
+    from loader.client import LoaderClient, LoaderError
+
+    client = LoaderClient("127.0.0.1:1")
+    try:
+        client._session.attached = _token_attached(batch_tokens=64)
+        lengths = np.array([60] + [1] * 10_000, dtype="<i4")
+        tokens = int(lengths.sum())
+        frames = [_Frame(np.zeros(tokens, "<i4").tobytes()), _Frame(np.zeros(len(lengths), "<i8").tobytes()),
+                  _Frame(lengths.tobytes())]
+        header = messages.BatchHeader(1, 0, 0, False, len(lengths), tokens)
+        with pytest.raises(LoaderError, match="malformed batch from the server"):
+            client._token_batch(header, frames)
+        lengths = np.array([30, 30], dtype="<i4")  # within the budget: laid out
+        frames = [_Frame(np.ones(60, "<i4").tobytes()), _Frame(np.zeros(2, "<i8").tobytes()),
+                  _Frame(lengths.tobytes())]
+        batch = client._token_batch(messages.BatchHeader(1, 0, 0, False, 2, 60), frames)
+        assert batch.features["input_ids"].shape == (2, 30)
+    finally:
+        client.close()
