@@ -16,7 +16,7 @@ divided by its reference's least.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
+Sections (``--only`` to run some): worker, objectives, job (the whole job against google-research/bert's script), ventilator, sink, pipeline, rss, readers, dedup, extras,
 loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
 curves are printed after the table).
 """
@@ -247,6 +247,19 @@ def _rows() -> list[Row]:
             "CPU-s per input MB", "{:.3f}"),
         Row("obj_albert_default_vs_ref", "Worker albert at the defaults: speed-up vs the reference at its defaults",
             "{:.1f}×", "≥ 30×", lambda v: v >= 30),
+        # The whole job against google-research/bert's script (bench/whole_job.py), issue #33's measure.
+        Row("job_input_mb", "Whole job: corpus (MB; the one-document run's subtracted from both sides)", "{:.2f}"),
+        *[Row(f"job{d}_cpu_mb", f"Whole job d={d} (python -m ventilator --workers 1, every process): marginal CPU-s "
+              "per input MB", "{:.3f}") for d in (10, 1)],
+        *[Row(f"job{d}_ref_cpu_mb", f"google-research/bert create_pretraining_data.py d={d} (compat.v1), same "
+              "documents as sentences: marginal CPU-s per input MB", "{:.2f}") for d in (10, 1)],
+        Row("job10_vs_ref", "Whole job d=10: speed-up vs google-research/bert's script, both marginal", "{:.1f}×",
+            "≥ 60×", lambda v: v >= 60),
+        Row("job1_vs_ref", "Whole job d=1: speed-up vs google-research/bert's script, both marginal", "{:.1f}×",
+            "≥ 30×", lambda v: v >= 30),
+        *[Row(f"job_fixed_{role}", f"One-document job d=1: CPU-s of the {role} process{'es' if role == 'worker' else ''}",
+              "{:.2f}") for role in ("ventilator", "sink", "worker")],
+        Row("job_fixed_all", "One-document job d=1: CPU-s of every process (exact, children's rusage)", "{:.2f}"),
         # Output formats (docs/formats.md): the same worker task, bert seq 128, per format.
         *[Row(f"fmt_{fmt}{d}_vs_tfrecord", f"Worker d={d}, --output-format {fmt}: CPU / the same with tfrecord",
               "{:.2f}×", "≤ 1.2×", lambda v: v <= 1.2) for d in (1, 10) for fmt in ("parquet",)],
@@ -367,7 +380,7 @@ STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
 STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, "Worker electra (--segmenter line)"),
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
-SECTIONS = ("worker", "objectives", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup", "extras",
+SECTIONS = ("worker", "objectives", "job", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup", "extras",
             "loader", "batches", "report", "scale")
 
 
@@ -651,6 +664,71 @@ def albert_section(s: Settings, tmp: Path, res: Results, content: bytes, vocabul
         for key in ("obj_albert_ref128_cpu_mb", "obj_albert128_vs_ref", "obj_albert_ref_default_cpu_mb",
                     "obj_albert_default_vs_ref"):
             res.notes[key] = " (recorded figure: set MLM_BENCH_ALBERT_DIR to a checkout to measure it here)"
+
+
+def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    """The whole job (every process) and google-research/bert's script, marginal CPU per MB on the same ~6 MB
+    (3 copies of the sample; quick: the cut sample), one-document runs subtracted, the two sides alternated,
+    the least of the rounds (2; quick: 1) kept (bench/whole_job.py)."""
+    from bench import whole_job
+    from bench.worker_bench import documents_of
+    from common.sentences import Segmenter, split_segments
+
+    work = tmp / "job"
+    full = corpora.replicate(sources, work / "full", 1 if s.quick else 3)
+    one_bytes = corpora.truncated(sources[0][1], 1)
+    one = work / "one" / "doc.txt"
+    one.parent.mkdir(parents=True)
+    one.write_bytes(one_bytes)
+    megabytes = (full.bytes - len(one_bytes)) / MB
+    res.add("job_input_mb", full.bytes / MB)
+    checkout = whole_job.bert_checkout()
+    if checkout is not None:
+        def sentences_of(data: bytes) -> list[list[str]]:
+            return [split_segments(lines, Segmenter.BLINGFIRE) for lines in documents_of(data)]
+
+        whole_job.write_sentences([d for path in corpora.source_files(full.root)
+                                   for d in sentences_of(path.read_bytes())], work / "ref-full.txt")
+        whole_job.write_sentences(sentences_of(one_bytes), work / "ref-one.txt")
+    least: dict[str, float] = {}
+
+    def keep(key: str, value: float) -> None:
+        least[key] = min(least.get(key, math.inf), value)
+
+    vocab = str(VOCAB)
+    for round_ in range(1 if s.quick else 2):
+        for dupe in (10, 1):
+            log(f"job: round {round_ + 1}, d={dupe}, {full.bytes / MB:.1f} MB, job then reference, each then one "
+                f"document")
+            keep(f"job{dupe}_full", whole_job.job_cpu(full.root, work / "run", vocab, dupe))
+            if checkout is not None:
+                keep(f"ref{dupe}_full", whole_job.reference_cpu(checkout, work / "ref-full.txt", work / "ref-run",
+                                                                vocab, dupe))
+            if not s.quick:  # quick: the one-document run below stands for both (the suite's time)
+                keep(f"job{dupe}_one", whole_job.job_cpu(one.parent, work / "run", vocab, dupe))
+            if checkout is not None:
+                keep(f"ref{dupe}_one", whole_job.reference_cpu(checkout, work / "ref-one.txt", work / "ref-run",
+                                                               vocab, dupe))
+        for role, cpu in whole_job.job_processes(one.parent, work / "run", vocab, 1).items():
+            keep(f"fixed_{role}", cpu)
+        if s.quick:
+            for dupe in (10, 1):
+                keep(f"job{dupe}_one", least["fixed_all processes (exact)"])
+    for dupe in (10, 1):
+        job = whole_job.Marginal(least[f"job{dupe}_full"], least[f"job{dupe}_one"], megabytes).per_mb
+        if checkout is not None:
+            reference = whole_job.Marginal(least[f"ref{dupe}_full"], least[f"ref{dupe}_one"], megabytes).per_mb
+        else:
+            reference = whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB[dupe]
+            for key in (f"job{dupe}_ref_cpu_mb", f"job{dupe}_vs_ref"):
+                res.notes[key] = " (recorded figure: set MLM_BENCH_BERT_DIR to a checkout to measure it here)"
+        res.add(f"job{dupe}_cpu_mb", job)
+        res.add(f"job{dupe}_ref_cpu_mb", reference)
+        res.add(f"job{dupe}_vs_ref", reference / job)
+    for role in ("ventilator", "sink", "worker"):
+        res.add(f"job_fixed_{role}", least.get(f"fixed_{role}", 0.0))
+    res.add("job_fixed_all", least["fixed_all processes (exact)"])
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
@@ -1176,7 +1254,8 @@ def scale_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.tables.append(scale.curves(points))
 
 
-SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "ventilator": ventilator_section,
+SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section, "job": job_section,
+                     "ventilator": ventilator_section,
                      "sink": sink_section, "pipeline": pipeline_section, "rss": rss_section, "readers": readers_section,
                      "dedup": dedup_section, "chinese": chinese_section,
                      "extras": extras_section, "loader": loader_section, "batches": batches_section,
@@ -1189,6 +1268,8 @@ SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section,
 # --------------------------------------------------------------------------
 
 def _section_of(key: str) -> str:
+    if key.startswith("job"):
+        return "job"
     if key.startswith("sc_"):
         return "scale"
     if key.startswith("tb"):
