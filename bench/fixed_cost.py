@@ -4,10 +4,11 @@ process (issue #33: the fixed cost every job, and every worker that starts, pays
 Runs ``python -m ventilator --workers 1`` on the first document of ../shared's corpus with every process it starts
 instrumented by a ``sitecustomize`` module this puts first on PYTHONPATH (children inherit it): CPU time of the
 calling thread (``time.thread_time``) around each outermost ``import`` statement and around a few named functions,
-each charged its own time: a named function inside another is taken out of the outer one, an import inside a
-named function is that function's (building the tokenizer imports ``tokenizers``: that is building it), and the process's whole CPU (``time.process_time``, interpreter start-up
-included) at exit.  Headings: imports; variant discovery (``common.params.discover``: importing an axis's modules
-and scanning the installed distributions' entry points); the entry-point scan itself; building the tokenizer
+each charged its own time (a named function inside another is taken out of the outer one; an import inside a
+named function is that function's: building the tokenizer imports ``tokenizers``), and the process's whole CPU
+(``time.process_time``, interpreter start-up included) at exit.  Headings: interpreter start (CPU before the
+``sitecustomize`` import); imports; variant discovery (``common.params.discover``: importing an axis's modules and
+scanning the installed distributions' entry points); the entry-point scan itself; building the tokenizer
 (``Vocabulary.from_tokenizer`` / ``from_json``, ``load_tokenizer``, ``make_fast_encoder``); the job id (hashing the
 job's configuration); dataset_info.json (the sink); the rest.  No sampling and no profiler: the cost added is a
 Python call per import statement and per named call.  The least of ``--runs`` runs per cell.
@@ -46,8 +47,8 @@ HEADINGS = {
 _SITECUSTOMIZE = """
 import atexit, builtins, functools, json, os, sys, threading, time
 
-_directory = os.environ.get(%(env)r)
-_headings = %(headings)r
+_directory = os.environ.get(ENV)
+_headings = HEADINGS
 if _directory:
     _spent = {"interpreter start": time.process_time()}  # before site-packages' own start-up hooks
     _local = threading.local()
@@ -124,12 +125,12 @@ if _directory:
 
     def _dump():
         _spent["all"] = time.process_time()
-        with open(os.path.join(_directory, "%%d.json" %% os.getpid()), "w") as handle:
+        with open(os.path.join(_directory, f"{os.getpid()}.json"), "w") as handle:
             json.dump({"argv": " ".join(getattr(sys, "orig_argv", sys.argv)), "spent": _spent,
                        "wrapped": sorted(map(list, _wrapped))}, handle)
 
     atexit.register(_dump)
-""" % {"env": ENV, "headings": HEADINGS}
+""".replace("ENV", repr(ENV)).replace("HEADINGS", repr(HEADINGS))
 
 
 def role_of(argv: str) -> str:

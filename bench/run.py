@@ -16,9 +16,10 @@ divided by its reference's least.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, objectives, job (the whole job against google-research/bert's script), ventilator, sink, pipeline, rss, readers, dedup, extras,
-loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
-curves are printed after the table).
+Sections (``--only`` to run some): worker, objectives, job (the whole job against google-research/bert's
+script), ventilator, sink, pipeline, rss, readers, dedup, extras, loader, batches (token-budget batches: padding
+waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink,
+thousands of simulated workers, a million tasks; its curves are printed after the table).
 """
 
 from __future__ import annotations
@@ -257,6 +258,9 @@ def _rows() -> list[Row]:
             "≥ 60×", lambda v: v >= 60),
         Row("job1_vs_ref", "Whole job d=1: speed-up vs google-research/bert's script, both marginal", "{:.1f}×",
             "≥ 30×", lambda v: v >= 30),
+        *[Row(f"job{d}_{role}_cpu_mb", f"Whole job d={d}: marginal CPU-s per input MB of the {role} process"
+              f"{'es' if role == 'worker' else ''} (psutil, 20 ms samples)", "{:.3f}")
+          for d in (10, 1) for role in ("ventilator", "sink", "worker")],
         *[Row(f"job_fixed_{role}", f"One-document job d=1: CPU-s of the {role} process{'es' if role == 'worker' else ''}",
               "{:.2f}") for role in ("ventilator", "sink", "worker")],
         Row("job_fixed_all", "One-document job d=1: CPU-s of every process (exact, children's rusage)", "{:.2f}"),
@@ -695,39 +699,45 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     def keep(key: str, value: float) -> None:
         least[key] = min(least.get(key, math.inf), value)
 
+    def job(data: Path, dupe: int, which: str) -> None:
+        for role, cpu in whole_job.job_processes(data, work / "run", vocab, dupe).items():
+            keep(f"job{dupe}_{which}_{role}", cpu)
+
     vocab = str(VOCAB)
+    exact = whole_job.ALL_PROCESSES
     for round_ in range(1 if s.quick else 2):
         for dupe in (10, 1):
             log(f"job: round {round_ + 1}, d={dupe}, {full.bytes / MB:.1f} MB, job then reference, each then one "
                 f"document")
-            keep(f"job{dupe}_full", whole_job.job_cpu(full.root, work / "run", vocab, dupe))
+            job(full.root, dupe, "full")
             if checkout is not None:
                 keep(f"ref{dupe}_full", whole_job.reference_cpu(checkout, work / "ref-full.txt", work / "ref-run",
                                                                 vocab, dupe))
-            if not s.quick:  # quick: the one-document run below stands for both (the suite's time)
-                keep(f"job{dupe}_one", whole_job.job_cpu(one.parent, work / "run", vocab, dupe))
+            if not s.quick or dupe == 1:  # quick: d=1's one-document run stands for both (the suite's time)
+                job(one.parent, dupe, "one")
             if checkout is not None:
                 keep(f"ref{dupe}_one", whole_job.reference_cpu(checkout, work / "ref-one.txt", work / "ref-run",
                                                                vocab, dupe))
-        for role, cpu in whole_job.job_processes(one.parent, work / "run", vocab, 1).items():
-            keep(f"fixed_{role}", cpu)
-        if s.quick:
-            for dupe in (10, 1):
-                keep(f"job{dupe}_one", least["fixed_all processes (exact)"])
+    if s.quick:
+        least.update({key.replace("job1_one", "job10_one"): value for key, value in list(least.items())
+                      if key.startswith("job1_one")})
     for dupe in (10, 1):
-        job = whole_job.Marginal(least[f"job{dupe}_full"], least[f"job{dupe}_one"], megabytes).per_mb
+        cpu = whole_job.Marginal(least[f"job{dupe}_full_{exact}"], least[f"job{dupe}_one_{exact}"], megabytes).per_mb
         if checkout is not None:
             reference = whole_job.Marginal(least[f"ref{dupe}_full"], least[f"ref{dupe}_one"], megabytes).per_mb
         else:
             reference = whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB[dupe]
             for key in (f"job{dupe}_ref_cpu_mb", f"job{dupe}_vs_ref"):
                 res.notes[key] = " (recorded figure: set MLM_BENCH_BERT_DIR to a checkout to measure it here)"
-        res.add(f"job{dupe}_cpu_mb", job)
+        res.add(f"job{dupe}_cpu_mb", cpu)
         res.add(f"job{dupe}_ref_cpu_mb", reference)
-        res.add(f"job{dupe}_vs_ref", reference / job)
-    for role in ("ventilator", "sink", "worker"):
-        res.add(f"job_fixed_{role}", least.get(f"fixed_{role}", 0.0))
-    res.add("job_fixed_all", least["fixed_all processes (exact)"])
+        res.add(f"job{dupe}_vs_ref", reference / cpu)
+        for role in whole_job.ROLES:
+            res.add(f"job{dupe}_{role}_cpu_mb", (least.get(f"job{dupe}_full_{role}", 0.0)
+                                                 - least.get(f"job{dupe}_one_{role}", 0.0)) / megabytes)
+    for role in whole_job.ROLES:
+        res.add(f"job_fixed_{role}", least.get(f"job1_one_{role}", 0.0))
+    res.add("job_fixed_all", least[f"job1_one_{exact}"])
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -12,8 +12,8 @@ fed the same documents the job reads, as the worker splits them into sentences: 
 blank line between documents (the script's input format).  Without a checkout the bench uses the figures
 recorded here (docs/benchmarks.md has the command that measured them).
 
-``job_processes`` measures a one-document job's CPU process by process (psutil, every 20 ms): the fixed
-cost every task-less start pays.
+``job_processes`` also splits a run's CPU by process (psutil, sampled every 20 ms): on one document, the fixed
+cost every job pays; the difference to a full run, each role's marginal cost.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ from bench.procs import REPO, Watcher, free_ports
 BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 9.9, 1: 1.9}
 
 #: Runs the reference's script with ``tensorflow`` bound to ``tensorflow.compat.v1``; argv[1] is the script.
+#: The job's processes by role (bench.procs.role_of), and the key of the exact total of them all.
+ROLES = ("ventilator", "sink", "worker")
+ALL_PROCESSES = "all processes (exact)"
+
 _COMPAT_V1_RUNNER = ("import runpy, sys; import tensorflow.compat.v1 as tf; sys.modules['tensorflow'] = tf; "
                      "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
@@ -63,14 +67,6 @@ def job_command(data: Path, output: Path, vocab: str, dupe_factor: int) -> list:
             "--workers", "1", "--dupe-factor", dupe_factor, "--max-seq-length", "128", "--vport", vport,
             "--sink-port", sink_port, "--bind-host", "127.0.0.1", "--state-dir", output.parent / "state",
             "--no-progress"]
-
-
-def job_cpu(data: Path, work: Path, vocab: str, dupe_factor: int) -> float:
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        return children_cpu(job_command(data, work / "out", vocab, dupe_factor), REPO)
-    finally:
-        _remove(work)
 
 
 def write_sentences(documents: list[list[str]], path: Path) -> None:
@@ -122,7 +118,7 @@ def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int) -> dict[
             process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        stdin=subprocess.DEVNULL)
             watcher.add(process.pid, "ventilator", tree=True)
-            process.wait(timeout=600)
+            process.wait(timeout=900)
             time.sleep(0.05)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if process.returncode != 0:
@@ -130,7 +126,7 @@ def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int) -> dict[
         roles: dict[str, float] = {}
         for pid, watched in watcher.watched.items():
             roles[watched.role] = roles.get(watched.role, 0.0) + watcher.cpu_total(pid)
-        roles["all processes (exact)"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        roles[ALL_PROCESSES] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         return roles
     finally:
         _remove(work)
