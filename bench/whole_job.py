@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from bench.procs import REPO, Watcher, free_ports
 
 #: create_pretraining_data.py of google-research/bert (TensorFlow 2.21, compat.v1), seq 128, marginal CPU-s
@@ -108,13 +110,28 @@ class Marginal:
         return max(self.full - self.one, 1e-9) / self.megabytes
 
 
+class _ExecWatcher(Watcher):
+    """A Watcher that leaves a child alone until it has exec'd: between fork and exec a child has its parent's
+    command line, and would be taken for the parent's role (the sink for the ventilator)."""
+
+    def _track(self, pid: int, role: str | None) -> None:
+        if role is None:
+            try:
+                process = psutil.Process(pid)
+                if process.cmdline() == process.parent().cmdline():
+                    return  # seen again at the next scan of the tree
+            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+                return
+        super()._track(pid, role)
+
+
 def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int) -> dict[str, float]:
     """CPU seconds of each process of the job (by role; psutil, sampled every 20 ms), and the exact total."""
     work.mkdir(parents=True, exist_ok=True)
     command = [str(part) for part in job_command(data, work / "out", vocab, dupe_factor)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        with Watcher(interval=0.02, tree_every=0.02) as watcher:
+        with _ExecWatcher(interval=0.02, tree_every=0.02) as watcher:
             process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        stdin=subprocess.DEVNULL)
             watcher.add(process.pid, "ventilator", tree=True)
