@@ -32,7 +32,7 @@ from bench.procs import REPO, Watcher, free_ports
 
 #: create_pretraining_data.py of google-research/bert (TensorFlow 2.21, compat.v1), seq 128, marginal CPU-s
 #: per input MB on this kind of machine: used when no checkout is given (docs/benchmarks.md, "Whole job").
-BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 9.9, 1: 1.9}
+BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 10.90, 1: 2.26}
 
 #: Runs the reference's script with ``tensorflow`` bound to ``tensorflow.compat.v1``; argv[1] is the script.
 #: The job's processes by role (bench.procs.role_of), and the key of the exact total of them all.
