@@ -707,7 +707,8 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     vocab = str(VOCAB)
     exact = whole_job.ALL_PROCESSES
-    def reference(corpus: Path, dupe: int, which: str) -> None:
+
+    def run_reference(corpus: Path, dupe: int, which: str) -> None:
         cpu = whole_job.reference_cpu(checkout, corpus, work / "ref-run", vocab, dupe)
         log(f"job: reference d={dupe} {which}: {cpu:.2f} CPU-s")
         keep(f"ref{dupe}_{which}", cpu)
@@ -721,25 +722,25 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
                 + (", the reference" if with_reference else "") + ", each then on one document")
             job(full.root, dupe, "full")
             if with_reference:
-                reference(work / "ref-full.txt", dupe, "full")
+                run_reference(work / "ref-full.txt", dupe, "full")
             if not s.quick or dupe == 1:  # quick: d=1's one-document run stands for both (the suite's time)
                 job(one.parent, dupe, "one")
             if with_reference:
-                reference(work / "ref-one.txt", dupe, "one")
+                run_reference(work / "ref-one.txt", dupe, "one")
     if s.quick:
         least.update({key.replace("job1_one", "job10_one"): value for key, value in list(least.items())
                       if key.startswith("job1_one")})
     for dupe in (10, 1):
         cpu = whole_job.Marginal(least[f"job{dupe}_full_{exact}"], least[f"job{dupe}_one_{exact}"], megabytes).per_mb
         if checkout is not None:
-            reference = whole_job.Marginal(least[f"ref{dupe}_full"], least[f"ref{dupe}_one"], megabytes).per_mb
+            script = whole_job.Marginal(least[f"ref{dupe}_full"], least[f"ref{dupe}_one"], megabytes).per_mb
         else:
-            reference = whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB[dupe]
+            script = whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB[dupe]
             for key in (f"job{dupe}_ref_cpu_mb", f"job{dupe}_vs_ref"):
                 res.notes[key] = " (recorded figure: set MLM_BENCH_BERT_DIR to a checkout to measure it here)"
         res.add(f"job{dupe}_cpu_mb", cpu)
-        res.add(f"job{dupe}_ref_cpu_mb", reference)
-        res.add(f"job{dupe}_vs_ref", reference / cpu)
+        res.add(f"job{dupe}_ref_cpu_mb", script)
+        res.add(f"job{dupe}_vs_ref", script / cpu)
         for role in whole_job.ROLES:
             res.add(f"job{dupe}_{role}_cpu_mb", (least.get(f"job{dupe}_full_{role}", 0.0)
                                                  - least.get(f"job{dupe}_one_{role}", 0.0)) / megabytes)
