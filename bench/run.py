@@ -16,10 +16,9 @@ divided by its reference's least.  Throughput per CPU-second uses CPU time
 machine affects it less than wall time.  ``--quick`` runs everything on
 tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 
-Sections (``--only`` to run some): worker, objectives, job (the whole job against google-research/bert's
-script), ventilator, sink, pipeline, rss, readers, dedup, extras, loader, batches (token-budget batches: padding
-waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink,
-thousands of simulated workers, a million tasks; its curves are printed after the table).
+Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
+loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output), scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its
+curves are printed after the table).
 """
 
 from __future__ import annotations
@@ -261,7 +260,8 @@ def _rows() -> list[Row]:
         *[Row(f"job{d}_{role}_cpu_mb", f"Whole job d={d}: marginal CPU-s per input MB of the {role} process"
               f"{'es' if role == 'worker' else ''} (psutil, 20 ms samples)", "{:.3f}")
           for d in (10, 1) for role in ("ventilator", "sink", "worker")],
-        *[Row(f"job_fixed_{role}", f"One-document job d=1: CPU-s of the {role} process{'es' if role == 'worker' else ''}",
+        *[Row(f"job_fixed_{role}",
+              f"One-document job d=1: CPU-s of the {role} process{'es' if role == 'worker' else ''}",
               "{:.2f}") for role in ("ventilator", "sink", "worker")],
         Row("job_fixed_all", "One-document job d=1: CPU-s of every process (exact, children's rusage)", "{:.2f}"),
         # Output formats (docs/formats.md): the same worker task, bert seq 128, per format.
@@ -384,8 +384,8 @@ STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
 STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, "Worker electra (--segmenter line)"),
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
-SECTIONS = ("worker", "objectives", "job", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup", "extras",
-            "loader", "batches", "report", "scale")
+SECTIONS = ("worker", "objectives", "job", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup",
+            "extras", "loader", "batches", "report", "scale")
 
 
 # --------------------------------------------------------------------------
