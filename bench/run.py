@@ -747,6 +747,10 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     for role in whole_job.ROLES:
         res.add(f"job_fixed_{role}", least.get(f"job1_one_{role}", 0.0))
     res.add("job_fixed_all", least[f"job1_one_{exact}"])
+    if s.quick:  # ~0.2 MB: the marginal is within the fixed cost's swing between runs (even below zero)
+        for key in res.samples:
+            if key.startswith("job") and not key.startswith(("job_fixed", "job_input")):
+                res.notes[key] = res.notes.get(key, "") + " (quick: within the fixed cost's noise)"
     shutil.rmtree(work, ignore_errors=True)
 
 
