@@ -2,8 +2,9 @@
 
 Both sides run as child processes and are charged the CPU of every process they start (the job's
 ``python -m ventilator --workers 1`` waits for its sink and worker, so ``RUSAGE_CHILDREN`` holds them all):
-marginal CPU-seconds per input MB, a one-document run's CPU subtracted, each (run, one-document run) pair
-alternated between the two sides, the least of the rounds kept (other work on the machine only adds).
+marginal CPU-seconds per input MB, a one-document run's CPU subtracted, the two sides' runs alternated within
+each round, the least of each run over the rounds kept (other work on the machine only adds); bench/run.py's
+``job`` section runs the rounds.
 
 The reference is not part of this repository: ``MLM_BENCH_BERT_DIR`` names a checkout of
 github.com/google-research/bert.  Its script is run as published, under TensorFlow's ``compat.v1`` (the
@@ -34,11 +35,11 @@ from bench.procs import REPO, Watcher, free_ports
 #: per input MB on this kind of machine: used when no checkout is given (docs/benchmarks.md, "Whole job").
 BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 10.90, 1: 2.26}
 
-#: Runs the reference's script with ``tensorflow`` bound to ``tensorflow.compat.v1``; argv[1] is the script.
 #: The job's processes by role (bench.procs.role_of), and the key of the exact total of them all.
 ROLES = ("ventilator", "sink", "worker")
 ALL_PROCESSES = "all processes (exact)"
 
+#: Runs the reference's script with ``tensorflow`` bound to ``tensorflow.compat.v1``; argv[1] is the script.
 _COMPAT_V1_RUNNER = ("import runpy, sys; import tensorflow.compat.v1 as tf; sys.modules['tensorflow'] = tf; "
                      "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
