@@ -1,0 +1,156 @@
+"""The whole job against google-research/bert's create_pretraining_data.py, as issue #33 measures it.
+
+Both sides run as child processes and are charged the CPU of every process they start (the job's
+``python -m ventilator --workers 1`` waits for its sink and worker, so ``RUSAGE_CHILDREN`` holds them all):
+marginal CPU-seconds per input MB, a one-document run's CPU subtracted, the two sides' runs alternated within
+each round, the least of each run over the rounds kept (other work on the machine only adds); bench/run.py's
+``job`` section runs the rounds.
+
+The reference is not part of this repository: ``MLM_BENCH_BERT_DIR`` names a checkout of
+github.com/google-research/bert.  Its script is run as published, under TensorFlow's ``compat.v1`` (the
+script's ``import tensorflow as tf`` is given ``tensorflow.compat.v1``: it was written for TensorFlow 1),
+fed the same documents the job reads, as the worker splits them into sentences: one sentence per line, a
+blank line between documents (the script's input format).  Without a checkout the bench uses the figures
+recorded here (docs/benchmarks.md has the command that measured them).
+
+``job_processes`` also splits a run's CPU by process (psutil, sampled every 20 ms): on one document, the fixed
+cost every job pays; the difference to a full run, each role's marginal cost.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.procs import REPO, Watcher, free_ports
+
+#: create_pretraining_data.py of google-research/bert (TensorFlow 2.21, compat.v1), seq 128, marginal CPU-s
+#: per input MB on this kind of machine: used when no checkout is given (docs/benchmarks.md, "Whole job").
+BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 10.90, 1: 2.26}
+
+#: The job's processes by role (bench.procs.role_of), and the key of the exact total of them all.
+ROLES = ("ventilator", "sink", "worker")
+ALL_PROCESSES = "all processes (exact)"
+
+#: Runs the reference's script with ``tensorflow`` bound to ``tensorflow.compat.v1``; argv[1] is the script.
+_COMPAT_V1_RUNNER = ("import runpy, sys; import tensorflow.compat.v1 as tf; sys.modules['tensorflow'] = tf; "
+                     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def bert_checkout() -> Path | None:
+    directory = os.environ.get("MLM_BENCH_BERT_DIR", "")
+    if directory and (Path(directory) / "create_pretraining_data.py").is_file():
+        return Path(directory)
+    return None
+
+
+def children_cpu(command: list, cwd: Path, env: dict | None = None) -> float:
+    """CPU seconds (user + system) of ``command`` and every process it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run([str(part) for part in command], cwd=cwd, capture_output=True, text=True,
+                            env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, command[:4]))} ...: exit {result.returncode}\n"
+                           f"{(result.stdout + result.stderr)[-3000:]}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def job_command(data: Path, output: Path, vocab: str, dupe_factor: int) -> list:
+    """The one-machine command a user runs (BERT, seq 128, TFRecord), on loopback ports of its own."""
+    vport, sink_port = free_ports(2)
+    return [sys.executable, "-m", "ventilator", "--data", data, "--output", output, "--vocab-file", vocab,
+            "--workers", "1", "--dupe-factor", dupe_factor, "--max-seq-length", "128", "--vport", vport,
+            "--sink-port", sink_port, "--bind-host", "127.0.0.1", "--state-dir", output.parent / "state",
+            "--no-progress"]
+
+
+def write_sentences(documents: list[list[str]], path: Path) -> None:
+    """BERT's input format: one sentence per line, a blank line between documents."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as out:
+        for sentences in documents:
+            for sentence in sentences:
+                if sentence.strip():
+                    out.write(sentence.strip() + "\n")
+            out.write("\n")
+
+
+def reference_cpu(checkout: Path, corpus: Path, work: Path, vocab: str, dupe_factor: int) -> float:
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        cpu = children_cpu([sys.executable, "-c", _COMPAT_V1_RUNNER, checkout / "create_pretraining_data.py",
+                             "--input_file", corpus, "--output_file", work / "out.tfrecord", "--vocab_file", vocab,
+                             "--do_lower_case=True", "--max_seq_length", "128", "--max_predictions_per_seq", "20",
+                             "--masked_lm_prob", "0.15", "--random_seed", "12345", "--dupe_factor", dupe_factor],
+                            work, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(checkout),
+                                       "CUDA_VISIBLE_DEVICES": ""})
+        if not (work / "out.tfrecord").stat().st_size:
+            raise RuntimeError("create_pretraining_data.py wrote no instances")
+        return cpu
+    finally:
+        _remove(work)
+
+
+@dataclass(frozen=True)
+class Marginal:
+    """A side's CPU on the corpus and on its first document; marginal CPU-s per MB between them."""
+    full: float
+    one: float
+    megabytes: float  # corpus MB minus the one document's
+
+    @property
+    def per_mb(self) -> float:
+        return max(self.full - self.one, 1e-9) / self.megabytes
+
+
+class _ExecWatcher(Watcher):
+    """A Watcher that leaves a child alone until it has exec'd: between fork and exec a child has its parent's
+    command line, and would be taken for the parent's role (the sink for the ventilator)."""
+
+    def _track(self, pid: int, role: str | None) -> None:
+        if role is None:
+            try:
+                process = psutil.Process(pid)
+                if process.cmdline() == process.parent().cmdline():
+                    return  # seen again at the next scan of the tree
+            except (psutil.NoSuchProcess, psutil.AccessDenied, AttributeError):
+                return
+        super()._track(pid, role)
+
+
+def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int) -> dict[str, float]:
+    """CPU seconds of each process of the job (by role; psutil, sampled every 20 ms), and the exact total."""
+    work.mkdir(parents=True, exist_ok=True)
+    command = [str(part) for part in job_command(data, work / "out", vocab, dupe_factor)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        with _ExecWatcher(interval=0.02, tree_every=0.02) as watcher:
+            process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       stdin=subprocess.DEVNULL)
+            watcher.add(process.pid, "ventilator", tree=True)
+            process.wait(timeout=900)
+            time.sleep(0.05)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if process.returncode != 0:
+            raise RuntimeError(f"one-document job: exit {process.returncode}")
+        roles: dict[str, float] = {}
+        for pid, watched in watcher.watched.items():
+            roles[watched.role] = roles.get(watched.role, 0.0) + watcher.cpu_total(pid)
+        roles[ALL_PROCESSES] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return roles
+    finally:
+        _remove(work)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
