@@ -19,7 +19,7 @@ tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
 loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output),
 scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its curves are
-printed after the table).
+printed after the table), job (the whole job against google-research/bert's script: bench/whole_job.py).
 """
 
 from __future__ import annotations
