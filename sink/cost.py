@@ -16,6 +16,7 @@ padding (``stats.output_tokens``: what was computed) are stated beside them.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 
 from common.manifest import Work
 from common.protocol import AckStats
+
+log = logging.getLogger("sink")
 
 
 def worker_host(worker_id: str) -> str:
@@ -106,7 +109,13 @@ def earlier_cost(output, job_id: str) -> dict | None:
     job's, or one that cannot be read (a run killed before its end leaves none: its spending is not known)."""
     import json
 
-    data = output.get_bytes("summary.json")
+    from common.storage import StorageError
+
+    try:
+        data = output.get_bytes("summary.json")
+    except (OSError, StorageError) as error:  # not a file (a directory), unreadable: the earlier spending unknown
+        log.warning("sink: the earlier runs' cost is not known: summary.json cannot be read (%s)", error)
+        return None
     try:
         summary = json.loads(data) if data is not None else None
     except ValueError:

@@ -45,8 +45,8 @@ def _files(output: Path) -> dict[str, str]:
 
 
 def _entries(output: Path) -> dict[str, dict]:
-    """The manifest by task, without which worker wrote each line."""
-    return {task: {k: v for k, v in entry.items() if k not in ("worker", "at", "seconds")} for task, entry in manifest(output).items()}
+    """The manifest by task, without which worker wrote each line, when, and the CPU it took."""
+    return {task: {k: v for k, v in entry.items() if k not in ("worker", "at", "seconds", "cpu_seconds")} for task, entry in manifest(output).items()}
 
 
 def _ventilator_log(cluster: Cluster) -> str:
