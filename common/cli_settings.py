@@ -83,9 +83,39 @@ class SectionedCommand(click.Command):
 OTHER_SECTION = "Options"
 
 
+class Deferred:
+    """An option's click type made when the command's options are (:class:`DeferredCommand`), not when its
+    module is imported: a choice among an axis's variants, which are found then (installed plugins too)."""
+
+    def __init__(self, make: Callable[[], click.ParamType]):
+        self.make = make
+
+
+class DeferredCommand(SectionedCommand):
+    """A command whose options are made on first use (parsing, --help), by ``options`` (a decorator that adds
+    them, as :func:`add_options` does): importing its module finds no variant and never exits; a variant
+    that cannot be loaded is a :class:`click.ClickException` (one line) then."""
+
+    def __init__(self, *args, options: Callable[[Callable], Callable], **kwargs):
+        super().__init__(*args, **kwargs)
+        self._options: Callable[[Callable], Callable] | None = options
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self._options is not None:
+            add, self._options = self._options, None
+
+            def holder() -> None: ...
+
+            add(holder)
+            self.params = [*reversed(getattr(holder, "__click_params__", [])), *self.params]
+        return super().get_params(ctx)
+
+
 def click_option(f: dataclasses.Field, section: str = "") -> Callable:
     decls, click_kwargs, cli_default, _ = f.metadata[_KEY]
     kwargs = dict(click_kwargs)
+    if isinstance(kwargs.get("type"), Deferred):
+        kwargs["type"] = kwargs["type"].make()
     if not kwargs.get("required"):
         kwargs["default"] = f.default if cli_default is _MISSING else cli_default
     return click.option(*decls, f.name, cls=SectionedOption, section=section, **kwargs)

@@ -48,13 +48,18 @@ class When:
 
 
 def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa: A002 (click's word)
-          when: When | None = None) -> Any:
+          when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
     ``opt_in``: a switch added to a variant after jobs were run with it (its default is "off" for good).  Left
     at its default, it is not recorded in the job, so adding it changes no existing job's id (a resume of an
-    output written before finds its job).  ``when``: the parameter does something only then (:class:`When`)."""
-    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when})
+    output written before finds its job).  ``when``: the parameter does something only then (:class:`When`).
+    ``shared``: the axis's common parameter of that name (every objective's ``--max-seq-length``): variants
+    that each declare it shared take one flag; otherwise two variants declaring one flag are refused
+    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``), for an axis
+    whose flags show their own default (the launchers' and publishers')."""
+    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when,
+                                            "shared": shared, "cli": dict(cli or {})})
 
 
 def idle_fields(params) -> list[dataclasses.Field]:
@@ -124,18 +129,22 @@ def flag_of(params_class: type, name: str) -> str:
 
 @dataclass
 class OptionSpec:
-    """One command-line option shared by every component that has the field."""
+    """One command-line option: one variant's parameter, or a parameter several variants declare shared."""
 
-    name: str
+    name: str  # click's parameter name (the flag's words: the env var MLM_<NAME>)
     flag: str
     type: type
     help: str
     defaults: dict[str, Any]  # component name -> its default
     declared_by: str = ""  # the first component with the field, to name in a clash
+    field_name: str = ""  # the Params field it sets (the same in every component that takes it)
+    cli: dict[str, Any] = field(default_factory=dict)  # click's settings beyond these (param(cli=...))
+    shared: bool = False
 
 
 class ParamClash(Exception):
-    """Two components (a plugin's, say) give one option different types: it cannot be one flag."""
+    """Two components (a plugin's, say) declare one flag without both declaring it shared, or with different
+    types: it cannot be one flag."""
 
 
 def _type_name(hint) -> str:
@@ -147,20 +156,28 @@ def _described(component: type[Configurable]) -> str:
 
 
 def option_specs(components: Iterable[type[Configurable]]) -> list[OptionSpec]:
-    """The union of the components' parameters, one option per field name.
-    Two components that share a field name must give it the same type: otherwise ParamClash, naming both."""
+    """One option per flag of the components' parameters.  A flag belongs to one variant, unless every
+    variant declaring it declares it ``shared`` (same field, same type): then it is one option for them all.
+    Anything else is ParamClash, naming both variants: two variants never silently share a flag."""
     specs: dict[str, OptionSpec] = {}
     for component in components:
         hints = typing.get_type_hints(component.Params)
         for f in dataclasses.fields(component.Params):
-            spec = specs.get(f.name)
+            flag = flag_of(component.Params, f.name)
+            shared = bool(f.metadata.get("shared"))
+            spec = specs.get(flag)
             if spec is None:
-                spec = specs[f.name] = OptionSpec(f.name, flag_of(component.Params, f.name), hints[f.name],
-                                                  f.metadata.get("help", ""), {}, _described(component))
+                spec = specs[flag] = OptionSpec(flag[2:].replace("-", "_"), flag, hints[f.name],
+                                                f.metadata.get("help", ""), {}, _described(component), f.name,
+                                                dict(f.metadata.get("cli") or {}), shared)
             elif spec.type is not hints[f.name]:
                 raise ParamClash(f"{spec.flag} is declared {_type_name(spec.type)} by {spec.declared_by} and "
                                  f"{_type_name(hints[f.name])} by {_described(component)}: "
                                  f"variants share one flag per parameter name, so rename one of them")
+            elif not (spec.shared and shared and spec.field_name == f.name):
+                raise ParamClash(f"{spec.flag} is declared by {spec.declared_by} and by {_described(component)}: "
+                                 f"two variants share a flag only if both declare it shared "
+                                 f"(param(..., shared=True)); else give one its own (param(..., flag=...))")
             spec.defaults[component.name] = f.default
     return list(specs.values())
 

@@ -9,13 +9,13 @@ import sys
 import click
 
 from common import logs, protocol
-from common.cli_settings import SectionedCommand
+from common.cli_settings import DeferredCommand
 from common.output_lock import OutputLock
 from common.transport import ListenError
 from common.version import command_line
 from ventilator.display import TerminalDisplay
 from ventilator.job import JobError, identify, lock_output, plan, validate
-from ventilator.launchers import Launcher, LaunchError, Role, launcher_named
+from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
 from ventilator.server import VentilatorServer
@@ -29,9 +29,9 @@ EXIT_INTERRUPTED = 130
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_QUARANTINED", "main", "run"]
 
 
-@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+@click.command(cls=DeferredCommand, options=run_options,
+               context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
-@run_options
 def main(**values) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
@@ -56,7 +56,9 @@ def run(config: RunConfig) -> int:
     logs.configure(config.display.verbose)
     lock = None
     try:
-        launcher = launcher_named(config.fleet.launcher)(config)
+        launcher_class = launcher_named(config.fleet.launcher)
+        launcher = launcher_class(launcher_class.make_params(config.fleet.launcher_params),
+                                  Fleet(workers=config.fleet.workers))
         options = config.job_options(command=command_line())
         checked = validate(options)
         job_config = identify(options, checked)
@@ -88,9 +90,10 @@ def _run(config: RunConfig, job, launcher: Launcher, lock: OutputLock) -> int:
         launcher.start(Role.of("workers", "worker", config.worker_settings(launcher.ventilator_host)))
 
     publisher = publisher_named(config.metrics.backlog_publisher)
+    params = publisher.make_params(config.metrics.publisher_params)  # checked by from_values
     server_options = config.server_options(
         on_progress=display.update if display is not None else None,
-        backlog_publisher=(lambda observe: publisher(config, observe)) if publisher.wanted(config) else None)
+        backlog_publisher=(lambda observe: publisher(params, observe)) if publisher.enabled(params) else None)
     with display if display is not None else contextlib.nullcontext():
         code, message = _serve(job, server_options, launcher, lock)
     click.echo(f"ventilator: {message}", err=True)

@@ -4,24 +4,27 @@ Every option is declared once, here, as a field of a group (input, job, tokenize
 fleet, delivery, metrics, display) whose default is the one its user keeps (JobOptions, ServerOptions,
 SinkOptions, JobConfig, DedupSettings): click parses, :func:`from_values` builds the RunConfig, and the
 run, the job, the server, the sink and the workers read their settings from it.  The axes' parameters
-(common/params.py) are options too, collected in ``job.params``.
+(common/params.py) are options too, made from every variant's ``Params`` (:func:`component_options`) when the
+command is first used (parsing, --help), not when this module is imported: the job's axes' values are
+collected in ``job.params``; a launcher's or a publisher's, chosen here, in ``fleet.launcher_params`` and
+``metrics.publisher_params``.  This module names no variant.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import click
 
-from common.cli_settings import SectionedOption, add_options, build, option
+from common.cli_settings import Deferred, DeferredCommand, SectionedOption, add_options, build, option
 from common.config import JobConfig
 from common.dedup.settings import MODES, DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
-from common.params import ParamClash, ParamValue, PluginError, defaults_text, option_specs
+from common.params import Configurable, OptionSpec, ParamClash, ParamValue, PluginError, defaults_text, option_specs
 from common.readers import readers
 from common.security import Curve
 from common.segmenters import segmenters
@@ -34,35 +37,35 @@ from sink.settings import SinkSettings
 from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers
 from ventilator.publishers import DEFAULT_PUBLISHER, publishers
-from ventilator.publishers.cloud_monitoring import CloudMonitoringOptions
-from ventilator.publishers.cloudwatch import CloudWatchOptions
 from ventilator.server import ServerOptions
 from worker.settings import WorkerSettings
 
 EXIT_FAILED = 1
 
 
+class ConfigError(ValueError):
+    """A one-line reason the options given cannot make a run."""
+
+
 def _load_variants() -> None:
     """Every axis's variants, installed plugins' included, before click builds the options from them: a
-    broken plugin or two variants of one name is one line (--help included), not a traceback."""
+    broken plugin or two variants of one name is ConfigError, one line (--help included), not a traceback.
+    Called when the options are made (parse time), never at import."""
     try:
         for axis in (readers, objectives, writers, word_segmenters, steps, segmenters, launchers, publishers):
             axis()
     except (PluginError, TypeError) as error:
-        print(f"mlm-ventilator: error: {error}", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
+        raise ConfigError(str(error)) from None
 
 
-_load_variants()
+def _choice(variants: Callable[[], Mapping[str, object]], *also: str) -> Deferred:
+    """--objective's (...) type: a choice among the axis's variants, found when the options are made."""
+    return Deferred(lambda: click.Choice([*also, *sorted(variants())]))
 
 
 def addable_steps() -> dict:
     """The steps a user may add to a job (``--add-step``): those that name the step they follow."""
     return {name: step for name, step in steps().items() if step.after is not None}
-
-
-class ConfigError(ValueError):
-    """A one-line reason the options given cannot make a run."""
 
 
 def _size(_ctx, _param, value):
@@ -83,7 +86,7 @@ class InputSettings:
     data: str = option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
-    corpus_format: str = option("--format", type=click.Choice(["auto", *sorted(readers())]),
+    corpus_format: str = option("--format", type=_choice(readers, "auto"),
                                 default=JobOptions.corpus_format, envvar="MLM_FORMAT", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
     task_size: int = option("--task-size", default=JobOptions.task_size, cli_default=DEFAULT_TASK_SIZE,
@@ -101,18 +104,18 @@ class JobSettings:
     section: ClassVar[str] = "Job"  # its heading in --help
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
                          help="Where shards and manifest.jsonl go.")
-    objective: str = option("--objective", type=click.Choice(sorted(objectives())), default=JobOptions.objective,
+    objective: str = option("--objective", type=_choice(objectives), default=JobOptions.objective,
                             show_envvar=True, help="What the documents become (see the README's objectives table).")
-    output_format: str = option("--output-format", type=click.Choice(sorted(writers())),
+    output_format: str = option("--output-format", type=_choice(writers),
                                 default=JobOptions.output_format, show_envvar=True,
                                 help="How the records are written (see the README's formats table).")
-    segmenter: str = option("--segmenter", type=click.Choice(["auto", *sorted(segmenters())]),
+    segmenter: str = option("--segmenter", type=_choice(segmenters, "auto"),
                             default=JobOptions.segmenter, show_envvar=True,
                             help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
                                  "as they are. auto: lines for --objective electra (its reference adds lines) and "
                                  "for the text format (already one sentence per line), sentences otherwise.")
     word_segmenter: str = option(
-        "--word-segmenter", type=click.Choice([NO_WORD_SEGMENTER, *sorted(word_segmenters())]),
+        "--word-segmenter", type=_choice(word_segmenters, NO_WORD_SEGMENTER),
         default=JobOptions.word_segmenter, show_envvar=True,
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
@@ -125,7 +128,7 @@ class JobSettings:
                                help="Which documents --holdout-fraction holds out (not --random-seed: outputs made "
                                     "with other objectives or seeds hold out the same ones).")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=click.Choice(sorted(addable_steps())), multiple=True, default=JobOptions.added_steps,
+        "--add-step", type=_choice(addable_steps), multiple=True, default=JobOptions.added_steps,
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
@@ -253,10 +256,12 @@ class FleetSettings:
     section: ClassVar[str] = "Fleet"  # its heading in --help
     workers: int = option("--workers", type=click.IntRange(min=0), default=0, show_envvar=True,
                           help="Also start this many worker processes on this machine.")
-    launcher: str = option("--launcher", type=click.Choice(sorted(launchers())), default=DEFAULT_LAUNCHER,
+    launcher: str = option("--launcher", type=_choice(launchers), default=DEFAULT_LAUNCHER,
                            show_envvar=True,
                            help="What starts and stops the sink and the workers this command runs "
                                 "(ventilator/launchers/).")
+    #: The chosen launcher's parameters (its Params' fields, as given or defaulted; another's are refused).
+    launcher_params: dict[str, ParamValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -283,39 +288,11 @@ class MetricsSettings:
         "--metrics-port", type=click.IntRange(0, 65535), default=ServerOptions.metrics_port, show_envvar=True,
         help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
     backlog_publisher: str = option(
-        "--backlog-publisher", type=click.Choice(sorted(publishers())), default=DEFAULT_PUBLISHER, show_envvar=True,
+        "--backlog-publisher", type=_choice(publishers), default=DEFAULT_PUBLISHER, show_envvar=True,
         help="Where the backlog is published for autoscaling, when its options are given (ventilator/publishers/).")
-    cloudwatch_namespace: str = option(
-        "--cloudwatch-namespace", default="", metavar="NAMESPACE", show_envvar=True,
-        help="Publish the backlog (Backlog, PendingTasks, LeasedTasks, Workers, WorkerHosts, JobActive) to "
-             "CloudWatch under this namespace, for the workers' Auto Scaling group (docs/fleet.md).  [default: off]")
-    cloudwatch_region: str = option(
-        "--cloudwatch-region", default="", show_envvar=True,
-        help="Region of --cloudwatch-namespace.  [default: boto3's (AWS_DEFAULT_REGION, ~/.aws/config)]")
-    cloudwatch_seconds: float = option("--cloudwatch-seconds", type=click.FloatRange(min=0.1), show_envvar=True,
-                                       default=CloudWatchOptions.interval_seconds,
-                                       help="How often the backlog is published.")
-    cloud_monitoring_project: str = option(
-        "--cloud-monitoring-project", default="", metavar="PROJECT", show_envvar=True,
-        help="With --backlog-publisher cloud-monitoring: publish the backlog (backlog, pending_tasks, leased_tasks, "
-             "workers, worker_hosts, job_active) to Google Cloud Monitoring as this project's custom metrics, for the "
-             "workers' managed instance group (docs/fleet.md).  [default: off]")
-    cloud_monitoring_prefix: str = option(
-        "--cloud-monitoring-prefix", default=CloudMonitoringOptions.prefix, show_envvar=True,
-        help="The metrics' type prefix: <prefix>/backlog is what the group's autoscaler reads (terraform/gcp).")
-    cloud_monitoring_endpoint: str = option(
-        "--cloud-monitoring-endpoint", default=CloudMonitoringOptions.endpoint, show_envvar=True,
-        help="The Cloud Monitoring API's address (a private endpoint, or a test's).")
-    cloud_monitoring_seconds: float = option("--cloud-monitoring-seconds", type=click.FloatRange(min=0.1),
-                                             default=CloudMonitoringOptions.interval_seconds, show_envvar=True,
-                                             help="How often the backlog is published to Cloud Monitoring.")
-
-    def __post_init__(self):
-        chosen = self.backlog_publisher
-        if self.cloud_monitoring_project and chosen != "cloud-monitoring":
-            raise ConfigError("--cloud-monitoring-project is for --backlog-publisher cloud-monitoring")
-        if chosen == "cloud-monitoring" and not self.cloud_monitoring_project:
-            raise ConfigError("--backlog-publisher cloud-monitoring needs --cloud-monitoring-project")
+    #: The chosen publisher's parameters (its Params' fields, as given or defaulted: declared in its module, shown
+    #: in this section; another publisher's, given, are refused).
+    publisher_params: dict[str, ParamValue] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -392,26 +369,105 @@ class RunConfig:
                               curve_dir=self.network.curve_dir, verbose=self.display.verbose)
 
 
-def component_options(command):
-    """One option per parameter of every reader, objective, writer and word segmenter (see
-    common/params.py): unset ones stay None, so each component keeps its own default and a flag the chosen
-    ones do not take can be refused."""
-    axes = {"Input": readers(), "Objective": objectives(), "Output": writers(),
-            "Segmentation and words": word_segmenters(), "Added steps (--add-step)": addable_steps()}
+@dataclass(frozen=True)
+class Axis:
+    """An axis whose variants' parameters are options (common/params.py), shown under ``section``.
+
+    ``choice``: for an axis whose variant is chosen on this command line (a launcher, a publisher), the
+    (group, option) naming it and the group field its parameters go to: their options take their defaults as
+    any option does, and another variant's option given is refused.  Without it (the job's axes, whose
+    variants are resolved when the job is planned: --format auto), the options are unset (None) unless given,
+    so each variant keeps its own default, and they go to ``job.params``."""
+
+    section: str
+    variants: Callable[[], Mapping[str, type[Configurable]]]
+    choice: tuple[str, str, str] | None = None  # (group, option field, params field)
+
+
+def axes() -> list[Axis]:
+    return [Axis("Input", readers), Axis("Objective", objectives), Axis("Output", writers),
+            Axis("Segmentation and words", word_segmenters), Axis("Added steps (--add-step)", addable_steps),
+            Axis("Fleet", launchers, ("fleet", "launcher", "launcher_params")),
+            Axis("Metrics and autoscaling", publishers, ("metrics", "backlog_publisher", "publisher_params"))]
+
+
+def axis_specs() -> list[tuple[Axis, list[OptionSpec]]]:
+    """Each axis's options.  A flag is one variant's, or shared by variants of one axis that each declare it
+    shared; any other two variants declaring one flag are ConfigError, one line naming both."""
+    _load_variants()
+    found = [(axis, list(axis.variants().values())) for axis in axes()]
     try:
-        specs = option_specs([component for variants in axes.values() for component in variants.values()])
-    except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
-        print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
-        sys.exit(EXIT_FAILED)
-    section_of = {name: section for section, variants in reversed(axes.items())
-                  for component in variants.values() for name in component.Params.__dataclass_fields__}
-    for spec in reversed(specs):
-        decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
-        command = click.option(*decls, cls=SectionedOption, section=section_of.get(spec.name, ""),
-                               type=None if spec.type is bool else spec.type, default=None,
-                               show_default=False, show_envvar=True,
-                               help=f"{spec.help}  {defaults_text(spec)}")(command)
+        option_specs([variant for _, variants in found for variant in variants])  # across axes: refused
+        by_axis = [(axis, option_specs(variants)) for axis, variants in found]
+    except ParamClash as clash:
+        raise ConfigError(str(clash)) from None
+    owner: dict[str, str] = {}
+    for axis, specs in by_axis:
+        for spec in specs:
+            if owner.setdefault(spec.flag, axis.section) != axis.section:  # shared across two axes
+                raise ConfigError(f"{spec.flag} is declared by variants of two axes ({owner[spec.flag]}; "
+                                  f"{axis.section}, {spec.declared_by}): only one axis's variants share a flag")
+    return by_axis
+
+
+def _flag(group: str, name: str) -> str:
+    """The flag of RunConfig's option ``group.name`` (for messages)."""
+    settings = {f.name: f.type for f in dataclasses.fields(RunConfig)}[group]
+    settings_class = globals()[settings] if isinstance(settings, str) else settings
+    decls = next(f for f in dataclasses.fields(settings_class) if f.name == name).metadata["click_option"][0]
+    return next(decl for decl in decls if decl.startswith("--"))
+
+
+def _own_default(axis: Axis, spec: OptionSpec) -> tuple[bool, Any]:
+    """Whether the option shows its variant's default as any option does (a chosen axis, one default)."""
+    defaults = set(map(repr, spec.defaults.values()))
+    return axis.choice is not None and len(defaults) == 1, next(iter(spec.defaults.values()))
+
+
+def component_options(command):
+    """One option per flag of every variant's parameters (see :class:`Axis`)."""
+    for axis, specs in reversed(axis_specs()):
+        for spec in reversed(specs):
+            decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
+            kwargs: dict[str, Any] = {"type": None if spec.type is bool else spec.type, **spec.cli}
+            own, default = _own_default(axis, spec)
+            if own:
+                kwargs.update(default=default, help=spec.help)
+            else:
+                kwargs.update(default=None, show_default=False, help=f"{spec.help}  {defaults_text(spec)}")
+            command = click.option(*decls, cls=SectionedOption, section=axis.section, show_envvar=True,
+                                   **kwargs)(command)
     return command
+
+
+def _variant_params(config: RunConfig, values: dict[str, Any]) -> RunConfig:
+    """The axes' options taken out of ``values``: the job's into ``job.params``, a chosen variant's into its
+    group (checked by its ``make_params``); an option of a variant not chosen, given, is ConfigError."""
+    job_params: dict[str, ParamValue] = {}
+    for axis, specs in axis_specs():
+        if axis.choice is None:
+            job_params.update({spec.field_name: values.pop(spec.name) for spec in specs
+                               if values.get(spec.name) is not None})
+            continue
+        group_name, option_name, params_name = axis.choice
+        group = getattr(config, group_name)
+        chosen = getattr(group, option_name)
+        given: dict[str, ParamValue] = {}
+        for spec in specs:
+            value = values.pop(spec.name, None)
+            own, default = _own_default(axis, spec)
+            if chosen in spec.defaults:
+                if value is not None:
+                    given[spec.field_name] = value
+            elif value is not None and not (own and value == default):
+                owners = " or ".join(spec.defaults)
+                raise ConfigError(f"{spec.flag} is for {_flag(group_name, option_name)} {owners}")
+        try:
+            axis.variants()[chosen].make_params(given)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        config = dataclasses.replace(config, **{group_name: dataclasses.replace(group, **{params_name: given})})
+    return dataclasses.replace(config, job=dataclasses.replace(config.job, params=job_params))
 
 
 #: Options of a group shown under another heading of --help than their group's.
@@ -420,25 +476,36 @@ FIELD_SECTIONS = {"output": "Output", "output_format": "Output", "objective": "O
                   "holdout_fraction": "Holdout", "holdout_seed": "Holdout"}
 
 
+class VariantsError(click.ClickException):
+    """The variants cannot make the options (a broken plugin, a flag two variants declare): one line, the
+    command's failure status, when the command is first used."""
+
+    exit_code = EXIT_FAILED
+
+    def show(self, file=None) -> None:
+        click.echo(f"mlm-ventilator: error: {self.message}", err=True)
+
+
 def run_options(command):
-    """Decorator: every option of the ventilator's command line."""
-    return add_options(RunConfig, FIELD_SECTIONS)(component_options(command))
+    """Decorator: every option of the ventilator's command line (for :class:`common.cli_settings.DeferredCommand`:
+    made when the command is first used; VariantsError if the variants cannot make them)."""
+    try:
+        return add_options(RunConfig, FIELD_SECTIONS)(component_options(command))
+    except ConfigError as error:
+        raise VariantsError(str(error)) from None
 
 
 def from_values(values: dict[str, Any]) -> RunConfig:
     """The RunConfig from click's values (by parameter name): ConfigError, one line, if they do not go together."""
     values = dict(values)
-    config = build(RunConfig, values)
-    params = {name: value for name, value in values.items() if value is not None}  # the axes' options given
-    return dataclasses.replace(config, job=dataclasses.replace(config.job, params=params))
+    return _variant_params(build(RunConfig, values), values)
 
 
 def parse(argv: list[str]) -> RunConfig:
     """The RunConfig a command line (and the MLM_* variables) gives, as ``python -m ventilator`` builds it."""
     built: list[RunConfig] = []
 
-    @click.command(context_settings={"auto_envvar_prefix": "MLM"})
-    @run_options
+    @click.command(cls=DeferredCommand, options=run_options, context_settings={"auto_envvar_prefix": "MLM"})
     def command(**values):
         built.append(from_values(values))
 

@@ -47,17 +47,17 @@ from common.tokenization.loading import ReferenceCasing
 class AlbertParams:
     """google-research/albert's create_pretraining_data.py flags, same names and defaults."""
 
-    max_seq_length: int = param(512, "Tokens per instance, [CLS] and [SEP]s included.")
-    max_predictions_per_seq: int = param(20, "At most this many masked positions per instance.")
-    masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.")
-    short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.")
-    dupe_factor: int = param(40, "Passes over each task's documents, each with different masks.")
-    do_whole_word_mask: bool = param(True, "Mask whole words (all their pieces) instead of single pieces.")
+    max_seq_length: int = param(512, "Tokens per instance, [CLS] and [SEP]s included.", shared=True)
+    max_predictions_per_seq: int = param(20, "At most this many masked positions per instance.", shared=True)
+    masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.", shared=True)
+    short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.", shared=True)
+    dupe_factor: int = param(40, "Passes over each task's documents, each with different masks.", shared=True)
+    do_whole_word_mask: bool = param(True, "Mask whole words (all their pieces) instead of single pieces.", shared=True)
     ngram: int = param(3, "ALBERT: mask n-grams of up to this many words.")
     favor_shorter_ngram: bool = param(True, "ALBERT: n-gram lengths with probability proportional to 1/n.",
                                       when=When(lambda params: params.ngram > 1, "--ngram 2 or more"))
     random_next_sentence: bool = param(False, "ALBERT: BERT's random next sentence instead of sentence order.")
-    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
+    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", shared=True)
 
     def validate(self) -> None:
         BertParams.validate(self)  # the same flags, the same limits

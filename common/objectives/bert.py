@@ -38,13 +38,13 @@ from common.tokenization.vocabulary import SpecialIds
 class BertParams:
     """google-research/bert's create_pretraining_data.py flags, same names and defaults."""
 
-    max_seq_length: int = param(128, "Tokens per instance, [CLS] and [SEP]s included.")
-    max_predictions_per_seq: int = param(20, "At most this many masked positions per instance.")
-    masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.")
-    short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.")
-    dupe_factor: int = param(10, "Passes over each task's documents, each with different masks.")
-    do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces) instead of single pieces.")
-    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.")
+    max_seq_length: int = param(128, "Tokens per instance, [CLS] and [SEP]s included.", shared=True)
+    max_predictions_per_seq: int = param(20, "At most this many masked positions per instance.", shared=True)
+    masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.", shared=True)
+    short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.", shared=True)
+    dupe_factor: int = param(10, "Passes over each task's documents, each with different masks.", shared=True)
+    do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces) instead of single pieces.", shared=True)
+    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", shared=True)
 
     def validate(self) -> None:
         """Raise ValueError with a one-line reason for settings BERT cannot use."""

@@ -49,10 +49,10 @@ class ElectraParams:
     """build_pretraining_dataset.py's flags that shape examples (the
     tokenizer's own flags are the job's --vocab-file/--do-lower-case)."""
 
-    max_seq_length: int = param(128, "Tokens per example, [CLS] and [SEP]s included.")
+    max_seq_length: int = param(128, "Tokens per example, [CLS] and [SEP]s included.", shared=True)
     blanks_separate_docs: bool = param(True, "A document's end closes the example being built (the reference's "
                                              "blank lines); off: examples run on across documents of a task.")
-    random_seed: int = param(12345, "Every random choice depends on it and the task only.")
+    random_seed: int = param(12345, "Every random choice depends on it and the task only.", shared=True)
     word_starts: bool = param(False, "ELECTRA: also write word_starts (1 at a token that begins a word: the "
                                      "tokenizer's words, and --word-segmenter's inside Han text) and "
                                      "special_tokens_mask, for whole-word masking at train time (and Parquet's "

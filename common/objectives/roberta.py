@@ -59,21 +59,21 @@ STATIC = When(lambda params: params.masking == "static", "--masking static")
 class RobertaParams:
     """Packing and masking of MLM-only blocks; defaults are RoBERTa's (512 tokens, full sentences, dynamic masks)."""
 
-    max_seq_length: int = param(512, "Tokens per block, [CLS] and [SEP] included.")
+    max_seq_length: int = param(512, "Tokens per block, [CLS] and [SEP] included.", shared=True)
     pack: str = param("full-sentences", "full-sentences: blocks cross documents (a separator between two); "
                                         "doc-sentences: a block stays within one document.")
     masking: str = param("none", "none: unmasked blocks with special_tokens_mask and word_starts, masked at train "
                                  "time; static: masked here with BERT's 80/10/10 rule, --dupe-factor times.")
     masked_lm_prob: float = param(0.15, "Share of a block's tokens to mask, in (0, 1) (--masking static; 0.3 for "
-                                        "MosaicBERT/ModernBERT).", when=STATIC)
+                                        "MosaicBERT/ModernBERT).", when=STATIC, shared=True)
     max_predictions_per_seq: int = param(0, "At most this many masked positions per block (--masking static); 0: as "
-                                            "many as --masked-lm-prob asks of a full block.", when=STATIC)
+                                            "many as --masked-lm-prob asks of a full block.", when=STATIC, shared=True)
     dupe_factor: int = param(1, "Passes over each task's blocks, each with different masks (--masking static).",
-                             when=STATIC)
-    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", when=STATIC)
+                             when=STATIC, shared=True)
+    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", when=STATIC, shared=True)
     do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces; Chinese words with "
                                             "--word-segmenter, as RoBERTa-wwm-ext) instead of single pieces "
-                                            "(--masking static).", opt_in=True, when=STATIC)
+                                            "(--masking static).", opt_in=True, when=STATIC, shared=True)
 
     def validate(self) -> None:
         if self.max_seq_length < 3:

@@ -45,7 +45,7 @@ class TokensParams:
     max_seq_length: int = param(0, "Tokens per record, [CLS] and [SEP] included: a longer document becomes "
                                    "consecutive chunks of at most this many tokens, each [CLS] ... [SEP] "
                                    "(ModernBERT 1024 then 8192, NeoBERT 1024 then 4096); 0: whole documents, no "
-                                   "special token (Megatron).", opt_in=True)
+                                   "special token (Megatron).", opt_in=True, shared=True)
 
     def validate(self) -> None:
         if self.max_seq_length != 0 and self.max_seq_length < CHUNK_SPECIALS + 1:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from common.params import Registry
-from ventilator.launchers.base import Launcher, LaunchError, Role
+from ventilator.launchers.base import Fleet, Launcher, LaunchError, Role
 
-__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "LaunchError", "Launcher", "Role", "launcher_named", "launchers"]
+__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "Fleet", "LaunchError", "Launcher", "Role", "launcher_named", "launchers"]
 
 DEFAULT_LAUNCHER = "local"
 ENTRY_POINTS = "mlm_pipeline.launchers"

@@ -3,7 +3,9 @@
 The ventilator hands a launcher :class:`Role` s (a name, the module to run, its argv written from the role's
 settings by common/cli_settings.to_argv) and asks it, while the job runs, whether one failed or all exited.
 Local processes are one launcher (local.py); a batch scheduler or a cluster is another, found by name the
-same way (ventilator/launchers/ or an installed package's ``mlm_pipeline.launchers`` entry point).
+same way (ventilator/launchers/ or an installed package's ``mlm_pipeline.launchers`` entry point).  A launcher
+owns its flags: its ``Params`` (common/params.py, shown under "Fleet", given only with ``--launcher`` its name),
+and is handed those and the little it needs of the run (:class:`Fleet`), not the whole command line.
 """
 
 from __future__ import annotations
@@ -11,12 +13,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from common.cli_settings import to_argv
-
-if TYPE_CHECKING:
-    from ventilator.run_config import RunConfig
+from common.params import Configurable, NoParams
 
 
 class LaunchError(ValueError):
@@ -37,16 +37,26 @@ class Role:
         return cls(name, module, tuple(to_argv(settings)))
 
 
-class Launcher(ABC):
+@dataclass(frozen=True)
+class Fleet:
+    """What a launcher is told of the run beside its own flags."""
+
+    workers: int = 0  # --workers: worker processes per worker host (0: none started here)
+
+
+class Launcher(Configurable, ABC):
     """Starts roles, reports the first failure, waits for them and stops them."""
 
     name: ClassVar[str]
+    Params: ClassVar[type] = NoParams
     #: The host the processes it starts reach the ventilator (and the sink it started) at.
     ventilator_host: ClassVar[str] = "127.0.0.1"
 
-    def __init__(self, config: RunConfig | None = None, relay: Callable[[str], None] | None = None):
-        """LaunchError if it cannot run here."""
-        self.config = config
+    def __init__(self, params: object = None, fleet: Fleet | None = None,
+                 relay: Callable[[str], None] | None = None):
+        """``params``: its own Params (its defaults if None).  LaunchError if it cannot run here."""
+        self.params = params if params is not None else self.Params()
+        self.fleet = fleet if fleet is not None else Fleet()
         self.relay = relay  # where the roles' output lines go (the terminal display); None: the terminal
 
     @abstractmethod

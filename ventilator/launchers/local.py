@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ventilator.launchers.base import Launcher, Role
+from ventilator.launchers.base import Fleet, Launcher, Role
 
 log = logging.getLogger("ventilator")
 
@@ -44,8 +44,9 @@ def _terminated_with_parent() -> Callable[[], None] | None:
 class LocalLauncher(Launcher):
     name = "local"
 
-    def __init__(self, config=None, relay: Callable[[str], None] | None = None):
-        super().__init__(config, relay)
+    def __init__(self, params: object = None, fleet: Fleet | None = None,
+                 relay: Callable[[str], None] | None = None):
+        super().__init__(params, fleet, relay)
         self.children: dict[str, subprocess.Popen] = {}
         self._relays: list[threading.Thread] = []
 

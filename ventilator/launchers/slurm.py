@@ -14,8 +14,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 
-from ventilator.launchers.base import LaunchError, Role
+from ventilator.launchers.base import Fleet, LaunchError, Role
 from ventilator.launchers.local import LocalLauncher
 
 log = logging.getLogger("ventilator")
@@ -45,8 +46,9 @@ def head_address() -> str:
 class SlurmLauncher(LocalLauncher):
     name = "slurm"
 
-    def __init__(self, config=None, relay=None):
-        super().__init__(config, relay)
+    def __init__(self, params: object = None, fleet: Fleet | None = None,
+                 relay: Callable[[str], None] | None = None):
+        super().__init__(params, fleet, relay)
         if not os.environ.get("SLURM_JOB_ID") or not os.environ.get("SLURM_JOB_NODELIST"):
             raise LaunchError("--launcher slurm: not in a Slurm allocation (run it in an sbatch script or under "
                               "salloc)")

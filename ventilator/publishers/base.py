@@ -3,7 +3,9 @@
 A publisher is started once the task table is built and closed as the ventilator stops; it observes the
 backlog when it likes (``observe()``: pending, leased, workers).  It decides no size.  Publishers are found by
 name (ventilator/publishers/ or an installed package's ``mlm_pipeline.publishers`` entry point) and chosen
-with ``--backlog-publisher``; one runs only when its own options are given (``wanted``).
+with ``--backlog-publisher``.  A publisher owns its flags: its ``Params`` (common/params.py, shown under "Metrics
+and autoscaling"), given to it alone, and says from them whether it runs (``enabled``: CloudWatch's only with
+``--cloudwatch-namespace``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    from ventilator.run_config import RunConfig
+from common.params import Configurable, NoParams
 
 
 @dataclass(frozen=True)
@@ -32,17 +33,19 @@ class Backlog:
         return self.pending + self.leased
 
 
-class BacklogPublisher(ABC):
+class BacklogPublisher(Configurable, ABC):
     name: ClassVar[str]
+    Params: ClassVar[type] = NoParams
 
-    def __init__(self, config: RunConfig, observe: Callable[[], Backlog]):
-        self.config = config
+    def __init__(self, params: object, observe: Callable[[], Backlog]):
+        """``params``: its own Params (``make_params`` of its flags given); it needs nothing else of the run."""
+        self.params = params
         self.observe = observe
 
     @classmethod
-    @abstractmethod
-    def wanted(cls, config: RunConfig) -> bool:
+    def enabled(cls, params: object) -> bool:
         """Whether this run asked for it (its options are given): otherwise nothing is published."""
+        return True
 
     @abstractmethod
     def start(self) -> None:

@@ -23,6 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import click
+
+from common.params import param
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 log = logging.getLogger("ventilator")
@@ -45,6 +48,28 @@ class CloudMonitoringOptions:
     min_spacing_seconds: float = 5.0
     request_seconds: float = 10.0  # one call's connect and read timeouts
     close_seconds: float = 15.0  # close() waits this long at most for the last publication (beyond the spacing)
+
+
+@dataclass(frozen=True)
+class CloudMonitoringParams:
+    """Its flags (--backlog-publisher cloud-monitoring, which needs --cloud-monitoring-project)."""
+
+    project: str = param("", "With --backlog-publisher cloud-monitoring: publish the backlog (backlog, pending_tasks, "
+                             "leased_tasks, workers, worker_hosts, job_active) to Google Cloud Monitoring as this "
+                             "project's custom metrics, for the workers' managed instance group (docs/fleet.md).  "
+                             "[default: off]", flag="--cloud-monitoring-project", cli={"metavar": "PROJECT"})
+    prefix: str = param(CloudMonitoringOptions.prefix, "The metrics' type prefix: <prefix>/backlog is what the "
+                                                       "group's autoscaler reads (terraform/gcp).",
+                        flag="--cloud-monitoring-prefix")
+    endpoint: str = param(CloudMonitoringOptions.endpoint, "The Cloud Monitoring API's address (a private endpoint, "
+                                                           "or a test's).", flag="--cloud-monitoring-endpoint")
+    seconds: float = param(CloudMonitoringOptions.interval_seconds, "How often the backlog is published to Cloud "
+                                                                    "Monitoring.", flag="--cloud-monitoring-seconds",
+                           cli={"type": click.FloatRange(min=0.1)})
+
+    def validate(self) -> None:
+        if not self.project:
+            raise ValueError("--backlog-publisher cloud-monitoring needs --cloud-monitoring-project")
 
 
 def _values(backlog: Backlog) -> dict[str, int]:
@@ -71,20 +96,19 @@ class CloudMonitoringPublisher(BacklogPublisher):
     """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
 
     name = "cloud-monitoring"
-
-    @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.metrics.cloud_monitoring_project)
+    Params = CloudMonitoringParams
 
     @staticmethod
-    def options_of(config) -> CloudMonitoringOptions:
-        metrics = config.metrics
-        return CloudMonitoringOptions(metrics.cloud_monitoring_project, metrics.cloud_monitoring_prefix,
-                                      metrics.cloud_monitoring_endpoint, metrics.cloud_monitoring_seconds)
+    def options_of(params: CloudMonitoringParams) -> CloudMonitoringOptions:
+        return CloudMonitoringOptions(params.project, params.prefix, params.endpoint, params.seconds)
 
-    def __init__(self, config, observe: Callable[[], Backlog], options: CloudMonitoringOptions | None = None):
-        super().__init__(config, observe)
-        self.options = options or self.options_of(config)
+    def __init__(self, params: CloudMonitoringParams | None, observe: Callable[[], Backlog],
+                 options: CloudMonitoringOptions | None = None):
+        super().__init__(params, observe)
+        if options is None:
+            assert params is not None, "a publisher needs its params or its options"
+            options = self.options_of(params)
+        self.options = options
         self.published = 0
         self._thread = threading.Thread(target=self._run, name="cloud-monitoring", daemon=True)
         self._stopped = threading.Event()

@@ -6,7 +6,7 @@ wait and the group is empty, and the group to its minimum when ``JobActive``
 drops to 0, which this publishes once as the ventilator stops.  Nothing here
 decides a size: it only says how much work there is.
 
-Off unless ``--cloudwatch-namespace`` is given; boto3's standard chain
+Off unless ``--cloudwatch-namespace`` is given (:class:`CloudWatchParams`, its flags); boto3's standard chain
 supplies the credentials (the instance role on EC2).  A failed publication
 is logged and retried on the next tick: the job never waits for CloudWatch.
 """
@@ -18,6 +18,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import click
+
+from common.params import param
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 log = logging.getLogger("ventilator")
@@ -28,6 +31,20 @@ class CloudWatchOptions:
     namespace: str  # e.g. mlm-pipeline/<fleet>: the group's scaling policies read this namespace
     region: str = ""  # "" = boto3's default
     interval_seconds: float = 60.0  # CloudWatch's standard resolution
+
+
+@dataclass(frozen=True)
+class CloudWatchParams:
+    """Its flags (--backlog-publisher cloudwatch, the default: on once --cloudwatch-namespace is given)."""
+
+    namespace: str = param("", "Publish the backlog (Backlog, PendingTasks, LeasedTasks, Workers, WorkerHosts, "
+                               "JobActive) to CloudWatch under this namespace, for the workers' Auto Scaling group "
+                               "(docs/fleet.md).  [default: off]", flag="--cloudwatch-namespace",
+                           cli={"metavar": "NAMESPACE"})
+    region: str = param("", "Region of --cloudwatch-namespace.  [default: boto3's (AWS_DEFAULT_REGION, "
+                            "~/.aws/config)]", flag="--cloudwatch-region")
+    seconds: float = param(CloudWatchOptions.interval_seconds, "How often the backlog is published.",
+                           flag="--cloudwatch-seconds", cli={"type": click.FloatRange(min=0.1)})
 
 
 def metric_data(backlog: Backlog) -> list[dict]:
@@ -41,19 +58,23 @@ class CloudWatchPublisher(BacklogPublisher):
     """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
 
     name = "cloudwatch"
+    Params = CloudWatchParams
 
     @classmethod
-    def wanted(cls, config) -> bool:
-        return bool(config.metrics.cloudwatch_namespace)
+    def enabled(cls, params: CloudWatchParams) -> bool:
+        return bool(params.namespace)
 
     @staticmethod
-    def options_of(config) -> CloudWatchOptions:
-        return CloudWatchOptions(config.metrics.cloudwatch_namespace, config.metrics.cloudwatch_region,
-                                 config.metrics.cloudwatch_seconds)
+    def options_of(params: CloudWatchParams) -> CloudWatchOptions:
+        return CloudWatchOptions(params.namespace, params.region, params.seconds)
 
-    def __init__(self, config, observe: Callable[[], Backlog], options: CloudWatchOptions | None = None):
-        super().__init__(config, observe)
-        self.options = options or self.options_of(config)
+    def __init__(self, params: CloudWatchParams | None, observe: Callable[[], Backlog],
+                 options: CloudWatchOptions | None = None):
+        super().__init__(params, observe)
+        if options is None:
+            assert params is not None, "a publisher needs its params or its options"
+            options = self.options_of(params)
+        self.options = options
         self.published = 0
         self._thread = threading.Thread(target=self._run, name="cloudwatch", daemon=True)
         self._stopped = threading.Event()
