@@ -73,8 +73,9 @@ def test_two_variants_giving_one_option_two_types_are_refused_naming_both(monkey
     assert "float" in message and "str" in message
 
     monkeypatch.setattr(run_config, "objectives", lambda: {"bert": bert, "plugin": PluginObjective})
-    with pytest.raises(SystemExit) as exited:
-        run_config.component_options(lambda: None)
-    assert exited.value.code == run_config.EXIT_FAILED
+    with pytest.raises(run_config.VariantsError) as refused:  # when the options are made: parse time
+        run_config.parse(["--data", "d", "--output", "o"])
+    assert refused.value.exit_code == run_config.EXIT_FAILED
+    refused.value.show()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mlm-ventilator: error: --masked-lm-prob is declared float by 'bert'")

@@ -51,19 +51,29 @@ def test_an_unknown_parameter_names_the_flag_and_the_variants_own():
     assert str(error.value) == "--colour does not apply to rated (its options: --the-label, --rate)"
 
 
-def test_option_specs_merge_shared_fields_and_show_each_default():
+def test_option_specs_merge_fields_declared_shared_and_show_each_default():
+    @dataclasses.dataclass(frozen=True)
+    class SharingParams:
+        rate: float = param(0.5, "How often.", shared=True)
+        label: str = param("x", "A name.", flag="--the-label")
+
+    class Sharing(Configurable):
+        name = "sharing"
+        Params = SharingParams
+
     @dataclasses.dataclass(frozen=True)
     class OtherParams:
-        rate: float = param(0.25, "How often.")
+        rate: float = param(0.25, "How often.", shared=True)
 
     class Other(Configurable):
         name = "other"
         Params = OtherParams
 
-    specs = {spec.name: spec for spec in option_specs([Rated, Other])}
-    assert specs["rate"].defaults == {"rated": 0.5, "other": 0.25}
-    assert defaults_text(specs["rate"]) == "[default: rated 0.5, other 0.25]"
-    assert specs["label"].flag == "--the-label" and defaults_text(specs["label"]) == "[default: 'x']"
+    specs = {spec.flag: spec for spec in option_specs([Sharing, Other])}
+    assert specs["--rate"].defaults == {"sharing": 0.5, "other": 0.25}
+    assert defaults_text(specs["--rate"]) == "[default: sharing 0.5, other 0.25]"
+    assert specs["--the-label"].name == "the_label" and specs["--the-label"].field_name == "label"
+    assert defaults_text(specs["--the-label"]) == "[default: 'x']"
 
     @dataclasses.dataclass(frozen=True)
     class ClashParams:
@@ -73,8 +83,39 @@ def test_option_specs_merge_shared_fields_and_show_each_default():
         name = "clash"
         Params = ClashParams
 
-    with pytest.raises(ParamClash, match="--rate is declared float by 'rated'.*and int by 'clash'"):
-        option_specs([Rated, Clash])
+    with pytest.raises(ParamClash, match="--rate is declared float by 'sharing'.*and int by 'clash'"):
+        option_specs([Sharing, Clash])
+
+
+def test_two_variants_declaring_one_flag_of_one_type_are_refused_unless_both_share_it():
+    """Two variants' fields of one name and type were one flag, silently: a plugin's ``--rate`` set the other
+    variant's too.  Now both must declare it shared; a flag of its own (``flag=``) keeps them apart."""
+
+    @dataclasses.dataclass(frozen=True)
+    class AloneParams:
+        rate: float = param(0.25, "How often, its own way.")
+
+    class Alone(Configurable):
+        name = "alone"
+        Params = AloneParams
+
+    with pytest.raises(ParamClash) as clash:
+        option_specs([Rated, Alone])
+    assert str(clash.value).startswith("--rate is declared by 'rated' (tests.common.test_params.Rated) and by "
+                                       "'alone' (")
+    assert "shared=True" in str(clash.value) and "flag=" in str(clash.value)
+
+    @dataclasses.dataclass(frozen=True)
+    class ApartParams:
+        rate: float = param(0.25, "How often, its own way.", flag="--alone-rate")
+
+    class Apart(Configurable):
+        name = "apart"
+        Params = ApartParams
+
+    specs = {spec.flag: spec for spec in option_specs([Rated, Apart])}
+    assert specs["--rate"].defaults == {"rated": 0.5} and specs["--alone-rate"].defaults == {"apart": 0.25}
+    assert Apart.make_params({"rate": 0.75}).rate == 0.75  # the field, set through its own flag
 
 
 def test_discover_finds_the_package_variants_by_name():

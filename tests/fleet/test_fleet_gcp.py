@@ -97,8 +97,9 @@ def test_the_autoscaler_reads_what_the_publisher_writes(rendered, resources):
     argv = [a if a != "/opt/mlm-pipeline/vocab.txt" else "vocab.txt" for a in argv]
     config = parse(argv)
     assert config.metrics.backlog_publisher == "cloud-monitoring"
-    assert config.metrics.cloud_monitoring_project == "my-project"
-    assert f"{config.metrics.cloud_monitoring_prefix}/backlog" == rendered["metric_type"]
+    published = config.metrics.publisher_params  # the chosen publisher's own (ventilator/publishers/)
+    assert published["project"] == "my-project"
+    assert f"{published['prefix']}/backlog" == rendered["metric_type"]
     assert config.input.data == "gs://my-corpora/zhwiki/run1/corpus" and config.job.output == rendered["output_uri"]
     autoscaler = resources["google_compute_region_autoscaler.workers"]
     policy = _one(autoscaler["autoscaling_policy"])
