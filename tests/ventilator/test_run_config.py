@@ -120,3 +120,85 @@ def test_every_option_is_a_field_of_one_group():
     names = [f.name for f in option_fields(RunConfig)]
     assert len(names) == len(set(names))
     assert {"data", "output", "vport", "sink_address", "workers", "launcher", "verbose"} <= set(names)
+
+
+def test_a_publishers_flags_are_its_own_params_and_another_publishers_are_refused():
+    """CloudWatch's and Cloud Monitoring's flags are declared in their modules (ventilator/publishers/): the
+    chosen one gets its own, typed, and a flag of one not chosen is refused in one line, for either."""
+    config = parse([*REQUIRED, "--backlog-publisher", "cloud-monitoring", "--cloud-monitoring-project", "p",
+                    "--cloud-monitoring-seconds", "5"])
+    from ventilator.publishers import publisher_named
+
+    chosen = publisher_named(config.metrics.backlog_publisher)
+    params = chosen.make_params(config.metrics.publisher_params)
+    assert (params.project, params.seconds) == ("p", 5.0) and chosen.enabled(params)
+    assert not publisher_named("cloudwatch").enabled(publisher_named("cloudwatch").make_params({}))
+    for argv, message in [
+            (["--cloudwatch-namespace", "ns", "--backlog-publisher", "cloud-monitoring", "--cloud-monitoring-project",
+              "p"], "--cloudwatch-namespace is for --backlog-publisher cloudwatch"),
+            (["--cloud-monitoring-endpoint", "http://x"], "--cloud-monitoring-endpoint is for --backlog-publisher "
+                                                          "cloud-monitoring")]:
+        with pytest.raises(ConfigError) as refused:
+            parse([*REQUIRED, *argv])
+        assert str(refused.value) == message
+
+
+def _variant(base, name: str, **fields):
+    """A plugin's variant of ``base`` declaring ``fields`` (name -> param(...))."""
+    params = dataclasses.make_dataclass(f"{name}Params", [(key, type(value.default), value)
+                                                           for key, value in fields.items()], frozen=True)
+    return type(name.title(), (base,), {"name": name, "Params": params, "__module__": "plugin"})
+
+
+def test_two_plugin_variants_declaring_one_flag_are_refused_naming_both(monkeypatch):
+    """Two publishers (or a launcher and a publisher) with a field of one name and type were one flag; now a
+    one-line refusal when the options are made, naming both; the same field declared shared by both is one."""
+    from common.params import param
+    from ventilator import run_config
+    from ventilator.launchers.local import LocalLauncher
+    from ventilator.publishers import BacklogPublisher, publishers
+
+    first = _variant(BacklogPublisher, "first", region=param("", "Where."))
+    second = _variant(BacklogPublisher, "second", region=param("eu", "Where, too."))
+    monkeypatch.setattr(run_config, "publishers", lambda: {**publishers(), "first": first, "second": second})
+    with pytest.raises(run_config.VariantsError) as refused:
+        parse(REQUIRED)
+    assert str(refused.value.message).startswith("--region is declared by 'first' (plugin.First) and by 'second' (")
+
+    monkeypatch.setattr(run_config, "publishers", lambda: {**publishers(), "first": first})
+    monkeypatch.setattr(run_config, "launchers", lambda: {"local": LocalLauncher,
+                                                          "far": _variant(LocalLauncher, "far", region=param("", "."))})
+    with pytest.raises(run_config.VariantsError, match="--region is declared by 'far'.* and by 'first'"):
+        parse(REQUIRED)
+
+    sharing = [_variant(BacklogPublisher, name, region=param("", "Where.", shared=True)) for name in ("a", "b")]
+    monkeypatch.setattr(run_config, "launchers", lambda: {"local": LocalLauncher})
+    monkeypatch.setattr(run_config, "publishers", lambda: {**publishers(), "a": sharing[0], "b": sharing[1]})
+    with pytest.raises(ConfigError, match="^--region is for --backlog-publisher a or b$"):  # one flag, theirs
+        parse([*REQUIRED, "--region", "x"])
+
+
+def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path):
+    """run_config.py found every variant (and exited on a broken plugin) when imported: now the options are made
+    when the command is first used, and the broken plugin is its one-line error then."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    site = tmp_path / "site"
+    info = site / "broken-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[mlm_pipeline.publishers]\nbroken = no_such_module:Publisher\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    imported = subprocess.run([sys.executable, "-c", "import ventilator.cli, ventilator.run_config; print('ok')"],
+                              capture_output=True, text=True, env=env, timeout=120)
+    assert imported.returncode == 0 and imported.stdout == "ok\n", imported.stderr
+    ran = subprocess.run([sys.executable, "-m", "ventilator", "--data", "d", "--output", str(tmp_path / "out")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert ran.returncode == 1 and not (tmp_path / "out").exists()
+    assert ran.stderr.strip().splitlines() == [
+        "mlm-ventilator: error: entry point broken = no_such_module:Publisher (group mlm_pipeline.publishers, from "
+        "broken 1.0) cannot be loaded: ModuleNotFoundError: No module named 'no_such_module'"]
