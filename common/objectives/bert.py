@@ -43,7 +43,8 @@ class BertParams:
     masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.", shared=True)
     short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.", shared=True)
     dupe_factor: int = param(10, "Passes over each task's documents, each with different masks.", shared=True)
-    do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces) instead of single pieces.", shared=True)
+    do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces) instead of single pieces.",
+                                     shared=True)
     random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", shared=True)
 
     def validate(self) -> None:

@@ -70,7 +70,8 @@ class RobertaParams:
                                             "many as --masked-lm-prob asks of a full block.", when=STATIC, shared=True)
     dupe_factor: int = param(1, "Passes over each task's blocks, each with different masks (--masking static).",
                              when=STATIC, shared=True)
-    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", when=STATIC, shared=True)
+    random_seed: int = param(12345, "Every random choice depends on it, the task and the pass only.", when=STATIC,
+                             shared=True)
     do_whole_word_mask: bool = param(False, "Mask whole words (all their pieces; Chinese words with "
                                             "--word-segmenter, as RoBERTa-wwm-ext) instead of single pieces "
                                             "(--masking static).", opt_in=True, when=STATIC, shared=True)

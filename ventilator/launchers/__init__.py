@@ -5,7 +5,8 @@ from __future__ import annotations
 from common.params import Registry
 from ventilator.launchers.base import Fleet, Launcher, LaunchError, Role
 
-__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "Fleet", "LaunchError", "Launcher", "Role", "launcher_named", "launchers"]
+__all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "Fleet", "LaunchError", "Launcher", "Role", "launcher_named",
+           "launchers"]
 
 DEFAULT_LAUNCHER = "local"
 ENTRY_POINTS = "mlm_pipeline.launchers"

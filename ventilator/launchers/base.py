@@ -50,7 +50,7 @@ class Launcher(Configurable, ABC):
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
     #: The host the processes it starts reach the ventilator (and the sink it started) at.
-    ventilator_host: ClassVar[str] = "127.0.0.1"
+    ventilator_host: str = "127.0.0.1"  # a launcher may find it when made (Slurm's head node)
 
     def __init__(self, params: object = None, fleet: Fleet | None = None,
                  relay: Callable[[str], None] | None = None):

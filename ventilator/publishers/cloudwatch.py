@@ -61,8 +61,8 @@ class CloudWatchPublisher(BacklogPublisher):
     Params = CloudWatchParams
 
     @classmethod
-    def enabled(cls, params: CloudWatchParams) -> bool:
-        return bool(params.namespace)
+    def enabled(cls, params: object) -> bool:
+        return isinstance(params, CloudWatchParams) and bool(params.namespace)
 
     @staticmethod
     def options_of(params: CloudWatchParams) -> CloudWatchOptions:
