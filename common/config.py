@@ -18,7 +18,7 @@ from common.envelope import Count, Seconds
 from common.params import Component
 
 
-def standard_steps(segmenter: str, *, dedup=None, holdout_fraction: float = 0.0, holdout_seed: int = 0,
+def standard_steps(segmenter: str | Component, *, dedup=None, holdout_fraction: float = 0.0, holdout_seed: int = 0,
                    word_segmenter: Component | None = None, added: tuple[Component, ...] = ()) -> tuple[Component, ...]:
     """The steps of a job from its features (common/steps/base.py has the list): read, [dedup], [holdout],
     segment, [words], tokenize, objective, write.  ``dedup``: a resolved DedupSettings, or None.  ``added``:
@@ -29,7 +29,8 @@ def standard_steps(segmenter: str, *, dedup=None, holdout_fraction: float = 0.0,
         steps.append(Component("dedup", dataclasses.asdict(dedup)))
     if holdout_fraction:
         steps.append(Component("holdout", {"fraction": float(holdout_fraction), "seed": holdout_seed}))
-    steps.append(Component("segment", {"segmenter": segmenter}))
+    chosen = segmenter if isinstance(segmenter, Component) else Component(segmenter)  # with its own params
+    steps.append(Component("segment", {"segmenter": chosen.name, **chosen.params}))
     if word_segmenter is not None and word_segmenter.name != "none":
         steps.append(Component("words", {"word_segmenter": word_segmenter.name, **word_segmenter.params}))
     steps += [Component("tokenize"), Component("objective"), Component("write")]
@@ -86,7 +87,7 @@ class JobConfig:
     #: The features the steps are made from when ``steps`` is not given (standard_steps): the segmenter
     #: (common/segmenters/), --dedup's resolved DedupSettings, --holdout-fraction/--holdout-seed, and the
     #: --word-segmenter Component.
-    segmenter: InitVar[str | None] = None
+    segmenter: InitVar[str | Component | None] = None
     dedup: InitVar[object] = None
     holdout_fraction: InitVar[float] = 0.0
     holdout_seed: InitVar[int] = 0

@@ -28,6 +28,7 @@ from common.params import Component, ParamValue
 from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.segmenters import resolve as resolve_segmenter
+from common.segmenters import segmenter_named
 from common.steps import plan_stages, step_named
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
 from common.tasks import InputFile, Task, compression_of, parse_size
@@ -168,6 +169,7 @@ class Checked:
     writer_params: object
     word_segmenter: Component
     added_steps: tuple[Component, ...] = ()
+    segmenter: Component = Component("blingfire")  # resolved from auto, with its own parameters
 
 
 def prepare_job(options: JobOptions) -> Job:
@@ -216,10 +218,19 @@ def validate(options: JobOptions) -> Checked:
         except ValueError as error:
             raise JobError(str(error)) from None
 
+    try:
+        segmenter_class = segmenter_named(resolve_segmenter(options.segmenter, objective_class.segment_unit
+                                                            or reader_class.default_segmenter))
+    except ValueError as error:
+        raise JobError(str(error)) from None
     extra = (word_segmenter_class,) if word_segmenter_class is not None else ()
-    reader_given, objective_given, writer_given, *more_given = split_params(
-        options.params, reader_class, objective_class, writer_class, *extra, *added_classes)
+    reader_given, objective_given, writer_given, own_given, *more_given = split_params(
+        options.params, reader_class, objective_class, writer_class, segmenter_class, *extra, *added_classes)
     segmenter_given, steps_given = more_given[:len(extra)], more_given[len(extra):]
+    try:
+        segmenter = segmenter_class.component(segmenter_class.make_params(own_given))
+    except ValueError as error:
+        raise JobError(f"--segmenter {segmenter_class.name}: {error}") from None
     try:
         added_steps = tuple(step_class.component(step_class.make_params(given))
                             for step_class, given in zip(added_classes, steps_given))
@@ -250,7 +261,8 @@ def validate(options: JobOptions) -> Checked:
         raise JobError(f"--objective {objective_class.name}, --output-format {writer_class.name}, --format "
                        f"{reader_class.name}: {error}") from None
     return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class, reader_params,
-                   objective_class, objective_params, writer_class, writer_params, word_segmenter, added_steps)
+                   objective_class, objective_params, writer_class, writer_params, word_segmenter, added_steps,
+                   segmenter)
 
 
 def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
@@ -332,7 +344,7 @@ def job_config(options: JobOptions, checked: Checked) -> JobConfig:
         data_uri=data_uri,
         output_uri=output_uri,
         reader=reader_class.component(checked.reader_params),
-        segmenter=resolve_segmenter(options.segmenter, objective_class.segment_unit or reader_class.default_segmenter),
+        segmenter=checked.segmenter,
         tokenizer_json=checked.vocabulary.to_json(),
         objective=objective_class.component(checked.objective_params),
         writer=checked.writer_class.component(checked.writer_params),

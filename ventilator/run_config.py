@@ -386,7 +386,8 @@ class Axis:
 
 def axes() -> list[Axis]:
     return [Axis("Input", readers), Axis("Objective", objectives), Axis("Output", writers),
-            Axis("Segmentation and words", word_segmenters), Axis("Added steps (--add-step)", addable_steps),
+            Axis("Segmentation and words", word_segmenters), Axis("Segmentation and words", segmenters),
+            Axis("Added steps (--add-step)", addable_steps),
             Axis("Fleet", launchers, ("fleet", "launcher", "launcher_params")),
             Axis("Metrics and autoscaling", publishers, ("metrics", "backlog_publisher", "publisher_params"))]
 

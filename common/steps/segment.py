@@ -1,20 +1,25 @@
-"""Each document's segments, by the job's segmenter (common/segmenters/) (stage time "split")."""
+"""Each document's segments, by the job's segmenter (common/segmenters/) (stage time "split").
+
+The step's parameters are the segmenter's name and that segmenter's own parameters (its flags), side by side
+as the words step carries its word segmenter's: a segmenter without parameters names the step as before."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from common.params import param
+from common.params import NoParams, ParamValue, param
 from common.segmenters import segmenter_named
 from common.steps.base import Step, TaskRun
+
+#: The parameter naming the segmenter; the others are that segmenter's own.
+NAME = "segmenter"
 
 
 @dataclass(frozen=True)
 class SegmentParams:
     segmenter: str = param("blingfire", "the segmenter (common/segmenters/), resolved from auto")
-
-    def validate(self) -> None:
-        segmenter_named(self.segmenter)
+    options: object = dataclasses.field(default_factory=NoParams)  # the segmenter's own Params
 
 
 class Segment(Step):
@@ -22,10 +27,18 @@ class Segment(Step):
     makes = "segments"
     Params = SegmentParams
 
+    @classmethod
+    def make_params(cls, given: dict[str, ParamValue]) -> SegmentParams:
+        """The segmenter named, with its own parameters (ValueError: an unknown one, or a flag it does not take)."""
+        given = dict(given)
+        name = given.pop(NAME, SegmentParams.segmenter)
+        if not isinstance(name, str):
+            raise ValueError(f"the segment step's {NAME} must be a name, not {name!r}")
+        return SegmentParams(name, segmenter_named(name).make_params(given))
+
     def __init__(self, params, job):
         super().__init__(params, job)
-        segmenter_class = segmenter_named(params.segmenter)
-        self.segmenter = segmenter_class(segmenter_class.make_params({}))
+        self.segmenter = segmenter_named(params.segmenter)(params.options)
 
     def run(self, run: TaskRun) -> None:
         with run.stats.stage("split"):
@@ -34,7 +47,8 @@ class Segment(Step):
 
     @classmethod
     def identity(cls, params) -> dict:
-        return {"segmenter": params.segmenter}
+        own = dataclasses.asdict(params.options)  # none for the built-in segmenters: their jobs' ids as before
+        return {"segmenter": params.segmenter, **({"segmenter_params": own} if own else {})}
 
     @classmethod
     def versions(cls, params, config) -> dict[str, int]:

@@ -61,7 +61,8 @@ def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
                             "--task-size", "64K", "--format", "demo-lines", "--demo-min-chars", "20",
                             "--objective", "demo-ids", "--demo-copies", "2", "--output-format", "demo-jsonl",
                             "--word-segmenter", "demo-chars", "--add-step", "demo-drop-digits",
-                            "--demo-max-digits", "10", "--segmenter", "demo-words", "--launcher", "demo-announce",
+                            "--demo-max-digits", "10", "--segmenter", "demo-words", "--demo-words-per-segment", "2",
+                            "--launcher", "demo-announce",
                             env=with_path(installed))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "word segmenter: demo-chars" in result.stderr
@@ -80,7 +81,7 @@ def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
     long_enough = [line for line in lines if len(line) >= 20]
     kept = [line for line in long_enough if sum(ch.isdigit() for ch in line) <= 10]
     assert 0 < len(kept) < len(long_enough)
-    expected = [(tuple(encoding.ids), len(line.split()))  # the segmenter's segments: one per word
+    expected = [(tuple(encoding.ids), -(-len(line.split()) // 2))  # its segments: --demo-words-per-segment 2
                 for line, encoding in zip(kept, oracle.encode_batch(kept, add_special_tokens=False))]
     got = [(tuple(record["input_ids"]), record["segments"][0]) for record in records]
     assert sorted(got) == sorted(expected * 2)  # every document, --demo-copies 2 times
@@ -99,7 +100,7 @@ def test_help_lists_the_plugin_variants_and_their_flags(installed):
                             text=True, env={**os.environ, **with_path(installed), "COLUMNS": "200"}, timeout=120)
     assert result.returncode == 0, result.stderr
     for text in ("demo-lines", "demo-ids", "demo-jsonl", "demo-chars", "--demo-min-chars", "--demo-copies",
-                 "demo-drop-digits", "--demo-max-digits", "demo-words", "demo-announce"):
+                 "demo-drop-digits", "--demo-max-digits", "demo-words", "--demo-words-per-segment", "demo-announce"):
         assert text in result.stdout
     plain = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
                            text=True, env={**os.environ, **with_path(), "COLUMNS": "200"}, timeout=120)
