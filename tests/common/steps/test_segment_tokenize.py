@@ -63,3 +63,39 @@ def test_documents_are_binned_by_powers_of_two():
     assert document_token_bins(np.array([1, 2, 3, 4, 5, 128, 129, 1000])) == {
         "up_to_1": 1, "up_to_2": 1, "up_to_4": 2, "up_to_8": 1, "up_to_128": 1, "up_to_256": 1, "up_to_1024": 1}
     assert document_token_bins(np.zeros(0, dtype=np.int64)) == {}
+
+
+def test_a_segmenters_own_parameters_ride_in_the_segment_step(job, monkeypatch):
+    """A segmenter with Params (a plugin's, say): its flags' values reach it through the segment step's
+    parameters, are checked by it, and are part of the job's identity; a built-in's identity is as before."""
+    import dataclasses
+
+    import pytest
+
+    from common.params import param
+    from common.segmenters import segmenter_named
+    from common.segmenters.base import Segmenter
+
+    @dataclasses.dataclass(frozen=True)
+    class LinesParams:
+        lines_per_segment: int = param(1, "Lines per segment.")
+
+    class Lines(Segmenter):
+        name = "lines"
+        Params = LinesParams
+
+        def segments(self, lines):
+            n = self.params.lines_per_segment
+            return [lines[i:i + n] for i in range(0, len(lines), n)]
+
+    monkeypatch.setattr("common.steps.segment.segmenter_named",
+                        lambda name: Lines if name == "lines" else segmenter_named(name))
+    params = Segment.make_params({"segmenter": "lines", "lines_per_segment": 2})
+    assert params.options == LinesParams(2)
+    assert Segment.identity(params) == {"segmenter": "lines", "segmenter_params": {"lines_per_segment": 2}}
+    run = a_run(documents(2))
+    Segment(params, job()).run(run)
+    assert [len(segments) for segments in run.parts[0].segments] == [1, 1]  # two lines, one segment
+    with pytest.raises(ValueError, match=r"--colour does not apply to lines \(its options: --lines-per-segment\)"):
+        Segment.make_params({"segmenter": "lines", "colour": 1})
+    assert Segment.identity(Segment.make_params({"segmenter": "line"})) == {"segmenter": "line"}
