@@ -46,6 +46,12 @@ def option_fields(settings_class: type) -> Iterator[dataclasses.Field]:
         yield f
 
 
+def option_flags(settings_class: type) -> dict[str, list[str]]:
+    """Each option's flags by its field's name, groups opened (a switch's ``--no-`` flag too)."""
+    return {f.name: [part.strip() for decl in f.metadata[_KEY][0] for part in decl.split("/")]
+            for f in option_fields(settings_class)}
+
+
 def _fields_by_group(settings_class: type) -> Iterator[tuple[dataclasses.Field, type]]:
     """(option field, the settings class that declares it), groups opened, in order."""
     nested = groups(settings_class)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import click
 
-from common.cli_settings import Deferred, DeferredCommand, SectionedOption, add_options, build, option
+from common.cli_settings import Deferred, DeferredCommand, SectionedOption, add_options, build, option, option_flags
 from common.config import JobConfig
 from common.dedup.settings import MODES, DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
@@ -402,21 +402,24 @@ def axis_specs() -> list[tuple[Axis, list[OptionSpec]]]:
         by_axis = [(axis, option_specs(variants)) for axis, variants in found]
     except ParamClash as clash:
         raise ConfigError(str(clash)) from None
-    owner: dict[str, str] = {}
+    own = {flag: name for name, flags in option_flags(RunConfig).items() for flag in flags}
+    owner: dict[str, Axis] = {}
     for axis, specs in by_axis:
         for spec in specs:
-            if owner.setdefault(spec.flag, axis.section) != axis.section:  # shared across two axes
-                raise ConfigError(f"{spec.flag} is declared by variants of two axes ({owner[spec.flag]}; "
-                                  f"{axis.section}, {spec.declared_by}): only one axis's variants share a flag")
+            flags = [spec.flag, f"--no-{spec.flag[2:]}"] if spec.type is bool else [spec.flag]
+            taken = next((flag for flag in flags if flag in own), None)
+            if taken:
+                raise ConfigError(f"{taken} is the ventilator's own option and a parameter of {spec.declared_by}: "
+                                  f"give the parameter a flag of its own (param(..., flag=...))")
+            if owner.setdefault(spec.flag, axis) is not axis:  # declared shared in two axes
+                raise ConfigError(f"{spec.flag} is declared by variants of two axes ({owner[spec.flag].section}; "
+                                  f"{axis.section}: {spec.declared_by}): only one axis's variants share a flag")
     return by_axis
 
 
-def _flag(group: str, name: str) -> str:
-    """The flag of RunConfig's option ``group.name`` (for messages)."""
-    settings = {f.name: f.type for f in dataclasses.fields(RunConfig)}[group]
-    settings_class = globals()[settings] if isinstance(settings, str) else settings
-    decls = next(f for f in dataclasses.fields(settings_class) if f.name == name).metadata["click_option"][0]
-    return next(decl for decl in decls if decl.startswith("--"))
+def _flag(name: str) -> str:
+    """The flag of RunConfig's option ``name`` (for messages)."""
+    return next(flag for flag in option_flags(RunConfig)[name] if flag.startswith("--"))
 
 
 def _own_default(axis: Axis, spec: OptionSpec) -> tuple[bool, Any]:
@@ -462,7 +465,7 @@ def _variant_params(config: RunConfig, values: dict[str, Any]) -> RunConfig:
                     given[spec.field_name] = value
             elif value is not None and not (own and value == default):
                 owners = " or ".join(spec.defaults)
-                raise ConfigError(f"{spec.flag} is for {_flag(group_name, option_name)} {owners}")
+                raise ConfigError(f"{spec.flag} is for {_flag(option_name)} {owners}")
         try:
             axis.variants()[chosen].make_params(given)
         except ValueError as error:

@@ -177,6 +177,12 @@ def test_two_plugin_variants_declaring_one_flag_are_refused_naming_both(monkeypa
     with pytest.raises(ConfigError, match="^--region is for --backlog-publisher a or b$"):  # one flag, theirs
         parse([*REQUIRED, "--region", "x"])
 
+    monkeypatch.setattr(run_config, "publishers", lambda: {**publishers(), "o": _variant(
+        BacklogPublisher, "o", workers=param(1, "A field named as the ventilator's own option."))})
+    with pytest.raises(run_config.VariantsError, match="^--workers is the ventilator's own option and a parameter "
+                                                      "of 'o' "):
+        parse(REQUIRED)
+
 
 def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path):
     """run_config.py found every variant (and exited on a broken plugin) when imported: now the options are made
