@@ -98,23 +98,31 @@ class Deferred:
 
 
 class DeferredCommand(SectionedCommand):
-    """A command whose options are made on first use (parsing, --help), by ``options`` (a decorator that adds
-    them, as :func:`add_options` does): importing its module finds no variant and never exits; a variant
-    that cannot be loaded is a :class:`click.ClickException` (one line) then."""
+    """A command whose options are made on first use (parsing, --help, a look at ``params``), by ``options``
+    (a decorator that adds them, as :func:`add_options` does): importing its module finds no variant and
+    never exits; a variant that cannot be loaded is a :class:`click.ClickException` (one line) then."""
+
+    _options: Callable[[Callable], Callable] | None = None
+    _params: list[click.Parameter]
 
     def __init__(self, *args, options: Callable[[Callable], Callable], **kwargs):
         super().__init__(*args, **kwargs)
-        self._options: Callable[[Callable], Callable] | None = options
+        self._options = options
 
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+    @property  # click's attribute, made on first use
+    def params(self) -> list[click.Parameter]:
         if self._options is not None:
             add, self._options = self._options, None
 
             def holder() -> None: ...
 
             add(holder)
-            self.params = [*reversed(getattr(holder, "__click_params__", [])), *self.params]
-        return super().get_params(ctx)
+            self._params = [*reversed(getattr(holder, "__click_params__", [])), *self._params]
+        return self._params
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self._params = value
 
 
 def click_option(f: dataclasses.Field, section: str = "") -> Callable:
