@@ -127,6 +127,15 @@ def fake_install(site: Path, name: str, entry_points: str, modules: dict[str, st
      {"broken_plugin_bert": "from common.objectives.tokens import TokensObjective\n"
                             "class Bert(TokensObjective):\n    name = 'bert'\n"},
      "two Objectives named 'bert': common.objectives.bert.BertObjective and broken_plugin_bert.Bert"),
+    # a field of the name and type of BERT's --dupe-factor, not declared shared: no silent share of one flag
+    ("[mlm_pipeline.objectives]\ncopies = broken_plugin_copies:Copies\n",
+     {"broken_plugin_copies": "from dataclasses import dataclass\n"
+                              "from common.objectives.tokens import TokensObjective\n"
+                              "from common.params import param\n"
+                              "@dataclass(frozen=True)\nclass P:\n    dupe_factor: int = param(3, 'Copies.')\n"
+                              "class Copies(TokensObjective):\n    name = 'copies'\n    Params = P\n"},
+     "--dupe-factor is declared by 'albert' (common.objectives.albert.AlbertObjective) and by 'copies' "
+     "(broken_plugin_copies.Copies): two variants share a flag only if both declare it shared"),
 ])
 def test_a_broken_or_clashing_plugin_is_one_line_before_any_work(tmp_path, entry_points, modules, says):
     fake_install(tmp_path / "site", "broken-plugin", entry_points, modules)
