@@ -404,8 +404,13 @@ def axis_specs() -> list[tuple[Axis, list[OptionSpec]]]:
         raise ConfigError(str(clash)) from None
     own = {flag: name for name, flags in option_flags(RunConfig).items() for flag in flags}
     owner: dict[str, Axis] = {}
+    job_field: dict[str, OptionSpec] = {}  # the job's values go by field name (job.params): one flag each
     for axis, specs in by_axis:
         for spec in specs:
+            other = job_field.setdefault(spec.field_name, spec) if axis.choice is None else spec
+            if other.flag != spec.flag:
+                raise ConfigError(f"{other.flag} ({other.declared_by}) and {spec.flag} ({spec.declared_by}) set "
+                                  f"one job parameter, {spec.field_name}: rename one of the fields")
             flags = [spec.flag, f"--no-{spec.flag[2:]}"] if spec.type is bool else [spec.flag]
             taken = next((flag for flag in flags if flag in own), None)
             if taken:

@@ -177,6 +177,15 @@ def test_two_plugin_variants_declaring_one_flag_are_refused_naming_both(monkeypa
     with pytest.raises(ConfigError, match="^--region is for --backlog-publisher a or b$"):  # one flag, theirs
         parse([*REQUIRED, "--region", "x"])
 
+    from common.objectives import objectives
+
+    flagged = _variant(objectives()["tokens"], "flagged", dupe_factor=param(2, "Copies.", flag="--flagged-copies"))
+    monkeypatch.setattr(run_config, "objectives", lambda: {**objectives(), "flagged": flagged})
+    with pytest.raises(run_config.VariantsError, match=r"^--dupe-factor \('albert'.*\) and --flagged-copies "
+                                                      r"\('flagged' \(plugin.Flagged\)\) set one job parameter"):
+        parse(REQUIRED)  # a flag of its own, but the job's values go by field name: --dupe-factor would set it
+    monkeypatch.setattr(run_config, "objectives", objectives)
+
     monkeypatch.setattr(run_config, "publishers", lambda: {**publishers(), "o": _variant(
         BacklogPublisher, "o", workers=param(1, "A field named as the ventilator's own option."))})
     with pytest.raises(run_config.VariantsError, match="^--workers is the ventilator's own option and a parameter "
