@@ -335,9 +335,10 @@ class Manifest:
                     self._count(entry)
 
     def _sides(self) -> frozenset[str]:
-        if self._side_names is None:
-            self._side_names = _side_splits()
-        return self._side_names
+        names = getattr(self, "_side_names", None)  # (a Manifest made without __init__ counts too)
+        if names is None:
+            names = self._side_names = _side_splits()
+        return names
 
     def _count(self, entry: dict) -> None:
         self.done[entry["task"]] = entry.get("version", "")
