@@ -29,6 +29,7 @@ from common.tasks import Task
 from loader.shards import ShardList, splits
 from report import build, page
 from sink.server import manifest_entry
+from sink.verify import verify_output
 from tests.helpers import REPO
 from worker.pipeline import TaskProcessor
 
@@ -136,6 +137,15 @@ def test_a_plugin_steps_side_and_counters_are_described_everywhere(output, plugi
     off = {**info, "demo-validation": None}
     assert "--demo-every none → 3" not in dataset_info.changed_options(off, info)
     assert "--demo-every 0 → 3" in dataset_info.changed_options(off, info)
+
+    # mlm-verify checks each side's totals against the manifest's files of that side
+    assert verify_output(storage).problems == []
+    wrong = {**info, "dev_totals": {**info["dev_totals"], "shards": 2}}
+    storage.put_bytes(dataset_info.DATASET_INFO, json.dumps(wrong).encode())
+    assert verify_output(storage).problems == [f"dataset_info.json counts {info['dev_totals']['records']} records in 2 "
+                                               f"files on the development side, the manifest "
+                                               f"{info['dev_totals']['records']} in 1"]
+    storage.put_bytes(dataset_info.DATASET_INFO, json.dumps(info).encode())
 
     card = storage.get_bytes(dataset_card.CARD_NAME).decode()
     assert '  - split: dev\n    path: "dev/part-*.parquet"' in card
