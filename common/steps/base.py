@@ -37,7 +37,7 @@ import abc
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -252,7 +252,7 @@ class Describes:
         return []
 
     @classmethod
-    def report(cls, counters: dict[str, int], read) -> dict:
+    def report(cls, counters: dict[str, int], read: Callable[[str, int], bytes | None]) -> dict:
         """Its section of report.json from its counters over the job; ``read(name, limit)`` reads a file of
         the output (at most ``limit`` bytes; None when absent)."""
         return {"counters": counters}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Callable
 
 from common.dedup import stages as dedup_stages
 from common.dedup.keys import KeyMaker
@@ -116,7 +117,7 @@ class Dedup(Step):
         return {"mode": "--dedup", "partitions": "--dedup-partitions"}.get(key) or "--minhash-" + key.replace("_", "-")
 
     @classmethod
-    def report(cls, counters: dict[str, int], read) -> dict:
+    def report(cls, counters: dict[str, int], read: Callable[[str, int], bytes | None]) -> dict:
         """Its counters, and the documents per cluster (clusters.jsonl: the kept one and its removed copies;
         ``sizes`` as a list of values, drawn as the section's histogram)."""
         section: dict = {"counters": counters}
