@@ -25,8 +25,6 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.holdout import SPLIT as HOLDOUT_SPLIT
 from common.manifest import read_entries, shard_files
 from common.outputs import TRAIN, split_of
 
@@ -50,13 +48,15 @@ def _q(text) -> str:
     return json.dumps(str(text))
 
 
-#: Hugging Face's names for this project's sides: the training side, the held-out side (--holdout-fraction).
-HF_SPLITS = {TRAIN: "train", HOLDOUT_SPLIT: "validation"}
-
-
 def hf_split(split: str) -> str:
-    """A side's split name in the card: train, validation (held out), or a step's own split by its name."""
-    return HF_SPLITS.get(split, split)
+    """A side's split name in the card: train, the step's name for its side (``Side.card_split``: validation
+    for the held-out side), or a step's own split by its name."""
+    from common.steps import side_named
+
+    if split == TRAIN:
+        return "train"
+    side = side_named(split)
+    return side.card_split if side is not None and side.card_split else split
 
 
 @dataclass
@@ -154,7 +154,6 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
     lines.append("---")
     params = ", ".join(f"{k}={v}" for k, v in sorted(objective.items()) if k != "name")
     specials = ", ".join(f"{role} {s['token']!s} ({s['id']})" for role, s in tokenizer["special_tokens"].items() if s)
-    holdout = info.get("holdout")
     body = [
         "",
         f"# mlm-pipeline: {objective['name']} pretraining data",
@@ -197,8 +196,7 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
         "- columns: " + ", ".join(f"`{name}` {spec['dtype']}{spec['shape']}" for name, spec in columns)
         + (" (Hugging Face's names; `labels`: -100 but at the masked positions, which hold the original ids)"
            if hf_names else ""),
-        f"- held out: {holdout['fraction']} of the documents (seed {holdout['seed']}), under `{HOLDOUT_DIRECTORY}/`"
-        if holdout else "- held out: nothing (no --holdout-fraction)",
+        *_step_lines(info),
         f"- length bins of {info['format_params']['bin_size']} tokens: `bin-K/` holds lengths in ((K-1)·N, K·N]"
         if binned else "- length bins: none (no --bin-size)",
         "",
@@ -218,6 +216,13 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
         "",
     ]
     return "\n".join(lines + body)
+
+
+def _step_lines(info: dict) -> list[str]:
+    """The described steps' lines of the Records list (``Step.card_lines``), from their dataset_info sections."""
+    from common.steps import described_steps
+
+    return [line for step in described_steps() for line in step.card_lines(info.get(step.name))]
 
 
 def write_card(output, config, reading: str = "") -> None:

@@ -7,7 +7,8 @@ format and its parameters, every feature's name, dtype and shape as the files
 hold it, the tokenizer (model, vocabulary size, special tokens' ids,
 lower-casing, the sha256 of its JSON, and the JSON itself as tokenizer.json), the objective with every parameter
 (sequence length and predictions per sequence named at the top), the reader,
-holdout and dedup settings, the totals, and the command and version that made
+each step's own section (``Step.info_section``: the held-out split's and dedup's
+settings), each side's totals, the totals, and the command and version that made
 the output.  ``mlm-verify`` checks every file against it (:func:`check_columns`).
 """
 
@@ -56,7 +57,6 @@ def tokenizer_identity(tokenizer_json: str) -> dict:
 
 def describe(config, totals: dict, complete: bool) -> dict:
     """The description of the output ``config`` makes (``totals``: the manifest's, as the sink keeps them)."""
-    from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
     from common.objectives import objective_named
     from common.writers import writer_named
 
@@ -69,7 +69,7 @@ def describe(config, totals: dict, complete: bool) -> dict:
     # Every parameter, the opt-in switches the job does not record (common/params.py) included.
     objective_params = dataclasses.asdict(objective.params)
     writer_fields = dataclasses.asdict(writer_params)
-    segment, held, dedup = config.step("segment"), config.step("holdout"), config.step("dedup")
+    segment = config.step("segment")
     info = {
         "info_version": INFO_VERSION,
         "format": config.writer.name,
@@ -89,9 +89,6 @@ def describe(config, totals: dict, complete: bool) -> dict:
         # identity: the same corpus behind another address is the same job)
         "input": {"uri": config.data_uri, "task_size": config.task_size, "read_mode": config.read_mode,
                   "s3_endpoint_url": config.s3_endpoint_url or None},
-        "holdout": ({"fraction": held.params["fraction"], "seed": held.params["seed"],
-                     "directory": HOLDOUT_DIRECTORY} if held else None),
-        "dedup": dict(dedup.params) if dedup else None,
         # every step of the job in order, with its parameters (the word segmenter's, a plugin step's)
         "steps": [{"name": step.name, **step.params} for step in config.steps],
         "job": config.job_id,
@@ -100,10 +97,27 @@ def describe(config, totals: dict, complete: bool) -> dict:
         "files": totals.get("shards", 0),
         "documents": totals.get("documents", 0),
         "tokens": totals.get("tokens", 0),
-        "holdout_totals": dict(totals["holdout"]) if "holdout" in totals else None,
         "made_by": {"command": config.command, "version": config.version},
     }
+    info.update(step_sections(config, totals))
     return info
+
+
+def step_sections(config, totals: dict) -> dict:
+    """The steps' own parts of the description: each described step's section under its name (``null`` when the
+    job runs without it), and the totals of each side (``<split>_totals``) of those steps and the job's."""
+    from common.steps import described_steps, step_named
+
+    sections: dict = {}
+    described = described_steps()
+    for step_class in described:
+        component = config.step(step_class.name)
+        sections[step_class.name] = step_class.info(component.params) if component else None
+    in_job = [step_named(step.name) for step in config.steps]
+    for step_class in dict.fromkeys([*described, *in_job]):
+        for side in step_class.sides:
+            sections[f"{side.split}_totals"] = dict(totals[side.split]) if side.split in totals else None
+    return sections
 
 
 def write(output, config, totals: dict, complete: bool) -> None:
@@ -140,13 +154,14 @@ def special_token_ids(info: dict | None) -> dict[str, int]:
 #: The options that set the description's settings outside a component's own parameters.
 _SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-size", ("segmenter",): "--segmenter",
                   ("objective", "name"): "--objective", ("writer", "name"): "--output-format",
-                  ("reader", "name"): "--format", ("holdout", "fraction"): "--holdout-fraction",
-                  ("holdout", "seed"): "--holdout-seed", ("tokenizer", "sha256"): "the tokenizer",
-                  ("dedup", "mode"): "--dedup", ("dedup", "partitions"): "--dedup-partitions"}
+                  ("reader", "name"): "--format", ("tokenizer", "sha256"): "the tokenizer"}
 
 
-#: Steps whose settings have a section of their own in the description (compared there).
-_STEPS_WITH_SECTIONS = {"segment", "holdout", "dedup"}
+def _steps_with_sections() -> set[str]:
+    """Steps whose settings have a section of their own in the description (compared there)."""
+    from common.steps import described_steps
+
+    return {"segment"} | {step.name for step in described_steps()}
 
 
 def _changed_steps(old: list, new: list) -> list[str]:
@@ -159,7 +174,7 @@ def _changed_steps(old: list, new: list) -> list[str]:
 
     before, after = by_name(old), by_name(new)
     changes = []
-    for name in sorted((set(before) | set(after)) - _STEPS_WITH_SECTIONS):
+    for name in sorted((set(before) | set(after)) - _steps_with_sections()):
         if name not in before or name not in after:
             changes.append(f"--add-step {name} {'added' if name in after else 'removed'}"
                            if name not in ("words",) else
@@ -184,12 +199,15 @@ def changed_options(old: dict, new: dict) -> list[str]:
     in the description: an empty list with differing job ids (and both descriptions listing their steps) means
     the corpus changed."""
     from common.params import flag_of
+    from common.steps import described_steps
+
+    described = {step.name: step for step in described_steps()}
 
     def flag(section: str, key: str) -> str:
         if (section, key) in _SETTING_FLAGS:
             return _SETTING_FLAGS[(section, key)]
-        if section == "dedup":
-            return "--minhash-" + key.replace("_", "-")
+        if section in described:
+            return described[section].setting_flag(key)
         named = {"objective": "common.objectives:objective_named", "writer": "common.writers:writer_named",
                  "reader": "common.readers:reader_named"}.get(section)
         if named and isinstance(new.get(section), dict):
@@ -208,7 +226,7 @@ def changed_options(old: dict, new: dict) -> list[str]:
     changes = []
     if isinstance(old.get("steps"), list) and isinstance(new.get("steps"), list):
         changes += _changed_steps(old["steps"], new["steps"])
-    for section in ("input", "tokenizer", "reader", "segmenter", "objective", "writer", "holdout", "dedup"):
+    for section in ("input", "tokenizer", "reader", "segmenter", "objective", "writer", *described):
         before, after = old.get(section), new.get(section)
         if before == after:
             continue
@@ -218,12 +236,12 @@ def changed_options(old: dict, new: dict) -> list[str]:
                 changes.append("the tokenizer (its sha256)")
             continue
         if not isinstance(before, dict) or not isinstance(after, dict):  # a step on one side only, or a name
-            key = {"holdout": "fraction", "dedup": "mode"}.get(section)
-            if key is None:
+            switch = described[section].info_section if section in described else None
+            if switch is None:
                 changes.append(f"{_SETTING_FLAGS.get((section,), '--' + section)} {shown(before)} → {shown(after)}")
             else:
-                off = {"fraction": 0, "mode": "none"}[key]
-                changes.append(f"{_SETTING_FLAGS[(section, key)]} {shown((before or {}).get(key, off))} → "
+                key, off = switch.switch, switch.off
+                changes.append(f"{flag(section, key)} {shown((before or {}).get(key, off))} → "
                                f"{shown((after or {}).get(key, off))}")
             continue
         if "name" in before and before.get("name") != after.get("name"):  # another variant: its own parameters

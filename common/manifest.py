@@ -31,17 +31,23 @@ log = logging.getLogger(__name__)
 MANIFEST_NAME = "manifest.jsonl"
 
 #: The fields of a manifest line; any other field holding a map is a step's (or split's) counters
-#: (AckStats.counters), summed in the totals under its name ("dedup", "holdout").
+#: (AckStats.counters), summed in the totals under its name (a step's, or a side's split).
 LINE_FIELDS = frozenset({"task", "job", "source", "start", "end", "version", "shards", "shard", "records",
                          "documents", "skipped", "tokens", "bytes", "worker", "at", "seconds", "bytes_in", "stage",
                          "files", "totals", "skipped_documents", "tasks", "bytes_written", "quarantined", "this_run",
                          "dropped_messages", "cost", "reason", "complete", "cpu_seconds", "output_tokens"})
-#: Lines written before protocol 5 counted the held-out side's documents, tokens and records under
-#: "holdout" but not its files (marked ``"holdout": true``): those are counted from the line's files.
-LEGACY_SPLIT = "holdout"
 #: A stage task's counter saying it ran without some task of an earlier stage (quarantined): its results,
 #: and what was built on them, are done again at the next load.
 WITHOUT_EARLIER_TASKS = "signature_tasks_skipped"
+
+
+def _side_splits() -> frozenset[str]:
+    """The splits of the steps' sides.  Lines written before protocol 5 counted a side's documents, tokens and
+    records under its split but not its files (the held-out side's, marked by the step's old flag: see
+    ``common.outputs.split_of``): those are counted from the line's files."""
+    from common.steps import sides
+
+    return frozenset(side.split for side in sides())
 
 
 def counters(entry: dict) -> dict[str, dict]:
@@ -73,7 +79,7 @@ class Work:
 
 def _output_files(entry: dict) -> list[str]:
     """The files of a line that a writer wrote (shards on every side, a format's finish files), not a
-    dedup stage's."""
+    step's stage's."""
     from common.writers import is_output_file
 
     return [f["name"] for f in shard_files(entry) + stage_files(entry) if is_output_file(f["name"])]
@@ -118,8 +124,8 @@ def _parse_lines(data: bytes) -> tuple[list[dict], int]:
 def shard_files(entry: dict) -> list[dict]:
     """The files a manifest line lists: each has name (relative to the
     output root), records, sha256 and bytes, and ``split`` for a file of
-    another side than training (``"holdout"``: ``holdout/part-*``,
-    --holdout-fraction; older lines say ``"holdout": true``:
+    another side than training (a step's ``Side``: the held-out side's
+    ``holdout/part-*``; older lines carry the step's own mark:
     :func:`common.outputs.split_of`)."""
     return entry.get("shards") or []
 
@@ -191,6 +197,7 @@ class Manifest:
         self.resumed = False  # it held lines when loaded: files of an earlier run may be there
         self._handle = None
         self._dirty = False
+        self._side_names: frozenset[str] | None = None  # the steps' sides' splits, found at the first count
 
     def load(self) -> dict[str, str]:
         """Read what is there, cut a torn tail, check it is this job's: the
@@ -327,6 +334,12 @@ class Manifest:
                 if entry["task"] not in self.done:
                     self._count(entry)
 
+    def _sides(self) -> frozenset[str]:
+        names = getattr(self, "_side_names", None)  # (a Manifest made without __init__ counts too)
+        if names is None:
+            names = self._side_names = _side_splits()
+        return names
+
     def _count(self, entry: dict) -> None:
         self.done[entry["task"]] = entry.get("version", "")
         self.work.add(entry)
@@ -340,7 +353,7 @@ class Manifest:
             section = totals.setdefault(name, {})
             for key, count in values.items():
                 section[key] = section.get(key, 0) + count
-            if name == LEGACY_SPLIT and "shards" not in values:  # a line before protocol 5 (see LEGACY_SPLIT)
+            if "shards" not in values and name in self._sides():  # a line before protocol 5 (_side_splits)
                 section["shards"] = section.get("shards", 0) + sum(1 for f in files if split_of(f) == name)
         totals["records"] += entry.get("records", 0)
         totals["documents"] += entry.get("documents", 0)

@@ -30,17 +30,26 @@ class ShardFile:
     sha256: str
     bytes: Count
     #: Which side of the output the file is on: "" the training side, else the name of the split that made
-    #: it ("holdout": --holdout-fraction's held-out side, under holdout/).
+    #: it (a step's ``Side.split``: the held-out side's, under its directory).
     split: str = TRAIN
 
 
+#: The fields of a file as a manifest line lists it (:func:`manifest_file`).
+FILE_FIELDS = frozenset({"name", "records", "sha256", "bytes", "split"})
+
+
 def split_of(listed: dict) -> str:
-    """The split of a file as a manifest line lists it: its ``split``, or ``"holdout"`` for lines written
-    before splits had names (they said ``"holdout": true``)."""
+    """The split of a file as a manifest line lists it: its ``split``; for a line written before splits had
+    names, the one whose old mark it carries (each step knows its own: ``Step.legacy_split``, e.g. the held-out
+    side's files said ``"holdout": true``); else the training side."""
     split = listed.get("split")
     if split:
         return str(split)
-    return "holdout" if listed.get("holdout") else TRAIN
+    if listed.keys() <= FILE_FIELDS:  # the common case: a training file, no step asked
+        return TRAIN
+    from common.steps import legacy_split
+
+    return legacy_split(listed) or TRAIN
 
 
 def manifest_file(shard: ShardFile) -> dict:

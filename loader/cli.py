@@ -17,7 +17,7 @@ from loader.batches import ServingParams
 from loader.masking import MaskingParams
 from loader.sample_masking import SampleMasking
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
-from loader.shards import SPLITS, DatasetError, open_dataset
+from loader.shards import DatasetError, open_dataset, splits
 from loader.token_batches import TokenBudget
 from loader.token_layout import LAYOUTS
 
@@ -99,13 +99,20 @@ def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
     return dataclasses.replace(tokens, masking=masking, pad_id=specials.get("pad", tokens.pad_id))
 
 
+def _split_help() -> str:
+    """``--split``'s help, naming each step's side (``Step.sides``) and what makes it."""
+    from common.steps import sides
+
+    named = ", or ".join(f"the {side.label} side ({side.flag})" for side in sides())
+    return f"The side to serve: the training side{', or ' + named if named else ''} for evaluation."
+
+
 @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
 @click.option("--data", required=True, metavar="OUT", show_envvar=True,
               help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), read "
                    "through its manifest.")
-@click.option("--split", type=click.Choice(SPLITS), default="train", show_envvar=True,
-              help="The side to serve: the training side, or the held-out side (--holdout-fraction) for evaluation.")
+@click.option("--split", type=click.Choice(splits()), default="train", show_envvar=True, help=_split_help())
 @click.option("--allow-partial", is_flag=True, show_envvar=True,
               help="Serve an output whose job has not finished (no summary.json, or tasks quarantined): what is "
                    "in its manifest so far.")

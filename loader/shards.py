@@ -41,12 +41,20 @@ class ListedFile(NamedTuple):
     name: str  # relative to the output root
     records: int
     size: int | None  # bytes, when the line says (the older single-shard shape does not)
-    split: str  # its side: "" training, "holdout" held out (--holdout-fraction), or another step's split
+    split: str  # its side: "" training, else the split of the step's side that made it (Step.sides)
     sha256: str | None = None  # what the worker wrote, when the line says: checked before a shard is served
 
 
-#: What ``--split`` chooses between: the training side, or the held-out side for evaluation.
-SPLITS = ("train", "holdout")
+#: The training side's name for ``--split``.
+TRAIN_SPLIT = "train"
+
+
+def splits() -> tuple[str, ...]:
+    """What ``--split`` chooses between: the training side, or a step's side (``Step.sides``: the held-out
+    side, a plugin's) for evaluation."""
+    from common.steps import sides
+
+    return (TRAIN_SPLIT, *(side.split for side in sides()))
 
 
 def entry_files(entry: dict) -> list[ListedFile]:
@@ -140,7 +148,7 @@ class ShardList:
 
     @classmethod
     def from_entries(cls, entries: list[dict], split: str = "train") -> ShardList:
-        """The files of one side (``train`` or ``holdout``) that hold records, in task order."""
+        """The files of one side (``train`` or a step's side) that hold records, in task order."""
         files = cls.listed(entries, split)
         for file in files:
             format_for(file.name)
@@ -152,11 +160,12 @@ class ShardList:
 
     @staticmethod
     def listed(entries: list[dict], split: str = "train", with_records_only: bool = True) -> list[ListedFile]:
-        if split not in SPLITS:
-            raise DatasetError(f"--split {split}: choose one of {', '.join(SPLITS)}")
+        known = splits()
+        if split not in known:
+            raise DatasetError(f"--split {split}: choose one of {', '.join(known)}")
         # Only the training split's files are training data: a split a step names otherwise is not (it
         # is counted apart from the training side, as the sink's totals count it).
-        side = TRAIN if split == "train" else split
+        side = TRAIN if split == TRAIN_SPLIT else split
         return [file for entry in sorted(entries, key=lambda e: str(e.get("task", "")))
                 for file in entry_files(entry) if (file.records > 0 or not with_records_only) and file.split == side]
 
@@ -202,8 +211,11 @@ def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train"
         log.warning("%s: the manifest ends with %d bytes of an incomplete line; serving the complete lines", uri, torn)
     shards = ShardList.from_entries(entries, split)
     if shards.records == 0:
-        if split == "holdout":
-            raise DatasetError(f"--data {uri}: no held-out side (the job was run without --holdout-fraction)")
+        from common.steps import side_named
+
+        side = side_named(split)
+        if side is not None:
+            raise DatasetError(f"--data {uri}: no {side.label} side (the job was run without {side.flag})")
         raise DatasetError(f"--data {uri}: the manifest lists no records")
     check_shards_present(storage, uri, ShardList.listed(entries, split))
     return storage, shards

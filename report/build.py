@@ -17,6 +17,8 @@ import json
 import logging
 import time
 
+import numpy as np
+
 from common import dataset_info
 from common.manifest import MANIFEST_NAME, read_published, shard_files, stage_files
 from common.output_lock import LOCK_NAME  # a run's lock (and its takeover marker): the job's
@@ -29,13 +31,16 @@ log = logging.getLogger("report")
 
 REPORT_DIRECTORY = "report"
 SUMMARY_NAME = "summary.json"
-CLUSTERS_NAME = "dedup/clusters.jsonl"
-#: Files a job writes beside the shards the manifest lists (its own records, and the formats' job files).
+#: Files a job writes beside the shards the manifest lists (its own records, and the formats' job files; a
+#: step's own files are under its ``directories``, each side's data path list in the side's directory).
 JOB_FILES = {MANIFEST_NAME, SUMMARY_NAME, dataset_info.DATASET_INFO, dataset_info.TOKENIZER_NAME, "README.md",
-             "megatron_data_path.txt", "holdout/megatron_data_path.txt", "megatron/merge-plan.msgpack",
-             "dedup/plan.bin"}
-#: Of dedup/clusters.jsonl, at most this many bytes are read (cluster sizes are a sample beyond it).
-CLUSTERS_LIMIT = 16 << 20
+             "megatron_data_path.txt", "megatron/merge-plan.msgpack"}
+
+
+def _job_files() -> set[str]:
+    from common.steps import sides
+
+    return JOB_FILES | {f"{side.directory}/megatron_data_path.txt" for side in sides()}
 
 
 def _json(storage, name: str, problems: list[str]) -> dict | None:
@@ -133,8 +138,12 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
         problems.append(f"missing shard: {name} is in the manifest, not in the output")
     if len(missing) > 20:
         problems.append(f"... and {len(missing) - 20} more missing files")
-    foreign = sorted(name for name in sizes if name not in listed and name not in JOB_FILES
-                     and not name.startswith(f"{REPORT_DIRECTORY}/") and not name.startswith("dedup/")
+    from common.steps import reported_steps, step_directories
+
+    job_files = _job_files()
+    own = tuple(f"{directory}/" for directory in (REPORT_DIRECTORY, *step_directories()))
+    foreign = sorted(name for name in sizes if name not in listed and name not in job_files
+                     and not name.startswith(own)
                      and not _format_job_file(name, directories) and not name.startswith(LOCK_NAME))
     for name in foreign[:20]:
         base = name.rsplit("/", 1)[-1]
@@ -164,12 +173,13 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
             return False
 
     record_files = _record_files(entries, holds_records)
-    sides = {"train": stats.SideStats(vocab_size, specials), "holdout": stats.SideStats(vocab_size, specials)}
+    numbers = stats.manifest_numbers(entries)
+    sides = {side: stats.SideStats(vocab_size, specials) for side in numbers["sides"]}
     read_bytes = read_files = 0
-    for side, held in (("train", False), ("holdout", True)):
+    for side in sides:
         candidates = [f for f in record_files
-                      if split_of(f) == ("holdout" if held else "") and f["name"] not in missing]
-        share = budget_bytes if side == "train" else max(budget_bytes // 4, 1)
+                      if stats.side_name(split_of(f)) == side and f["name"] not in missing]
+        share = budget_bytes if side == stats.TRAIN_SIDE else max(budget_bytes // 4, 1)
         for f in choose_files(candidates, share):
             name = f["name"]
             data = storage.get_bytes(name)
@@ -192,7 +202,6 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
             if columns is not None:
                 sides[side].add(columns)
 
-    numbers = stats.manifest_numbers(entries)
     total_bytes = sum(side["bytes"] for side in numbers["sides"].values())
     report: dict = {
         "output": storage.uri(""),
@@ -214,23 +223,20 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
         "skipped_documents": numbers["skipped"],
         "mean_tokens_per_document_by_task": numbers["mean_tokens_per_document_by_task"],
         "tokens_per_document": numbers["tokens_per_document"],  # every document, from the workers' bins
-        "dedup": None,
+        **{step.name: None for step in reported_steps()},
         "throughput": stats.throughput(entries),
         "cost": (summary or {}).get("cost"),
         "run": {key: (summary or {}).get(key) for key in ("reason", "complete", "this_run", "quarantined")},
     }
-    if numbers["dedup"] or (summary or {}).get("dedup"):
-        report["dedup"] = {"counters": (summary or {}).get("dedup") or numbers["dedup"]}
-        clusters = storage.get_bytes(CLUSTERS_NAME, limit=CLUSTERS_LIMIT)
-        if clusters is not None:
-            lines = []
-            for raw in clusters.splitlines():
-                try:
-                    lines.append(json.loads(raw))
-                except ValueError:
-                    break  # the last line, cut by the limit
-            report["dedup"].update(stats.cluster_sizes(lines))
-            report["dedup"]["clusters_sampled"] = len(clusters) >= CLUSTERS_LIMIT
+    for step in reported_steps():  # each step's own section (Step.report_section), when the job ran it
+        counted = (summary or {}).get(step.name) or numbers["counters"].get(step.name)
+        if not counted:
+            continue
+        section = step.report(counted, lambda name, limit: storage.get_bytes(name, limit=limit))
+        key = step.report_section.histogram if step.report_section else ""
+        if key and isinstance(section.get(key), list):  # its values, as a distribution
+            section[key] = stats._distribution(np.asarray(section[key], dtype=np.int64))
+        report[step.name] = section
     report["unknown_text"] = _unknown_text(info, tokenizer, specials, input_budget_bytes, input_storage_opener)
     report["seconds"] = round(time.monotonic() - started, 3)
     return report

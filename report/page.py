@@ -72,6 +72,40 @@ def _figure(svg: str | None, missing: str) -> str:
     return f"<figure>{svg}</figure>" if svg else f"<p class=note>{_e(missing)}</p>"
 
 
+def _records_read(read: dict) -> str:
+    """"N training and M held-out": the records read on each side (the training side's first)."""
+    from common.steps import side_named
+
+    def label(side: str) -> str:
+        known = side_named(side)
+        return known.label if known is not None else side
+
+    named = [f"{read.get('train', 0):,} training"] + [f"{n:,} {label(side)}" for side, n in read.items()
+                                                        if side != "train"]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+
+
+def _step_sections(report: dict) -> list[str]:
+    """Each reporting step's section (``Step.report_section``): its counters, and its histogram."""
+    from common.steps import reported_steps
+
+    parts = []
+    for step in reported_steps():
+        spec = step.report_section
+        if spec is None:
+            continue
+        parts.append(f"<h2>{_e(spec.title)}</h2>")
+        section = report.get(step.name)
+        if not section:
+            parts.append(f"<p>{_e(spec.absent)}</p>")
+            continue
+        parts.append(_table(["counter", "value"], [[_e(k), _n(v)] for k, v in section["counters"].items()]))
+        if spec.histogram and (section.get(spec.histogram) or {}).get("count"):
+            parts.append(_figure(plots.histograms({"train": section[spec.histogram]}, spec.x_label, spec.y_label),
+                                 ""))
+    return parts
+
+
 def render(report: dict) -> str:
     parts = []
     objective = report.get("objective") or {}
@@ -93,8 +127,7 @@ def render(report: dict) -> str:
     parts.append("<h2>Sample</h2>")
     parts.append(f"<p id=sample>Read {sample['files_read']:,} of {sample['files_total']:,} files, "
                  f"{sample['bytes_read'] / 1e6:,.1f} of {sample['bytes_total'] / 1e6:,.1f} MB ({_pct(fraction, 1)}): "
-                 f"{sample['records_read'].get('train', 0):,} training and "
-                 f"{sample['records_read'].get('holdout', 0):,} held-out records. Counts below marked "
+                 f"{_records_read(sample['records_read'])} records. Counts below marked "
                  "<em>sampled</em> come from them; the others are the manifest's, exact.</p>")
 
     parts.append("<h2>Documents, sequences and tokens</h2>")
@@ -188,15 +221,7 @@ def render(report: dict) -> str:
     parts.append(_table(["reason", "documents"], [[_e(k), _n(v)] for k, v in skipped.items()])
                  if skipped else "<p>None.</p>")
 
-    parts.append("<h2>Dedup</h2>")
-    dedup = report.get("dedup")
-    if dedup:
-        parts.append(_table(["counter", "value"], [[_e(k), _n(v)] for k, v in dedup["counters"].items()]))
-        if dedup.get("clusters"):
-            parts.append(_figure(plots.histograms({"train": dedup["sizes"]}, "documents in a cluster", "clusters"),
-                                 ""))
-    else:
-        parts.append("<p>The job ran without --dedup.</p>")
+    parts += _step_sections(report)
 
     parts.append("<h2>Throughput</h2>")
     throughput = report.get("throughput")

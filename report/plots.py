@@ -19,7 +19,7 @@ from common.lazy_import import LazyModule
 plt = LazyModule("matplotlib.pyplot")
 
 WIDTH, HEIGHT = 6.4, 2.8
-COLOURS = {"train": "#1f77b4", "holdout": "#ff7f0e"}
+COLOURS = {"train": "#1f77b4"}  # the training side's; a step's side has its own (``Side.colour``)
 #: The line drawn over every other in the throughput plot.
 OVERALL_COLOUR = "#000000"
 #: Fonts a glyph is looked for in, in order (matplotlib falls back glyph by glyph): DejaVu Sans (matplotlib's own:
@@ -86,7 +86,7 @@ def histograms(distributions: dict[str, dict], xlabel: str, ylabel: str = "recor
     figure, axes = plt.subplots(figsize=(WIDTH, HEIGHT))
     for side, distribution in drawn.items():
         histogram = distribution["histogram"]
-        axes.stairs(histogram["counts"], histogram["edges"], label=side, color=COLOURS.get(side),
+        axes.stairs(histogram["counts"], histogram["edges"], label=side, color=colour(side),
                     fill=len(drawn) == 1, alpha=0.8)
     if log_x:
         axes.set_xscale("log", base=2)
@@ -95,6 +95,16 @@ def histograms(distributions: dict[str, dict], xlabel: str, ylabel: str = "recor
     if len(drawn) > 1:
         axes.legend()
     return _svg(figure)
+
+
+def colour(side: str) -> str | None:
+    """A side's colour: the training side's, a step's side's own (``Side.colour``), or None (matplotlib's next)."""
+    from common.steps import side_named
+
+    if side in COLOURS:
+        return COLOURS[side]
+    known = side_named(side)
+    return known.colour or None if known is not None else None
 
 
 def bars(labels: list[str], values: list[float], xlabel: str, percent: bool = False) -> str | None:

@@ -5,7 +5,7 @@
 is sampled: sequence lengths, padding, the tokens as they were before masking
 (``[UNK]`` among them, and a count per id for the top tokens), the masked
 positions and what each became (the measured 80/10/10), and the NSP/SOP
-labels.  The manifest's numbers (documents, skips, dedup, throughput) are
+labels.  The manifest's numbers (documents, skips, the steps' counters, throughput) are
 summed by :func:`manifest_numbers` and :func:`throughput`.
 """
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from common.manifest import counters
 from common.objectives.base import Ragged
 from common.outputs import TRAIN, split_of
 from common.steps.tokenize import tokens_per_document_name
@@ -174,39 +175,67 @@ def _distribution(values: np.ndarray) -> dict:
             "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
 
 
+TRAIN_SIDE = "train"  # the training side's name in the report (its files' split is "")
+
+
+def side_name(split: str) -> str:
+    """A side's name in the report: ``train``, or the split of a step's side."""
+    return split or TRAIN_SIDE
+
+
+def known_sides() -> list[str]:
+    """The report's sides before any line is read: the training side and every known step's (``Step.sides``)."""
+    from common.steps import sides
+
+    return [TRAIN_SIDE] + [side.split for side in sides()]
+
+
+def side_splits(names) -> list[str]:
+    """The splits of the sides but the training one."""
+    return [name for name in names if name != TRAIN_SIDE]
+
+
 def manifest_numbers(entries: list[dict]) -> dict:
-    """Documents, sequences and tokens per side, skips by reason, dedup counters: summed from the lines."""
-    sides = {"train": {"documents": 0, "sequences": 0, "tokens": 0, "files": 0, "bytes": 0},
-             "holdout": {"documents": 0, "sequences": 0, "tokens": 0, "files": 0, "bytes": 0}}
+    """Documents, sequences and tokens per side (the training side, every known step's, and any other the
+    lines' files name), skips by reason, every step's counters: summed from the lines."""
+    def zero() -> dict:
+        return {"documents": 0, "sequences": 0, "tokens": 0, "files": 0, "bytes": 0}
+
+    sides = {name: zero() for name in known_sides()}
+    for entry in entries:
+        if not entry.get("stage"):
+            for f in entry.get("shards") or []:
+                sides.setdefault(side_name(split_of(f)), zero())
     skipped: Counter = Counter()
-    dedup: Counter = Counter()
+    counted: dict[str, Counter] = {}
     per_task_document_tokens = []
-    by_tokens: dict[str, Counter] = {side: Counter() for side in ("train", "holdout")}
+    by_tokens: dict[str, Counter] = {side: Counter() for side in sides}
+    others = side_splits(sides)
     for entry in entries:
         skipped.update(entry.get("skipped") or {})
-        dedup.update(entry.get("dedup") or {})
+        for name, values in counters(entry).items():
+            counted.setdefault(name, Counter()).update(values)
         if entry.get("stage"):
             continue
-        train = sides["train"]
+        train = sides[TRAIN_SIDE]
         train["documents"] += entry.get("documents", 0)
         train["sequences"] += entry.get("records", 0)
         train["tokens"] += entry.get("tokens", 0)
-        held = entry.get("holdout") or {}
-        sides["holdout"]["documents"] += held.get("documents", 0)
-        sides["holdout"]["sequences"] += held.get("records", 0)
-        sides["holdout"]["tokens"] += held.get("tokens", 0)
+        for split in others:  # a side's counts are its step's counters under its split
+            own = entry.get(split) or {}
+            sides[split]["documents"] += own.get("documents", 0)
+            sides[split]["sequences"] += own.get("records", 0)
+            sides[split]["tokens"] += own.get("tokens", 0)
         for f in entry.get("shards") or []:
-            split = split_of(f)
-            if split not in ("", "holdout"):  # a side another step made: neither of these two
-                continue
-            side = sides["holdout" if split else "train"]
+            side = sides[side_name(split_of(f))]
             side["files"] += 1
             side["bytes"] += int(f.get("bytes", 0))
         if entry.get("documents"):
             per_task_document_tokens.append(entry.get("tokens", 0) / entry["documents"])
-        for side_name, split_name in (("train", TRAIN), ("holdout", "holdout")):
-            by_tokens[side_name].update(entry.get(tokens_per_document_name(split_name)) or {})
-    return {"sides": sides, "skipped": dict(sorted(skipped.items())), "dedup": dict(sorted(dedup.items())),
+        for name in sides:
+            by_tokens[name].update(entry.get(tokens_per_document_name(TRAIN if name == TRAIN_SIDE else name)) or {})
+    return {"sides": sides, "skipped": dict(sorted(skipped.items())),
+            "counters": {name: dict(sorted(values.items())) for name, values in counted.items()},
             "mean_tokens_per_document_by_task": _distribution(np.round(per_task_document_tokens)),
             "tokens_per_document": {side: binned_distribution(bins) for side, bins in by_tokens.items() if bins}}
 
@@ -250,7 +279,9 @@ def throughput(entries: list[dict], max_bins: int = 30) -> dict | None:
     edges = np.linspace(0.0, span, bins + 1)
     width = span / bins
     begins, ends = begins - start, ends - start
-    tokens = np.asarray([e.get("tokens", 0) + (e.get("holdout") or {}).get("tokens", 0) for e in timed], float)
+    others = side_splits(known_sides())
+    tokens = np.asarray([e.get("tokens", 0) + sum((e.get(split) or {}).get("tokens", 0) for split in others)
+                         for e in timed], float)
     names = sorted({str(e.get("worker", "?")) for e in timed})
     position = {name: i for i, name in enumerate(names)}
     worker_index = np.asarray([position[str(e.get("worker", "?"))] for e in timed], dtype=np.int64)
@@ -279,11 +310,3 @@ def throughput(entries: list[dict], max_bins: int = 30) -> dict | None:
         worker["tokens_per_second_working"] = worker["tokens"] / worker["seconds"] if worker["seconds"] else None
     return {"seconds": span, "bin_seconds": width, "tokens_per_second": overall.tolist(),
             "mean_tokens_per_second": float(tokens.sum() / span), "workers": workers}
-
-
-def cluster_sizes(lines: list[dict]) -> dict:
-    """Documents per dedup cluster (dedup/clusters.jsonl: the kept one and its removed copies)."""
-    sizes = np.asarray([len(line.get("members") or []) for line in lines], dtype=np.int64)
-    methods: Counter = Counter(m.get("method") for line in lines for m in line.get("members") or []
-                               if m.get("method"))
-    return {"clusters": int(len(sizes)), "sizes": _distribution(sizes), "removed_by_method": dict(methods)}

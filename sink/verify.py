@@ -110,7 +110,27 @@ def _dataset_info(storage, entries: list[dict], result: Verification) -> dict | 
         if (info.get("records"), info.get("files")) != (records, files):
             result.problems.append(f"{dataset_info.DATASET_INFO} counts {info.get('records')} records in "
                                    f"{info.get('files')} files, the manifest {records} in {files}")
+        result.problems += _side_totals(info, list(unique))
     return info
+
+
+def _side_totals(info: dict, entries: list[dict]) -> list[str]:
+    """Each step's side (``Step.sides``) as dataset_info.json counts it (``<split>_totals``) against the
+    manifest's files of that side."""
+    from common.steps import sides
+
+    problems = []
+    for side in sides():
+        totals = info.get(f"{side.split}_totals")
+        if not isinstance(totals, dict) or "shards" not in totals:
+            continue
+        files = [f for entry in entries for f in shard_files(entry) if split_of(f) == side.split]
+        records = sum(int(f.get("records", 0)) for f in files)
+        if (totals.get("records", records), totals["shards"]) != (records, len(files)):
+            problems.append(f"{dataset_info.DATASET_INFO} counts {totals.get('records')} records in "
+                            f"{totals['shards']} files on the {side.label} side, the manifest {records} in "
+                            f"{len(files)}")
+    return problems
 
 
 def _verify_file(storage, task: str, shard: dict, result: Verification, info: dict | None = None) -> None:

@@ -4,7 +4,18 @@ the interface), found by name like the readers, objectives and writers."""
 from __future__ import annotations
 
 from common.params import Registry
-from common.steps.base import JobContext, JobPlan, Part, StageResult, Step, TaskRun, TaskStats
+from common.steps.base import (
+    InfoSection,
+    JobContext,
+    JobPlan,
+    Part,
+    ReportSection,
+    Side,
+    StageResult,
+    Step,
+    TaskRun,
+    TaskStats,
+)
 
 _REGISTRY: Registry[Step] = Registry(__name__, Step, "step")
 steps = _REGISTRY.variants
@@ -39,5 +50,49 @@ def required_tasks(config) -> dict[str, str]:
     return required
 
 
-__all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
+# --- What the describers ask (dataset_info.json, the card, mlm-report, the loader, the writers, the manifest) --
+
+def sides() -> tuple[Side, ...]:
+    """Every side a known step (this package's and plugins') writes besides the training side, by step name."""
+    found = _REGISTRY.variants()
+    return tuple(side for name in sorted(found) for side in found[name].sides)
+
+
+def side_named(split: str) -> Side | None:
+    """The side whose files are marked ``split`` (None: the training side, or no known step's)."""
+    return next((side for side in sides() if side.split == split), None)
+
+
+def legacy_split(listed: dict) -> str:
+    """The split of a file as a manifest line written before splits had names lists it (each step knows its
+    own old mark: :meth:`Step.legacy_split`); "" (training) when no step claims it."""
+    found = _REGISTRY.variants()
+    for name in sorted(found):
+        split = found[name].legacy_split(listed)
+        if split:
+            return split
+    return ""
+
+
+def described_steps() -> list[type[Step]]:
+    """The known steps with a section of dataset_info.json (``Step.info_section``), by name."""
+    found = _REGISTRY.variants()
+    return [found[name] for name in sorted(found) if found[name].info_section is not None]
+
+
+def reported_steps() -> list[type[Step]]:
+    """The known steps with a section of mlm-report's page (``Step.report_section``), by name."""
+    found = _REGISTRY.variants()
+    return [found[name] for name in sorted(found) if found[name].report_section is not None]
+
+
+def step_directories() -> tuple[str, ...]:
+    """The directories of the steps' own files beside the output's (not data: their stages')."""
+    found = _REGISTRY.variants()
+    return tuple(directory for name in sorted(found) for directory in found[name].directories)
+
+
+__all__ = ["InfoSection", "ReportSection", "Side", "described_steps", "legacy_split", "reported_steps",
+           "side_named", "sides", "step_directories",
+           "JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
            "plan_stages", "required_tasks", "step_named", "steps"]

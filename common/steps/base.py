@@ -37,7 +37,7 @@ import abc
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -176,7 +176,95 @@ class JobContext:
         return self._once("writer", make)
 
 
-class Step(Configurable, abc.ABC):
+# --- How a step describes itself: its sides, its sections of dataset_info.json, the card and mlm-report ------
+# The describers (common/dataset_info.py, common/dataset_card.py, report/, loader/, the writers, the manifest,
+# mlm-verify) ask the steps for these instead of naming any; all are class-level, so no job needs to run.
+
+
+@dataclass(frozen=True)
+class Side:
+    """A side of the output a step writes besides the training side: its files are marked with ``split``
+    (``ShardFile.split``), go under ``directory``, and its counts (documents, tokens, records, shards) are the
+    step's counters under that same name."""
+
+    split: str  # ShardFile.split of its files, and the name its counts go under
+    directory: str  # where its files go, relative to the output's root
+    label: str  # what prose calls it: "the {label} side", "{label} records"
+    flag: str  # what makes it, for messages ("the job was run without {flag}")
+    card_split: str = ""  # its split in the dataset card (Hugging Face's name); "" for ``split`` itself
+    colour: str = ""  # its colour in mlm-report's plots; "" for matplotlib's next
+
+    def stem(self, shard_stem: str) -> str:
+        """Its file stem for a task's ``part-<task>``."""
+        return f"{self.directory}/{shard_stem}"
+
+
+@dataclass(frozen=True)
+class InfoSection:
+    """A step's section of dataset_info.json, under the step's name: written for every job (``null`` when the
+    job runs without the step), and compared by ``changed_options`` (a step on one side only is one change:
+    ``switch`` from ``off`` to its value)."""
+
+    switch: str  # the parameter that turns the step on
+    off: object  # its value, as the change shows it, when the step is off
+
+
+@dataclass(frozen=True)
+class ReportSection:
+    """A step's section of mlm-report's page and of report.json (under the step's name, ``null`` when the job
+    ran without it): a table of its counters, and a histogram of one distribution of its report."""
+
+    title: str  # the page's heading
+    absent: str  # what the page says when the job ran without it
+    histogram: str = ""  # a key of its report.json section holding a distribution (``_distribution``)
+    x_label: str = ""
+    y_label: str = ""
+
+
+class Describes:
+    """What a step says about the output it helps make (mixed into :class:`Step`; every method has a default
+    for a step that says nothing)."""
+
+    #: The sides the step writes besides the training side.
+    sides: ClassVar[tuple[Side, ...]] = ()
+    #: Its section of dataset_info.json (None: only the ``steps`` list names it).
+    info_section: ClassVar[InfoSection | None] = None
+    #: Its section of mlm-report's page (None: none).
+    report_section: ClassVar[ReportSection | None] = None
+    #: Directories of files it writes beside the output's (its stages'), relative to the root: not data.
+    directories: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def info(cls, params: dict) -> dict:
+        """Its section of dataset_info.json from its parameters as the job carries them."""
+        return dict(params)
+
+    @classmethod
+    def setting_flag(cls, key: str) -> str:
+        """The option that sets ``key`` of its section (for ``changed_options``)."""
+        from common.params import flag_of
+
+        return flag_of(getattr(cls, "Params", NoParams), key)
+
+    @classmethod
+    def card_lines(cls, section: dict | None) -> list[str]:
+        """Its lines of the dataset card's "Records" list, from its dataset_info section (None: off)."""
+        return []
+
+    @classmethod
+    def report(cls, counters: dict[str, int], read: Callable[[str, int], bytes | None]) -> dict:
+        """Its section of report.json from its counters over the job; ``read(name, limit)`` reads a file of
+        the output (at most ``limit`` bytes; None when absent)."""
+        return {"counters": counters}
+
+    @classmethod
+    def legacy_split(cls, listed: dict) -> str:
+        """The split of a file a manifest line written before splits had names lists (those marked their
+        side with a flag of its own); "" when that is not this step's mark."""
+        return ""
+
+
+class Step(Configurable, Describes, abc.ABC):
     """One step of a task.  ``params`` are the job's for it; ``job`` the :class:`JobContext`."""
 
     Params: ClassVar[type] = NoParams
@@ -224,4 +312,5 @@ class Step(Configurable, abc.ABC):
         return {f"step:{cls.name}": cls.version} if cls.version > 1 else {}
 
 
-__all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN"]
+__all__ = ["Describes", "InfoSection", "JobContext", "JobPlan", "Part", "ReportSection", "Side", "StageResult", "Step",
+           "TaskRun", "TaskStats", "TRAIN"]

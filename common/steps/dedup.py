@@ -7,12 +7,15 @@ and each stage's own counters and bytes written."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections import Counter
+from collections.abc import Callable
 
 from common.dedup import stages as dedup_stages
 from common.dedup.keys import KeyMaker
 from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
 from common.readers import ParseReport
-from common.steps.base import JobPlan, StageResult, Step, TaskRun
+from common.steps.base import InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
 from common.tasks import decode_quarantined
 
 #: MinHash's behaviour version (common/dedup/normalise.py): 2 cuts Han and kana text into characters.
@@ -99,3 +102,36 @@ class Dedup(Step):
         exact dedup never changed."""
         return {**super().versions(params, config), **({"dedup:minhash": MINHASH_VERSION}
                                                         if params.uses_minhash else {})}
+
+    # --- How it describes itself (common/steps/base.py ``Describes``): its sections, its files -------------
+
+    info_section = InfoSection(switch="mode", off="none")
+    report_section = ReportSection("Dedup", "The job ran without --dedup.", histogram="sizes",
+                                   x_label="documents in a cluster", y_label="clusters")
+    directories = ("dedup",)  # the stages' files (docs/dedup.md)
+    #: Of dedup/clusters.jsonl, at most this many bytes are read for the report (a sample beyond it).
+    CLUSTERS_LIMIT = 16 << 20
+
+    @classmethod
+    def setting_flag(cls, key: str) -> str:
+        return {"mode": "--dedup", "partitions": "--dedup-partitions"}.get(key) or "--minhash-" + key.replace("_", "-")
+
+    @classmethod
+    def report(cls, counters: dict[str, int], read: Callable[[str, int], bytes | None]) -> dict:
+        """Its counters, and the documents per cluster (clusters.jsonl: the kept one and its removed copies;
+        ``sizes`` as a list of values, drawn as the section's histogram)."""
+        section: dict = {"counters": counters}
+        clusters = read(dedup_stages.CLUSTERS_NAME, cls.CLUSTERS_LIMIT)
+        if clusters is not None:
+            lines = []
+            for raw in clusters.splitlines():
+                try:
+                    lines.append(json.loads(raw))
+                except ValueError:
+                    break  # the last line, cut by the limit
+            methods: Counter = Counter(m.get("method") for line in lines for m in line.get("members") or []
+                                       if m.get("method"))
+            section.update({"clusters": len(lines), "sizes": [len(line.get("members") or []) for line in lines],
+                            "removed_by_method": dict(methods)})
+            section["clusters_sampled"] = len(clusters) >= cls.CLUSTERS_LIMIT
+        return section

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from common import holdout
 from common.outputs import TRAIN
 from common.params import param
-from common.steps.base import Part, Step, TaskRun
+from common.steps.base import InfoSection, Part, Side, Step, TaskRun
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,30 @@ class Holdout(Step):
     @classmethod
     def identity(cls, params) -> dict:
         return {"holdout": [params.fraction, params.seed]}
+
+    # --- How it describes itself (common/steps/base.py ``Describes``): the held-out side, its sections -------
+
+    sides = (Side(holdout.SPLIT, holdout.DIRECTORY, label="held-out", flag="--holdout-fraction",
+                  card_split="validation", colour="#ff7f0e"),)
+    info_section = InfoSection(switch="fraction", off=0)
+
+    @classmethod
+    def info(cls, params: dict) -> dict:
+        return {"fraction": params["fraction"], "seed": params["seed"], "directory": holdout.DIRECTORY}
+
+    @classmethod
+    def setting_flag(cls, key: str) -> str:
+        return {"fraction": "--holdout-fraction", "seed": "--holdout-seed"}.get(key) or super().setting_flag(key)
+
+    @classmethod
+    def card_lines(cls, section: dict | None) -> list[str]:
+        if not section:
+            return ["- held out: nothing (no --holdout-fraction)"]
+        return [f"- held out: {section['fraction']} of the documents (seed {section['seed']}), "
+                f"under `{section.get('directory', holdout.DIRECTORY)}/`"]
+
+    @classmethod
+    def legacy_split(cls, listed: dict) -> str:
+        """Manifest lines written before splits had names (protocol 4) marked the held-out side's files
+        ``"holdout": true``."""
+        return holdout.SPLIT if listed.get(holdout.SPLIT) else ""

@@ -110,6 +110,12 @@ class Writer(Configurable, abc.ABC):
     #: Markdown snippet.  "" for a format ``datasets.load_dataset(OUT)`` reads through the card (Parquet).
     reading: ClassVar[str] = ""
 
+    @classmethod
+    def reading_text(cls) -> str:
+        """``reading`` as the card gives it: a format that names where each step's side is
+        (``common.steps.sides``) makes it here; ``reading`` otherwise."""
+        return cls.reading
+
     def __init__(self, params, features: list[Feature], special: SpecialIds | None = None):
         self.params = params
         self.features = features
@@ -192,7 +198,7 @@ class Writer(Configurable, abc.ABC):
         from common.storage import StorageError
 
         try:
-            write_card(output, config, cls.reading)
+            write_card(output, config, cls.reading_text())
         except (OSError, StorageError):
             raise  # the store: the sink says so and exits 1
         except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job

@@ -52,6 +52,7 @@ from common.writers.sample_shards import (
     parse_shard,
     read_config,
     records_as_bytes,
+    side_readers,
     sliced_columns,
 )
 
@@ -111,8 +112,16 @@ class LitDataWriter(Writer):
     name = "litdata"
     Params = NoParams
     suffixes = (".litdata",)
-    reading = ("Lightning's litdata reads it as it is: `litdata.StreamingDataset(OUT)`, and "
-               "`StreamingDataset(OUT/holdout)` for the held-out side (index.json ties each side's chunks).")
+    reading = ("Lightning's litdata reads it as it is: `litdata.StreamingDataset(OUT)` (index.json ties each "
+               "side's chunks).")
+
+    @classmethod
+    def reading_text(cls) -> str:
+        """``reading`` with where each step's side is (the held-out side's directory)."""
+        from common.steps import sides
+
+        named = ", ".join(f"`StreamingDataset(OUT/{side.directory})` for the {side.label} side" for side in sides())
+        return cls.reading.replace("(OUT)` (", f"(OUT)`, and {named} (") if named else cls.reading
     job_files = (INDEX,)
 
     def __init__(self, params, features: list[Feature], special=None):
@@ -156,7 +165,7 @@ class LitDataWriter(Writer):
     @classmethod
     def format_details(cls, params, features: list[Feature], special) -> dict:
         return {"index": INDEX, "config": litdata_config([Column.of(f) for f in features]),
-                "reader": "litdata.StreamingDataset(OUT) (holdout: OUT/holdout)"}
+                "reader": "litdata.StreamingDataset(OUT)" + side_readers("OUT/")}
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:

@@ -49,6 +49,7 @@ from common.writers.sample_shards import (
     parse_shard,
     read_config,
     records_as_bytes,
+    side_readers,
     sliced_columns,
 )
 
@@ -187,9 +188,17 @@ def to_columns(samples: list[dict[str, np.ndarray]], lengths: dict[str, int | No
 class MdsWriter(Writer):
     name = "mds"
     suffixes = (".mds",)
-    reading = ("MosaicML streaming reads it as it is: `streaming.StreamingDataset(local=OUT)`, and "
-               "`StreamingDataset(local=OUT/holdout)` for the held-out side (index.json ties each side's shards); "
-               "ModernBERT's `NoStreamingDataset` reads the same directories.")
+    reading = ("MosaicML streaming reads it as it is: `streaming.StreamingDataset(local=OUT)` (index.json ties "
+               "each side's shards); ModernBERT's `NoStreamingDataset` reads the same directories.")
+
+    @classmethod
+    def reading_text(cls) -> str:
+        """``reading`` with where each step's side is (the held-out side's directory)."""
+        from common.steps import sides
+
+        named = ", ".join(f"`StreamingDataset(local=OUT/{side.directory})` for the {side.label} side"
+                          for side in sides())
+        return cls.reading.replace("(local=OUT)` (", f"(local=OUT)`, and {named} (") if named else cls.reading
     job_files = (INDEX,)
     Params = NoParams
 
@@ -223,7 +232,7 @@ class MdsWriter(Writer):
     @classmethod
     def format_details(cls, params, features: list[Feature], special) -> dict:
         return {"index": INDEX, "shard_config": shard_config([Column.of(f) for f in features]),
-                "reader": "streaming.StreamingDataset(local=OUT) (holdout: local=OUT/holdout)"}
+                "reader": "streaming.StreamingDataset(local=OUT)" + side_readers("local=OUT/")}
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:

@@ -37,10 +37,8 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.holdout import SPLIT as HOLDOUT_SPLIT
 from common.objectives.base import Batch, Feature, Ragged
-from common.outputs import split_of
+from common.outputs import TRAIN, split_of
 from common.params import param
 from common.tasks import FINISH, Task, parse_size
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
@@ -54,8 +52,12 @@ MERGED_PREFIX = "megatron/merged-"  # merged pairs: megatron/merged-NNNNN.{bin,i
 #: Input characters per token, to size merge groups before any pair exists (English Wikipedia and web
 #: text give ~4.2-4.6 with 30k-50k vocabularies): a group's input is about merge size x this / dtype bytes.
 CHARS_PER_TOKEN = 4.4
-HOLDOUT_DATA_PATH_LIST = "holdout/megatron_data_path.txt"  # the held-out side's, for Megatron's validation split
 LEVELS = ("sentence", "document")
+
+
+def side_data_path_list(directory: str) -> str:
+    """A step's side's own data path list, in its directory (the held-out side's: Megatron's validation split)."""
+    return f"{directory}/{DATA_PATH_LIST}"
 
 
 @dataclass(frozen=True)
@@ -221,9 +223,16 @@ class MegatronWriter(Writer):
     suffixes = (".bin", ".idx")
     finish_prefixes = (MERGED_PREFIX,)
     reading = (f"Megatron-LM and NeMo take the pairs as they are: `--data-path $(cat {DATA_PATH_LIST})` (each "
-               f"prefix weighted by its tokens; `{HOLDOUT_DATA_PATH_LIST}` for the held-out side); "
-               "megatron-core's `IndexedDataset(prefix)` opens one pair.  dataset_info.json names the dtype and the "
-               "end-of-document id.")
+               "prefix weighted by its tokens); megatron-core's `IndexedDataset(prefix)` opens one pair.  "
+               "dataset_info.json names the dtype and the end-of-document id.")
+
+    @classmethod
+    def reading_text(cls) -> str:
+        """``reading`` with each step's side's own list (the held-out side's, for Megatron's validation split)."""
+        from common.steps import sides
+
+        named = "".join(f"; `{side_data_path_list(side.directory)}` for the {side.label} side" for side in sides())
+        return cls.reading.replace("by its tokens)", f"by its tokens{named})")
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
@@ -264,7 +273,9 @@ class MegatronWriter(Writer):
         return [Task(f"{MERGED_PREFIX}{i:05d}", 0, 0, 0, "", "", FINISH) for i in range(len(groups))]
 
     def finish_task(self, output, task, job_id: str, skipped: list[str]) -> list[ShardFile]:
-        """One merged pair per side (training, held out) from its group's pairs."""
+        """One merged pair per side (training, and each step's side: the held-out one) from its group's pairs."""
+        from common.steps import sides
+
         if skipped:  # merged without them, a rerun that does them would keep the stale merge
             raise ValueError(f"{len(skipped)} normal task(s) quarantined: nothing is merged without them (a "
                              "rerun merges once they are done)")
@@ -273,9 +284,10 @@ class MegatronWriter(Writer):
         if not isinstance(plan, dict) or plan.get("job") != job_id:
             raise ValueError(f"{output.uri(MERGE_PLAN_NAME)} is missing or of another job")
         stems = plan["groups"][int(task.path.rsplit("-", 1)[1])]
-        return (merge_parts(output, stems, task.path)
-                + merge_parts(output, [f"{HOLDOUT_DIRECTORY}/{stem}" for stem in stems],
-                              f"{HOLDOUT_DIRECTORY}/{task.path}", split=HOLDOUT_SPLIT))
+        merged = merge_parts(output, stems, task.path)
+        for side in sides():
+            merged += merge_parts(output, [side.stem(stem) for stem in stems], side.stem(task.path), split=side.split)
+        return merged
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
@@ -331,12 +343,16 @@ class MegatronWriter(Writer):
         merged = [f for e in entries if e.get("stage") == FINISH for f in stage_files(e)]
         files = sorted(merged, key=lambda f: f["name"]) if merged else [
             f for e in sorted(entries, key=lambda e: e["task"]) if not e.get("stage") for f in shard_files(e)]
-        lines: dict[bool, list[str]] = {False: [], True: []}  # held out or not (--holdout-fraction)
+        from common.steps import sides
+
+        lines: dict[str, list[str]] = {}  # by split: the training side's, each step's side's (the held-out one)
         for f in files:
             if f["name"].endswith(".bin"):
                 prefix = output.uri(f["name"][:-len(".bin")])
-                lines[bool(split_of(f))].append(f"{f['bytes'] // dtype.itemsize} {prefix}")
-        for held, name in ((False, DATA_PATH_LIST), (True, HOLDOUT_DATA_PATH_LIST)):
-            if lines[held] or not held:
-                output.put_bytes(name, ("\n".join(lines[held]) + "\n").encode() if lines[held] else b"")
+                lines.setdefault(split_of(f), []).append(f"{f['bytes'] // dtype.itemsize} {prefix}")
+        # The training side's list always; a step's side's when it has files.
+        for split, name in [(TRAIN, DATA_PATH_LIST)] + [(side.split, side_data_path_list(side.directory))
+                                                        for side in sides()]:
+            if lines.get(split) or split == TRAIN:
+                output.put_bytes(name, ("\n".join(lines[split]) + "\n").encode() if lines.get(split) else b"")
         super().finish_job(output, config, totals)

@@ -216,7 +216,8 @@ def job_features(config) -> list[Feature]:
 
 def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] | None = None) -> dict[str, list[dict]]:
     """The manifest's files of this format (the normal pass's, in task order), by directory: one index each
-    (the training side's at the root, the held-out side's in holdout/).  Only what the manifest lists."""
+    (the training side's at the root, each step's side's in its directory: the held-out side's in holdout/).
+    Only what the manifest lists."""
     from common.manifest import read_entries, shard_files
 
     directories: dict[str, list[dict]] = {}
@@ -228,6 +229,15 @@ def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] |
                 directory, _, base = f["name"].rpartition("/")
                 directories.setdefault(directory, []).append({**f, "basename": base})
     return directories
+
+
+def side_readers(prefix: str) -> str:
+    """" (holdout: local=OUT/holdout)": where each step's side is (``common.steps.sides``), for a format's
+    ``reader`` detail; "" when no step writes a side."""
+    from common.steps import sides
+
+    named = "; ".join(f"{side.split}: {prefix}{side.directory}" for side in sides())
+    return f" ({named})" if named else ""
 
 
 def index_name(directory: str, name: str) -> str:

@@ -350,6 +350,14 @@ class TFRecordWriter(Writer):
     name = "tfrecord"
     Params = TFRecordParams
     suffixes = (".tfrecord", ".tfrecord.gz")
+    @classmethod
+    def reading_text(cls) -> str:
+        from common.steps import sides
+
+        where = "; ".join(f"the {side.label} side: {side.directory}/part-*" for side in sides())
+        return cls.reading.replace(cls._SIDES, f"   # {where}" if where else "")
+
+    _SIDES = "<sides>"
     reading = "\n".join([
         "```python",
         "import glob, json",
@@ -358,7 +366,7 @@ class TFRecordWriter(Writer):
         "spec = {name: tf.io.FixedLenFeature(f[\"shape\"],",
         "                                    tf.float32 if f[\"dtype\"].startswith(\"float\") else tf.int64)",
         "        for name, f in info[\"features\"].items()}",
-        "files = sorted(glob.glob(\"part-*.tfrecord*\"))   # the held-out side: holdout/part-*",
+        "files = sorted(glob.glob(\"part-*.tfrecord*\"))<sides>",  # each step's side: reading_text
         "ds = tf.data.TFRecordDataset(files, compression_type=info[\"format_details\"][\"compression\"])",
         "ds = ds.map(lambda record: tf.io.parse_single_example(record, spec))   # run_pretraining.py's features",
         "```",
