@@ -304,7 +304,11 @@ class WorkerProcess:
     def _handle(self, message, state: _State, send, compute: _Compute, ventilator_host: str) -> bool:
         """Act on one message from the ventilator; True means exit now."""
         if isinstance(message, protocol.Welcome):
-            config = message.config
+            try:
+                config = JobConfig.from_welcome(message)  # with the job id the ventilator computed
+            except protocol.ProtocolError as error:
+                self.dropped.drop(str(error))
+                return False
             if state.job is None or state.job.config != config:
                 if state.held:
                     log.warning("%s: a different job while holding tasks; finishing them first", self.worker_id)
@@ -353,7 +357,7 @@ class WorkerProcess:
         run (a step, tokenizer, output or sink address it cannot make sense of) is one line here, and its
         tasks fail with that line (the ventilator quarantines them and the job ends): never a crash."""
         try:
-            job_id = config.job_id  # resolves every step: a plugin step this worker lacks is refused here
+            job_id = config.job_id  # as it came with the Welcome; TaskProcessor refuses a step this worker lacks
             vocabulary = Vocabulary.from_json(config.tokenizer_json)
             output = open_storage(config.output_uri, config.s3_endpoint_url)
             input_storage = open_storage(config.data_uri, config.s3_endpoint_url) if config.read_mode == "range" \
