@@ -8,7 +8,8 @@ is counted and logged by :class:`~common.transport.DroppedMessages` and dropped,
 No protocol is imported here: the pipeline's (common/protocol.py) and the loader's (loader/messages.py)
 each give their codec.
 
-:func:`on_stop_signals` is the roles' one way to hear SIGTERM and SIGINT.
+:func:`serving` is a server's socket facing its peers, set up and closed one way (its context, CURVE's
+authenticator, the signals that stop it: :func:`on_stop_signals`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 import zmq
 
-from common.transport import DroppedMessages
+from common.security import Curve
+from common.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
 
 M = TypeVar("M")
 
@@ -133,3 +136,24 @@ def on_stop_signals(stop: Callable[[str], None]) -> None:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda number, _frame: stop(signal.Signals(number).name))
+
+
+@contextmanager
+def serving(kind: int, curve: Curve | None, stop: Callable[[str], None], *,
+            max_message_bytes: int = MAX_INBOUND_BYTES, linger_ms: int = 2000) -> Iterator[zmq.Socket]:
+    """A server's socket facing its peers (``kind``: ROUTER, PULL), in a context of its own, served with CURVE
+    when ``curve`` is given; SIGTERM and SIGINT call ``stop``.  Closed at the end (``linger_ms``), then the
+    authenticator and the context: another socket the server makes in ``socket.context`` is closed first."""
+    on_stop_signals(stop)
+    context = zmq.Context()
+    authenticator = curve.start_authenticator(context) if curve else None
+    sock = make_socket(context, kind, max_message_bytes=max_message_bytes, linger_ms=linger_ms)
+    if curve:
+        curve.serve(sock)
+    try:
+        yield sock
+    finally:
+        sock.close(linger=linger_ms)
+        if authenticator is not None:
+            authenticator.stop()
+        context.term()

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import zmq
 
-from common.inbox import Handlers, Inbox, Sender, on_stop_signals
+from common.inbox import Handlers, Inbox, Sender, serving
 from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.storage import StorageError
-from common.transport import DroppedMessages, listen, make_socket
+from common.transport import DroppedMessages, listen
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
 from loader.samples import SampleCache
@@ -93,12 +93,11 @@ class LoaderServer:
         self.stopping = True
 
     def run(self) -> int:
-        on_stop_signals(self._on_signal)
-        context = zmq.Context()
-        authenticator = self.options.curve.start_authenticator(context) if self.options.curve else None
-        router = make_socket(context, zmq.ROUTER, max_message_bytes=messages.MAX_INBOUND_BYTES, linger_ms=0)
-        if self.options.curve:
-            self.options.curve.serve(router)
+        with serving(zmq.ROUTER, self.options.curve, self._on_signal, max_message_bytes=messages.MAX_INBOUND_BYTES,
+                     linger_ms=0) as router:
+            return self._serve(router)
+
+    def _serve(self, router: zmq.Socket) -> int:
         metrics = None
         try:
             listen(router, self.options.bind_host, self.options.port)
@@ -115,10 +114,6 @@ class LoaderServer:
         finally:
             if metrics is not None:
                 metrics.close()
-            router.close(linger=0)
-            if authenticator is not None:
-                authenticator.stop()
-            context.term()
 
     def _check_cache(self) -> None:
         """Reads the first shard now (a bad output fails before any rank waits) and

@@ -22,7 +22,7 @@ import zmq
 
 from common import dataset_info, protocol
 from common.config import JobConfig
-from common.inbox import Handlers, Inbox, Sender, on_stop_signals
+from common.inbox import Handlers, Inbox, Sender, serving
 from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch
 from common.manifest import counters as step_counters
 from common.metrics import MetricsServer, counter, gauge
@@ -163,17 +163,15 @@ class SinkServer:
         self.stopping = True
 
     def run(self) -> int:
-        on_stop_signals(self._on_signal)
-        context = zmq.Context()
+        with serving(zmq.PULL, self.options.curve, self._on_signal, linger_ms=0) as pull:
+            return self._serve(pull)
+
+    def _serve(self, pull: zmq.Socket) -> int:
         curve = self.options.curve
-        authenticator = curve.start_authenticator(context) if curve else None
-        pull = make_socket(context, zmq.PULL)
-        if curve:
-            curve.serve(pull)
         host, port = parse_address(self.options.ventilator, VENTILATOR_PORT)
         # It connects to its ventilator only, like a worker, and the Welcome holds the tokenizer (over 1 MB for
         # vocabularies of 80k+ tokens): a limit here cut the connection at each Welcome and the job waited forever.
-        dealer = make_socket(context, zmq.DEALER, max_message_bytes=-1)
+        dealer = make_socket(pull.context, zmq.DEALER, max_message_bytes=-1)
         dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
         if curve:
             curve.connect_as_client(dealer)
@@ -202,11 +200,7 @@ class SinkServer:
                 metrics.close()
             if self.manifest is not None:
                 self.manifest.close()
-            pull.close(linger=0)
             dealer.close(linger=2000)
-            if authenticator is not None:
-                authenticator.stop()
-            context.term()
 
     def _loop(self, pull: zmq.Socket, dealer: zmq.Socket) -> int:
         poller = zmq.Poller()

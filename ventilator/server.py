@@ -20,13 +20,13 @@ from dataclasses import dataclass
 import zmq
 
 from common import protocol
-from common.inbox import Handlers, Inbox, Sender, on_stop_signals
+from common.inbox import Handlers, Inbox, Sender, serving
 from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.steps import required_tasks
 from common.tasks import encode_quarantined
-from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
+from common.transport import VENTILATOR_PORT, DroppedMessages, listen
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.job import Job
@@ -115,12 +115,11 @@ class VentilatorServer:
         self.interrupted = True
 
     def run(self) -> RunResult:
-        on_stop_signals(self._on_signal)
-        context = zmq.Context()
-        authenticator = self.options.curve.start_authenticator(context) if self.options.curve else None
-        router = make_socket(context, zmq.ROUTER, max_message_bytes=self.options.max_message_bytes)
-        if self.options.curve:
-            self.options.curve.serve(router)
+        with serving(zmq.ROUTER, self.options.curve, self._on_signal,
+                     max_message_bytes=self.options.max_message_bytes) as router:
+            return self._serve(router)
+
+    def _serve(self, router: zmq.Socket) -> RunResult:
         metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
@@ -139,10 +138,6 @@ class VentilatorServer:
                 metrics.close()
             if publisher is not None:
                 publisher.close()
-            router.close(linger=2000)
-            if authenticator is not None:
-                authenticator.stop()
-            context.term()
 
     @property
     def dispatcher(self) -> Dispatcher:
