@@ -19,7 +19,7 @@ from tests.common.test_protocol import _frames, _well_typed
 from tests.loader_helpers import loader_dataset  # noqa: F401 - the session's finished output
 from tests.ventilator.test_server import job  # noqa: F401 - a real job, planned by the ventilator's code
 
-COUNT = 120
+COUNT = 80
 
 
 def drawn_frames(version: int, types: dict[str, type], seed: int) -> list[bytes]:
