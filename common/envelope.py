@@ -30,6 +30,7 @@ import math
 import re
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import UnionType
 
@@ -58,6 +59,16 @@ Count = typing.Annotated[int, Range(0, 2**53)]
 Seconds = typing.Annotated[float, Range(0.0, 1e9)]
 #: A wall-clock time (time.time()): from 1970 to the year 5138.
 WallClock = typing.Annotated[float, Range(0.0, 1e11)]
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A protocol's frames, as a role's inbox (common/inbox.py) reads and answers them: ``decode`` raises
+    ``error`` for anything but a checked message of it."""
+
+    decode: Callable[[bytes], object]
+    encode: Callable[[object], bytes]
+    error: type[Exception]
 
 
 def open_envelope(frame: bytes, version: int, types: dict[str, type], error: type[Exception]) -> tuple[type, dict]:

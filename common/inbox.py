@@ -24,19 +24,11 @@ from typing import TypeVar, cast
 
 import zmq
 
+from common.envelope import Codec
 from common.security import Curve
 from common.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
 
 M = TypeVar("M")
-
-
-@dataclass(frozen=True)
-class Codec:
-    """A protocol's frames: ``decode`` raises ``error`` for anything but a checked message of it."""
-
-    decode: Callable[[bytes], object]
-    encode: Callable[[object], bytes]
-    error: type[Exception]
 
 
 @dataclass(frozen=True)

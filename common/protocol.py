@@ -28,8 +28,7 @@ import typing
 from dataclasses import dataclass, field
 
 from common import envelope
-from common.envelope import Count, Matches, Seconds, WallClock
-from common.inbox import Codec
+from common.envelope import Codec, Count, Matches, Seconds, WallClock
 from common.outputs import ShardFile
 
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.

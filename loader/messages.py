@@ -29,8 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import envelope
-from common.envelope import Count
-from common.inbox import Codec
+from common.envelope import Codec, Count
 
 VERSION = 1
 
