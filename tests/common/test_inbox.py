@@ -10,34 +10,25 @@ from __future__ import annotations
 import msgpack
 import pytest
 import zmq
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common import protocol
 from loader import messages
 from tests.common.test_protocol import _frames, _well_typed
+from tests.helpers import drawn_values
 from tests.loader_helpers import loader_dataset  # noqa: F401 - the session's finished output
 from tests.ventilator.test_server import job  # noqa: F401 - a real job, planned by the ventilator's code
 
 COUNT = 80
 
 
-def drawn_frames(version: int, types: dict[str, type], seed: int) -> list[bytes]:
+def drawn_frames(version: int, types: dict[str, type]) -> list[bytes]:
     """COUNT frames: the envelope's fuzz, and well-typed messages of every type (with hostile numbers)."""
     names = sorted(types)
     well_typed = st.sampled_from(names).flatmap(
         lambda name: _well_typed(types[name]).map(lambda fields: {**fields, "v": version, "t": name}))
     frame = st.one_of(_frames(version, names), well_typed).map(lambda v: msgpack.packb(v, use_bin_type=True))
-    drawn: list[bytes] = []
-
-    @settings(max_examples=COUNT, database=None, deadline=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
-    @given(frame)
-    def collect(value):
-        drawn.append(value)
-
-    collect()
-    return drawn
+    return drawn_values(frame, COUNT)
 
 
 def decodes(decode, error, frame: bytes) -> bool:
@@ -88,7 +79,7 @@ def test_the_ventilator_tables_take_hostile_frames_from_workers_and_the_sink(job
     for name, peer in (("worker-1", worker), ("sink-1", sink)):
         through(peer, protocol.encode(protocol.Hello(name, "host", 1, name.split("-")[0])))
         assert protocol.decode(peer.recv()).job_id == job.config.job_id  # welcomed: its table is its role's
-    frames = drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES, 0)
+    frames = drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES)
     decoded = 0
     for number, frame in enumerate(frames):
         dropped = server.dropped.total
@@ -116,7 +107,7 @@ def test_the_sink_tables_take_hostile_frames_from_its_ventilator_and_on_its_ack_
     server._pull, server._dealer = pull, dealer
     dealer.send(b"hello")  # the ROUTER learns the sink's identity
     identity, _ = ventilator.recv_multipart()
-    frames = drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES, 1)
+    frames = drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES)
     acks = decoded = 0
     for frame in frames:
         dropped = server.dropped.total
@@ -146,7 +137,7 @@ def test_the_loader_table_takes_hostile_frames_from_ranks(loader_dataset, socket
     storage, shards = open_dataset(str(loader_dataset))
     server = LoaderServer(storage, shards, ServingParams(batch_size=8, seed=1, window=100), ServerOptions())
     router, rank = sockets(zmq.ROUTER, zmq.DEALER, b"rank-0")
-    frames = drawn_frames(messages.VERSION, messages.TYPES, 2)
+    frames = drawn_frames(messages.VERSION, messages.TYPES)
     decoded = 0
     for frame in frames:
         dropped = server.dropped.total
