@@ -80,7 +80,7 @@ def main(ventilator: str, data: str, task_size: str, manifest: str | None, windo
         if dealer.poll(timeout=1000):
             message = protocol.decode(dealer.recv())
             if isinstance(message, protocol.Welcome):
-                config = message.config
+                config = JobConfig.from_welcome(message)
     if config is None:
         raise SystemExit("flood: no Welcome from the ventilator")
     frames = ack_frames(config, data, parse_size(task_size), identity)

@@ -56,7 +56,7 @@ def run(ventilator: str, credit: int, report: str | None, timeout: float) -> int
             message = protocol.decode(dealer.recv())
             if isinstance(message, protocol.Welcome):
                 if config is None:
-                    config = message.config
+                    config = JobConfig.from_welcome(message)
                     job_id = config.job_id
                     sink_host, sink_port = parse_address(config.sink_address, 5558)
                     push = make_socket(context, zmq.PUSH, linger_ms=10000)

@@ -103,7 +103,7 @@ class SimFleet:
     def _on_message(self, worker: SimWorker, message, now: float) -> None:
         if isinstance(message, protocol.Welcome):
             if self.config is None:
-                self.config = message.config
+                self.config = JobConfig.from_welcome(message)
                 sink_host, sink_port = parse_address(self.config.sink_address, 5558)
                 self.push = make_socket(self.context, zmq.PUSH, linger_ms=10000)
                 self.push.connect(endpoint(sink_host or self.host, sink_port))

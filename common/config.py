@@ -14,8 +14,11 @@ import hashlib
 import json
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 
+from common import envelope
 from common.envelope import Count, Seconds
 from common.params import Component
+from common.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
+from common.steps import job_steps, step_named
 
 
 def standard_steps(segmenter: str | Component, *, dedup=None, holdout_fraction: float = 0.0, holdout_seed: int = 0,
@@ -35,8 +38,6 @@ def standard_steps(segmenter: str | Component, *, dedup=None, holdout_fraction: 
         steps.append(Component("words", {"word_segmenter": word_segmenter.name, **word_segmenter.params}))
     steps += [Component("tokenize"), Component("objective"), Component("write")]
     if added:
-        from common.steps import step_named
-
         placed = [False] * len(steps)  # which of ``steps`` were added here
         for given, component in enumerate(added):
             if any(step.name == component.name for step in added[:given]):
@@ -126,7 +127,6 @@ class JobConfig:
         from common.objectives import objective_named
         from common.params import PluginError
         from common.readers import reader_named
-        from common.steps import job_steps
         from common.writers import writer_named
 
         versions: dict[str, int] = {}
@@ -161,8 +161,6 @@ class JobConfig:
     def identity_hash(self, versioned: bool = True) -> str:
         """The job id; ``versioned=False``: as it was before behaviour versions came in (tests/test_job_ids.py
         shows with it that versions are all that moved ids since)."""
-        from common.steps import job_steps
-
         identity = {
             "data_uri": self.data_uri,
             "reader": dataclasses.asdict(self.reader),
@@ -189,3 +187,24 @@ class JobConfig:
             identity["versions"] = versions
         blob = json.dumps(identity, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    # The job on the wire: the protocol carries it as an opaque EncodedJob and its id beside it, so the wire
+    # imports nothing of the job, and no role but the ventilator computes the id.
+    def welcome(self, ventilator_id: str) -> Welcome:
+        """The Welcome that gives a peer this job and its id (computed here, once)."""
+        return Welcome(self.encoded(), self.job_id, ventilator_id)
+
+    def encoded(self) -> EncodedJob:
+        """This job as a Welcome carries it: the protocol's envelope, checked field by field when decoded."""
+        return EncodedJob(envelope.encode(self, PROTOCOL_VERSION))
+
+    @classmethod
+    def from_welcome(cls, welcome: Welcome) -> JobConfig:
+        """The job a Welcome carries, every field checked (ProtocolError otherwise: the receiving server
+        counts and drops it), with the id the ventilator computed: it is used as it came, never computed
+        again (``job_id`` is this cached property's value)."""
+        config = envelope.decode(welcome.job, PROTOCOL_VERSION, {cls.__name__: cls}, ProtocolError)
+        if not isinstance(config, cls):
+            raise ProtocolError(f"Welcome.job is a {type(config).__name__}, not a job")
+        vars(config)["job_id"] = welcome.job_id  # functools.cached_property keeps its value there
+        return config

@@ -16,7 +16,10 @@ strict JSON reader takes back, so one such statistic would corrupt a
 manifest line), and a well-typed int may be 2**64-1 (which the next
 increment cannot encode).  Every float must be finite, and a field may
 declare its range with :class:`Range` (``Count``, ``Seconds``, ``WallClock``
-below): a value outside it is a malformed frame like any other.
+below): a value outside it is a malformed frame like any other.  A string
+may declare its form with :class:`Matches` (a job id is 16 hex digits), and
+a ``typing.NewType`` over a plain type (an opaque value a layer above the
+wire encodes, such as the job) is checked as that type.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import UnionType
 
@@ -40,6 +45,13 @@ class Range:
     high: float
 
 
+@dataclass(frozen=True)
+class Matches:
+    """A string's declared form: ``Annotated[str, Matches("[0-9a-f]{16}")]`` must match the whole pattern."""
+
+    pattern: str
+
+
 #: A count, size, byte offset, index or epoch: never negative, and exact both as a JSON number read into a
 #: double and after the increments a role makes (2**53: 9 PB of offsets, 285 years of batches a microsecond).
 Count = typing.Annotated[int, Range(0, 2**53)]
@@ -47,6 +59,16 @@ Count = typing.Annotated[int, Range(0, 2**53)]
 Seconds = typing.Annotated[float, Range(0.0, 1e9)]
 #: A wall-clock time (time.time()): from 1970 to the year 5138.
 WallClock = typing.Annotated[float, Range(0.0, 1e11)]
+
+
+@dataclass(frozen=True)
+class Codec:
+    """A protocol's frames, as a role's inbox (common/inbox.py) reads and answers them: ``decode`` raises
+    ``error`` for anything but a checked message of it."""
+
+    decode: Callable[[bytes], object]
+    encode: Callable[[object], bytes]
+    error: type[Exception]
 
 
 def open_envelope(frame: bytes, version: int, types: dict[str, type], error: type[Exception]) -> tuple[type, dict]:
@@ -170,14 +192,20 @@ def converter(hint, where: str, error: type[Exception]):
     if origin is typing.Annotated:
         base = converter(hint.__origin__, where, error)
         bounds = [item for item in hint.__metadata__ if isinstance(item, Range)]
+        forms = [re.compile(item.pattern) for item in hint.__metadata__ if isinstance(item, Matches)]
 
         def ranged(value):
             value = base(value)
             for bound in bounds:
                 if not bound.low <= value <= bound.high:
                     raise error(f"{where} is out of its range [{bound.low:g}, {bound.high:g}]")
+            for form in forms:
+                if form.fullmatch(value) is None:
+                    raise error(f"{where} is not of its form {form.pattern}")
             return value
         return ranged
+    if isinstance(hint, typing.NewType):  # an opaque value of a plain type: checked as that type
+        return converter(hint.__supertype__, where, error)
     if origin in (typing.Union, UnionType):
         options = [converter(option, where, error) for option in typing.get_args(hint)]
 

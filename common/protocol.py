@@ -14,6 +14,12 @@ Sockets (see README, "Sockets"):
   sink    DEALER --> ventilator ROUTER:  Hello, SinkHello, TasksDone,
           Heartbeat, SinkClosed  /  Welcome, TasksQuarantined, HeartbeatReply, Shutdown
   worker  PUSH   --> sink PULL (--sink-port):  TaskAck
+
+The wire knows no job: a Welcome carries the job as an :data:`EncodedJob`,
+which the job layer encodes and decodes (common/config.py: ``JobConfig.welcome``,
+``JobConfig.from_welcome``), and the job's id as the ventilator computed it
+(:data:`JobId`, checked for its form here): no other role computes it again.
+Nothing here imports the job's domain (tests/common/test_layering.py).
 """
 
 from __future__ import annotations
@@ -22,16 +28,21 @@ import typing
 from dataclasses import dataclass, field
 
 from common import envelope
-from common.config import JobConfig
-from common.envelope import Count, Seconds, WallClock
+from common.envelope import Codec, Count, Matches, Seconds, WallClock
 from common.outputs import ShardFile
 
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.transport import MAX_INBOUND_BYTES  # noqa: F401
 
-PROTOCOL_VERSION = 6  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
-#                       6: SinkClosed, numbers checked against declared ranges
+PROTOCOL_VERSION = 7  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
+#                       6: SinkClosed, numbers checked against declared ranges;
+#                       7: Welcome carries the job encoded (EncodedJob) and its id (JobId)
 
+#: A job's id (``JobConfig.job_id``: 16 hex digits of a sha256), as the ventilator computed it.
+JobId = typing.Annotated[str, Matches("[0-9a-f]{16}")]
+#: The job, encoded by the job layer (``JobConfig.welcome``: the same envelope, fields checked when it is
+#: decoded by ``JobConfig.from_welcome``): bytes to the wire, which never imports the job's domain.
+EncodedJob = typing.NewType("EncodedJob", bytes)
 
 
 class ProtocolError(ValueError):
@@ -67,10 +78,12 @@ class SinkHello:
 
 @dataclass
 class Welcome:
-    """The job: a peer of another version, whose JobConfig has other fields,
-    gets a ProtocolError naming them instead of a half-understood job."""
+    """The job and its id: a peer of another version, whose JobConfig has other
+    fields, gets a ProtocolError naming them (when it decodes ``job``) instead of
+    a half-understood job."""
 
-    config: JobConfig
+    job: EncodedJob
+    job_id: JobId  # computed once, by the ventilator: the sink and the workers use it as it comes
     ventilator_id: str
 
 
@@ -248,3 +261,7 @@ def decode(frame: bytes):
     message it has already started acting on.
     """
     return envelope.decode(frame, PROTOCOL_VERSION, MESSAGE_TYPES, ProtocolError)
+
+
+#: How the roles' inboxes (common/inbox.py) read and answer this protocol's frames.
+CODEC = Codec(decode, encode, ProtocolError)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common import envelope
-from common.envelope import Count
+from common.envelope import Codec, Count
 
 VERSION = 1
 
@@ -153,3 +153,7 @@ def decode(frame: bytes):
     """The message in ``frame``, every field checked (common/envelope.py, the pipeline's codec too);
     MessageError for anything else."""
     return envelope.decode(frame, VERSION, TYPES, MessageError)
+
+
+#: How the loader server's inbox (common/inbox.py) reads and answers these frames.
+CODEC = Codec(decode, encode, MessageError)

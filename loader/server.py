@@ -13,18 +13,17 @@ on from the clients' states.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 import uuid
 from dataclasses import dataclass
 
 import zmq
 
+from common.inbox import Handlers, Inbox, Sender, serving
 from common.metrics import MetricsServer, counter, gauge
 from common.security import Curve
 from common.storage import StorageError
-from common.transport import DroppedMessages, listen, make_socket
+from common.transport import DroppedMessages, listen
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
 from loader.samples import SampleCache
@@ -78,6 +77,9 @@ class LoaderServer:
         self.server_id = uuid.uuid4().hex[:12]
         self.ranks: dict[bytes, _Rank] = {}
         self.dropped = DroppedMessages("loader")
+        self.inbox = Inbox(messages.CODEC, self.dropped)
+        self._handlers = (Handlers().on(messages.Attach, self._on_attach).on(messages.Credit, self._credit)
+                          .on(messages.StatusRequest, self._status_request))
         self.batches_sent = 0
         self.bytes_sent = 0
         self.shard_failures = 0  # batches that could not be built (their rank was told)
@@ -86,19 +88,16 @@ class LoaderServer:
         self.stopping = False
         self._features: list[messages.FeatureSpec] | None = None
 
-    def _on_signal(self, signum, _frame) -> None:
-        log.info("loader: %s, stopping", signal.Signals(signum).name)
+    def _on_signal(self, name: str) -> None:
+        log.info("loader: %s, stopping", name)
         self.stopping = True
 
     def run(self) -> int:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-        context = zmq.Context()
-        authenticator = self.options.curve.start_authenticator(context) if self.options.curve else None
-        router = make_socket(context, zmq.ROUTER, max_message_bytes=messages.MAX_INBOUND_BYTES, linger_ms=0)
-        if self.options.curve:
-            self.options.curve.serve(router)
+        with serving(zmq.ROUTER, self.options.curve, self._on_signal, max_message_bytes=messages.MAX_INBOUND_BYTES,
+                     linger_ms=0) as router:
+            return self._serve(router)
+
+    def _serve(self, router: zmq.Socket) -> int:
         metrics = None
         try:
             listen(router, self.options.bind_host, self.options.port)
@@ -115,10 +114,6 @@ class LoaderServer:
         finally:
             if metrics is not None:
                 metrics.close()
-            router.close(linger=0)
-            if authenticator is not None:
-                authenticator.stop()
-            context.term()
 
     def _check_cache(self) -> None:
         """Reads the first shard now (a bad output fails before any rank waits) and
@@ -170,32 +165,25 @@ class LoaderServer:
 
     # Messages ---------------------------------------------------------
     def _receive(self, router: zmq.Socket, frames: list[bytes]) -> None:
-        if len(frames) != 2:
-            self.dropped.drop(f"{len(frames) - 1} frames")
-            return
-        identity, frame = frames
-        try:
-            message = messages.decode(frame)
-        except messages.MessageError as error:
-            self.dropped.drop(str(error))
-            return
-        send = lambda reply: router.send_multipart([identity, messages.encode(reply)])  # noqa: E731
-        now = time.monotonic()
-        if isinstance(message, messages.Attach):
-            reply = self._attach(identity, message, now)
-            send(reply)
-        elif isinstance(message, messages.Credit):
-            rank = self.ranks.get(identity)
-            if rank is None:
-                send(messages.Unknown(message.session))
-            elif message.session == rank.session and message.consumed >= 0:
-                rank.last_seen = now
-                # Nobody consumes what was not sent: a client claiming more gets no more than its window ahead.
-                rank.allowed = max(rank.allowed, min(message.consumed, rank.sent) + rank.window)
-        elif isinstance(message, messages.StatusRequest):
-            send(self.status())
-        else:
-            self.dropped.drop(f"unexpected {type(message).__name__}")
+        received = self.inbox.routed(frames)
+        if received is not None:
+            identity, message = received
+            self.inbox.deliver(message, Sender(router, identity, messages.CODEC), self._handlers)
+
+    def _on_attach(self, message: messages.Attach, sender: Sender) -> None:
+        sender.reply(self._attach(sender.identity, message, sender.at))
+
+    def _credit(self, message: messages.Credit, sender: Sender) -> None:
+        rank = self.ranks.get(sender.identity)
+        if rank is None:
+            sender.reply(messages.Unknown(message.session))
+        elif message.session == rank.session and message.consumed >= 0:
+            rank.last_seen = sender.at
+            # Nobody consumes what was not sent: a client claiming more gets no more than its window ahead.
+            rank.allowed = max(rank.allowed, min(message.consumed, rank.sent) + rank.window)
+
+    def _status_request(self, _message: messages.StatusRequest, sender: Sender) -> None:
+        sender.reply(self.status())
 
     def _attach(self, identity: bytes, attach: messages.Attach, now: float):
         def refuse(reason: str):

@@ -13,9 +13,7 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -24,12 +22,14 @@ import zmq
 
 from common import dataset_info, protocol
 from common.config import JobConfig
+from common.inbox import Handlers, Inbox, Sender, serving
 from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch
 from common.manifest import counters as step_counters
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
 from common.outputs import manifest_file
 from common.security import Curve
+from common.steps import job_steps
 from common.storage import StorageError, open_storage
 from common.transport import (
     SINK_PORT,
@@ -82,11 +82,12 @@ def _books(config: JobConfig) -> tuple:
 
 def cannot_keep(config: JobConfig) -> str:
     """Why this sink cannot keep and close ``config``'s books ("" when it can), found before any task is
-    recorded: the job's id needs every step's class (a plugin step this sink lacks), closing the books needs
-    the writer's (``finish_job``) and the objective's (dataset_info.json), and the output must open.  A Welcome
-    is hostile input like any frame."""
+    recorded: describing the output needs every step's class (a plugin step this sink lacks), closing the
+    books needs the writer's (``finish_job``) and the objective's (dataset_info.json), and the output must
+    open.  A Welcome is hostile input like any frame.  The job's id is not computed again: it came with the
+    Welcome, and the manifest's lines are checked against it (``Manifest.load``)."""
     try:
-        config.job_id  # noqa: B018 - resolves every step
+        job_steps(config)  # every step's class and checked parameters
         writer_named(config.writer.name)
         objective_named(config.objective.name)  # dataset_info.json describes its features
         open_storage(config.output_uri, config.s3_endpoint_url)
@@ -140,25 +141,37 @@ class SinkServer:
         self.unrecorded = 0  # acknowledgements the manifest could not take (I/O errors), left unconfirmed
         self.finish_error = ""  # why the last _finish could not publish (its status was 1)
         self._tell_ventilator = None  # sends a message on the DEALER, once it is connected
+        self.inbox = Inbox(protocol.CODEC, self.dropped)
+        self._from_ventilator = (Handlers("the ventilator").on(protocol.Welcome, self._welcome)
+                                 .on(protocol.HeartbeatReply, self._heartbeat_reply)
+                                 .on(protocol.TasksQuarantined, self._tasks_quarantined)
+                                 .on(protocol.WorkerHosts, self._worker_hosts).on(protocol.Shutdown, self._shutdown))
+        self._on_ack_socket = Handlers("a worker's ack socket").on(protocol.TaskAck, self._ack)
+        # The loop's state the handlers share: welcomed since our last Hello, when we sent it, the
+        # acknowledgements received (before the job: kept until it comes), the status once Shutdown closed
+        # the books, the sockets.
+        self._introduced = False
+        self._last_hello = 0.0
+        self._acks: list[protocol.TaskAck] = []
+        self._early_acks: list[protocol.TaskAck] = []
+        self._exit_code: int | None = None
+        self._pull: zmq.Socket | None = None
+        self._dealer: zmq.Socket | None = None
 
-    def _on_signal(self, signum, _frame) -> None:
-        log.info("sink: %s, flushing and exiting", signal.Signals(signum).name)
+    def _on_signal(self, name: str) -> None:
+        log.info("sink: %s, flushing and exiting", name)
         self.stopping = True
 
     def run(self) -> int:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-        context = zmq.Context()
+        with serving(zmq.PULL, self.options.curve, self._on_signal, linger_ms=0) as pull:
+            return self._serve(pull)
+
+    def _serve(self, pull: zmq.Socket) -> int:
         curve = self.options.curve
-        authenticator = curve.start_authenticator(context) if curve else None
-        pull = make_socket(context, zmq.PULL)
-        if curve:
-            curve.serve(pull)
         host, port = parse_address(self.options.ventilator, VENTILATOR_PORT)
         # It connects to its ventilator only, like a worker, and the Welcome holds the tokenizer (over 1 MB for
         # vocabularies of 80k+ tokens): a limit here cut the connection at each Welcome and the job waited forever.
-        dealer = make_socket(context, zmq.DEALER, max_message_bytes=-1)
+        dealer = make_socket(pull.context, zmq.DEALER, max_message_bytes=-1)
         dealer.setsockopt(zmq.IDENTITY, self.sink_id.encode())
         if curve:
             curve.connect_as_client(dealer)
@@ -187,29 +200,24 @@ class SinkServer:
                 metrics.close()
             if self.manifest is not None:
                 self.manifest.close()
-            pull.close(linger=0)
             dealer.close(linger=2000)
-            if authenticator is not None:
-                authenticator.stop()
-            context.term()
 
     def _loop(self, pull: zmq.Socket, dealer: zmq.Socket) -> int:
         poller = zmq.Poller()
         poller.register(pull, zmq.POLLIN)
         poller.register(dealer, zmq.POLLIN)
-        send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
-        early_acks: list[protocol.TaskAck] = []
-        introduced = False  # a Welcome answered our last Hello
-        last_hello = last_heartbeat = 0.0
+        self._pull, self._dealer = pull, dealer
+        send = self._send
+        last_heartbeat = 0.0
         last_report = last_publish = time.monotonic()
-        while True:
+        while self._exit_code is None:
             now = time.monotonic()
             if self.stopping:
                 return self._finish("stopped by signal")
             heartbeat_every = self.config.heartbeat_seconds if self.config else 1.0
-            if not introduced and now - last_hello > 1.0:
+            if not self._introduced and now - self._last_hello > 1.0:
                 send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
-                last_hello = now
+                self._last_hello = now
             if self.config is not None and now - last_heartbeat > heartbeat_every:
                 send(protocol.Heartbeat([]))
                 last_heartbeat = now
@@ -227,61 +235,61 @@ class SinkServer:
             if pull in events:
                 acks = self._drain_acks(pull)
                 if self.config is None:
-                    early_acks.extend(acks)
+                    self._early_acks.extend(acks)
                 else:
                     self._record(acks, send)
             if dealer in events:
-                try:
-                    message = protocol.decode(dealer.recv())
-                except protocol.ProtocolError as error:
-                    self.dropped.drop(str(error))
-                    continue
-                if isinstance(message, protocol.Welcome):
-                    if introduced and message.ventilator_id == self.ventilator_id:
-                        # The answer to a Hello repeated while the ventilator was still planning (queued
-                        # Hellos reach it together): it has our done list already, and at a million tasks
-                        # sending it again costs seconds on both sides.
-                        continue
-                    introduced = True
-                    refused = cannot_keep(message.config)
-                    if refused:
-                        raise SinkError(f"cannot keep this job's books: {refused}")
-                    if self.config is not None and _books(message.config) != _books(self.config):
-                        # A new ventilator with another job: close this one's books first.
-                        log.info("sink: the ventilator now runs job %s (was %s)", message.config.job_id,
-                                 self.config.job_id)
-                        self._finish("another job started")
-                        self.manifest.close()
-                        self.manifest = None
-                        self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
-                        self.cost = CostLedger(self.options.instance_hourly_price)
-                    if self.manifest is None:
-                        self._start_job(message.config)
-                    self.config = message.config  # the same job may come with other lease settings
-                    self.ventilator_id = message.ventilator_id
-                    self._hello_done(send)
-                    if early_acks:
-                        self._record(early_acks, send)
-                        early_acks = []
-                elif isinstance(message, protocol.HeartbeatReply):
-                    # Every message the ventilator had queued before our Hello reached it is answered
-                    # "unknown": one Hello (repeated each second until welcomed) is enough.
-                    if introduced and (not message.known or message.ventilator_id != self.ventilator_id):
-                        log.info("sink: the ventilator does not know this sink (it restarted); telling it what is "
-                                 "done")
-                        introduced = False
-                        last_hello = 0.0
-                elif isinstance(message, protocol.TasksQuarantined):
-                    self.quarantined.update(message.failures)
-                elif isinstance(message, protocol.WorkerHosts):
-                    self.cost.add_spans(message.hosts)
-                elif isinstance(message, protocol.Shutdown):
-                    self._record(self._drain_acks(pull), send)
-                    code = self._finish(message.reason, job_over=True)
-                    self._closed(self.finish_error)
-                    return code
-                else:
-                    self.dropped.drop(f"unexpected {type(message).__name__}")
+                self.inbox.receive(dealer, self._from_ventilator)
+        return self._exit_code
+
+    def _welcome(self, message: protocol.Welcome, _sender: Sender) -> None:
+        if self._introduced and message.ventilator_id == self.ventilator_id:
+            # The answer to a Hello repeated while the ventilator was still planning (queued
+            # Hellos reach it together): it has our done list already, and at a million tasks
+            # sending it again costs seconds on both sides.
+            return
+        config = JobConfig.from_welcome(message)  # a job that does not decode: counted and dropped
+        self._introduced = True
+        refused = cannot_keep(config)
+        if refused:
+            raise SinkError(f"cannot keep this job's books: {refused}")
+        if self.config is not None and _books(config) != _books(self.config):
+            # A new ventilator with another job: close this one's books first.
+            log.info("sink: the ventilator now runs job %s (was %s)", config.job_id, self.config.job_id)
+            self._finish("another job started")
+            self.manifest.close()
+            self.manifest = None
+            self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
+            self.cost = CostLedger(self.options.instance_hourly_price)
+        if self.manifest is None:
+            self._start_job(config)
+        self.config = config  # the same job may come with other lease settings
+        self.ventilator_id = message.ventilator_id
+        self._hello_done(self._send)
+        if self._early_acks:
+            self._record(self._early_acks, self._send)
+            self._early_acks = []
+
+    def _heartbeat_reply(self, message: protocol.HeartbeatReply, _sender: Sender) -> None:
+        # Every message the ventilator had queued before our Hello reached it is answered
+        # "unknown": one Hello (repeated each second until welcomed) is enough.
+        if self._introduced and (not message.known or message.ventilator_id != self.ventilator_id):
+            log.info("sink: the ventilator does not know this sink (it restarted); telling it what is done")
+            self._introduced = False
+            self._last_hello = 0.0
+
+    def _tasks_quarantined(self, message: protocol.TasksQuarantined, _sender: Sender) -> None:
+        self.quarantined.update(message.failures)
+
+    def _worker_hosts(self, message: protocol.WorkerHosts, _sender: Sender) -> None:
+        self.cost.add_spans(message.hosts)
+
+    def _shutdown(self, message: protocol.Shutdown, _sender: Sender) -> None:
+        if self._pull is not None:
+            self._record(self._drain_acks(self._pull), self._send)
+        code = self._finish(message.reason, job_over=True)
+        self._closed(self.finish_error)
+        self._exit_code = code
 
     def _closed(self, error: str) -> None:
         """Tell the ventilator the books are closed, or why they cannot be (the DEALER's linger delivers it)."""
@@ -315,22 +323,20 @@ class SinkServer:
     def _drain_acks(self, pull: zmq.Socket) -> list[protocol.TaskAck]:
         """Up to ACK_BATCH waiting acknowledgements: one fsync for them all,
         and the sink's memory bounded by the batch, not by the job."""
-        acks = []
         for _ in range(ACK_BATCH):
             try:
-                frame = pull.recv(zmq.NOBLOCK)
+                self.inbox.receive(pull, self._on_ack_socket, zmq.NOBLOCK)
             except zmq.Again:
                 break
-            try:
-                message = protocol.decode(frame)
-            except protocol.ProtocolError as error:
-                self.dropped.drop(str(error))
-                continue
-            if not isinstance(message, protocol.TaskAck):
-                self.dropped.drop(f"unexpected {type(message).__name__} on the ack socket")
-                continue
-            acks.append(message)
+        acks, self._acks = self._acks, []
         return acks
+
+    def _ack(self, ack: protocol.TaskAck, _sender: Sender) -> None:
+        self._acks.append(ack)
+
+    def _send(self, message: object) -> None:
+        """To the ventilator, on the DEALER."""
+        self._dealer.send(protocol.encode(message))
 
     def _record(self, acks: list[protocol.TaskAck], send) -> None:
         valid = []

@@ -102,3 +102,20 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
         text = response.read().decode()
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def drawn_values(strategy, count: int) -> list:
+    """``count`` values of a hypothesis ``strategy``, the same on every run: frames to send to a live role,
+    where a test cannot be run once per example."""
+    from hypothesis import HealthCheck, given, settings
+
+    values: list = []
+
+    @settings(max_examples=count, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(value):
+        values.append(value)
+
+    collect()
+    return values

@@ -10,6 +10,7 @@ import click
 
 from common import logs, protocol
 from common.cli_settings import DeferredCommand
+from common.config import JobConfig
 from common.output_lock import OutputLock
 from common.transport import ListenError
 from common.version import command_line
@@ -104,7 +105,7 @@ def _check_sendable(job_config) -> None:
     """The job as every peer will decode it: a value the wire refuses (``--lease-seconds inf``: every number
     must be finite and in its range) would have every Welcome dropped and the workers wait for good."""
     try:
-        protocol.decode(protocol.encode(protocol.Welcome(job_config, "")))
+        JobConfig.from_welcome(protocol.decode(protocol.encode(job_config.welcome(""))))
     except protocol.ProtocolError as error:
         raise JobError(f"this job cannot be sent to its workers: {error}") from None
 

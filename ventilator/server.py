@@ -10,7 +10,6 @@ manifest already holds, so a restarted run does not redo finished work.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 import uuid
@@ -21,12 +20,13 @@ from dataclasses import dataclass
 import zmq
 
 from common import protocol
+from common.inbox import Handlers, Inbox, Sender, serving
 from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.steps import required_tasks
 from common.tasks import encode_quarantined
-from common.transport import VENTILATOR_PORT, DroppedMessages, listen, make_socket
+from common.transport import VENTILATOR_PORT, DroppedMessages, listen
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.job import Job
@@ -84,7 +84,7 @@ class VentilatorServer:
         self.options = options
         self.ventilator_id = uuid.uuid4().hex[:12]
         self._dispatcher: Dispatcher | None = None  # built in run(), while the first Hellos are answered
-        self._early: list[list[bytes]] = []  # frames other than Hellos that came while it was built
+        self._early: list[tuple[bytes, object]] = []  # messages other than Hellos that came while it was built
         self.peers: dict[bytes, Peer] = {}
         self.waiting: deque[bytes] = deque()  # workers with credit, in arrival order
         self.sink: bytes | None = None
@@ -92,6 +92,9 @@ class VentilatorServer:
         self.sink_ready = False
         self.sink_closed: str | None = None  # the sink's SinkClosed: None before it, else its error ("" none)
         self.dropped = DroppedMessages("ventilator")
+        self.inbox = Inbox(protocol.CODEC, self.dropped)
+        self._greeting = Handlers().on(protocol.Hello, self._hello)
+        self._by_role = self._tables()
         self.documents_done = 0
         self.interrupted = False
         self.should_stop = should_stop
@@ -99,7 +102,7 @@ class VentilatorServer:
         self._started = time.monotonic()
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
-        self._welcome = protocol.encode(protocol.Welcome(self.config, self.ventilator_id))
+        self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
         # A peer repeats its Hello each heartbeat interval (the sink each second) until welcomed; a repeat
         # sooner than this after our Welcome is not answered again.
         self._rewelcome_after = max(2.0, self.config.heartbeat_seconds)
@@ -107,19 +110,16 @@ class VentilatorServer:
         self.hosts = HostLedger()  # each worker host's billed span, for the sink's cost
 
     # ------------------------------------------------------------------
-    def _on_signal(self, signum, _frame) -> None:
-        log.info("ventilator: %s, stopping (run the same command again to resume)", signal.Signals(signum).name)
+    def _on_signal(self, name: str) -> None:
+        log.info("ventilator: %s, stopping (run the same command again to resume)", name)
         self.interrupted = True
 
     def run(self) -> RunResult:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-        context = zmq.Context()
-        authenticator = self.options.curve.start_authenticator(context) if self.options.curve else None
-        router = make_socket(context, zmq.ROUTER, max_message_bytes=self.options.max_message_bytes)
-        if self.options.curve:
-            self.options.curve.serve(router)
+        with serving(zmq.ROUTER, self.options.curve, self._on_signal,
+                     max_message_bytes=self.options.max_message_bytes) as router:
+            return self._serve(router)
+
+    def _serve(self, router: zmq.Socket) -> RunResult:
         metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
@@ -138,10 +138,6 @@ class VentilatorServer:
                 metrics.close()
             if publisher is not None:
                 publisher.close()
-            router.close(linger=2000)
-            if authenticator is not None:
-                authenticator.stop()
-            context.term()
 
     @property
     def dispatcher(self) -> Dispatcher:
@@ -169,15 +165,11 @@ class VentilatorServer:
         while builder.is_alive():
             if not router.poll(20):
                 continue
-            frames = router.recv_multipart()
-            try:
-                hello = len(frames) == 2 and isinstance(protocol.decode(frames[1]), protocol.Hello)
-            except protocol.ProtocolError:
-                hello = False
-            if hello:
-                self._receive(router, frames)
-            else:
-                self._early.append(frames)
+            received = self.inbox.routed(router.recv_multipart())
+            if received is not None and isinstance(received[1], protocol.Hello):
+                self._handle(router, *received)
+            elif received is not None:
+                self._early.append(received)
         builder.join()
         if failed:
             raise failed[0]
@@ -185,8 +177,8 @@ class VentilatorServer:
 
     def _loop(self, router: zmq.Socket) -> RunResult:
         early, self._early = self._early, []
-        for frames in early:  # in arrival order, before anything newer
-            self._receive(router, frames)
+        for identity, message in early:  # in arrival order, before anything newer
+            self._handle(router, identity, message)
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         last_housekeeping = last_progress = 0.0
@@ -222,112 +214,127 @@ class VentilatorServer:
                 last_progress = now
 
     # Messages -----------------------------------------------------------
+    def _tables(self) -> dict[str, Handlers]:
+        """What each role may send, by role (built once, with the server); a Hello is anyone's."""
+        worker = (Handlers("worker").on(protocol.Heartbeat, self._heartbeat).on(protocol.TaskRequest, self._request)
+                  .on(protocol.TaskFinished, self._finished).on(protocol.TaskFailed, self._failed)
+                  .on(protocol.TaskReturned, self._returned))
+        sink = (Handlers("sink").on(protocol.Heartbeat, self._heartbeat).on(protocol.SinkHello, self._sink_hello)
+                .on(protocol.TasksDone, self._tasks_done).on(protocol.SinkClosed, self._sink_said_closed))
+        return {"worker": worker, "sink": sink}
+
     def _receive(self, router: zmq.Socket, frames: list[bytes]) -> None:
-        if len(frames) != 2:
-            self.dropped.drop(f"{len(frames) - 1} frames")
-            return
-        identity, frame = frames
-        try:
-            message = protocol.decode(frame)
-        except protocol.ProtocolError as error:
-            self.dropped.drop(str(error))
-            return
-        now = time.monotonic()
+        received = self.inbox.routed(frames)
+        if received is not None:
+            self._handle(router, *received)
+
+    def _handle(self, router: zmq.Socket, identity: bytes, message: object) -> None:
+        sender = Sender(router, identity, protocol.CODEC)
         peer = self.peers.get(identity)
         if peer is not None:
-            peer.last_seen = now
+            peer.last_seen = sender.at
             if peer.role == "worker":
                 self.hosts.heard(peer.host, time.time())
-        send = lambda reply: router.send_multipart([identity, protocol.encode(reply)])  # noqa: E731
-
         if isinstance(message, protocol.Hello):
-            if message.role not in ("worker", "sink"):
-                self.dropped.drop(f"hello from role {message.role!r}")
-                return
-            if peer is not None and peer.name == message.peer_id and now - peer.welcomed < self._rewelcome_after:
-                # A Hello repeated before our Welcome reached it: that Welcome is on its way (the job's config,
-                # the tokenizer included: ~0.5 MB for BERT's).  Answering every repeat made a fleet of
-                # thousands joining at once a storm of Welcomes that starved the grants.
-                self.repeated_hellos += 1
-                return
-            self.peers[identity] = Peer(identity, message.role, message.peer_id, now, host=message.host,
-                                        welcomed=now)
-            if message.role == "sink":
-                self._sink_done = {}  # its SinkHellos follow
-            else:
-                self.hosts.joined(message.host, message.booted_at)
-            router.send_multipart([identity, self._welcome])
-            log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
-            return
-        if peer is None:
+            self.inbox.deliver(message, sender, self._greeting)
+        elif peer is None:
             # A peer of a previous ventilator process, or one forgotten after
             # a long silence: told so, it introduces itself again.
-            send(protocol.HeartbeatReply(self.ventilator_id, known=False))
+            sender.reply(protocol.HeartbeatReply(self.ventilator_id, known=False))
             if not isinstance(message, protocol.Heartbeat):
                 self.dropped.drop(f"{type(message).__name__} before Hello")
-            return
-
-        if isinstance(message, protocol.Heartbeat):
-            if peer.role == "worker":
-                self.dispatcher.heartbeat(identity.decode(errors="replace"), message.held, now)
-                if message.awaiting is not None and message.awaiting > peer.wanted:
-                    # Assignments lost on the way (or still in flight: then it gets one extra, held in its queue).
-                    if peer.wanted == 0:
-                        self.waiting.append(identity)
-                    peer.wanted = message.awaiting
-                elif message.awaiting is not None and message.awaiting < peer.wanted:
-                    peer.wanted = message.awaiting  # a draining worker takes its credit back
-            send(protocol.HeartbeatReply(self.ventilator_id))
-        elif isinstance(message, protocol.TaskRequest) and peer.role == "worker":
-            if message.credit > 0:
-                if peer.wanted == 0:
-                    self.waiting.append(identity)
-                peer.wanted += message.credit
-        elif isinstance(message, protocol.TaskFinished) and peer.role == "worker":
-            self.dispatcher.finished(identity.decode(errors="replace"), message.task_id, now)
-        elif isinstance(message, protocol.TaskFailed) and peer.role == "worker":
-            again = self.dispatcher.redo(message.redo)
-            for redone in again:
-                log.warning("task %s: its output is missing or corrupt (found by task %s): doing it again",
-                            redone.task.key, message.task_id)
-            entry = self.dispatcher.failed(identity.decode(errors="replace"), message.task_id, message.error, now,
-                                           message.permanent)
-            log.warning("task %s failed on %s: %s", message.task_id, peer.name, message.error)
-            if entry is not None:
-                self._quarantine(router, [entry])
-        elif isinstance(message, protocol.TaskReturned) and peer.role == "worker":
-            self.dispatcher.returned(identity.decode(errors="replace"), message.task_ids)
-        elif isinstance(message, protocol.SinkHello) and peer.role == "sink":
-            if message.job_id != self.config.job_id:
-                log.error("sink %s is on job %s, not %s: restart it", peer.name, message.job_id, self.config.job_id)
-                return
-            self.sink = identity
-            self._sink_done.update(message.done)
-            if message.last:
-                # All chunks first: marking each as it came could make the job look complete
-                # between two of them, before tasks the sink lacks are put back.
-                undone = self.dispatcher.resync(self._sink_done)
-                self._sink_done = {}
-                if undone:
-                    log.warning("sink %s does not have %d task(s) a sink confirmed before: doing them again",
-                                peer.name, len(undone))
-                quarantined = self.dispatcher.quarantined()
-                if quarantined:  # a new sink has not heard of them
-                    self._quarantine(router, quarantined, announce=False)
-                if not self.sink_ready:
-                    self._done_at_start = self.dispatcher.counts[State.DONE]
-                    log.info("sink %s ready: %d of %d tasks already done", peer.name, self._done_at_start,
-                             self.dispatcher.total)
-                self.sink_ready = True
-        elif isinstance(message, protocol.TasksDone) and peer.role == "sink":
-            self.dispatcher.mark_done(message.task_ids)
-            self.documents_done += message.documents
-        elif isinstance(message, protocol.SinkClosed) and peer.role == "sink":
-            self.sink_closed = message.error
-            if message.error:
-                log.error("sink %s: %s", peer.name, message.error)
         else:
-            self.dropped.drop(f"unexpected {type(message).__name__} from {peer.role}")
+            self.inbox.deliver(message, sender, self._by_role[peer.role])
+
+    def _hello(self, message: protocol.Hello, sender: Sender) -> None:
+        if message.role not in ("worker", "sink"):
+            raise protocol.ProtocolError(f"hello from role {message.role!r}")
+        now, identity = sender.at, sender.identity
+        peer = self.peers.get(identity)
+        if peer is not None and peer.name == message.peer_id and now - peer.welcomed < self._rewelcome_after:
+            # A Hello repeated before our Welcome reached it: that Welcome is on its way (the job's config,
+            # the tokenizer included: ~0.5 MB for BERT's).  Answering every repeat made a fleet of
+            # thousands joining at once a storm of Welcomes that starved the grants.
+            self.repeated_hellos += 1
+            return
+        self.peers[identity] = Peer(identity, message.role, message.peer_id, now, host=message.host, welcomed=now)
+        if message.role == "sink":
+            self._sink_done = {}  # its SinkHellos follow
+        else:
+            self.hosts.joined(message.host, message.booted_at)
+        sender.socket.send_multipart([identity, self._welcome])
+        log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
+
+    def _heartbeat(self, message: protocol.Heartbeat, sender: Sender) -> None:
+        peer = self.peers[sender.identity]
+        if peer.role == "worker":
+            self.dispatcher.heartbeat(sender.name, message.held, sender.at)
+            if message.awaiting is not None and message.awaiting > peer.wanted:
+                # Assignments lost on the way (or still in flight: then it gets one extra, held in its queue).
+                if peer.wanted == 0:
+                    self.waiting.append(peer.identity)
+                peer.wanted = message.awaiting
+            elif message.awaiting is not None and message.awaiting < peer.wanted:
+                peer.wanted = message.awaiting  # a draining worker takes its credit back
+        sender.reply(protocol.HeartbeatReply(self.ventilator_id))
+
+    def _request(self, message: protocol.TaskRequest, sender: Sender) -> None:
+        peer = self.peers[sender.identity]
+        if message.credit > 0:
+            if peer.wanted == 0:
+                self.waiting.append(peer.identity)
+            peer.wanted += message.credit
+
+    def _finished(self, message: protocol.TaskFinished, sender: Sender) -> None:
+        self.dispatcher.finished(sender.name, message.task_id, sender.at)
+
+    def _failed(self, message: protocol.TaskFailed, sender: Sender) -> None:
+        again = self.dispatcher.redo(message.redo)
+        for redone in again:
+            log.warning("task %s: its output is missing or corrupt (found by task %s): doing it again",
+                        redone.task.key, message.task_id)
+        entry = self.dispatcher.failed(sender.name, message.task_id, message.error, sender.at, message.permanent)
+        log.warning("task %s failed on %s: %s", message.task_id, self.peers[sender.identity].name,
+                    message.error)
+        if entry is not None:
+            self._quarantine(sender.socket, [entry])
+
+    def _returned(self, message: protocol.TaskReturned, sender: Sender) -> None:
+        self.dispatcher.returned(sender.name, message.task_ids)
+
+    def _sink_hello(self, message: protocol.SinkHello, sender: Sender) -> None:
+        peer = self.peers[sender.identity]
+        if message.job_id != self.config.job_id:
+            log.error("sink %s is on job %s, not %s: restart it", peer.name, message.job_id, self.config.job_id)
+            return
+        self.sink = peer.identity
+        self._sink_done.update(message.done)
+        if not message.last:
+            return
+        # All chunks first: marking each as it came could make the job look complete
+        # between two of them, before tasks the sink lacks are put back.
+        undone = self.dispatcher.resync(self._sink_done)
+        self._sink_done = {}
+        if undone:
+            log.warning("sink %s does not have %d task(s) a sink confirmed before: doing them again",
+                        peer.name, len(undone))
+        quarantined = self.dispatcher.quarantined()
+        if quarantined:  # a new sink has not heard of them
+            self._quarantine(sender.socket, quarantined, announce=False)
+        if not self.sink_ready:
+            self._done_at_start = self.dispatcher.counts[State.DONE]
+            log.info("sink %s ready: %d of %d tasks already done", peer.name, self._done_at_start,
+                     self.dispatcher.total)
+        self.sink_ready = True
+
+    def _tasks_done(self, message: protocol.TasksDone, _sender: Sender) -> None:
+        self.dispatcher.mark_done(message.task_ids)
+        self.documents_done += message.documents
+
+    def _sink_said_closed(self, message: protocol.SinkClosed, sender: Sender) -> None:
+        self.sink_closed = message.error
+        if message.error:
+            log.error("sink %s: %s", self.peers[sender.identity].name, message.error)
 
     # Work ---------------------------------------------------------------
     def _dispatch(self, router: zmq.Socket, now: float) -> None:
@@ -466,17 +473,14 @@ class VentilatorServer:
             elif now > deadline or self.peers_gone():
                 return
             if router.poll(timeout=100):
-                frames = router.recv_multipart()
-                if len(frames) != 2:
+                received = self.inbox.routed(router.recv_multipart())
+                if received is None:
                     continue
-                try:
-                    closed = protocol.decode(frames[1])
-                except protocol.ProtocolError:
-                    closed = None
-                if isinstance(closed, protocol.SinkClosed) and frames[0] == self.sink:
-                    self._receive(router, frames)
+                identity, message = received
+                if isinstance(message, protocol.SinkClosed) and identity == self.sink:
+                    self._handle(router, identity, message)
                 else:
-                    router.send_multipart([frames[0], shutdown])
+                    router.send_multipart([identity, shutdown])
 
     def _show_progress(self) -> None:
         if self.options.on_progress is not None:

@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import os
 import queue
-import signal
 import socket
 import threading
 import time
@@ -30,6 +29,7 @@ import zmq
 
 from common import protocol
 from common.config import JobConfig
+from common.inbox import Inbox, on_stop_signals
 from common.readers.content import is_permanent
 from common.security import Curve
 from common.storage import Storage, open_storage, remove_stale_spool_files
@@ -178,13 +178,14 @@ class WorkerProcess:
         self.draining = False
         self.release_at: float | None = None  # wall clock: hand back what is held then (an interruption notice)
         self.dropped = DroppedMessages("worker")
+        self.inbox = Inbox(protocol.CODEC, self.dropped)
         self.context = zmq.Context()
         self.push: zmq.Socket | None = None
         self.push_endpoint = ""
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, name: str) -> None:
         if not self.draining:
-            log.info("%s: %s, draining (finishing the current task)", self.worker_id, signal.Signals(signum).name)
+            log.info("%s: %s, draining (finishing the current task)", self.worker_id, name)
         self.draining = True
 
     def interrupt(self, release_at: float) -> None:
@@ -195,9 +196,7 @@ class WorkerProcess:
         self.draining = True
 
     def run(self) -> int:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+        on_stop_signals(self._on_signal)
         removed = remove_stale_spool_files()
         if removed:
             log.info("%s: removed %d spool file(s) of worker processes that died", self.worker_id, removed)
@@ -292,10 +291,8 @@ class WorkerProcess:
                     self._report(send, state.job, outcome)
                     state.held.discard((outcome.job.job_id, outcome.task.task_id))
             if dealer in events:
-                try:
-                    message = protocol.decode(dealer.recv())
-                except protocol.ProtocolError as error:
-                    self.dropped.drop(str(error))
+                message = self.inbox.decode(dealer.recv())
+                if message is None:  # counted and dropped
                     continue
                 state.last_contact = now
                 if self._handle(message, state, send, compute, ventilator_host):
@@ -304,7 +301,11 @@ class WorkerProcess:
     def _handle(self, message, state: _State, send, compute: _Compute, ventilator_host: str) -> bool:
         """Act on one message from the ventilator; True means exit now."""
         if isinstance(message, protocol.Welcome):
-            config = message.config
+            try:
+                config = JobConfig.from_welcome(message)  # with the job id the ventilator computed
+            except protocol.ProtocolError as error:
+                self.dropped.drop(str(error))
+                return False
             if state.job is None or state.job.config != config:
                 if state.held:
                     log.warning("%s: a different job while holding tasks; finishing them first", self.worker_id)
@@ -353,7 +354,7 @@ class WorkerProcess:
         run (a step, tokenizer, output or sink address it cannot make sense of) is one line here, and its
         tasks fail with that line (the ventilator quarantines them and the job ends): never a crash."""
         try:
-            job_id = config.job_id  # resolves every step: a plugin step this worker lacks is refused here
+            job_id = config.job_id  # as it came with the Welcome; TaskProcessor refuses a step this worker lacks
             vocabulary = Vocabulary.from_json(config.tokenizer_json)
             output = open_storage(config.output_uri, config.s3_endpoint_url)
             input_storage = open_storage(config.data_uri, config.s3_endpoint_url) if config.read_mode == "range" \

@@ -35,16 +35,27 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from common.outputs import TRAIN, ShardFile
 from common.params import Configurable, NoParams
 from common.protocol import AckStats
+
+if TYPE_CHECKING:  # names for the annotations only: the job (common.config) imports this module's package
+    import numpy as np
+
+    from common.config import JobConfig
+    from common.objectives import TokenizedDocuments
+    from common.readers import Document, ParseReport
+    from common.storage.base import Storage
+    from common.tasks import Task
+    from common.tokenization.vocabulary import SpecialIds, Vocabulary
 
 
 @dataclass
@@ -85,6 +96,13 @@ class TaskStats:
         values[counter] = values.get(counter, 0) + value
 
 
+class WordEncoder(Protocol):
+    """A part's pieces with their words (the words step's): the tokenize step encodes them through it into
+    ids, tokens per piece, per-token word starts, and how many pieces could not be mapped."""
+
+    def encode(self, vocabulary: Vocabulary) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]: ...
+
+
 @dataclass
 class Part:
     """One side of a task's output, as it goes through the steps."""
@@ -92,10 +110,10 @@ class Part:
     split: str  # "" the training side; else the split that made it (its files are marked so)
     key: str  # the task key its random streams are drawn from
     stem: str  # what its files are named from (``part-<task id>``, ``holdout/part-<task id>``)
-    documents: list = field(default_factory=list)  # common.readers.Document
+    documents: list[Document] = field(default_factory=list)
     segments: list | None = None  # per document, its segments, each a list of pieces (segment step)
-    words: Any = None  # word boundaries inside Han runs, per piece (words step)
-    tokenized: Any = None  # common.objectives.TokenizedDocuments (tokenize step)
+    words: WordEncoder | None = None  # word boundaries inside Han runs, per piece (words step)
+    tokenized: TokenizedDocuments | None = None  # (tokenize step)
     tokens: int = 0  # tokens of its documents before segments were dropped
     batches: Iterator | None = None  # the objective's record batches, made as they are drained
     files: list[ShardFile] = field(default_factory=list)
@@ -105,10 +123,10 @@ class Part:
 class TaskRun:
     """What the steps of one task share: the task, its payload, its statistics and its parts."""
 
-    task: Any  # common.tasks.Task
+    task: Task | None  # None: documents tokenized apart from a task (TaskProcessor.tokenize_documents)
     payload: bytes
     stats: TaskStats
-    report: Any  # common.readers.ParseReport: documents skipped, by reason
+    report: ParseReport  # documents skipped, by reason
     parts: list[Part]
 
 
@@ -124,11 +142,11 @@ class StageResult:
 class JobPlan:
     """What a step sees when the ventilator plans the job: to add tasks before or after the normal pass."""
 
-    config: Any  # common.config.JobConfig
-    output: Any  # the output Storage
-    normal: list  # the normal pass's tasks
-    special: Any  # the tokenizer's special ids
-    log: Any = None
+    config: JobConfig
+    output: Storage
+    normal: list[Task]  # the normal pass's tasks
+    special: SpecialIds  # the tokenizer's
+    log: logging.Logger | None = None
 
 
 class JobContext:

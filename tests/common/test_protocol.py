@@ -18,8 +18,9 @@ def test_round_trip_every_message_type():
     samples = [
         protocol.Hello("w1", "host", 12, "worker", 1.7e9),
         protocol.SinkHello("s", "j", {"t1": "v1"}),
-        protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", segmenter="blingfire",
-                                   objective=Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})), "v"),
+        JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", segmenter="blingfire",
+                  objective=Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})
+                  ).welcome("v"),
         protocol.TaskRequest(2),
         protocol.TaskAssignment(["p", 0, 10, 10, "v", ""], 60.0, 1, b"bytes"),
         protocol.Heartbeat(["t1"]),
@@ -38,8 +39,8 @@ def test_round_trip_every_message_type():
     assert {type(s).__name__ for s in samples} == set(protocol.MESSAGE_TYPES)
     for message in samples:
         assert protocol.decode(protocol.encode(message)) == message
-    welcome = protocol.decode(protocol.encode(samples[2]))
-    assert isinstance(welcome.config.objective, Component) and welcome.config.job_id == samples[2].config.job_id
+    config = JobConfig.from_welcome(protocol.decode(protocol.encode(samples[2])))
+    assert isinstance(config.objective, Component) and config.job_id == samples[2].job_id
     assert isinstance(protocol.decode(protocol.encode(samples[11])).shards[0], ShardFile)
 
 
@@ -52,11 +53,20 @@ def _ack(**changes) -> dict:
 
 
 def _welcome(**config_changes) -> dict:
+    """A Welcome frame whose job has ``config_changes`` (a ``job_id`` change: the Welcome's own field)."""
+    job_id = config_changes.pop("job_id", "0123456789abcdef")
     config = {"data_uri": "d", "output_uri": "o", "reader": {"name": "text"},
               "steps": [{"name": "read"}, {"name": "segment", "params": {"segmenter": "line"}}],
               "tokenizer_json": "{}", "objective": {"name": "bert", "params": {"dupe_factor": 2}}}
     config.update(config_changes)
-    return {"v": protocol.PROTOCOL_VERSION, "t": "Welcome", "config": config, "ventilator_id": "v"}
+    job = msgpack.packb({"v": protocol.PROTOCOL_VERSION, "t": "JobConfig", **config})
+    return {"v": protocol.PROTOCOL_VERSION, "t": "Welcome", "job": job, "job_id": job_id, "ventilator_id": "v"}
+
+
+def _decode(frame: bytes):
+    """What a role acts on: the message, and a Welcome's job decoded by the job layer."""
+    message = protocol.decode(frame)
+    return JobConfig.from_welcome(message) if isinstance(message, protocol.Welcome) else message
 
 
 @pytest.mark.parametrize("payload,reason", [
@@ -67,11 +77,14 @@ def _welcome(**config_changes) -> dict:
     (_ack(stats={"pages": 1}), r"TaskAck.stats has unknown fields \['pages'\]"),
     (_ack(stats=[1]), "TaskAck.stats has the wrong type"),
     (_welcome(), None),
-    (_welcome(shuffle=True), r"Welcome.config has unknown fields \['shuffle'\]"),
-    (_welcome(objective={"name": "bert", "params": {"dupe_factor": [2]}}), "Welcome.config.objective.params has the wrong type"),
-    (_welcome(objective={"params": {}}), "Welcome.config.objective lacks name"),
+    (_welcome(shuffle=True), r"JobConfig has unknown fields \['shuffle'\]"),
+    (_welcome(objective={"name": "bert", "params": {"dupe_factor": [2]}}), "JobConfig.objective.params has the wrong type"),
+    (_welcome(objective={"params": {}}), "JobConfig.objective lacks name"),
+    (_welcome(job_id="../../etc/passwd"), "Welcome.job_id is not of its form"),
+    (_welcome(job_id="0123456789ABCDEF"), "Welcome.job_id is not of its form"),
+    (_welcome(job_id=16), "Welcome.job_id has the wrong type"),
     (_ack(shards=[{"name": "s", "records": "3", "sha256": "", "bytes": 1}]), "TaskAck.shards.records has the wrong type"),
-    (_welcome(tokenizer_json=None), "Welcome.config.tokenizer_json has the wrong type"),
+    (_welcome(tokenizer_json=None), "JobConfig.tokenizer_json has the wrong type"),
     ({"v": protocol.PROTOCOL_VERSION, "t": "SinkHello", "sink_id": "s", "job_id": "j", "done": {"t": 3}}, "SinkHello.done has the wrong type"),
     ({"v": protocol.PROTOCOL_VERSION, "t": "TasksQuarantined", "failures": {"t": {"source": "p"}}}, "TasksQuarantined.failures lacks start"),
 ])
@@ -79,10 +92,10 @@ def test_nested_fields_are_checked_too(payload, reason):
     """A peer of another version, or a broken one, is refused at decode: a
     wrongly typed statistic must never reach the manifest."""
     if reason is None:
-        protocol.decode(msgpack.packb(payload))
+        _decode(msgpack.packb(payload))
     else:
         with pytest.raises(protocol.ProtocolError, match=reason):
-            protocol.decode(msgpack.packb(payload))
+            _decode(msgpack.packb(payload))
 
 
 @pytest.mark.parametrize("payload,reason", [
@@ -219,6 +232,8 @@ def _well_typed(hint, depth: int = 0):
     """Values msgpack carries that match ``hint``'s type (not its range): what a hostile but well-formed peer
     sends."""
     origin = typing.get_origin(hint)
+    if isinstance(hint, typing.NewType):  # an opaque value (the Welcome's job): its plain type
+        return _well_typed(hint.__supertype__, depth)
     if origin is typing.Annotated:
         return _well_typed(hint.__origin__, depth)
     if origin in (typing.Union, UnionType):
@@ -309,13 +324,13 @@ def test_a_well_typed_message_that_decodes_holds_only_finite_numbers_in_range(da
     ({"v": protocol.PROTOCOL_VERSION, "t": "Hello", "peer_id": "w", "host": "h", "pid": 1, "role": "worker",
       "booted_at": math.nan}, "Hello.booted_at is not a finite number"),
     ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": 2**64 - 1}, "TaskRequest.credit is out of"),
-    (_welcome(lease_seconds=math.inf), "Welcome.config.lease_seconds is not a finite number"),
+    (_welcome(lease_seconds=math.inf), "JobConfig.lease_seconds is not a finite number"),
     (_welcome(objective={"name": "bert", "params": {"masked_lm_prob": math.nan}}),
-     "Welcome.config.objective.params has the wrong type"),
+     "JobConfig.objective.params has the wrong type"),
 ])
 def test_hostile_numbers_are_refused_where_they_are_decoded(payload, reason):
     with pytest.raises(protocol.ProtocolError, match=reason):
-        protocol.decode(msgpack.packb(payload))
+        _decode(msgpack.packb(payload))
 
 
 def test_an_attach_at_the_last_epoch_msgpack_holds_is_refused_at_the_door():

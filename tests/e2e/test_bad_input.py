@@ -75,7 +75,7 @@ def test_bad_input_is_skipped_and_counted(bad_corpus, tmp_path):
     ("other_jobs_output", "belongs to another job"),
     ("bad_parameter", "--max-seq-length must be at least 5"),
     # Every peer would drop a Welcome holding inf, and the workers wait for good (#34: numbers on the wire).
-    ("unsendable", "this job cannot be sent to its workers: Welcome.config.lease_seconds is not a finite number"),
+    ("unsendable", "this job cannot be sent to its workers: JobConfig.lease_seconds is not a finite number"),
 ])
 def test_clear_errors_before_work_starts(tmp_path, case, expected):
     need_shared()

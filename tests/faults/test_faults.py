@@ -594,7 +594,7 @@ def test_a_sink_reintroducing_itself_in_chunks_is_heard_out(tmp_path):
             if sink.poll(1000) and isinstance(welcome := protocol.decode(sink.recv()), protocol.Welcome):
                 break
         for part, last in chunks:
-            sink.send(protocol.encode(protocol.SinkHello("sink-test-chunks", welcome.config.job_id, part, last)))
+            sink.send(protocol.encode(protocol.SinkHello("sink-test-chunks", welcome.job_id, part, last)))
             time.sleep(pause)
 
     try:

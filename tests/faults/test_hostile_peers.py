@@ -13,7 +13,6 @@ import time
 import msgpack
 import pytest
 import zmq
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common import protocol
@@ -21,7 +20,7 @@ from loader import messages
 from loader.client import LoaderClient, server_status
 from tests.cluster import Cluster
 from tests.faults.test_faults import JOB, assert_same_as_clean, clean  # noqa: F401  (the module's clean run)
-from tests.helpers import WIKI, free_ports
+from tests.helpers import WIKI, drawn_values, free_ports
 from tests.loader_helpers import LoaderProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -35,7 +34,6 @@ _values = st.recursive(_leaves, lambda inner: st.one_of(st.lists(inner, max_size
 
 def hostile_frames(version: int, type_names: list[str], count: int, seed: int) -> list[bytes]:
     """``count`` structured frames, drawn by hypothesis, plus the known killers."""
-    drawn: list[bytes] = []
     fields = st.dictionaries(st.sampled_from(["task_id", "peer_id", "config", "reason", "session", "rank",
                                               "world_size", "epoch", "batch", "consumed", "known", "ventilator_id",
                                               "task", "lease_seconds", "content", "features"]),
@@ -43,14 +41,7 @@ def hostile_frames(version: int, type_names: list[str], count: int, seed: int) -
     frame = st.builds(lambda v, t, f: msgpack.packb({**f, "v": v, "t": t}, use_bin_type=True),
                       st.one_of(st.just(version), _values),
                       st.one_of(st.sampled_from(type_names), _values), fields)
-
-    @settings(max_examples=count, database=None, deadline=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
-    @given(frame)
-    def collect(value):
-        drawn.append(value)
-
-    collect()
+    drawn: list[bytes] = drawn_values(frame, count)
     killers = [msgpack.packb({"v": version, "t": []}), msgpack.packb({"v": version, "t": {}}),
                msgpack.packb({"v": [], "t": type_names[0]}), b"\x91" * 5000 + b"\xc0",
                msgpack.packb({"v": version, "t": msgpack.ExtType(5, b"x")})]

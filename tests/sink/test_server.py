@@ -74,3 +74,73 @@ def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
     assert server._finish("all tasks done", job_over=True) == 0
     assert json.loads((out / "summary.json").read_text())["tasks"] == 1
     server.manifest.close()
+
+
+def test_the_sink_keeps_the_books_under_the_job_id_its_welcome_carries(tmp_path):
+    """The job id is computed once, by the ventilator, and carried in the Welcome: a real sink, played a
+    ventilator over real sockets, lists its manifest, its SinkHello and its summary under the carried id (here
+    not the one this config would compute), drops acknowledgements of any other, and still refuses an output
+    whose manifest is another job's."""
+    import json
+    import threading
+
+    import zmq
+
+    from common import protocol
+    from common.config import JobConfig
+    from common.params import Component
+    from tests.helpers import free_ports
+
+    out = tmp_path / "out"
+    config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"), segmenter="line",
+                       tokenizer_json="")
+    carried = "feedfacefeedface"
+    assert config.job_id != carried
+    context = zmq.Context()
+    ventilator = context.socket(zmq.ROUTER)
+    ventilator.setsockopt(zmq.LINGER, 0)
+    vport = ventilator.bind_to_random_port("tcp://127.0.0.1")
+
+    def receive(kind: type):
+        while True:
+            assert ventilator.poll(30_000), f"no {kind.__name__} from the sink"
+            identity, frame = ventilator.recv_multipart()
+            message = protocol.decode(frame)
+            if isinstance(message, kind):
+                return identity, message
+
+    def sink_for(job_id: str) -> tuple[bytes, list[int], threading.Thread, int]:
+        (port,) = free_ports(1)
+        server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
+                                        state_dir=str(tmp_path / "state"), report_seconds=3600))
+        status: list[int] = []
+        thread = threading.Thread(target=lambda: status.append(server.run()), daemon=True)
+        thread.start()
+        identity, _hello = receive(protocol.Hello)
+        ventilator.send_multipart([identity, protocol.encode(protocol.Welcome(config.encoded(), job_id, "v1"))])
+        return identity, status, thread, port
+
+    identity, status, thread, port = sink_for(carried)
+    assert receive(protocol.SinkHello)[1].job_id == carried
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    for task, job_id in (("computed", config.job_id), ("carried", carried)):
+        push.send(protocol.encode(protocol.TaskAck(task, job_id, "w", "src", 0, 1, "v", [], 0, protocol.AckStats())))
+    assert receive(protocol.TasksDone)[1].task_ids == ["carried"]
+    ventilator.send_multipart([identity, protocol.encode(protocol.Shutdown("done"))])
+    assert receive(protocol.SinkClosed)[1].error == ""
+    thread.join(30)
+    assert status == [0]
+    lines = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [(line["task"], line["job"]) for line in lines] == [("carried", carried)]
+    assert json.loads((out / "summary.json").read_text())["job"] == carried
+
+    # Resuming this output under another id: its manifest is another job's, refused before any task.
+    _identity, status, thread, _port = sink_for("0123456789abcdef")
+    assert "another job" in receive(protocol.SinkClosed)[1].error
+    thread.join(30)
+    assert status == [1]
+    push.close()
+    ventilator.close()
+    context.term()

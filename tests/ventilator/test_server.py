@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from common import protocol
+from common.config import JobConfig
 from tests.helpers import VOCAB, WIKI, free_ports, need_shared
 from ventilator.server import ServerOptions, VentilatorServer
 
@@ -90,7 +91,7 @@ def test_leases_wait_for_the_sink_then_follow_credit_and_the_run_completes(job, 
     server, peer, results, thread = served
     worker, sink = peer("worker-a"), peer("sink-a")
     welcome = introduce(worker, "worker", job.config.job_id)
-    assert welcome.config.job_id == job.config.job_id
+    assert welcome.job_id == job.config.job_id and JobConfig.from_welcome(welcome) == job.config
     worker.send(protocol.TaskRequest(2))
     assert worker.nothing_of(protocol.TaskAssignment, 1.5), "a task was leased before the sink said what is done"
 
@@ -151,7 +152,7 @@ def test_hostile_frames_are_counted_and_dropped_and_the_server_goes_on(job, serv
     peer.send(protocol.TaskFinished("0" * 20))  # before any Hello
     peer.send(protocol.Hello("sink?", "h", 1, "stranger"))  # an unknown role
     welcome = introduce(peer, "worker", job.config.job_id)  # and it still serves
-    assert welcome.config.job_id == job.config.job_id
+    assert welcome.job_id == job.config.job_id and JobConfig.from_welcome(welcome) == job.config
     deadline = time.monotonic() + 10
     while server.dropped.total < 4:
         assert time.monotonic() < deadline, server.dropped.dropped

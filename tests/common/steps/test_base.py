@@ -114,5 +114,5 @@ def test_a_job_gets_its_steps_or_its_features_not_both():
         JobConfig("d", "o", Component("text"), "", steps=standard_steps("line"), segmenter="line")
     config = JobConfig("d", "o", Component("text"), "", segmenter="line", holdout_fraction=0.1)
     assert config.step("holdout").params == {"fraction": 0.1, "seed": 0} and config.step("dedup") is None
-    again = protocol.decode(protocol.encode(protocol.Welcome(config, "v"))).config
+    again = JobConfig.from_welcome(protocol.decode(protocol.encode(config.welcome("v"))))
     assert again.steps == config.steps and again.job_id == config.job_id
