@@ -25,8 +25,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.holdout import SPLIT as HOLDOUT_SPLIT
+from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.steps.holdout import SPLIT as HOLDOUT_SPLIT
 from common.manifest import read_entries, shard_files
 from common.outputs import TRAIN, split_of
 

@@ -107,8 +107,8 @@ def small_corpus(root: Path) -> Path:
 def run_case(case: Case, corpus: Path | str, output: Path | str) -> dict[str, str]:
     """Plan the job as the ventilator does, run every task as workers do: {file name: sha256}.  ``corpus`` and
     ``output`` may be any storage's URI (gs://, s3://): the bytes must not depend on where they are."""
-    from common.dedup import stages as dedup_stages
-    from common.dedup.settings import DedupSettings
+    from common.steps.dedup import stages as dedup_stages
+    from common.steps.dedup.settings import DedupSettings
     from common.storage import open_storage
     from common.tokenization import Vocabulary
     from ventilator.job import JobOptions, prepare_job

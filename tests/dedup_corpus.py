@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.dedup.minhash import shingles
-from common.dedup.normalise import words
+from common.steps.dedup.minhash import shingles
+from common.steps.dedup.normalise import words
 from common.readers import reader_named
 from common.readers.base import ParseReport
 

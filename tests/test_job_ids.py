@@ -35,7 +35,7 @@ EXTRA = {
 
 def job_config(corpus: Path, objective: str, output_format: str, family: str, holdout: bool = False,
                dedup: str = "off", extra: dict | None = None):
-    from common.dedup.settings import DedupSettings
+    from common.steps.dedup.settings import DedupSettings
     from ventilator.job import JobOptions, prepare_job
 
     extra = dict(extra or {})

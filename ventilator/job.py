@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 
 from common.config import JobConfig
-from common.dedup.settings import DedupSettings
+from common.steps.dedup.settings import DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.holdout import HoldoutSplit
 from common.manifest import check_job, read_first_entry

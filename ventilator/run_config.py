@@ -18,7 +18,7 @@ import click
 
 from common.cli_settings import SectionedOption, add_options, build, option
 from common.config import JobConfig
-from common.dedup.settings import MODES, DedupSettings
+from common.steps.dedup.settings import MODES, DedupSettings
 from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
 from common.params import ParamClash, ParamValue, PluginError, defaults_text, option_specs

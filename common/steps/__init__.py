@@ -4,7 +4,7 @@ the interface), found by name like the readers, objectives and writers."""
 from __future__ import annotations
 
 from common.params import Registry
-from common.steps.base import JobContext, JobPlan, Part, StageResult, Step, TaskRun, TaskStats
+from common.steps.base import FLOW, JobContext, JobPlan, Part, StageResult, Step, TaskRun, TaskStats
 
 _REGISTRY: Registry[Step] = Registry(__name__, Step, "step")
 steps = _REGISTRY.variants
@@ -39,5 +39,5 @@ def required_tasks(config) -> dict[str, str]:
     return required
 
 
-__all__ = ["JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
+__all__ = ["FLOW", "JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
            "plan_stages", "required_tasks", "step_named", "steps"]

@@ -21,6 +21,12 @@ class Segment(Step):
     name = "segment"
     makes = "segments"
     Params = SegmentParams
+    after = "read"
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return True
+
 
     def __init__(self, params, job):
         super().__init__(params, job)

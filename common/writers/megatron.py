@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from common.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.holdout import SPLIT as HOLDOUT_SPLIT
+from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.steps.holdout import SPLIT as HOLDOUT_SPLIT
 from common.objectives.base import Batch, Feature, Ragged
 from common.outputs import split_of
 from common.params import param

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common.config import standard_steps
-from common.dedup.settings import DedupSettings
+from common.steps.dedup.settings import DedupSettings
 from common.params import Component
 from common.steps import steps
 from common.steps.base import Step

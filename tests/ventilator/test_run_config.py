@@ -10,7 +10,7 @@ import pytest
 from common.cli_settings import parse as parse_settings
 from common.cli_settings import to_argv
 from common.config import JobConfig
-from common.dedup.settings import DedupSettings
+from common.steps.dedup.settings import DedupSettings
 from sink.settings import SinkSettings
 from ventilator.job import JobOptions
 from ventilator.run_config import ConfigError, RunConfig, parse
