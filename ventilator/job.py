@@ -9,7 +9,8 @@ opened.
 prepare_job is three steps: validate (every refusal that needs no job id:
 options, tokenizer, the inputs listed, the components' parameters),
 identify (the JobConfig, built in job_config() only, and its id, checked
-against the output's manifest) and plan (the tasks, dedup stages first).
+against the output's manifest) and plan (the tasks, the steps' stages
+before and after the normal pass).
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from common.config import JobConfig
-from common.steps.dedup.settings import DedupSettings
-from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
-from common.holdout import HoldoutSplit
+from common.config import JobConfig, standard_steps
 from common.manifest import check_job, read_first_entry
 from common.objectives import objective_named
 from common.output_lock import OutputLock, OutputLocked
@@ -29,6 +27,7 @@ from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.segmenters import resolve as resolve_segmenter
 from common.steps import plan_stages, step_named
+from common.steps.words import Words
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
 from common.tasks import InputFile, Task, compression_of, parse_size
 from common.tokenization import TokenizerError, Vocabulary, han_words, load_vocabulary
@@ -66,16 +65,15 @@ class JobOptions:
     #: Component parameters given on the command line (unset ones are absent), by field name: each
     #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
     params: dict[str, ParamValue] = field(default_factory=dict)
+    #: The parameters of the steps that say when they are on (``Step.enabled``: holdout, dedup), from their own
+    #: flags, by step name; a step not named keeps its defaults (off).
+    steps: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
     task_size: int = parse_size(DEFAULT_TASK_SIZE)
-    #: --holdout-fraction / --holdout-seed (common/holdout.py): 0 holds nothing out.
-    holdout_fraction: float = 0.0
-    holdout_seed: int = DEFAULT_HOLDOUT_SEED
     shared_fs: bool = False
     s3_endpoint_url: str = ""
     sink_address: str = ""
     lease_seconds: float = JobConfig.lease_seconds
     heartbeat_seconds: float = JobConfig.heartbeat_seconds
-    dedup: DedupSettings = field(default_factory=DedupSettings)
     command: str = ""  # the command line, recorded in the output's dataset_info.json and card
 
 
@@ -181,11 +179,14 @@ def validate(options: JobOptions) -> Checked:
     """Every refusal that needs no job id, in one line (JobError): the options, the tokenizer, the inputs
     (listed; only their first bytes read, to detect the format) and the components' parameters."""
     try:
-        options.dedup.validate()
+        for name, given in options.steps.items():  # the steps' own flags, each step checking its own
+            step_class = step_named(name)
+            if not step_class.has_switch():
+                raise ValueError(f"step {name} is added with --add-step, not by flags of its own")
+            step_class.make_params(dict(given))
     except ValueError as error:
         raise JobError(str(error)) from None
     try:
-        HoldoutSplit(options.holdout_fraction, options.holdout_seed)
         objective_class = objective_named(options.objective)
         writer_class = writer_named(options.output_format)
         word_segmenter_class = word_segmenter_named(options.word_segmenter)
@@ -193,7 +194,7 @@ def validate(options: JobOptions) -> Checked:
     except ValueError as error:
         raise JobError(str(error)) from None
     for step_class in added_classes:
-        if step_class.after is None:
+        if step_class.has_switch():
             raise JobError(f"--add-step {step_class.name}: the job places this step itself (see its own options)")
 
     try:
@@ -328,11 +329,14 @@ def job_config(options: JobOptions, checked: Checked) -> JobConfig:
     data_uri = options.data if data_is_remote else checked.storage.root
     output_uri = options.output if is_remote(options.output) else open_storage(options.output).root
     reader_class, objective_class = checked.reader_class, checked.objective_class
+    segmenter = resolve_segmenter(options.segmenter, objective_class.segment_unit or reader_class.default_segmenter)
+    steps = standard_steps({**options.steps, "segment": {"segmenter": segmenter},
+                            "words": Words.component_of(checked.word_segmenter).params},
+                           added=checked.added_steps, input_bytes=sum(f.size for f in checked.files))
     return JobConfig(
         data_uri=data_uri,
         output_uri=output_uri,
         reader=reader_class.component(checked.reader_params),
-        segmenter=resolve_segmenter(options.segmenter, objective_class.segment_unit or reader_class.default_segmenter),
         tokenizer_json=checked.vocabulary.to_json(),
         objective=objective_class.component(checked.objective_params),
         writer=checked.writer_class.component(checked.writer_params),
@@ -343,13 +347,9 @@ def job_config(options: JobOptions, checked: Checked) -> JobConfig:
         heartbeat_seconds=options.heartbeat_seconds,
         task_size=options.task_size,
         inputs_digest=JobConfig.digest_inputs(checked.listed),  # readable or not: a passing read error is no new corpus
-        dedup=options.dedup.resolved(sum(f.size for f in checked.files)) if options.dedup.enabled else DedupSettings(),
-        holdout_fraction=float(options.holdout_fraction),
-        holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
         command=options.command,
         version=version(),
-        word_segmenter=checked.word_segmenter,
-        added_steps=checked.added_steps,
+        steps=steps,
     )
 
 

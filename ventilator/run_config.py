@@ -1,25 +1,26 @@
 """The ventilator's whole command line as one typed, frozen value: :class:`RunConfig`.
 
-Every option is declared once, here, as a field of a group (input, job, tokenizer, dedup, network, sink,
-fleet, delivery, metrics, display) whose default is the one its user keeps (JobOptions, ServerOptions,
-SinkOptions, JobConfig, DedupSettings): click parses, :func:`from_values` builds the RunConfig, and the
-run, the job, the server, the sink and the workers read their settings from it.  The axes' parameters
-(common/params.py) are options too, collected in ``job.params``.
+Every option is declared once, here, as a field of a group (input, job, tokenizer, network, sink, fleet,
+delivery, metrics, display) whose default is the one its user keeps (JobOptions, ServerOptions,
+SinkOptions, JobConfig): click parses, :func:`from_values` builds the RunConfig, and the run, the job, the
+server, the sink and the workers read their settings from it.  The axes' parameters (common/params.py) are
+options too, collected in ``job.params``; a step that says when it is on (``Step.enabled``) declares its
+own options in its ``Params`` (:func:`step_options`), collected in ``job.steps``: this module names none.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import click
 
-from common.cli_settings import SectionedOption, add_options, build, option
+from common.cli_settings import SectionedOption, add_options, build, option, option_fields
 from common.config import JobConfig
-from common.steps.dedup.settings import MODES, DedupSettings
-from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
 from common.params import ParamClash, ParamValue, PluginError, defaults_text, option_specs
 from common.readers import readers
@@ -57,8 +58,8 @@ _load_variants()
 
 
 def addable_steps() -> dict:
-    """The steps a user may add to a job (``--add-step``): those that name the step they follow."""
-    return {name: step for name, step in steps().items() if step.after is not None}
+    """The steps a user may add to a job (``--add-step``): those that do not say when they are on themselves."""
+    return {name: step for name, step in steps().items() if not step.has_switch() and step.after is not None}
 
 
 class ConfigError(ValueError):
@@ -116,14 +117,6 @@ class JobSettings:
         default=JobOptions.word_segmenter, show_envvar=True,
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
-    holdout_fraction: float = option(
-        "--holdout-fraction", type=click.FloatRange(0, 1, max_open=True), default=JobOptions.holdout_fraction,
-        show_envvar=True, help="Hold out this fraction of the documents (by a hash of their id, or text, and "
-                               "--holdout-seed) into OUT/holdout/, with its own shards; none of them is in a "
-                               "training instance. 0: off.")
-    holdout_seed: int = option("--holdout-seed", type=int, default=DEFAULT_HOLDOUT_SEED, show_envvar=True,
-                               help="Which documents --holdout-fraction holds out (not --random-seed: outputs made "
-                                    "with other objectives or seeds hold out the same ones).")
     add_step: tuple[str, ...] = option(
         "--add-step", type=click.Choice(sorted(addable_steps())), multiple=True, default=JobOptions.added_steps,
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
@@ -131,6 +124,9 @@ class JobSettings:
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
     #: absent).
     params: dict[str, ParamValue] = field(default_factory=dict)
+    #: The parameters of the steps that say when they are on (``Step.enabled``), from their own flags, by step
+    #: name then field (:func:`step_options`; all of them, defaults included).
+    steps: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -158,37 +154,6 @@ class TokenizerSettings:
         """The special tokens given, by role (cls, sep, mask, pad, unk)."""
         return {role: getattr(self, f"{role}_token") for role in ("cls", "sep", "mask", "pad", "unk")
                 if getattr(self, f"{role}_token")}
-
-
-@dataclass(frozen=True)
-class DedupOptions:
-    section: ClassVar[str] = "Dedup"  # its heading in --help
-    dedup: str = option("--dedup", type=click.Choice(MODES), default=DedupSettings.mode, show_envvar=True,
-                        help="Remove duplicate documents across the whole corpus before the normal pass: exact (same "
-                             "normalised text) or minhash (also near-duplicates). See docs/dedup.md.")
-    minhash_ngram: int = option("--minhash-ngram", type=click.IntRange(min=1), default=DedupSettings.ngram,
-                                show_envvar=True, help="Words per shingle (--dedup minhash).")
-    minhash_perm: int = option("--minhash-perm", type=click.IntRange(1, 1024), default=DedupSettings.perm,
-                               show_envvar=True, help="MinHash permutations (--dedup minhash).")
-    minhash_threshold: float = option("--minhash-threshold", type=float, default=DedupSettings.threshold,
-                                      show_envvar=True,
-                                      help="Jaccard similarity the LSH bands and rows are chosen for, as datasketch "
-                                           "does (--dedup minhash).")
-    minhash_bands: int = option("--minhash-bands", type=click.IntRange(min=0), default=DedupSettings.bands,
-                                show_envvar=True, help="LSH bands, with --minhash-rows, instead of "
-                                                       "--minhash-threshold's choice.  [default: derived]")
-    minhash_rows: int = option("--minhash-rows", type=click.IntRange(min=0), default=DedupSettings.rows,
-                               show_envvar=True, help="Rows (permutations) per LSH band, with --minhash-bands.  "
-                                                      "[default: derived]")
-    dedup_partitions: int = option("--dedup-partitions", type=click.IntRange(0, 65535),
-                                   default=DedupSettings.partitions, show_envvar=True,
-                                   help="Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of "
-                                        "input]")
-
-    def settings(self) -> DedupSettings:
-        return DedupSettings(mode=self.dedup, ngram=self.minhash_ngram, perm=self.minhash_perm,
-                             bands=self.minhash_bands, rows=self.minhash_rows, threshold=self.minhash_threshold,
-                             partitions=self.dedup_partitions)
 
 
 def _check_port(flag: str, port: int) -> None:
@@ -334,7 +299,6 @@ class RunConfig:
     input: InputSettings
     job: JobSettings
     tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
-    dedup: DedupOptions = field(default_factory=DedupOptions)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     sink: SinkGroup = field(default_factory=SinkGroup)
     fleet: FleetSettings = field(default_factory=FleetSettings)
@@ -363,12 +327,12 @@ class RunConfig:
             special_tokens=self.tokenizer.special_tokens(), corpus_format=self.input.corpus_format,
             segmenter=self.job.segmenter, objective=self.job.objective, output_format=self.job.output_format,
             word_segmenter=self.job.word_segmenter, added_steps=tuple(self.job.add_step),
-            params=dict(self.job.params), task_size=self.input.task_size,
-            holdout_fraction=self.job.holdout_fraction, holdout_seed=self.job.holdout_seed,
+            params=dict(self.job.params), steps={name: dict(given) for name, given in self.job.steps.items()},
+            task_size=self.input.task_size,
             shared_fs=self.input.shared_fs, s3_endpoint_url=self.input.s3_endpoint_url,
             sink_address=self.sink.sink_address or f":{self.sink.sink_port}",
             lease_seconds=self.delivery.lease_seconds, heartbeat_seconds=self.delivery.heartbeat_seconds,
-            dedup=self.dedup.settings(), command=command)
+            command=command)
 
     def server_options(self, **runtime) -> ServerOptions:
         """The ventilator server's options; ``runtime``: what only the running command has (on_progress,
@@ -416,21 +380,76 @@ def component_options(command):
 
 #: Options of a group shown under another heading of --help than their group's.
 FIELD_SECTIONS = {"output": "Output", "output_format": "Output", "objective": "Objective",
-                  "segmenter": "Segmentation and words", "word_segmenter": "Segmentation and words",
-                  "holdout_fraction": "Holdout", "holdout_seed": "Holdout"}
+                  "segmenter": "Segmentation and words", "word_segmenter": "Segmentation and words"}
+
+
+@dataclass(frozen=True)
+class StepFlag:
+    """One option a step declares itself: a field of its ``Params`` that names its ``flag`` (common/params.py),
+    of a step that says when it is on (``Step.enabled``: holdout, dedup, a plugin's)."""
+
+    step: str  # the step's name
+    field: str  # the Params field
+    name: str  # click's parameter name, from the flag (its env var is MLM_<NAME>)
+    option: Callable  # the click option, as a decorator
+
+
+def step_flags() -> list[StepFlag]:
+    """Every step's own options, in the steps' order of discovery and their fields' order; ParamClash if two
+    steps, or a step and the run's options, declare one flag."""
+    made: list[StepFlag] = []
+    taken = {f.name: "the ventilator's own options" for f in option_fields(RunConfig)}
+    for step_name, step_class in steps().items():
+        if not step_class.has_switch():
+            continue
+        params_class = step_class.Params
+        hints = typing.get_type_hints(params_class)
+        section = getattr(params_class, "section", "") or f"Step {step_name}"
+        for f in dataclasses.fields(params_class):
+            flag = f.metadata.get("flag")
+            if not flag:
+                continue  # a parameter the job sets (segment's segmenter) or fixed (dedup's seed)
+            name = flag[2:].replace("-", "_")
+            if name in taken:
+                raise ParamClash(f"{flag} is declared by step {step_name} and {taken[name]}: one flag each")
+            taken[name] = f"step {step_name}"
+            hint = hints[f.name]
+            option = click.option(
+                f"{flag}/--no-{flag[2:]}" if hint is bool else flag, name, cls=SectionedOption, section=section,
+                section_after=getattr(params_class, "section_after", ""),
+                type=None if hint is bool else (f.metadata.get("option_type") or hint), default=f.default,
+                show_envvar=True, help=f.metadata.get("help", ""))
+            made.append(StepFlag(step_name, f.name, name, option))
+    return made
+
+
+def step_options(command):
+    """The steps' own options (:func:`step_flags`), each under its step's heading (``Params.section``)."""
+    try:
+        flags = step_flags()
+    except ParamClash as clash:  # at import, before click runs: one line, not a traceback (--help included)
+        print(f"mlm-ventilator: error: {clash}", file=sys.stderr)
+        sys.exit(EXIT_FAILED)
+    for flag in reversed(flags):
+        command = flag.option(command)
+    return command
 
 
 def run_options(command):
     """Decorator: every option of the ventilator's command line."""
-    return add_options(RunConfig, FIELD_SECTIONS)(component_options(command))
+    return add_options(RunConfig, FIELD_SECTIONS)(component_options(step_options(command)))
 
 
 def from_values(values: dict[str, Any]) -> RunConfig:
     """The RunConfig from click's values (by parameter name): ConfigError, one line, if they do not go together."""
     values = dict(values)
+    steps_given: dict[str, dict[str, ParamValue]] = {}
+    for flag in step_flags():
+        if flag.name in values:
+            steps_given.setdefault(flag.step, {})[flag.field] = values.pop(flag.name)
     config = build(RunConfig, values)
     params = {name: value for name, value in values.items() if value is not None}  # the axes' options given
-    return dataclasses.replace(config, job=dataclasses.replace(config.job, params=params))
+    return dataclasses.replace(config, job=dataclasses.replace(config.job, params=params, steps=steps_given))
 
 
 def parse(argv: list[str]) -> RunConfig:

@@ -52,13 +52,13 @@ class DedupSettings:
     #: MinHash permutations (= bands * rows when both are given)
     perm: int = param(112, "MinHash permutations (--dedup minhash).", flag="--minhash-perm",
                       option_type=click.IntRange(1, 1024))
+    threshold: float = param(0.8, "Jaccard similarity the LSH bands and rows are chosen for, as datasketch does "
+                                  "(--dedup minhash).", flag="--minhash-threshold")
     #: 0: derived from threshold and perm
     bands: int = param(0, "LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.  [default: "
                           "derived]", flag="--minhash-bands", option_type=click.IntRange(min=0))
     rows: int = param(0, "Rows (permutations) per LSH band, with --minhash-bands.  [default: derived]",
                       flag="--minhash-rows", option_type=click.IntRange(min=0))
-    threshold: float = param(0.8, "Jaccard similarity the LSH bands and rows are chosen for, as datasketch does "
-                                  "(--dedup minhash).", flag="--minhash-threshold")
     #: bucket tasks; 0: one per 256 MiB of input (at least 1, at most 1024)
     partitions: int = param(0, "Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of input]",
                             flag="--dedup-partitions", option_type=click.IntRange(0, 65535))
