@@ -16,7 +16,8 @@ before and after the normal pass).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from common.config import JobConfig, standard_steps
 from common.manifest import check_job, read_first_entry
@@ -36,6 +37,9 @@ from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
 
+if TYPE_CHECKING:
+    from ventilator.run_config import RunConfig
+
 log = logging.getLogger("ventilator")
 
 
@@ -45,36 +49,6 @@ DEFAULT_TASK_SIZE = "8M"
 
 class JobError(Exception):
     """A one-line reason the job cannot start."""
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    data: str
-    output: str
-    vocab_file: str | None = None
-    tokenizer: str | None = None
-    do_lower_case: bool | None = None  # None: each family's default (common/tokenization/loading.py)
-    #: Special tokens named by role (cls, sep, mask, pad, unk) where the tokenizer does not say (--mask-token ...).
-    special_tokens: dict[str, str] = field(default_factory=dict)
-    corpus_format: str = "auto"
-    segmenter: str = "auto"
-    objective: str = "bert"
-    output_format: str = "tfrecord"
-    word_segmenter: str = NO_WORD_SEGMENTER  # --word-segmenter (common/word_segmenters/)
-    added_steps: tuple[str, ...] = ()  # --add-step (common/steps/: a step that names the step it follows)
-    #: Component parameters given on the command line (unset ones are absent), by field name: each
-    #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
-    params: dict[str, ParamValue] = field(default_factory=dict)
-    #: The parameters of the steps that say when they are on (``Step.enabled``: holdout, dedup), from their own
-    #: flags, by step name; a step not named keeps its defaults (off).
-    steps: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
-    task_size: int = parse_size(DEFAULT_TASK_SIZE)
-    shared_fs: bool = False
-    s3_endpoint_url: str = ""
-    sink_address: str = ""
-    lease_seconds: float = JobConfig.lease_seconds
-    heartbeat_seconds: float = JobConfig.heartbeat_seconds
-    command: str = ""  # the command line, recorded in the output's dataset_info.json and card
 
 
 @dataclass
@@ -168,18 +142,18 @@ class Checked:
     added_steps: tuple[Component, ...] = ()
 
 
-def prepare_job(options: JobOptions) -> Job:
+def prepare_job(run: RunConfig) -> Job:
     """Validate, identify, plan: a job ready to serve, or JobError (one line) before any work."""
-    checked = validate(options)
-    config = identify(options, checked)
-    return plan(options, checked, config)
+    checked = validate(run)
+    config = identify(run, checked)
+    return plan(run, checked, config)
 
 
-def validate(options: JobOptions) -> Checked:
+def validate(run: RunConfig) -> Checked:
     """Every refusal that needs no job id, in one line (JobError): the options, the tokenizer, the inputs
     (listed; only their first bytes read, to detect the format) and the components' parameters."""
     try:
-        for name, given in options.steps.items():  # the steps' own flags, each step checking its own
+        for name, given in run.job.steps.items():  # the steps' own flags, each step checking its own
             step_class = step_named(name)
             if not step_class.has_switch():
                 raise ValueError(f"step {name} is added with --add-step, not by flags of its own")
@@ -187,10 +161,10 @@ def validate(options: JobOptions) -> Checked:
     except ValueError as error:
         raise JobError(str(error)) from None
     try:
-        objective_class = objective_named(options.objective)
-        writer_class = writer_named(options.output_format)
-        word_segmenter_class = word_segmenter_named(options.word_segmenter)
-        added_classes = [step_named(name) for name in options.added_steps]
+        objective_class = objective_named(run.job.objective)
+        writer_class = writer_named(run.job.output_format)
+        word_segmenter_class = word_segmenter_named(run.job.word_segmenter)
+        added_classes = [step_named(name) for name in run.job.add_step]
     except ValueError as error:
         raise JobError(str(error)) from None
     for step_class in added_classes:
@@ -198,28 +172,28 @@ def validate(options: JobOptions) -> Checked:
             raise JobError(f"--add-step {step_class.name}: the job places this step itself (see its own options)")
 
     try:
-        vocabulary = load_vocabulary(options.vocab_file, options.tokenizer, options.do_lower_case,
-                                     options.special_tokens, reference=objective_class.reference_casing)
+        vocabulary = load_vocabulary(run.tokenizer.vocab_file, run.tokenizer.tokenizer, run.tokenizer.do_lower_case,
+                                     run.tokenizer.special_tokens(), reference=objective_class.reference_casing)
     except TokenizerError as error:
         raise JobError(f"tokenizer: {error}") from None
     log.info("tokenizer: %s", vocabulary.describe())
     if warning := vocabulary.casing_warning():
         log.warning("tokenizer: %s", warning)
 
-    storage, listed, files, skipped = list_inputs(options)
+    storage, listed, files, skipped = list_inputs(run)
 
-    if options.corpus_format == "auto":
+    if run.input.corpus_format == "auto":
         reader_class = _detect_format(storage, files)
         log.info("input format: %s (detected; --format to override)", reader_class.name)
     else:
         try:
-            reader_class = reader_named(options.corpus_format)
+            reader_class = reader_named(run.input.corpus_format)
         except ValueError as error:
             raise JobError(str(error)) from None
 
     extra = (word_segmenter_class,) if word_segmenter_class is not None else ()
     reader_given, objective_given, writer_given, *more_given = split_params(
-        options.params, reader_class, objective_class, writer_class, *extra, *added_classes)
+        run.job.params, reader_class, objective_class, writer_class, *extra, *added_classes)
     segmenter_given, steps_given = more_given[:len(extra)], more_given[len(extra):]
     try:
         added_steps = tuple(step_class.component(step_class.make_params(given))
@@ -254,32 +228,32 @@ def validate(options: JobOptions) -> Checked:
                    objective_class, objective_params, writer_class, writer_params, word_segmenter, added_steps)
 
 
-def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
+def list_inputs(run: RunConfig) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
     """The input's storage, every file listed, those that can be read, and why the others cannot
     (JobError if none can)."""
     try:
-        storage = open_storage(options.data, options.s3_endpoint_url)
+        storage = open_storage(run.input.data, run.input.s3_endpoint_url)
         listed = storage.list_inputs()
     except StorageError as error:
         raise JobError(str(error)) from None
     files, skipped = _readable(storage, listed)
     skipped.update(storage.unlisted)
     for path, reason in skipped.items():
-        log.warning("skipping input %s: %s", path or options.data, reason)
+        log.warning("skipping input %s: %s", path or run.input.data, reason)
     if not files:
-        raise JobError(f"--data {options.data}: no input files found"
+        raise JobError(f"--data {run.input.data}: no input files found"
                        + (f" ({len(skipped)} skipped)" if skipped else ""))
     return storage, listed, files, skipped
 
 
-def identify(options: JobOptions, checked: Checked) -> JobConfig:
+def identify(run: RunConfig, checked: Checked) -> JobConfig:
     """The job (its id with it); JobError if the output already holds another job's manifest."""
     try:
-        config = job_config(options, checked)
+        config = job_config(run, checked)
     except ValueError as error:  # an added step whose place is not in this job
         raise JobError(str(error)) from None
     try:
-        output = open_storage(config.output_uri, options.s3_endpoint_url)
+        output = open_storage(config.output_uri, run.input.s3_endpoint_url)
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"),
                   lambda: _what_changed(output, config))
@@ -307,30 +281,30 @@ def _what_changed(output, config: JobConfig) -> str:
     return "changed: " + ", ".join(changes)
 
 
-def lock_output(options: JobOptions, config: JobConfig) -> OutputLock:
+def lock_output(run: RunConfig, config: JobConfig) -> OutputLock:
     """The output's lock, held and renewing (common/output_lock.py); JobError naming the holder if another run
     has it."""
-    output = open_storage(config.output_uri, options.s3_endpoint_url)
+    output = open_storage(config.output_uri, run.input.s3_endpoint_url)
     lock = OutputLock(output, config.job_id)
     try:
         lock.acquire()
     except OutputLocked as error:
         raise JobError(str(error)) from None
     except Exception as error:  # an unreachable store, or one that cannot create conditionally
-        raise JobError(f"--output {options.output}: cannot take the output's lock: {error}") from None
+        raise JobError(f"--output {run.job.output}: cannot take the output's lock: {error}") from None
     lock.start_renewing()
     return lock
 
 
-def job_config(options: JobOptions, checked: Checked) -> JobConfig:
+def job_config(run: RunConfig, checked: Checked) -> JobConfig:
     """The one place a JobConfig is built from the options and what validate() resolved."""
-    data_is_remote = is_remote(options.data)  # an object store: workers read their byte ranges themselves
-    read_mode = "range" if (data_is_remote or options.shared_fs) else "ship"
-    data_uri = options.data if data_is_remote else checked.storage.root
-    output_uri = options.output if is_remote(options.output) else open_storage(options.output).root
+    data_is_remote = is_remote(run.input.data)  # an object store: workers read their byte ranges themselves
+    read_mode = "range" if (data_is_remote or run.input.shared_fs) else "ship"
+    data_uri = run.input.data if data_is_remote else checked.storage.root
+    output_uri = run.job.output if is_remote(run.job.output) else open_storage(run.job.output).root
     reader_class, objective_class = checked.reader_class, checked.objective_class
-    segmenter = resolve_segmenter(options.segmenter, objective_class.segment_unit or reader_class.default_segmenter)
-    steps = standard_steps({**options.steps, "segment": {"segmenter": segmenter},
+    segmenter = resolve_segmenter(run.job.segmenter, objective_class.segment_unit or reader_class.default_segmenter)
+    steps = standard_steps({**run.job.steps, "segment": {"segmenter": segmenter},
                             "words": Words.component_of(checked.word_segmenter).params},
                            added=checked.added_steps, input_bytes=sum(f.size for f in checked.files))
     return JobConfig(
@@ -341,26 +315,26 @@ def job_config(options: JobOptions, checked: Checked) -> JobConfig:
         objective=objective_class.component(checked.objective_params),
         writer=checked.writer_class.component(checked.writer_params),
         read_mode=read_mode,
-        s3_endpoint_url=options.s3_endpoint_url,
-        sink_address=options.sink_address,
-        lease_seconds=options.lease_seconds,
-        heartbeat_seconds=options.heartbeat_seconds,
-        task_size=options.task_size,
+        s3_endpoint_url=run.input.s3_endpoint_url,
+        sink_address=(run.sink.sink_address or f":{run.sink.sink_port}"),
+        lease_seconds=run.delivery.lease_seconds,
+        heartbeat_seconds=run.delivery.heartbeat_seconds,
+        task_size=run.input.task_size,
         inputs_digest=JobConfig.digest_inputs(checked.listed),  # readable or not: a passing read error is no new corpus
-        command=options.command,
+        command=run.command,
         version=version(),
         steps=steps,
     )
 
 
-def plan(options: JobOptions, checked: Checked, config: JobConfig) -> Job:
+def plan(run: RunConfig, checked: Checked, config: JobConfig) -> Job:
     """The job's tasks: the steps' stages before the normal pass (dedup's, its plan written to the output),
     the normal pass, then those after it (the writer's)."""
-    output = open_storage(config.output_uri, options.s3_endpoint_url)
-    normal = list(checked.reader.plan(checked.files, options.task_size, checked.storage))
+    output = open_storage(config.output_uri, run.input.s3_endpoint_url)
+    normal = list(checked.reader.plan(checked.files, run.input.task_size, checked.storage))
     try:
         before, after = plan_stages(config, output, normal, checked.vocabulary.special, log)
     except Exception as error:
-        raise JobError(f"--output {options.output}: cannot plan the stages before and after the normal pass: "
+        raise JobError(f"--output {run.job.output}: cannot plan the stages before and after the normal pass: "
                        f"{error}") from None
     return Job(config, before + normal + after, checked.files, checked.skipped, checked.storage, checked.reader)

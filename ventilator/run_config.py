@@ -1,8 +1,8 @@
 """The ventilator's whole command line as one typed, frozen value: :class:`RunConfig`.
 
 Every option is declared once, here, as a field of a group (input, job, tokenizer, network, sink, fleet,
-delivery, metrics, display) whose default is the one its user keeps (JobOptions, ServerOptions,
-SinkOptions, JobConfig): click parses, :func:`from_values` builds the RunConfig, and the run, the job, the
+delivery, metrics, display) whose default is the one its user keeps (ServerOptions, SinkOptions,
+JobConfig): click parses, :func:`from_values` builds the RunConfig, and the run, the job, the
 server, the sink and the workers read their settings from it.  The axes' parameters (common/params.py) are
 options too, collected in ``job.params``; a step that says when it is on (``Step.enabled``) declares its
 own options in its ``Params`` (:func:`step_options`), collected in ``job.steps``: this module names none.
@@ -32,7 +32,7 @@ from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenters
 from common.writers import writers
 from sink.settings import SinkSettings
-from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
+from ventilator.job import DEFAULT_TASK_SIZE
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers
 from ventilator.publishers import DEFAULT_PUBLISHER, publishers
 from ventilator.publishers.cloud_monitoring import CloudMonitoringOptions
@@ -85,15 +85,15 @@ class InputSettings:
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
     corpus_format: str = option("--format", type=click.Choice(["auto", *sorted(readers())]),
-                                default=JobOptions.corpus_format, envvar="MLM_FORMAT", show_envvar=True,
+                                default="auto", envvar="MLM_FORMAT", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
-    task_size: int = option("--task-size", default=JobOptions.task_size, cli_default=DEFAULT_TASK_SIZE,
+    task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
                             callback=_size, show_envvar=True,
                             help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
-    shared_fs: bool = option("--shared-fs", is_flag=True, default=JobOptions.shared_fs, show_envvar=True,
+    shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True,
                              help="Workers can read --data themselves (same path): send byte ranges, not content. "
                                   "Implied for s3:// data.")
-    s3_endpoint_url: str = option("--s3-endpoint-url", default=JobOptions.s3_endpoint_url, show_envvar=True,
+    s3_endpoint_url: str = option("--s3-endpoint-url", default="", show_envvar=True,
                                   help="For S3-compatible stores (credentials from the standard AWS chain).")
 
 
@@ -102,23 +102,23 @@ class JobSettings:
     section: ClassVar[str] = "Job"  # its heading in --help
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
                          help="Where shards and manifest.jsonl go.")
-    objective: str = option("--objective", type=click.Choice(sorted(objectives())), default=JobOptions.objective,
+    objective: str = option("--objective", type=click.Choice(sorted(objectives())), default="bert",
                             show_envvar=True, help="What the documents become (see the README's objectives table).")
     output_format: str = option("--output-format", type=click.Choice(sorted(writers())),
-                                default=JobOptions.output_format, show_envvar=True,
+                                default="tfrecord", show_envvar=True,
                                 help="How the records are written (see the README's formats table).")
     segmenter: str = option("--segmenter", type=click.Choice(["auto", *sorted(segmenters())]),
-                            default=JobOptions.segmenter, show_envvar=True,
+                            default="auto", show_envvar=True,
                             help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
                                  "as they are. auto: lines for --objective electra (its reference adds lines) and "
                                  "for the text format (already one sentence per line), sentences otherwise.")
     word_segmenter: str = option(
         "--word-segmenter", type=click.Choice([NO_WORD_SEGMENTER, *sorted(word_segmenters())]),
-        default=JobOptions.word_segmenter, show_envvar=True,
+        default=NO_WORD_SEGMENTER, show_envvar=True,
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=click.Choice(sorted(addable_steps())), multiple=True, default=JobOptions.added_steps,
+        "--add-step", type=click.Choice(sorted(addable_steps())), multiple=True, default=(),
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
@@ -132,10 +132,10 @@ class JobSettings:
 @dataclass(frozen=True)
 class TokenizerSettings:
     section: ClassVar[str] = "Tokenizer"  # its heading in --help
-    vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=JobOptions.vocab_file,
+    vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=None,
                                     show_envvar=True, help="BERT vocab.txt (e.g. bert-base-uncased's). Or use "
                                                            "--tokenizer.")
-    tokenizer: str | None = option("--tokenizer", type=click.Path(), default=JobOptions.tokenizer, show_envvar=True,
+    tokenizer: str | None = option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
                                    help="A tokenizers JSON (WordPiece, BPE or Unigram model), a SentencePiece "
                                         ".model, or a local Hugging Face model directory (tokenizer.json, vocab.txt "
                                         "or a .model in it).")
@@ -145,7 +145,7 @@ class TokenizerSettings:
     pad_token: str | None = _token("pad", "padding token ([PAD], <pad>)")
     unk_token: str | None = _token("unk", "unknown token ([UNK], <unk>)")
     do_lower_case: bool | None = option(
-        "--do-lower-case/--no-do-lower-case", default=JobOptions.do_lower_case, show_envvar=True,
+        "--do-lower-case/--no-do-lower-case", default=None, show_envvar=True,
         help="Lower-case the text before the tokenizer (and strip accents, for a vocab.txt), whatever its family.  "
              "[default: on for a vocab.txt (BERT's); for a SentencePiece .model the objective's reference (on for "
              "bert, albert, electra); a tokenizers JSON or model directory as it says]")
@@ -305,6 +305,8 @@ class RunConfig:
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     display: DisplaySettings = field(default_factory=DisplaySettings)
+    #: The command line as typed, recorded in the output's dataset_info.json and card (not an option).
+    command: str = ""
 
     def __post_init__(self):
         # The ports this command listens on (and its local sink): two on one would fail only once the job is
@@ -318,21 +320,6 @@ class RunConfig:
                 if port in taken:
                     raise ConfigError(f"{taken[port]} and {flag} are both {port}: one port each")
                 taken[port] = flag
-
-    def job_options(self, command: str = "") -> JobOptions:
-        """What the job is planned from (ventilator/job.py)."""
-        return JobOptions(
-            data=self.input.data, output=self.job.output, vocab_file=self.tokenizer.vocab_file,
-            tokenizer=self.tokenizer.tokenizer, do_lower_case=self.tokenizer.do_lower_case,
-            special_tokens=self.tokenizer.special_tokens(), corpus_format=self.input.corpus_format,
-            segmenter=self.job.segmenter, objective=self.job.objective, output_format=self.job.output_format,
-            word_segmenter=self.job.word_segmenter, added_steps=tuple(self.job.add_step),
-            params=dict(self.job.params), steps={name: dict(given) for name, given in self.job.steps.items()},
-            task_size=self.input.task_size,
-            shared_fs=self.input.shared_fs, s3_endpoint_url=self.input.s3_endpoint_url,
-            sink_address=self.sink.sink_address or f":{self.sink.sink_port}",
-            lease_seconds=self.delivery.lease_seconds, heartbeat_seconds=self.delivery.heartbeat_seconds,
-            command=command)
 
     def server_options(self, **runtime) -> ServerOptions:
         """The ventilator server's options; ``runtime``: what only the running command has (on_progress,

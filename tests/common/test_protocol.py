@@ -18,7 +18,7 @@ def test_round_trip_every_message_type():
     samples = [
         protocol.Hello("w1", "host", 12, "worker", 1.7e9),
         protocol.SinkHello("s", "j", {"t1": "v1"}),
-        protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", segmenter="blingfire",
+        protocol.Welcome(JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", steps=steps_of("blingfire"),
                                    objective=Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})), "v"),
         protocol.TaskRequest(2),
         protocol.TaskAssignment(["p", 0, 10, 10, "v", ""], 60.0, 1, b"bytes"),
@@ -209,6 +209,7 @@ import dataclasses  # noqa: E402
 import math  # noqa: E402
 import typing  # noqa: E402
 from types import UnionType  # noqa: E402
+from tests.run_configs import steps_of
 
 _hostile_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                             st.sampled_from([math.inf, -math.inf, math.nan, -1e12, 1.7e308, -1.7e308, 0.0, 1.5]))

@@ -21,6 +21,7 @@ from common.tokenization import Vocabulary, load_tokenizer
 from tests import electra_reference
 from tests.helpers import VOCAB, WIKI, need_shared
 from worker.pipeline import TaskProcessor, TaskStats
+from tests.run_configs import steps_of
 
 SEEDS = 24
 
@@ -32,7 +33,7 @@ def corpus(request):
     sentences (``--segmenter blingfire``)."""
     need_shared()
     vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
-    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), segmenter=request.param,
+    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), steps=steps_of(request.param),
                        tokenizer_json="", objective=Component("electra", {}))
     processor = TaskProcessor(config, vocabulary, output_storage=None)
     content = (WIKI / "AA" / "wiki_00").read_bytes()
