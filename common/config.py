@@ -43,8 +43,8 @@ def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, 
     order: list = []
 
     def place(anchor: str | None) -> None:
-        flow = {made: rank for rank, made in enumerate(FLOW)}
-        for step_class in sorted(following.get(anchor, ()), key=lambda c: (flow.get(c.makes, len(FLOW)), c.name)):
+        flow = {made: rank for rank, made in enumerate(FLOW)}  # a step that makes nothing new comes first
+        for step_class in sorted(following.get(anchor, ()), key=lambda c: (flow.get(c.makes, -1), c.name)):
             order.append(step_class)
             place(step_class.name)
 

@@ -197,8 +197,9 @@ class Step(Configurable, abc.ABC):
     stages: ClassVar[tuple[str, ...]] = ()
     #: The step this one runs right after (None: the first, read).  The job's steps are every step that is on
     #: (:meth:`enabled`), each right after the one it names (or where that one would be when it is off); steps
-    #: after the same one run in the order of what they make (``FLOW``: a step that drops documents before one
-    #: that splits them into parts, before segments ...), then by name (``common.config.standard_steps``).  A
+    #: after the same one run in the order of what they make (``FLOW``: one that makes nothing new first, then
+    #: one that drops documents, one that splits them into parts, segments ...), then by name
+    #: (``common.config.standard_steps``).  A
     #: step users add with --add-step goes right after the one it names, which must be on.
     after: ClassVar[str | None] = None
 
