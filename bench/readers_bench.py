@@ -62,8 +62,8 @@ def make_inputs(content: bytes, directory: Path) -> Inputs:
 
 def processor(vocabulary, reader: str, output: Path, dupe_factor: int) -> TaskProcessor:
     config = JobConfig(data_uri="", output_uri=str(output), reader=Component(reader),
-                       steps=standard_steps({"segment": {"segmenter": "blingfire"}}), tokenizer_json="", objective=Component("bert", {"max_seq_length": 128,
-                                                                       "dupe_factor": dupe_factor}),
+                       steps=standard_steps({"segment": {"segmenter": "blingfire"}}), tokenizer_json="",
+                       objective=Component("bert", {"max_seq_length": 128, "dupe_factor": dupe_factor}),
                        writer=Component("tfrecord", {}))
     return TaskProcessor(config, vocabulary, LocalStorage(str(output)))
 

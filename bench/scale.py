@@ -171,8 +171,8 @@ def plan(work: Path, vocab: str, tasks: int) -> dict:
 
 def resume(work: Path, vocab: str, tasks: int) -> dict:
     """The same command again over an output whose manifest lists every task."""
-    from ventilator.job import prepare_job
     from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     work.mkdir(parents=True)
     job = Job(sparse_corpus(work / "corpus", tasks), work / "out", vocab, log=work / "ventilator.log")

@@ -25,10 +25,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.steps.holdout import SPLIT as HOLDOUT_SPLIT
 from common.manifest import read_entries, shard_files
 from common.outputs import TRAIN, split_of
+from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.steps.holdout import SPLIT as HOLDOUT_SPLIT
 
 CARD_NAME = "README.md"
 #: Hugging Face's size_categories tags, by upper bound of the number of records.

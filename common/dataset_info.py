@@ -56,8 +56,8 @@ def tokenizer_identity(tokenizer_json: str) -> dict:
 
 def describe(config, totals: dict, complete: bool) -> dict:
     """The description of the output ``config`` makes (``totals``: the manifest's, as the sink keeps them)."""
-    from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
     from common.objectives import objective_named
+    from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
     from common.writers import writer_named
 
     special = _vocabulary(config.tokenizer_json).special

@@ -110,8 +110,8 @@ def run_case(case: Case, corpus: Path | str, output: Path | str) -> dict[str, st
     from common.steps.dedup import stages as dedup_stages
     from common.storage import open_storage
     from common.tokenization import Vocabulary
-    from ventilator.job import prepare_job
     from tests.run_configs import run_config
+    from ventilator.job import prepare_job
     from worker.pipeline import TaskProcessor
 
     objective, params = OBJECTIVES[case.objective]

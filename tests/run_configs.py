@@ -5,8 +5,7 @@ parameters of steps with their own flags, by step name (``{"holdout": {"fraction
 from __future__ import annotations
 
 from common.params import ParamValue
-from ventilator.run_config import (DeliverySettings, InputSettings, JobSettings, RunConfig, SinkGroup,
-                                   TokenizerSettings)
+from ventilator.run_config import DeliverySettings, InputSettings, JobSettings, RunConfig, SinkGroup, TokenizerSettings
 
 _INPUT = {"corpus_format", "task_size", "shared_fs", "s3_endpoint_url"}
 _JOB = {"objective", "output_format", "segmenter", "word_segmenter", "params", "steps"}

@@ -20,8 +20,8 @@ from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.helpers import VOCAB, WIKI, need_shared
-from worker.pipeline import TaskProcessor
 from tests.run_configs import steps_of
+from worker.pipeline import TaskProcessor
 
 GOLDEN = {
     "plain": ({}, {}, {

@@ -35,8 +35,8 @@ EXTRA = {
 
 def job_config(corpus: Path, objective: str, output_format: str, family: str, holdout: bool = False,
                dedup: str = "off", extra: dict | None = None):
-    from ventilator.job import prepare_job
     from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     extra = dict(extra or {})
     word_segmenter = extra.pop("word_segmenter", "none")

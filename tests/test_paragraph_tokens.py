@@ -61,8 +61,8 @@ FAMILIES = {
 def test_each_documents_tokens_are_the_tokenizers_encoding_of_its_text(corpus, tmp_path, family):
     from common.storage import LocalStorage
     from common.tokenization import Vocabulary
-    from ventilator.job import prepare_job
     from tests.run_configs import run_config
+    from ventilator.job import prepare_job
     from worker.pipeline import TaskProcessor
 
     root, texts = corpus

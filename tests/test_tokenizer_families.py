@@ -21,9 +21,9 @@ from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer, load_vocabulary
 from tests.helpers import WIKI, need_shared
+from tests.run_configs import run_config, steps_of
 from tests.tokenizer_families import FAMILIES, ROLE_TOKENS, tokenizer_path, vocabulary_of
 from ventilator.job import JobError, prepare_job
-from tests.run_configs import run_config
 from worker.pipeline import TaskProcessor, TaskStats
 
 ALL_SPECIAL_TEXT = ("x [CLS] [SEP] [MASK] [PAD] [UNK] <s> </s> <mask> <pad> <unk> y a[MASK]b a<mask>b "

@@ -30,7 +30,7 @@ from common.segmenters import resolve as resolve_segmenter
 from common.steps import plan_stages, step_named
 from common.steps.words import Words
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
-from common.tasks import InputFile, Task, compression_of, parse_size
+from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, Vocabulary, han_words, load_vocabulary
 from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER

@@ -51,7 +51,6 @@ from common.outputs import TRAIN, ShardFile
 from common.params import Configurable, NoParams
 from common.protocol import AckStats
 
-
 #: What steps make, in the order data flows (``Step.makes``): how steps placed after the same step are ordered.
 FLOW = ("documents", "parts", "segments", "words", "tokenized", "batches", "files")
 

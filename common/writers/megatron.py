@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
-from common.steps.holdout import SPLIT as HOLDOUT_SPLIT
 from common.objectives.base import Batch, Feature, Ragged
 from common.outputs import split_of
 from common.params import param
+from common.steps.holdout import DIRECTORY as HOLDOUT_DIRECTORY
+from common.steps.holdout import SPLIT as HOLDOUT_SPLIT
 from common.tasks import FINISH, Task, parse_size
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 

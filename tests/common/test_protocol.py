@@ -9,6 +9,7 @@ from common import protocol
 from common.config import JobConfig
 from common.params import Component
 from common.writers import ShardFile
+from tests.run_configs import steps_of
 
 STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds={"tokenize": 0.5}, cpu_seconds=1,
                           output_tokens=24, counters={"tokens_per_document": {"up_to_32": 1}})
@@ -209,7 +210,6 @@ import dataclasses  # noqa: E402
 import math  # noqa: E402
 import typing  # noqa: E402
 from types import UnionType  # noqa: E402
-from tests.run_configs import steps_of
 
 _hostile_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                             st.sampled_from([math.inf, -math.inf, math.nan, -1e12, 1.7e308, -1.7e308, 0.0, 1.5]))

@@ -8,8 +8,9 @@ import shutil
 import pytest
 
 from tests.helpers import VOCAB, WIKI, need_shared
-from ventilator.job import JobError, identify, plan, prepare_job, validate
 from tests.run_configs import run_config
+from ventilator.job import JobError, identify, plan, prepare_job, validate
+from ventilator.run_config import RunConfig
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def corpus(tmp_path):
     return root
 
 
-def _options(corpus, tmp_path, **kwargs) -> JobOptions:
+def _options(corpus, tmp_path, **kwargs) -> RunConfig:
     return run_config(**{"data": str(corpus), "output": str(tmp_path / "out"), "vocab_file": str(VOCAB), **kwargs})
 
 

@@ -21,8 +21,8 @@ from worker.runtime import WorkerOptions, WorkerProcess
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """A real job over wiki_00 in 64K tasks (planned by the ventilator's own code): (config, tasks, payloads)."""
-    from ventilator.job import prepare_job
     from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     need_shared()
     output = tmp_path_factory.mktemp("runtime") / "out"

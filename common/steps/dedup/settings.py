@@ -8,7 +8,6 @@ exactly those of a job without dedup.
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass
 from typing import ClassVar
 

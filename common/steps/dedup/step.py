@@ -1,6 +1,6 @@
-"""The dedup step (--dedup; docs/dedup.md), on unless ``--dedup off``: three stages before the normal pass find the copies
-(common/steps/dedup/stages.py: signature, bucket, resolve), and in the normal pass this step drops the
-documents the resolve stage listed, right after reading (the lists name documents by their rank in the
+"""The dedup step (--dedup; docs/dedup.md), on unless ``--dedup off``: three stages before the normal pass find
+the copies (common/steps/dedup/stages.py: signature, bucket, resolve), and in the normal pass this step drops
+the documents the resolve stage listed, right after reading (the lists name documents by their rank in the
 reader's order, so this comes before any split).  Counters under "dedup": removed_<method>[_bytes] here,
 and each stage's own counters and bytes written."""
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from common.readers import ParseReport
+from common.steps.base import JobPlan, StageResult, Step, TaskRun
 from common.steps.dedup import stages as dedup_stages
 from common.steps.dedup.keys import KeyMaker
 from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
-from common.readers import ParseReport
-from common.steps.base import JobPlan, StageResult, Step, TaskRun
 from common.tasks import decode_quarantined
 
 #: MinHash's behaviour version (common/steps/dedup/normalise.py): 2 cuts Han and kana text into characters.

@@ -24,8 +24,8 @@ import re
 
 import numpy as np
 
-from common.steps.dedup.normalise import CHARACTER_WORDS
 from common.hashing import mix64
+from common.steps.dedup.normalise import CHARACTER_WORDS
 
 _BASE = np.uint64(0x100000001B3)  # odd: every power is odd, none is 0
 _BATCH_CHARACTERS = 1 << 20

@@ -20,8 +20,8 @@ from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests import electra_reference
 from tests.helpers import VOCAB, WIKI, need_shared
-from worker.pipeline import TaskProcessor, TaskStats
 from tests.run_configs import steps_of
+from worker.pipeline import TaskProcessor, TaskStats
 
 SEEDS = 24
 

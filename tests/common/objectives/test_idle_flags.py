@@ -135,8 +135,8 @@ def test_a_word_segmenter_is_refused_exactly_where_its_words_change_nothing(name
 
 
 def test_the_ventilator_refuses_a_word_segmenter_that_does_nothing(tmp_path):
-    from ventilator.job import JobError, validate
     from tests.run_configs import run_config
+    from ventilator.job import JobError, validate
 
     need_shared()
     (tmp_path / "in").mkdir()

@@ -9,8 +9,8 @@ import pytest
 
 from common.readers import ParseReport, detect, reader_named
 from tests.helpers import VOCAB, need_shared
-from ventilator.job import JobError, validate
 from tests.run_configs import run_config
+from ventilator.job import JobError, validate
 
 BOM = b"\xef\xbb\xbf"
 WIKI = b"".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\nParagraph {i} is here.\n</doc>\n'.encode()

@@ -13,8 +13,8 @@ from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import Task
 from sink.server import manifest_entry
-from worker.pipeline import TaskProcessor
 from tests.run_configs import steps_of
+from worker.pipeline import TaskProcessor
 
 WIKI_TEXT = "".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\n\n' + "Short line.\n" * (1 if i % 2 else 4)
                     + "A longer sentence about the history of the world. It goes on for a while.\n" * 3 + "</doc>\n"

@@ -1,6 +1,5 @@
-from common.steps.dedup import stages
+from common.steps.dedup import Dedup, stages
 from common.steps.dedup.settings import DedupSettings
-from common.steps.dedup import Dedup
 from common.tasks import Task
 from tests.common.steps.conftest import a_run, documents
 

@@ -16,8 +16,8 @@ from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
 from tests.helpers import VOCAB, WIKI, need_shared
-from worker.pipeline import TaskProcessor
 from tests.run_configs import steps_of
+from worker.pipeline import TaskProcessor
 
 OBJECTIVE = Component("bert", {"dupe_factor": 2, "max_seq_length": 128})
 
