@@ -100,6 +100,10 @@ class JobConfig:
     #: The task's steps in order, with their parameters (common/steps/base.py).
     steps: tuple[Component, ...] = ()
 
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise ValueError("a job needs its steps (common.config.standard_steps)")
+
     def step(self, name: str) -> Component | None:
         """The job's step ``name`` (its parameters), or None when the job has no such step."""
         return next((step for step in self.steps if step.name == name), None)
