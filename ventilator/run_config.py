@@ -423,8 +423,17 @@ def step_options(command):
 
 
 def run_options(command):
-    """Decorator: every option of the ventilator's command line."""
-    return add_options(RunConfig, FIELD_SECTIONS)(component_options(step_options(command)))
+    """Decorator: every option of the ventilator's command line.  Two options of one name or flag (a step's own
+    flag that is also a variant's or the run's) are refused in one line: click would let one silently win."""
+    command = add_options(RunConfig, FIELD_SECTIONS)(component_options(step_options(command)))
+    seen: dict[str, click.Parameter] = {}
+    for param in getattr(command, "__click_params__", []):
+        for key in {param.name, *param.opts, *param.secondary_opts} - {None}:
+            if seen.setdefault(key, param) is not param:
+                print(f"mlm-ventilator: error: {key} is declared twice ({seen[key].opts[0]} and {param.opts[0]}): "
+                      "one flag each", file=sys.stderr)
+                sys.exit(EXIT_FAILED)
+    return command
 
 
 def from_values(values: dict[str, Any]) -> RunConfig:

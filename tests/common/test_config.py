@@ -78,3 +78,27 @@ def test_steps_after_the_same_step_run_in_the_order_of_what_they_make(monkeypatc
     made = standard_steps({"holdout": {"fraction": 0.1}, "dedup": {"mode": "exact"}})
     assert names(made)[:5] == ["read", "dedup", "holdout", "test-switched-split", "segment"]
     assert _SwitchedSplit.has_switch() and not _AfterRead.has_switch()
+
+
+def test_a_steps_own_flag_that_another_option_has_is_one_line(monkeypatch, capsys):
+    """A step's flag taken by a variant (ALBERT's --ngram) or the run (--task-size): refused, not one silently
+    winning."""
+    from dataclasses import dataclass
+
+    from common.params import param
+    from ventilator.run_config import parse
+
+    for flag in ("--ngram", "--task-size"):
+        @dataclass(frozen=True)
+        class Taken:
+            value: int = param(1, "help", flag=flag)
+
+        class _Clashing(_SwitchedSplit):
+            name = "test-clashing"
+            Params = Taken
+
+        monkeypatch.setitem(steps(), _Clashing.name, _Clashing)
+        with pytest.raises(SystemExit):
+            parse(["--data", "d", "--output", "o"])
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and said[0].startswith("mlm-ventilator: error: ") and flag in said[0], said
