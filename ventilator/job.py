@@ -124,7 +124,8 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
 
 @dataclass(frozen=True)
 class Checked:
-    """What validate() found good: the tokenizer, the inputs and the components, each resolved."""
+    """What validate() found good, for identify() and plan(), so nothing is loaded or listed twice: the
+    tokenizer, the inputs, the reader (it plans the tasks) and the job's components as it records them."""
 
     vocabulary: Vocabulary
     storage: Storage  # the input's
@@ -132,13 +133,13 @@ class Checked:
     files: list[InputFile]  # those that can be read
     skipped: dict[str, str]  # path -> reason
     reader: Reader
-    reader_class: type[Reader]
-    reader_params: object
-    objective_class: type
-    objective_params: object
-    writer_class: type
-    writer_params: object
-    word_segmenter: Component
+    #: The job's components as it records them (name and checked parameters).
+    reader_component: Component
+    objective: Component
+    writer: Component
+    #: Each step's parameters given, by step name (its own flags, the segmenter, the word segmenter), and the
+    #: steps added with --add-step: what common.config.standard_steps makes the job's steps from.
+    steps: dict[str, dict[str, ParamValue]]
     added_steps: tuple[Component, ...] = ()
 
 
@@ -224,8 +225,11 @@ def validate(run: RunConfig) -> Checked:
     except ValueError as error:
         raise JobError(f"--objective {objective_class.name}, --output-format {writer_class.name}, --format "
                        f"{reader_class.name}: {error}") from None
-    return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class, reader_params,
-                   objective_class, objective_params, writer_class, writer_params, word_segmenter, added_steps)
+    segmenter = resolve_segmenter(run.job.segmenter, objective_class.segment_unit or reader_class.default_segmenter)
+    steps = {**run.job.steps, "segment": {"segmenter": segmenter}, "words": Words.component_of(word_segmenter).params}
+    return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class.component(reader_params),
+                   objective_class.component(objective_params), writer_class.component(writer_params), steps,
+                   added_steps)
 
 
 def list_inputs(run: RunConfig) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
@@ -302,21 +306,17 @@ def job_config(run: RunConfig, checked: Checked) -> JobConfig:
     read_mode = "range" if (data_is_remote or run.input.shared_fs) else "ship"
     data_uri = run.input.data if data_is_remote else checked.storage.root
     output_uri = run.job.output if is_remote(run.job.output) else open_storage(run.job.output).root
-    reader_class, objective_class = checked.reader_class, checked.objective_class
-    segmenter = resolve_segmenter(run.job.segmenter, objective_class.segment_unit or reader_class.default_segmenter)
-    steps = standard_steps({**run.job.steps, "segment": {"segmenter": segmenter},
-                            "words": Words.component_of(checked.word_segmenter).params},
-                           added=checked.added_steps, input_bytes=sum(f.size for f in checked.files))
+    steps = standard_steps(checked.steps, added=checked.added_steps, input_bytes=sum(f.size for f in checked.files))
     return JobConfig(
         data_uri=data_uri,
         output_uri=output_uri,
-        reader=reader_class.component(checked.reader_params),
+        reader=checked.reader_component,
         tokenizer_json=checked.vocabulary.to_json(),
-        objective=objective_class.component(checked.objective_params),
-        writer=checked.writer_class.component(checked.writer_params),
+        objective=checked.objective,
+        writer=checked.writer,
         read_mode=read_mode,
         s3_endpoint_url=run.input.s3_endpoint_url,
-        sink_address=(run.sink.sink_address or f":{run.sink.sink_port}"),
+        sink_address=run.sink.sink_address or f":{run.sink.sink_port}",
         lease_seconds=run.delivery.lease_seconds,
         heartbeat_seconds=run.delivery.heartbeat_seconds,
         task_size=run.input.task_size,
