@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from common.config import JobConfig
+from common.config import JobConfig, standard_steps
 from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import plan_tasks
@@ -53,9 +53,10 @@ def chinese_vocabulary(vocab_file: str, tmp: Path) -> Vocabulary:
 def task_cpu(vocabulary: Vocabulary, corpus: Path, output: Path, word_segmenter: str) -> tuple[float, dict]:
     """CPU seconds of one task (BERT, whole-word masking, dupe factor 1) and its stage seconds."""
     config = JobConfig(data_uri=str(corpus), output_uri=str(output), reader=Component("wikiextractor"),
-                       segmenter="blingfire", tokenizer_json="",
+                       tokenizer_json="",
                        objective=Component("bert", {"dupe_factor": 1, "do_whole_word_mask": True}),
-                       word_segmenter=Component(word_segmenter))
+                       steps=standard_steps({"segment": {"segmenter": "blingfire"},
+                                            "words": {"word_segmenter": word_segmenter}}))
     processor = TaskProcessor(config, vocabulary, LocalStorage(str(output)))
     storage = LocalStorage(str(corpus))
     (task,) = plan_tasks(storage.list_inputs(), 1 << 40)

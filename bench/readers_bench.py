@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.config import JobConfig
+from common.config import JobConfig, standard_steps
 from common.params import Component
 from common.readers import ParseReport, reader_named
 from common.storage import LocalStorage
@@ -61,9 +61,9 @@ def make_inputs(content: bytes, directory: Path) -> Inputs:
 
 
 def processor(vocabulary, reader: str, output: Path, dupe_factor: int) -> TaskProcessor:
-    config = JobConfig(data_uri="", output_uri=str(output), reader=Component(reader), segmenter="blingfire",
-                       tokenizer_json="", objective=Component("bert", {"max_seq_length": 128,
-                                                                       "dupe_factor": dupe_factor}),
+    config = JobConfig(data_uri="", output_uri=str(output), reader=Component(reader),
+                       steps=standard_steps({"segment": {"segmenter": "blingfire"}}), tokenizer_json="",
+                       objective=Component("bert", {"max_seq_length": 128, "dupe_factor": dupe_factor}),
                        writer=Component("tfrecord", {}))
     return TaskProcessor(config, vocabulary, LocalStorage(str(output)))
 

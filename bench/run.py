@@ -949,10 +949,10 @@ def _children_cpu() -> float:
 def dedup_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench.roles import pipeline
     from bench.worker_bench import WIKIEXTRACTOR, task_of
-    from common.dedup import stages
-    from common.dedup.keys import KeyMaker
-    from common.dedup.settings import DedupSettings
     from common.readers import ParseReport
+    from common.steps.dedup import stages
+    from common.steps.dedup.keys import KeyMaker
+    from common.steps.dedup.settings import DedupSettings
     from common.storage import LocalStorage
 
     # The signature stage in this process: what a worker does with one signature task.

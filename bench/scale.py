@@ -171,11 +171,12 @@ def plan(work: Path, vocab: str, tasks: int) -> dict:
 
 def resume(work: Path, vocab: str, tasks: int) -> dict:
     """The same command again over an output whose manifest lists every task."""
-    from ventilator.job import JobOptions, prepare_job
+    from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     work.mkdir(parents=True)
     job = Job(sparse_corpus(work / "corpus", tasks), work / "out", vocab, log=work / "ventilator.log")
-    planned = prepare_job(JobOptions(data=str(job.data), output=str(job.output), vocab_file=vocab,
+    planned = prepare_job(run_config(data=str(job.data), output=str(job.output), vocab_file=vocab,
                                      corpus_format="text", shared_fs=True, task_size=TASK_SIZE,
                                      lease_seconds=job.lease, heartbeat_seconds=job.heartbeat))
     job_id = planned.config.job_id

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.config import JobConfig
+from common.config import JobConfig, standard_steps
 from common.params import Component
 from common.readers import ParseReport, reader_named
 from common.sentences import Segmenter, split_segments
@@ -76,7 +76,7 @@ def processor(vocabulary: Vocabulary, output: Path, dupe_factor: int, compressio
     if writer_params is None:
         writer_params = {"gzip": compression == "gzip"} if output_format == "tfrecord" else {}
     config = JobConfig(data_uri="", output_uri=str(output), reader=Component("wikiextractor"),
-                       segmenter=segmenter.value, tokenizer_json="",
+                       steps=standard_steps({"segment": {"segmenter": segmenter.value}}), tokenizer_json="",
                        objective=Component(objective, objective_params), writer=Component(output_format, writer_params))
     return TaskProcessor(config, vocabulary, LocalStorage(str(output)))
 

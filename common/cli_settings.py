@@ -63,24 +63,41 @@ def _fields_by_group(settings_class: type) -> Iterator[tuple[dataclasses.Field, 
 
 
 class SectionedOption(click.Option):
-    """An option shown under a heading of ``--help`` (:class:`SectionedCommand`)."""
+    """An option shown under a heading of ``--help`` (:class:`SectionedCommand`); ``section_after``: the heading
+    its section follows, for options made elsewhere than their neighbours (a step's own flags)."""
 
-    def __init__(self, *args, section: str = "", **kwargs):
+    def __init__(self, *args, section: str = "", section_after: str = "", **kwargs):
         super().__init__(*args, **kwargs)
         self.section = section
+        self.section_after = section_after
 
 
 class SectionedCommand(click.Command):
     """``--help`` with the options under their sections' headings, in the order the sections first appear
-    (a settings group's ``section``, or the one an option was given), instead of one flat list."""
+    (a settings group's ``section``, or the one an option was given), instead of one flat list; a section whose
+    options name the heading it follows (``section_after``) is shown right after that one."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
+        follows: dict[str, str] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
-                sections.setdefault(getattr(param, "section", "") or OTHER_SECTION, []).append(record)
-        for name, rows in sections.items():
+                section = getattr(param, "section", "") or OTHER_SECTION
+                sections.setdefault(section, []).append(record)
+                if getattr(param, "section_after", ""):
+                    follows[section] = param.section_after  # type: ignore[attr-defined]
+        order = [name for name in sections if follows.get(name) not in sections]
+        pending = [name for name in sections if name not in order]
+        while pending:
+            ready = [name for name in pending if follows[name] in order]
+            if not ready:  # a cycle of headings: shown where they first appear
+                order += pending
+                break
+            for name in ready:
+                order.insert(order.index(follows[name]) + 1, name)
+                pending.remove(name)
+        for name, rows in ((name, sections[name]) for name in order):
             with formatter.section(name):
                 formatter.write_dl(rows)
 

@@ -12,46 +12,64 @@ import dataclasses
 import functools
 import hashlib
 import json
-from dataclasses import KW_ONLY, InitVar, dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from common import envelope
 from common.envelope import Count, Seconds
-from common.params import Component
+from common.params import Component, ParamValue
 from common.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
-from common.steps import job_steps, step_named
+from common.steps import FLOW, job_steps, step_named
+from common.steps import steps as known_steps
 
 
-def standard_steps(segmenter: str | Component, *, dedup=None, holdout_fraction: float = 0.0, holdout_seed: int = 0,
-                   word_segmenter: Component | None = None, added: tuple[Component, ...] = ()) -> tuple[Component, ...]:
-    """The steps of a job from its features (common/steps/base.py has the list): read, [dedup], [holdout],
-    segment, [words], tokenize, objective, write.  ``dedup``: a resolved DedupSettings, or None.  ``added``:
-    steps given with --add-step, each placed right after the step its class names (``Step.after``), in the
-    order given; ValueError if that step is not in the job."""
-    steps = [Component("read")]
-    if dedup is not None and dedup.enabled:
-        steps.append(Component("dedup", dataclasses.asdict(dedup)))
-    if holdout_fraction:
-        steps.append(Component("holdout", {"fraction": float(holdout_fraction), "seed": holdout_seed}))
-    chosen = segmenter if isinstance(segmenter, Component) else Component(segmenter)  # with its own params
-    steps.append(Component("segment", {"segmenter": chosen.name, **chosen.params}))
-    if word_segmenter is not None and word_segmenter.name != "none":
-        steps.append(Component("words", {"word_segmenter": word_segmenter.name, **word_segmenter.params}))
-    steps += [Component("tokenize"), Component("objective"), Component("write")]
-    if added:
-        placed = [False] * len(steps)  # which of ``steps`` were added here
-        for given, component in enumerate(added):
-            if any(step.name == component.name for step in added[:given]):
-                raise ValueError(f"--add-step {component.name} is given twice (once runs it on every task)")
-            anchor = step_named(component.name).after
-            places = [i for i, step in enumerate(steps) if step.name == anchor]
-            if not places:
-                raise ValueError(f"--add-step {component.name} runs after the {anchor} step, which this job has not")
-            at = places[-1] + 1
-            while at < len(steps) and placed[at]:  # after those added after the same step before it: in order
-                at += 1
-            steps.insert(at, component)
-            placed.insert(at, True)
-    return tuple(steps)
+def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
+                   added: tuple[Component, ...] = (), input_bytes: int = 0) -> tuple[Component, ...]:
+    """The steps of a job: every step that is on (``Step.enabled``, from its parameters: ``given`` by step name,
+    the rest at their defaults), each right after the step it names (``Step.after``; common/steps/base.py),
+    with its parameters as the job records them (``Step.resolve``: ``input_bytes``, every readable input's
+    size).  ``added``: steps given with --add-step, each placed right after the step its class names, in the
+    order given.  ValueError (one line) for parameters a step refuses, a step added twice, or an added step
+    whose place is not in the job."""
+    given = given or {}
+    unknown = sorted(set(given) - set(known_steps()))
+    if unknown:
+        raise ValueError(f"no step named {', '.join(unknown)}")
+    switched = {name: step_class for name, step_class in known_steps().items() if step_class.has_switch()}
+    following: dict[str | None, list] = {}
+    for step_class in switched.values():
+        following.setdefault(step_class.after, []).append(step_class)
+    for anchor in following:
+        if anchor is not None and anchor not in switched:
+            raise ValueError(f"step {following[anchor][0].name} runs after the {anchor} step, which is no step")
+    order: list = []
+
+    def place(anchor: str | None) -> None:
+        flow = {made: rank for rank, made in enumerate(FLOW)}  # a step that makes nothing new comes first
+        for step_class in sorted(following.get(anchor, ()), key=lambda c: (flow.get(c.makes, -1), c.name)):
+            order.append(step_class)
+            place(step_class.name)
+
+    place(None)
+    steps_ = []
+    for step_class in order:
+        params = step_class.make_params(dict(given.get(step_class.name, {})))
+        if step_class.enabled(params):
+            steps_.append(step_class.component(step_class.resolve(params, input_bytes)))
+    placed = [False] * len(steps_)  # which of ``steps_`` were added here
+    for position, component in enumerate(added):
+        if any(step.name == component.name for step in added[:position]):
+            raise ValueError(f"--add-step {component.name} is given twice (once runs it on every task)")
+        anchor = step_named(component.name).after
+        places = [i for i, step in enumerate(steps_) if step.name == anchor]
+        if not places:
+            raise ValueError(f"--add-step {component.name} runs after the {anchor} step, which this job has not")
+        at = places[-1] + 1
+        while at < len(steps_) and placed[at]:  # after those added after the same step before it: in order
+            at += 1
+        steps_.insert(at, component)
+        placed.insert(at, True)
+    return tuple(steps_)
 
 
 @dataclass(frozen=True)
@@ -61,9 +79,8 @@ class JobConfig:
     The reader, the objective, the writer and the steps are :class:`Component` s
     (a name and its parameters), so the job, and the wire that carries it,
     are the same whatever components run.  ``steps`` is the task's list of
-    steps (common/steps/); given empty, it is made from the feature keywords
-    (``segmenter`` ... ``word_segmenter``, after the fields) by
-    :func:`standard_steps`, the one way a job's steps are built."""
+    steps (common/steps/), made by :func:`standard_steps` from each step's own
+    parameters: the job names no step or feature of its own."""
 
     data_uri: str
     output_uri: str
@@ -84,29 +101,10 @@ class JobConfig:
     version: str = ""
     #: The task's steps in order, with their parameters (common/steps/base.py).
     steps: tuple[Component, ...] = ()
-    _: KW_ONLY
-    #: The features the steps are made from when ``steps`` is not given (standard_steps): the segmenter
-    #: (common/segmenters/), --dedup's resolved DedupSettings, --holdout-fraction/--holdout-seed, and the
-    #: --word-segmenter Component.
-    segmenter: InitVar[str | Component | None] = None
-    dedup: InitVar[object] = None
-    holdout_fraction: InitVar[float] = 0.0
-    holdout_seed: InitVar[int] = 0
-    word_segmenter: InitVar[Component | None] = None
-    #: Steps given with --add-step (common/steps/base.py, ``Step.after``), with their parameters.
-    added_steps: InitVar[tuple[Component, ...]] = ()
 
-    def __post_init__(self, segmenter, dedup, holdout_fraction, holdout_seed, word_segmenter, added_steps) -> None:
-        features = (segmenter is not None or dedup is not None or holdout_fraction or word_segmenter is not None
-                    or bool(added_steps))
-        if self.steps and features:
-            raise ValueError("give a job its steps or its features, not both")
+    def __post_init__(self) -> None:
         if not self.steps:
-            if segmenter is None:
-                raise ValueError("a job needs its steps (or at least its segmenter)")
-            object.__setattr__(self, "steps", standard_steps(
-                segmenter, dedup=dedup, holdout_fraction=holdout_fraction, holdout_seed=holdout_seed,
-                word_segmenter=word_segmenter, added=tuple(added_steps)))
+            raise ValueError("a job needs its steps (common.config.standard_steps)")
 
     def step(self, name: str) -> Component | None:
         """The job's step ``name`` (its parameters), or None when the job has no such step."""
@@ -178,7 +176,7 @@ class JobConfig:
         # Step.identity is by name, so it says neither the order of added steps nor a step listed twice; both
         # change the output.  Said only then: jobs with at most one added step keep their ids.
         names = [step_class.name for step_class, _params in made]
-        if len(set(names)) < len(names) or sum(step_class.after is not None for step_class, _ in made) > 1:
+        if len(set(names)) < len(names) or sum(not step_class.has_switch() for step_class, _ in made) > 1:
             identity["step_order"] = names
         # Behaviour versions above 1 (Configurable.version): said only then, so a job whose variants all
         # behave as they did when versions came in keeps the id it always had.

@@ -107,19 +107,19 @@ def small_corpus(root: Path) -> Path:
 def run_case(case: Case, corpus: Path | str, output: Path | str) -> dict[str, str]:
     """Plan the job as the ventilator does, run every task as workers do: {file name: sha256}.  ``corpus`` and
     ``output`` may be any storage's URI (gs://, s3://): the bytes must not depend on where they are."""
-    from common.dedup import stages as dedup_stages
-    from common.dedup.settings import DedupSettings
+    from common.steps.dedup import stages as dedup_stages
     from common.storage import open_storage
     from common.tokenization import Vocabulary
-    from ventilator.job import JobOptions, prepare_job
+    from tests.run_configs import run_config
+    from ventilator.job import prepare_job
     from worker.pipeline import TaskProcessor
 
     objective, params = OBJECTIVES[case.objective]
     output_format, format_params = FORMATS[case.output_format]
-    options = JobOptions(data=str(corpus), output=str(output), **TOKENIZERS[case.family], objective=objective,
+    options = run_config(data=str(corpus), output=str(output), **TOKENIZERS[case.family], objective=objective,
                          output_format=output_format, params={**params, **format_params},
-                         task_size=TASK_SIZE, holdout_fraction=0.2 if case.holdout else 0.0,
-                         dedup=DedupSettings(mode=case.dedup))
+                         task_size=TASK_SIZE, steps={"holdout": {"fraction": 0.2 if case.holdout else 0.0},
+                                           "dedup": {"mode": case.dedup}})
     job = prepare_job(options)
     storage = open_storage(job.config.output_uri)
     processor = TaskProcessor(job.config, Vocabulary.from_json(job.config.tokenizer_json), storage)

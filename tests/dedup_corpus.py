@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from common.dedup.minhash import shingles
-from common.dedup.normalise import words
 from common.readers import reader_named
 from common.readers.base import ParseReport
+from common.steps.dedup.minhash import shingles
+from common.steps.dedup.normalise import words
 
 ABOVE = (0.92, 0.95, 0.98)  # planted near-copies above the 0.8 threshold
 BELOW = (0.3, 0.45, 0.55)  # and below it

@@ -20,6 +20,7 @@ from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.helpers import VOCAB, WIKI, need_shared
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 GOLDEN = {
@@ -54,7 +55,7 @@ def vocabulary():
 def test_bert_shards_keep_their_bytes(case, vocabulary, tmp_path):
     objective_params, writer_params, expected = GOLDEN[case]
     config = JobConfig(data_uri=str(WIKI), output_uri=str(tmp_path), reader=Component("wikiextractor"),
-                       segmenter="blingfire", tokenizer_json="",
+                       steps=steps_of("blingfire"), tokenizer_json="",
                        objective=Component("bert", {"dupe_factor": 2, **objective_params}),
                        writer=Component("tfrecord", writer_params))
     processor = TaskProcessor(config, vocabulary, LocalStorage(str(tmp_path)))

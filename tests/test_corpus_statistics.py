@@ -19,6 +19,7 @@ from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests import bert_reference
 from tests.helpers import VOCAB, WIKI, need_shared
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 PASSES = 8
@@ -28,7 +29,7 @@ PASSES = 8
 def corpus():
     need_shared()
     vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
-    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), segmenter="blingfire",
+    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), steps=steps_of("blingfire"),
                        tokenizer_json="")
     processor = TaskProcessor(config, vocabulary, output_storage=None)
     content = (WIKI / "AA" / "wiki_00").read_bytes()

@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from common.dedup.in_memory import deduplicate
-from common.dedup.lsh import optimal_bands_rows
-from common.dedup.normalise import exact_hash, normalise_exact, words
-from common.dedup.settings import DedupSettings
+from common.steps.dedup.in_memory import deduplicate
+from common.steps.dedup.lsh import optimal_bands_rows
+from common.steps.dedup.normalise import exact_hash, normalise_exact, words
+from common.steps.dedup.settings import DedupSettings
 from tests.dedup_corpus import planted_corpus
 from tests.helpers import WIKI, need_shared
 
@@ -126,7 +126,7 @@ def _datasketch_kept(texts: list[str], settings: DedupSettings) -> np.ndarray:
     pairs the LSH index returns)."""
     from datasketch import MinHash, MinHashLSH
 
-    from common.dedup.clusters import UnionFind
+    from common.steps.dedup.clusters import UnionFind
 
     lsh = MinHashLSH(threshold=settings.threshold, num_perm=settings.perm)
     assert (lsh.b, lsh.r) == (settings.bands, settings.rows)
@@ -167,8 +167,8 @@ def test_too_short_documents_are_kept_and_counted():
 def test_kept_member_does_not_depend_on_how_documents_are_grouped(corpus):
     """The job names documents by (task rank, rank in task): splitting the
     same corpus into tasks of other sizes keeps the same documents."""
-    from common.dedup.clusters import UnionFind, candidate_pairs, handles
-    from common.dedup.keys import KeyMaker
+    from common.steps.dedup.clusters import UnionFind, candidate_pairs, handles
+    from common.steps.dedup.keys import KeyMaker
 
     settings = _settings()
     texts = corpus.texts[:300]
@@ -199,7 +199,7 @@ def test_kept_member_does_not_depend_on_how_documents_are_grouped(corpus):
 
 def test_signature_is_the_minimum_over_distinct_shingles_per_permutation():
     """The vectorised signature equals MinHash's definition, computed naively per document."""
-    from common.dedup.minhash import MinHasher, shingles
+    from common.steps.dedup.minhash import MinHasher, shingles
 
     rng = np.random.default_rng(3)
     vocabulary = [f"w{i}" for i in range(50)]
@@ -219,8 +219,8 @@ def test_signature_is_the_minimum_over_distinct_shingles_per_permutation():
 def test_word_hashes_cut_the_words_re_cuts():
     """word_hashes finds exactly the words ``\\w+`` finds, in any script, and
     hashes equal words equally and different words differently."""
-    from common.dedup import word_hashes as module
-    from common.dedup.normalise import fold
+    from common.steps.dedup import word_hashes as module
+    from common.steps.dedup.normalise import fold
 
     texts = ["", "   ", "Hello, wörld! ÉCOLE école", "snake_case x2 ½ ٣ 十二 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 café\u0301", "a" * 5000,
              "\0inside\0nul", "tab\tand\nnewline", "𐍈𐍈 emoji 🙂 joined"]
@@ -240,7 +240,7 @@ def test_word_hashes_cut_the_words_re_cuts():
 
 
 def test_word_hashes_in_batches_are_the_same(monkeypatch):
-    from common.dedup import word_hashes as module
+    from common.steps.dedup import word_hashes as module
 
     texts = [f"doc {i} " + " ".join(f"w{j % 97}" for j in range(i * 7)) for i in range(60)]
     texts += ["x" * 1000, "十二" * 400 + " tail words", "", "word " * 500]  # no space; a late space; empty

@@ -35,16 +35,16 @@ EXTRA = {
 
 def job_config(corpus: Path, objective: str, output_format: str, family: str, holdout: bool = False,
                dedup: str = "off", extra: dict | None = None):
-    from common.dedup.settings import DedupSettings
-    from ventilator.job import JobOptions, prepare_job
+    from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     extra = dict(extra or {})
     word_segmenter = extra.pop("word_segmenter", "none")
     name, params = OBJECTIVES[objective]
     writer, format_params = FORMATS[output_format]
-    options = JobOptions(data=str(corpus), output=str(corpus.parent / "out"), **TOKENIZERS[family], objective=name,
+    options = run_config(data=str(corpus), output=str(corpus.parent / "out"), **TOKENIZERS[family], objective=name,
                          output_format=writer, params={**params, **format_params, **extra}, task_size=TASK_SIZE,
-                         holdout_fraction=0.2 if holdout else 0.0, dedup=DedupSettings(mode=dedup),
+                         steps={"holdout": {"fraction": 0.2 if holdout else 0.0}, "dedup": {"mode": dedup}},
                          word_segmenter=word_segmenter)
     return prepare_job(options).config
 

@@ -61,12 +61,13 @@ FAMILIES = {
 def test_each_documents_tokens_are_the_tokenizers_encoding_of_its_text(corpus, tmp_path, family):
     from common.storage import LocalStorage
     from common.tokenization import Vocabulary
-    from ventilator.job import JobOptions, prepare_job
+    from tests.run_configs import run_config
+    from ventilator.job import prepare_job
     from worker.pipeline import TaskProcessor
 
     root, texts = corpus
     output = tmp_path / "out"
-    job = prepare_job(JobOptions(data=str(root / "corpus"), output=str(output), **FAMILIES[family](tmp_path),
+    job = prepare_job(run_config(data=str(root / "corpus"), output=str(output), **FAMILIES[family](tmp_path),
                                  objective="tokens", output_format="parquet", segmenter="blingfire",
                                  task_size=1 << 30))
     vocabulary = Vocabulary.from_json(job.config.tokenizer_json)

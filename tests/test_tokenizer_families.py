@@ -21,8 +21,9 @@ from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer, load_vocabulary
 from tests.helpers import WIKI, need_shared
+from tests.run_configs import run_config, steps_of
 from tests.tokenizer_families import FAMILIES, ROLE_TOKENS, tokenizer_path, vocabulary_of
-from ventilator.job import JobError, JobOptions, prepare_job
+from ventilator.job import JobError, prepare_job
 from worker.pipeline import TaskProcessor, TaskStats
 
 ALL_SPECIAL_TEXT = ("x [CLS] [SEP] [MASK] [PAD] [UNK] <s> </s> <mask> <pad> <unk> y a[MASK]b a<mask>b "
@@ -75,7 +76,7 @@ def oracle_word_starts(name: str, vocabulary: Vocabulary, texts: list[str]) -> n
 
 def test_whole_word_masking_takes_whole_words(family):
     name, vocabulary = family
-    config = JobConfig(data_uri=str(WIKI), output_uri="", reader=Component("wikiextractor"), segmenter="blingfire",
+    config = JobConfig(data_uri=str(WIKI), output_uri="", reader=Component("wikiextractor"), steps=steps_of("blingfire"),
                        tokenizer_json="", objective=Component("bert", {}), writer=Component("tfrecord"))
     processor = TaskProcessor(config, vocabulary, output_storage=None)
     corpus = LocalStorage(str(WIKI))
@@ -127,8 +128,8 @@ def test_whole_word_masking_takes_whole_words(family):
     assert multi_piece > 20  # words of several pieces were masked, each whole
 
 
-def job_options(tmp_path, **kwargs) -> JobOptions:
-    return JobOptions(data=str(WIKI / "AA"), output=str(tmp_path / "out"), **kwargs)
+def job_options(tmp_path, **kwargs):
+    return run_config(data=str(WIKI / "AA"), output=str(tmp_path / "out"), **kwargs)
 
 
 def test_a_tokenizer_without_a_mask_token_is_refused_before_any_work(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 
@@ -60,12 +61,12 @@ def run(config: RunConfig) -> int:
         launcher_class = launcher_named(config.fleet.launcher)
         launcher = launcher_class(launcher_class.make_params(config.fleet.launcher_params),
                                   Fleet(workers=config.fleet.workers))
-        options = config.job_options(command=command_line())
-        checked = validate(options)
-        job_config = identify(options, checked)
+        run_config = dataclasses.replace(config, command=command_line())
+        checked = validate(run_config)
+        job_config = identify(run_config, checked)
         _check_sendable(job_config)
-        lock = lock_output(options, job_config)  # one run per output, from before anything is written to it
-        job = plan(options, checked, job_config)
+        lock = lock_output(run_config, job_config)  # one run per output, from before anything is written to it
+        job = plan(run_config, checked, job_config)
     except (LaunchError, JobError) as error:
         if lock is not None:
             lock.release()

@@ -9,18 +9,17 @@ opened.
 prepare_job is three steps: validate (every refusal that needs no job id:
 options, tokenizer, the inputs listed, the components' parameters),
 identify (the JobConfig, built in job_config() only, and its id, checked
-against the output's manifest) and plan (the tasks, dedup stages first).
+against the output's manifest) and plan (the tasks, the steps' stages
+before and after the normal pass).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from common.config import JobConfig
-from common.dedup.settings import DedupSettings
-from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
-from common.holdout import HoldoutSplit
+from common.config import JobConfig, standard_steps
 from common.manifest import check_job, read_first_entry
 from common.objectives import objective_named
 from common.output_lock import OutputLock, OutputLocked
@@ -30,13 +29,17 @@ from common.readers.content import decompress
 from common.segmenters import resolve as resolve_segmenter
 from common.segmenters import segmenter_named
 from common.steps import plan_stages, step_named
+from common.steps.words import Words
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
-from common.tasks import InputFile, Task, compression_of, parse_size
+from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, Vocabulary, han_words, load_vocabulary
 from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
+
+if TYPE_CHECKING:
+    from ventilator.run_config import RunConfig
 
 log = logging.getLogger("ventilator")
 
@@ -47,37 +50,6 @@ DEFAULT_TASK_SIZE = "8M"
 
 class JobError(Exception):
     """A one-line reason the job cannot start."""
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    data: str
-    output: str
-    vocab_file: str | None = None
-    tokenizer: str | None = None
-    do_lower_case: bool | None = None  # None: each family's default (common/tokenization/loading.py)
-    #: Special tokens named by role (cls, sep, mask, pad, unk) where the tokenizer does not say (--mask-token ...).
-    special_tokens: dict[str, str] = field(default_factory=dict)
-    corpus_format: str = "auto"
-    segmenter: str = "auto"
-    objective: str = "bert"
-    output_format: str = "tfrecord"
-    word_segmenter: str = NO_WORD_SEGMENTER  # --word-segmenter (common/word_segmenters/)
-    added_steps: tuple[str, ...] = ()  # --add-step (common/steps/: a step that names the step it follows)
-    #: Component parameters given on the command line (unset ones are absent), by field name: each
-    #: goes to the reader, objective or writer that declares it; one that none of them takes is refused.
-    params: dict[str, ParamValue] = field(default_factory=dict)
-    task_size: int = parse_size(DEFAULT_TASK_SIZE)
-    #: --holdout-fraction / --holdout-seed (common/holdout.py): 0 holds nothing out.
-    holdout_fraction: float = 0.0
-    holdout_seed: int = DEFAULT_HOLDOUT_SEED
-    shared_fs: bool = False
-    s3_endpoint_url: str = ""
-    sink_address: str = ""
-    lease_seconds: float = JobConfig.lease_seconds
-    heartbeat_seconds: float = JobConfig.heartbeat_seconds
-    dedup: DedupSettings = field(default_factory=DedupSettings)
-    command: str = ""  # the command line, recorded in the output's dataset_info.json and card
 
 
 @dataclass
@@ -153,7 +125,8 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
 
 @dataclass(frozen=True)
 class Checked:
-    """What validate() found good: the tokenizer, the inputs and the components, each resolved."""
+    """What validate() found good, for identify() and plan(), so nothing is loaded or listed twice: the
+    tokenizer, the inputs, the reader (it plans the tasks) and the job's components as it records them."""
 
     vocabulary: Vocabulary
     storage: Storage  # the input's
@@ -161,71 +134,73 @@ class Checked:
     files: list[InputFile]  # those that can be read
     skipped: dict[str, str]  # path -> reason
     reader: Reader
-    reader_class: type[Reader]
-    reader_params: object
-    objective_class: type
-    objective_params: object
-    writer_class: type
-    writer_params: object
-    word_segmenter: Component
+    #: The job's components as it records them (name and checked parameters).
+    reader_component: Component
+    objective: Component
+    writer: Component
+    #: Each step's parameters given, by step name (its own flags, the segmenter, the word segmenter), and the
+    #: steps added with --add-step: what common.config.standard_steps makes the job's steps from.
+    steps: dict[str, dict[str, ParamValue]]
     added_steps: tuple[Component, ...] = ()
-    segmenter: Component = Component("blingfire")  # resolved from auto, with its own parameters
 
 
-def prepare_job(options: JobOptions) -> Job:
+def prepare_job(run: RunConfig) -> Job:
     """Validate, identify, plan: a job ready to serve, or JobError (one line) before any work."""
-    checked = validate(options)
-    config = identify(options, checked)
-    return plan(options, checked, config)
+    checked = validate(run)
+    config = identify(run, checked)
+    return plan(run, checked, config)
 
 
-def validate(options: JobOptions) -> Checked:
+def validate(run: RunConfig) -> Checked:
     """Every refusal that needs no job id, in one line (JobError): the options, the tokenizer, the inputs
     (listed; only their first bytes read, to detect the format) and the components' parameters."""
     try:
-        options.dedup.validate()
+        for name, given in run.job.steps.items():  # the steps' own flags, each step checking its own
+            step_class = step_named(name)
+            if not step_class.has_switch():
+                raise ValueError(f"step {name} is added with --add-step, not by flags of its own")
+            step_class.make_params(dict(given))
     except ValueError as error:
         raise JobError(str(error)) from None
     try:
-        HoldoutSplit(options.holdout_fraction, options.holdout_seed)
-        objective_class = objective_named(options.objective)
-        writer_class = writer_named(options.output_format)
-        word_segmenter_class = word_segmenter_named(options.word_segmenter)
-        added_classes = [step_named(name) for name in options.added_steps]
+        objective_class = objective_named(run.job.objective)
+        writer_class = writer_named(run.job.output_format)
+        word_segmenter_class = word_segmenter_named(run.job.word_segmenter)
+        added_classes = [step_named(name) for name in run.job.add_step]
     except ValueError as error:
         raise JobError(str(error)) from None
     for step_class in added_classes:
-        if step_class.after is None:
+        if step_class.has_switch():
             raise JobError(f"--add-step {step_class.name}: the job places this step itself (see its own options)")
 
     try:
-        vocabulary = load_vocabulary(options.vocab_file, options.tokenizer, options.do_lower_case,
-                                     options.special_tokens, reference=objective_class.reference_casing)
+        vocabulary = load_vocabulary(run.tokenizer.vocab_file, run.tokenizer.tokenizer, run.tokenizer.do_lower_case,
+                                     run.tokenizer.special_tokens(), reference=objective_class.reference_casing)
     except TokenizerError as error:
         raise JobError(f"tokenizer: {error}") from None
     log.info("tokenizer: %s", vocabulary.describe())
     if warning := vocabulary.casing_warning():
         log.warning("tokenizer: %s", warning)
 
-    storage, listed, files, skipped = list_inputs(options)
+    storage, listed, files, skipped = list_inputs(run)
 
-    if options.corpus_format == "auto":
+    if run.input.corpus_format == "auto":
         reader_class = _detect_format(storage, files)
         log.info("input format: %s (detected; --format to override)", reader_class.name)
     else:
         try:
-            reader_class = reader_named(options.corpus_format)
+            reader_class = reader_named(run.input.corpus_format)
         except ValueError as error:
             raise JobError(str(error)) from None
 
     try:
-        segmenter_class = segmenter_named(resolve_segmenter(options.segmenter, objective_class.segment_unit
+        segmenter_class = segmenter_named(resolve_segmenter(run.job.segmenter, objective_class.segment_unit
                                                             or reader_class.default_segmenter))
     except ValueError as error:
         raise JobError(str(error)) from None
     extra = (word_segmenter_class,) if word_segmenter_class is not None else ()
     reader_given, objective_given, writer_given, own_given, *more_given = split_params(
-        options.params, reader_class, objective_class, writer_class, segmenter_class, *extra, *added_classes)
+        run.job.params, reader_class, objective_class, writer_class, segmenter_class, *extra, *added_classes)
     segmenter_given, steps_given = more_given[:len(extra)], more_given[len(extra):]
     try:
         segmenter = segmenter_class.component(segmenter_class.make_params(own_given))
@@ -260,37 +235,39 @@ def validate(options: JobOptions) -> Checked:
     except ValueError as error:
         raise JobError(f"--objective {objective_class.name}, --output-format {writer_class.name}, --format "
                        f"{reader_class.name}: {error}") from None
-    return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class, reader_params,
-                   objective_class, objective_params, writer_class, writer_params, word_segmenter, added_steps,
-                   segmenter)
+    steps = {**run.job.steps, "segment": {"segmenter": segmenter.name, **segmenter.params},
+             "words": Words.component_of(word_segmenter).params}
+    return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class.component(reader_params),
+                   objective_class.component(objective_params), writer_class.component(writer_params), steps,
+                   added_steps)
 
 
-def list_inputs(options: JobOptions) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
+def list_inputs(run: RunConfig) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
     """The input's storage, every file listed, those that can be read, and why the others cannot
     (JobError if none can)."""
     try:
-        storage = open_storage(options.data, options.s3_endpoint_url)
+        storage = open_storage(run.input.data, run.input.s3_endpoint_url)
         listed = storage.list_inputs()
     except StorageError as error:
         raise JobError(str(error)) from None
     files, skipped = _readable(storage, listed)
     skipped.update(storage.unlisted)
     for path, reason in skipped.items():
-        log.warning("skipping input %s: %s", path or options.data, reason)
+        log.warning("skipping input %s: %s", path or run.input.data, reason)
     if not files:
-        raise JobError(f"--data {options.data}: no input files found"
+        raise JobError(f"--data {run.input.data}: no input files found"
                        + (f" ({len(skipped)} skipped)" if skipped else ""))
     return storage, listed, files, skipped
 
 
-def identify(options: JobOptions, checked: Checked) -> JobConfig:
+def identify(run: RunConfig, checked: Checked) -> JobConfig:
     """The job (its id with it); JobError if the output already holds another job's manifest."""
     try:
-        config = job_config(options, checked)
+        config = job_config(run, checked)
     except ValueError as error:  # an added step whose place is not in this job
         raise JobError(str(error)) from None
     try:
-        output = open_storage(config.output_uri, options.s3_endpoint_url)
+        output = open_storage(config.output_uri, run.input.s3_endpoint_url)
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"),
                   lambda: _what_changed(output, config))
@@ -318,61 +295,56 @@ def _what_changed(output, config: JobConfig) -> str:
     return "changed: " + ", ".join(changes)
 
 
-def lock_output(options: JobOptions, config: JobConfig) -> OutputLock:
+def lock_output(run: RunConfig, config: JobConfig) -> OutputLock:
     """The output's lock, held and renewing (common/output_lock.py); JobError naming the holder if another run
     has it."""
-    output = open_storage(config.output_uri, options.s3_endpoint_url)
+    output = open_storage(config.output_uri, run.input.s3_endpoint_url)
     lock = OutputLock(output, config.job_id)
     try:
         lock.acquire()
     except OutputLocked as error:
         raise JobError(str(error)) from None
     except Exception as error:  # an unreachable store, or one that cannot create conditionally
-        raise JobError(f"--output {options.output}: cannot take the output's lock: {error}") from None
+        raise JobError(f"--output {run.job.output}: cannot take the output's lock: {error}") from None
     lock.start_renewing()
     return lock
 
 
-def job_config(options: JobOptions, checked: Checked) -> JobConfig:
+def job_config(run: RunConfig, checked: Checked) -> JobConfig:
     """The one place a JobConfig is built from the options and what validate() resolved."""
-    data_is_remote = is_remote(options.data)  # an object store: workers read their byte ranges themselves
-    read_mode = "range" if (data_is_remote or options.shared_fs) else "ship"
-    data_uri = options.data if data_is_remote else checked.storage.root
-    output_uri = options.output if is_remote(options.output) else open_storage(options.output).root
-    reader_class, objective_class = checked.reader_class, checked.objective_class
+    data_is_remote = is_remote(run.input.data)  # an object store: workers read their byte ranges themselves
+    read_mode = "range" if (data_is_remote or run.input.shared_fs) else "ship"
+    data_uri = run.input.data if data_is_remote else checked.storage.root
+    output_uri = run.job.output if is_remote(run.job.output) else open_storage(run.job.output).root
+    steps = standard_steps(checked.steps, added=checked.added_steps, input_bytes=sum(f.size for f in checked.files))
     return JobConfig(
         data_uri=data_uri,
         output_uri=output_uri,
-        reader=reader_class.component(checked.reader_params),
-        segmenter=checked.segmenter,
+        reader=checked.reader_component,
         tokenizer_json=checked.vocabulary.to_json(),
-        objective=objective_class.component(checked.objective_params),
-        writer=checked.writer_class.component(checked.writer_params),
+        objective=checked.objective,
+        writer=checked.writer,
         read_mode=read_mode,
-        s3_endpoint_url=options.s3_endpoint_url,
-        sink_address=options.sink_address,
-        lease_seconds=options.lease_seconds,
-        heartbeat_seconds=options.heartbeat_seconds,
-        task_size=options.task_size,
+        s3_endpoint_url=run.input.s3_endpoint_url,
+        sink_address=run.sink.sink_address or f":{run.sink.sink_port}",
+        lease_seconds=run.delivery.lease_seconds,
+        heartbeat_seconds=run.delivery.heartbeat_seconds,
+        task_size=run.input.task_size,
         inputs_digest=JobConfig.digest_inputs(checked.listed),  # readable or not: a passing read error is no new corpus
-        dedup=options.dedup.resolved(sum(f.size for f in checked.files)) if options.dedup.enabled else DedupSettings(),
-        holdout_fraction=float(options.holdout_fraction),
-        holdout_seed=options.holdout_seed if options.holdout_fraction else DEFAULT_HOLDOUT_SEED,
-        command=options.command,
+        command=run.command,
         version=version(),
-        word_segmenter=checked.word_segmenter,
-        added_steps=checked.added_steps,
+        steps=steps,
     )
 
 
-def plan(options: JobOptions, checked: Checked, config: JobConfig) -> Job:
+def plan(run: RunConfig, checked: Checked, config: JobConfig) -> Job:
     """The job's tasks: the steps' stages before the normal pass (dedup's, its plan written to the output),
     the normal pass, then those after it (the writer's)."""
-    output = open_storage(config.output_uri, options.s3_endpoint_url)
-    normal = list(checked.reader.plan(checked.files, options.task_size, checked.storage))
+    output = open_storage(config.output_uri, run.input.s3_endpoint_url)
+    normal = list(checked.reader.plan(checked.files, run.input.task_size, checked.storage))
     try:
         before, after = plan_stages(config, output, normal, checked.vocabulary.special, log)
     except Exception as error:
-        raise JobError(f"--output {options.output}: cannot plan the stages before and after the normal pass: "
+        raise JobError(f"--output {run.job.output}: cannot plan the stages before and after the normal pass: "
                        f"{error}") from None
     return Job(config, before + normal + after, checked.files, checked.skipped, checked.storage, checked.reader)

@@ -1,28 +1,37 @@
 """The ventilator's whole command line as one typed, frozen value: :class:`RunConfig`.
 
-Every option is declared once, here, as a field of a group (input, job, tokenizer, dedup, network, sink,
-fleet, delivery, metrics, display) whose default is the one its user keeps (JobOptions, ServerOptions,
-SinkOptions, JobConfig, DedupSettings): click parses, :func:`from_values` builds the RunConfig, and the
-run, the job, the server, the sink and the workers read their settings from it.  The axes' parameters
-(common/params.py) are options too, made from every variant's ``Params`` (:func:`component_options`) when the
-command is first used (parsing, --help), not when this module is imported: the job's axes' values are
-collected in ``job.params``; a launcher's or a publisher's, chosen here, in ``fleet.launcher_params`` and
-``metrics.publisher_params``.  This module names no variant.
+Every option is declared once, here, as a field of a group (input, job, tokenizer, network, sink, fleet,
+delivery, metrics, display) whose default is the one its user keeps (ServerOptions, SinkOptions, JobConfig):
+click parses, :func:`from_values` builds the RunConfig, and the run, the job, the server, the sink and the
+workers read their settings from it.  The axes' parameters (common/params.py) are options too, made from every
+variant's ``Params`` (:func:`component_options`) when the command is first used (parsing, --help), not when
+this module is imported: the job's axes' values are collected in ``job.params``; a launcher's or a publisher's,
+chosen here, in ``fleet.launcher_params`` and ``metrics.publisher_params``.  A step that says when it is on
+(``Step.enabled``) declares its own options in its ``Params`` (:func:`step_options`), collected in
+``job.steps``.  This module names no variant and no step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import click
 
-from common.cli_settings import Deferred, DeferredCommand, SectionedOption, add_options, build, option, option_flags
+from common.cli_settings import (
+    Deferred,
+    DeferredCommand,
+    SectionedOption,
+    add_options,
+    build,
+    option,
+    option_fields,
+    option_flags,
+)
 from common.config import JobConfig
-from common.dedup.settings import MODES, DedupSettings
-from common.holdout import DEFAULT_SEED as DEFAULT_HOLDOUT_SEED
 from common.objectives import objectives
 from common.params import Configurable, OptionSpec, ParamClash, ParamValue, PluginError, defaults_text, option_specs
 from common.readers import readers
@@ -34,7 +43,7 @@ from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenters
 from common.writers import writers
 from sink.settings import SinkSettings
-from ventilator.job import DEFAULT_TASK_SIZE, JobOptions
+from ventilator.job import DEFAULT_TASK_SIZE
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers
 from ventilator.publishers import DEFAULT_PUBLISHER, publishers
 from ventilator.server import ServerOptions
@@ -64,8 +73,8 @@ def _choice(variants: Callable[[], Mapping[str, object]], *also: str) -> Deferre
 
 
 def addable_steps() -> dict:
-    """The steps a user may add to a job (``--add-step``): those that name the step they follow."""
-    return {name: step for name, step in steps().items() if step.after is not None}
+    """The steps a user may add to a job (``--add-step``): those that do not say when they are on themselves."""
+    return {name: step for name, step in steps().items() if not step.has_switch() and step.after is not None}
 
 
 def _size(_ctx, _param, value):
@@ -87,15 +96,15 @@ class InputSettings:
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
     corpus_format: str = option("--format", type=_choice(readers, "auto"),
-                                default=JobOptions.corpus_format, envvar="MLM_FORMAT", show_envvar=True,
+                                default="auto", envvar="MLM_FORMAT", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
-    task_size: int = option("--task-size", default=JobOptions.task_size, cli_default=DEFAULT_TASK_SIZE,
+    task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
                             callback=_size, show_envvar=True,
                             help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
-    shared_fs: bool = option("--shared-fs", is_flag=True, default=JobOptions.shared_fs, show_envvar=True,
+    shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True,
                              help="Workers can read --data themselves (same path): send byte ranges, not content. "
                                   "Implied for s3:// data.")
-    s3_endpoint_url: str = option("--s3-endpoint-url", default=JobOptions.s3_endpoint_url, show_envvar=True,
+    s3_endpoint_url: str = option("--s3-endpoint-url", default="", show_envvar=True,
                                   help="For S3-compatible stores (credentials from the standard AWS chain).")
 
 
@@ -104,45 +113,40 @@ class JobSettings:
     section: ClassVar[str] = "Job"  # its heading in --help
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
                          help="Where shards and manifest.jsonl go.")
-    objective: str = option("--objective", type=_choice(objectives), default=JobOptions.objective,
+    objective: str = option("--objective", type=_choice(objectives), default="bert",
                             show_envvar=True, help="What the documents become (see the README's objectives table).")
     output_format: str = option("--output-format", type=_choice(writers),
-                                default=JobOptions.output_format, show_envvar=True,
+                                default="tfrecord", show_envvar=True,
                                 help="How the records are written (see the README's formats table).")
     segmenter: str = option("--segmenter", type=_choice(segmenters, "auto"),
-                            default=JobOptions.segmenter, show_envvar=True,
+                            default="auto", show_envvar=True,
                             help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
                                  "as they are. auto: lines for --objective electra (its reference adds lines) and "
                                  "for the text format (already one sentence per line), sentences otherwise.")
     word_segmenter: str = option(
         "--word-segmenter", type=_choice(word_segmenters, NO_WORD_SEGMENTER),
-        default=JobOptions.word_segmenter, show_envvar=True,
+        default=NO_WORD_SEGMENTER, show_envvar=True,
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
-    holdout_fraction: float = option(
-        "--holdout-fraction", type=click.FloatRange(0, 1, max_open=True), default=JobOptions.holdout_fraction,
-        show_envvar=True, help="Hold out this fraction of the documents (by a hash of their id, or text, and "
-                               "--holdout-seed) into OUT/holdout/, with its own shards; none of them is in a "
-                               "training instance. 0: off.")
-    holdout_seed: int = option("--holdout-seed", type=int, default=DEFAULT_HOLDOUT_SEED, show_envvar=True,
-                               help="Which documents --holdout-fraction holds out (not --random-seed: outputs made "
-                                    "with other objectives or seeds hold out the same ones).")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=_choice(addable_steps), multiple=True, default=JobOptions.added_steps,
+        "--add-step", type=_choice(addable_steps), multiple=True, default=(),
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
     #: absent).
     params: dict[str, ParamValue] = field(default_factory=dict)
+    #: The parameters of the steps that say when they are on (``Step.enabled``), from their own flags, by step
+    #: name then field (:func:`step_options`; all of them, defaults included).
+    steps: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class TokenizerSettings:
     section: ClassVar[str] = "Tokenizer"  # its heading in --help
-    vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=JobOptions.vocab_file,
+    vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=None,
                                     show_envvar=True, help="BERT vocab.txt (e.g. bert-base-uncased's). Or use "
                                                            "--tokenizer.")
-    tokenizer: str | None = option("--tokenizer", type=click.Path(), default=JobOptions.tokenizer, show_envvar=True,
+    tokenizer: str | None = option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
                                    help="A tokenizers JSON (WordPiece, BPE or Unigram model), a SentencePiece "
                                         ".model, or a local Hugging Face model directory (tokenizer.json, vocab.txt "
                                         "or a .model in it).")
@@ -152,7 +156,7 @@ class TokenizerSettings:
     pad_token: str | None = _token("pad", "padding token ([PAD], <pad>)")
     unk_token: str | None = _token("unk", "unknown token ([UNK], <unk>)")
     do_lower_case: bool | None = option(
-        "--do-lower-case/--no-do-lower-case", default=JobOptions.do_lower_case, show_envvar=True,
+        "--do-lower-case/--no-do-lower-case", default=None, show_envvar=True,
         help="Lower-case the text before the tokenizer (and strip accents, for a vocab.txt), whatever its family.  "
              "[default: on for a vocab.txt (BERT's); for a SentencePiece .model the objective's reference (on for "
              "bert, albert, electra); a tokenizers JSON or model directory as it says]")
@@ -161,37 +165,6 @@ class TokenizerSettings:
         """The special tokens given, by role (cls, sep, mask, pad, unk)."""
         return {role: getattr(self, f"{role}_token") for role in ("cls", "sep", "mask", "pad", "unk")
                 if getattr(self, f"{role}_token")}
-
-
-@dataclass(frozen=True)
-class DedupOptions:
-    section: ClassVar[str] = "Dedup"  # its heading in --help
-    dedup: str = option("--dedup", type=click.Choice(MODES), default=DedupSettings.mode, show_envvar=True,
-                        help="Remove duplicate documents across the whole corpus before the normal pass: exact (same "
-                             "normalised text) or minhash (also near-duplicates). See docs/dedup.md.")
-    minhash_ngram: int = option("--minhash-ngram", type=click.IntRange(min=1), default=DedupSettings.ngram,
-                                show_envvar=True, help="Words per shingle (--dedup minhash).")
-    minhash_perm: int = option("--minhash-perm", type=click.IntRange(1, 1024), default=DedupSettings.perm,
-                               show_envvar=True, help="MinHash permutations (--dedup minhash).")
-    minhash_threshold: float = option("--minhash-threshold", type=float, default=DedupSettings.threshold,
-                                      show_envvar=True,
-                                      help="Jaccard similarity the LSH bands and rows are chosen for, as datasketch "
-                                           "does (--dedup minhash).")
-    minhash_bands: int = option("--minhash-bands", type=click.IntRange(min=0), default=DedupSettings.bands,
-                                show_envvar=True, help="LSH bands, with --minhash-rows, instead of "
-                                                       "--minhash-threshold's choice.  [default: derived]")
-    minhash_rows: int = option("--minhash-rows", type=click.IntRange(min=0), default=DedupSettings.rows,
-                               show_envvar=True, help="Rows (permutations) per LSH band, with --minhash-bands.  "
-                                                      "[default: derived]")
-    dedup_partitions: int = option("--dedup-partitions", type=click.IntRange(0, 65535),
-                                   default=DedupSettings.partitions, show_envvar=True,
-                                   help="Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of "
-                                        "input]")
-
-    def settings(self) -> DedupSettings:
-        return DedupSettings(mode=self.dedup, ngram=self.minhash_ngram, perm=self.minhash_perm,
-                             bands=self.minhash_bands, rows=self.minhash_rows, threshold=self.minhash_threshold,
-                             partitions=self.dedup_partitions)
 
 
 def _check_port(flag: str, port: int) -> None:
@@ -311,13 +284,14 @@ class RunConfig:
     input: InputSettings
     job: JobSettings
     tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
-    dedup: DedupOptions = field(default_factory=DedupOptions)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     sink: SinkGroup = field(default_factory=SinkGroup)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     delivery: DeliverySettings = field(default_factory=DeliverySettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     display: DisplaySettings = field(default_factory=DisplaySettings)
+    #: The command line as typed, recorded in the output's dataset_info.json and card (not an option).
+    command: str = ""
 
     def __post_init__(self):
         # The ports this command listens on (and its local sink): two on one would fail only once the job is
@@ -331,21 +305,6 @@ class RunConfig:
                 if port in taken:
                     raise ConfigError(f"{taken[port]} and {flag} are both {port}: one port each")
                 taken[port] = flag
-
-    def job_options(self, command: str = "") -> JobOptions:
-        """What the job is planned from (ventilator/job.py)."""
-        return JobOptions(
-            data=self.input.data, output=self.job.output, vocab_file=self.tokenizer.vocab_file,
-            tokenizer=self.tokenizer.tokenizer, do_lower_case=self.tokenizer.do_lower_case,
-            special_tokens=self.tokenizer.special_tokens(), corpus_format=self.input.corpus_format,
-            segmenter=self.job.segmenter, objective=self.job.objective, output_format=self.job.output_format,
-            word_segmenter=self.job.word_segmenter, added_steps=tuple(self.job.add_step),
-            params=dict(self.job.params), task_size=self.input.task_size,
-            holdout_fraction=self.job.holdout_fraction, holdout_seed=self.job.holdout_seed,
-            shared_fs=self.input.shared_fs, s3_endpoint_url=self.input.s3_endpoint_url,
-            sink_address=self.sink.sink_address or f":{self.sink.sink_port}",
-            lease_seconds=self.delivery.lease_seconds, heartbeat_seconds=self.delivery.heartbeat_seconds,
-            dedup=self.dedup.settings(), command=command)
 
     def server_options(self, **runtime) -> ServerOptions:
         """The ventilator server's options; ``runtime``: what only the running command has (on_progress,
@@ -481,8 +440,58 @@ def _variant_params(config: RunConfig, values: dict[str, Any]) -> RunConfig:
 
 #: Options of a group shown under another heading of --help than their group's.
 FIELD_SECTIONS = {"output": "Output", "output_format": "Output", "objective": "Objective",
-                  "segmenter": "Segmentation and words", "word_segmenter": "Segmentation and words",
-                  "holdout_fraction": "Holdout", "holdout_seed": "Holdout"}
+                  "segmenter": "Segmentation and words", "word_segmenter": "Segmentation and words"}
+
+
+@dataclass(frozen=True)
+class StepFlag:
+    """One option a step declares itself: a field of its ``Params`` that names its ``flag`` (common/params.py),
+    of a step that says when it is on (``Step.enabled``: holdout, dedup, a plugin's)."""
+
+    step: str  # the step's name
+    field: str  # the Params field
+    name: str  # click's parameter name, from the flag (its env var is MLM_<NAME>)
+    option: Callable  # the click option, as a decorator
+
+
+def step_flags() -> list[StepFlag]:
+    """Every step's own options, in the steps' order of discovery and their fields' order; ParamClash if two
+    steps, or a step and the run's options, declare one flag."""
+    made: list[StepFlag] = []
+    taken = {f.name: "the ventilator's own options" for f in option_fields(RunConfig)}
+    for step_name, step_class in steps().items():
+        if not step_class.has_switch():
+            continue
+        params_class = step_class.Params
+        hints = typing.get_type_hints(params_class)
+        section = getattr(params_class, "section", "") or f"Step {step_name}"
+        for f in dataclasses.fields(params_class):
+            flag = f.metadata.get("flag")
+            if not flag:
+                continue  # a parameter the job sets (segment's segmenter) or fixed (dedup's seed)
+            name = flag[2:].replace("-", "_")
+            if name in taken:
+                raise ParamClash(f"{flag} is declared by step {step_name} and {taken[name]}: one flag each")
+            taken[name] = f"step {step_name}"
+            hint = hints[f.name]
+            option = click.option(
+                f"{flag}/--no-{flag[2:]}" if hint is bool else flag, name, cls=SectionedOption, section=section,
+                section_after=getattr(params_class, "section_after", ""),
+                type=None if hint is bool else (f.metadata.get("option_type") or hint), default=f.default,
+                show_envvar=True, help=f.metadata.get("help", ""))
+            made.append(StepFlag(step_name, f.name, name, option))
+    return made
+
+
+def step_options(command):
+    """The steps' own options (:func:`step_flags`), each under its step's heading (``Params.section``)."""
+    try:
+        flags = step_flags()
+    except ParamClash as clash:  # when the options are made: one line, not a traceback (--help included)
+        raise ConfigError(str(clash)) from None
+    for flag in reversed(flags):
+        command = flag.option(command)
+    return command
 
 
 class VariantsError(click.ClickException):
@@ -497,17 +506,31 @@ class VariantsError(click.ClickException):
 
 def run_options(command):
     """Decorator: every option of the ventilator's command line (for :class:`common.cli_settings.DeferredCommand`:
-    made when the command is first used; VariantsError if the variants cannot make them)."""
+    made when the command is first used; VariantsError if the variants cannot make them).  Two options of one
+    name or flag (a step's own flag that is also a variant's or the run's) are refused in one line: click would
+    let one silently win."""
     try:
-        return add_options(RunConfig, FIELD_SECTIONS)(component_options(command))
+        _load_variants()
+        command = add_options(RunConfig, FIELD_SECTIONS)(component_options(step_options(command)))
     except ConfigError as error:
         raise VariantsError(str(error)) from None
+    seen: dict[str, click.Parameter] = {}
+    for param in getattr(command, "__click_params__", []):
+        for key in {param.name, *param.opts, *param.secondary_opts} - {None}:
+            if seen.setdefault(key, param) is not param:
+                raise VariantsError(f"{key} is declared twice ({seen[key].opts[0]} and {param.opts[0]}): one flag each")
+    return command
 
 
 def from_values(values: dict[str, Any]) -> RunConfig:
     """The RunConfig from click's values (by parameter name): ConfigError, one line, if they do not go together."""
     values = dict(values)
-    return _variant_params(build(RunConfig, values), values)
+    steps_given: dict[str, dict[str, ParamValue]] = {}
+    for flag in step_flags():
+        if flag.name in values:
+            steps_given.setdefault(flag.step, {})[flag.field] = values.pop(flag.name)
+    config = _variant_params(build(RunConfig, values), values)
+    return dataclasses.replace(config, job=dataclasses.replace(config.job, steps=steps_given))
 
 
 def parse(argv: list[str]) -> RunConfig:

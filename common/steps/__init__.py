@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from common.params import Registry
 from common.steps.base import (
+    FLOW,
     InfoSection,
     JobContext,
     JobPlan,
@@ -92,7 +93,7 @@ def step_directories() -> tuple[str, ...]:
     return tuple(directory for name in sorted(found) for directory in found[name].directories)
 
 
-__all__ = ["InfoSection", "ReportSection", "Side", "described_steps", "legacy_split", "reported_steps",
+__all__ = ["FLOW", "InfoSection", "ReportSection", "Side", "described_steps", "legacy_split", "reported_steps",
            "side_named", "sides", "step_directories",
            "JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
            "plan_stages", "required_tasks", "step_named", "steps"]

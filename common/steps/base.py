@@ -4,6 +4,9 @@ A job's steps (``JobConfig.steps``), in the order they run::
 
     read -> [dedup] -> [holdout] -> segment -> [words] -> tokenize -> objective -> write
 
+(each step names the one it follows, ``Step.after``; the bracketed ones are on when their own parameters say,
+``Step.enabled``)
+
     read       the task's documents, by the job's reader (stage time "parse")
     dedup      drops the documents the dedup stages found to be copies ("dedup"; counters "dedup")
     holdout    splits off the held-out side: a second part, split "holdout" (counters "holdout")
@@ -19,8 +22,10 @@ stem.  A part carries its documents, then its segments, then its token ids, then
 files.  The objective's batches are a generator the write step drains, so records are written pass by
 pass as they are made: memory holds one pass.
 
-A step is a :class:`common.params.Configurable`: a module of :mod:`common.steps` with a ``name`` and
-``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.run`; it may also
+A step is a :class:`common.params.Configurable`: a module (or package) of :mod:`common.steps` with a
+``name`` and ``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.run`,
+names the step it follows (``after``) and says when it is on (:meth:`Step.enabled`, from its ``Params``, whose
+fields naming a ``flag`` are its own command-line options); it may also
 
 - add counters to the task's statistics (``TaskRun.count``: step name -> counter -> value, summed by the
   sink into summary.json under the step's name);
@@ -56,6 +61,9 @@ if TYPE_CHECKING:  # names for the annotations only: the job (common.config) imp
     from common.storage.base import Storage
     from common.tasks import Task
     from common.tokenization.vocabulary import SpecialIds, Vocabulary
+
+#: What steps make, in the order data flows (``Step.makes``): how steps placed after the same step are ordered.
+FLOW = ("documents", "parts", "segments", "words", "tokenized", "batches", "files")
 
 
 @dataclass
@@ -292,9 +300,32 @@ class Step(Configurable, Describes, abc.ABC):
     makes: ClassVar[str] = ""
     #: The job stages this step's tasks run in (``Task.stage``), if it adds any.
     stages: ClassVar[tuple[str, ...]] = ()
-    #: A step a user adds to a job (``--add-step NAME``, its parameters its own flags) names the step it runs
-    #: right after; None for the steps the job places itself (read ... write, and those of a feature's flags).
+    #: The step this one runs right after (None: the first, read).  The job's steps are every step that is on
+    #: (:meth:`enabled`), each right after the one it names (or where that one would be when it is off); steps
+    #: after the same one run in the order of what they make (``FLOW``: one that makes nothing new first, then
+    #: one that drops documents, one that splits them into parts, segments ...), then by name
+    #: (``common.config.standard_steps``).  A
+    #: step users add with --add-step goes right after the one it names, which must be on.
     after: ClassVar[str | None] = None
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        """Whether a job runs this step, from its own parameters (its flags): holdout when --holdout-fraction is
+        above 0, say.  A step that does not say (this default) runs only where ``--add-step NAME`` adds it, its
+        parameters then its own flags in the "Added steps" section."""
+        return False
+
+    @classmethod
+    def has_switch(cls) -> bool:
+        """The step says itself when it is on (it overrides :meth:`enabled`): its fields that name their flag
+        are its own options, with their defaults; otherwise --add-step adds it."""
+        return cls.enabled.__func__ is not Step.enabled.__func__  # type: ignore[attr-defined]
+
+    @classmethod
+    def resolve(cls, params, input_bytes: int):
+        """The parameters as the job records them, defaults that depend on the corpus (``input_bytes``: every
+        readable input's size) made explicit.  As given by default."""
+        return params
 
     def __init__(self, params, job: JobContext):
         self.params = params
@@ -330,5 +361,5 @@ class Step(Configurable, Describes, abc.ABC):
         return {f"step:{cls.name}": cls.version} if cls.version > 1 else {}
 
 
-__all__ = ["Describes", "InfoSection", "JobContext", "JobPlan", "Part", "ReportSection", "Side", "StageResult", "Step",
-           "TaskRun", "TaskStats", "TRAIN"]
+__all__ = ["FLOW", "Describes", "InfoSection", "JobContext", "JobPlan", "Part", "ReportSection", "Side", "StageResult",
+           "Step", "TaskRun", "TaskStats", "TRAIN"]

@@ -12,6 +12,12 @@ from common.steps.base import Part, Step, TaskRun
 class Objective(Step):
     name = "objective"
     makes = "batches"
+    after = "tokenize"
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return True
+
 
     def run(self, run: TaskRun) -> None:
         for part in run.parts:

@@ -9,6 +9,11 @@ class Read(Step):
     name = "read"
     makes = "documents"
 
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return True  # always: the first step
+
+
     def run(self, run: TaskRun) -> None:
         reader = self.job.reader
         with run.stats.stage("parse"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from common.params import NoParams, ParamValue, param
+from common.params import Component, NoParams, ParamValue, param
 from common.segmenters import segmenter_named
 from common.steps.base import Step, TaskRun
 
@@ -26,6 +26,17 @@ class Segment(Step):
     name = "segment"
     makes = "segments"
     Params = SegmentParams
+    after = "read"
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return True
+
+    @classmethod
+    def component(cls, params: SegmentParams) -> Component:
+        """The step as the job names it: the segmenter's name with its own parameters beside it."""
+        own = segmenter_named(params.segmenter).component(params.options).params
+        return Component(cls.name, {NAME: params.segmenter, **own})
 
     @classmethod
     def make_params(cls, given: dict[str, ParamValue]) -> SegmentParams:

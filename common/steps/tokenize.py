@@ -41,6 +41,12 @@ def document_token_bins(tokens_per_document: np.ndarray) -> dict[str, int]:
 class Tokenize(Step):
     name = "tokenize"
     makes = "tokenized"
+    after = "words"
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return True
+
 
     def run(self, run: TaskRun) -> None:
         for part in run.parts:

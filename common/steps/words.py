@@ -8,10 +8,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from common.params import Component
+from common.params import Component, NoParams
 from common.steps.base import Step, TaskRun
 from common.tokenization import han_words
-from common.word_segmenters import make_word_segmenter, word_segmenter_named
+from common.word_segmenters import NONE, make_word_segmenter, word_segmenter_named
 
 #: The parameter naming the word segmenter; the others are that segmenter's own.
 NAME = "word_segmenter"
@@ -38,17 +38,29 @@ class Words(Step):
     name = "words"
     makes = "words"
     Params = WordsParams
+    after = "segment"
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return params.word_segmenter != NONE  # --word-segmenter
 
     @classmethod
     def make_params(cls, given: dict) -> WordsParams:
         given = dict(given)
-        name = given.pop(NAME, None)
+        name = given.pop(NAME, NONE)
         if not isinstance(name, str):
             raise ValueError(f"the words step needs its {NAME}")
+        if name == NONE and not given:  # no --word-segmenter: the step is off
+            return WordsParams(NONE, NoParams())
         segmenter_class = word_segmenter_named(name)
         if segmenter_class is None:
             raise ValueError(f"the words step needs a word segmenter, not {name!r}")
         return WordsParams(name, segmenter_class.make_params(given))
+
+    @classmethod
+    def component(cls, params: WordsParams) -> Component:
+        segmenter_class = word_segmenter_named(params.word_segmenter)
+        return cls.component_of(segmenter_class.component(params.options))
 
     @classmethod
     def component_of(cls, segmenter: Component) -> Component:

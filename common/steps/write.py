@@ -17,6 +17,12 @@ class Write(Step):
     name = "write"
     makes = "files"
     stages = (FINISH,)
+    after = "objective"
+
+    @classmethod
+    def enabled(cls, params) -> bool:
+        return True
+
 
     def run(self, run: TaskRun) -> None:
         stats = run.stats

@@ -7,8 +7,9 @@ import textwrap
 import pytest
 
 from common import steps as steps_package
-from common.config import JobConfig, standard_steps
+from common.config import JobConfig
 from common.params import Component
+from tests.run_configs import steps_of
 
 STEPS = textwrap.dedent('''
     from common.steps.base import Step
@@ -53,19 +54,19 @@ def names(steps) -> list[str]:
 
 def test_steps_after_the_same_step_run_in_the_order_given(added):
     upper, drop = added
-    assert names(standard_steps("line", added=(upper, drop)))[:3] == ["read", "test-upper", "test-drop-shouting"]
-    assert names(standard_steps("line", added=(drop, upper)))[:3] == ["read", "test-drop-shouting", "test-upper"]
+    assert names(steps_of("line", added_steps=(upper, drop)))[:3] == ["read", "test-upper", "test-drop-shouting"]
+    assert names(steps_of("line", added_steps=(drop, upper)))[:3] == ["read", "test-drop-shouting", "test-upper"]
 
 
 def test_a_step_added_twice_is_refused(added):
     upper, _ = added
     with pytest.raises(ValueError, match="test-upper.*twice"):
-        standard_steps("line", added=(upper, upper))
+        steps_of("line", added_steps=(upper, upper))
 
 
 def job(*added_steps) -> JobConfig:
     return JobConfig(data_uri="d", output_uri="o", reader=Component("wikiextractor"), tokenizer_json="t",
-                     segmenter="line", added_steps=tuple(added_steps))
+                     steps=steps_of("line", added_steps=tuple(added_steps)))
 
 
 def test_the_order_of_added_steps_is_part_of_the_job_id(added):

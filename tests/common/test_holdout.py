@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from common.config import JobConfig
-from common.holdout import HoldoutSplit, document_key
 from common.params import Component
 from common.readers import Document, ParseReport
+from common.steps.holdout import HoldoutSplit, document_key
 from common.storage import LocalStorage
 from tests.helpers import VOCAB, need_shared
+from tests.run_configs import steps_of
 from tests.web_corpora import wiki_parquet
 from worker.pipeline import TaskProcessor, TaskStats
 
@@ -44,9 +45,10 @@ def test_documents_are_keyed_by_id_else_by_text():
 
 
 def _config(output: Path, fraction: float) -> JobConfig:
-    return JobConfig(data_uri="", output_uri=str(output), reader=Component("parquet", {}), segmenter="blingfire",
+    return JobConfig(data_uri="", output_uri=str(output), reader=Component("parquet", {}),
                      tokenizer_json="", objective=Component("bert", {"max_seq_length": 128, "dupe_factor": 2}),
-                     writer=Component("tfrecord", {}), holdout_fraction=fraction, holdout_seed=11)
+                     writer=Component("tfrecord", {}),
+                     steps=steps_of("blingfire", holdout_fraction=fraction, holdout_seed=11))
 
 
 def _examples(path: Path) -> list[dict]:

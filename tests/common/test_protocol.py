@@ -9,6 +9,7 @@ from common import protocol
 from common.config import JobConfig
 from common.params import Component
 from common.writers import ShardFile
+from tests.run_configs import steps_of
 
 STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds={"tokenize": 0.5}, cpu_seconds=1,
                           output_tokens=24, counters={"tokens_per_document": {"up_to_32": 1}})
@@ -18,7 +19,7 @@ def test_round_trip_every_message_type():
     samples = [
         protocol.Hello("w1", "host", 12, "worker", 1.7e9),
         protocol.SinkHello("s", "j", {"t1": "v1"}),
-        JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", segmenter="blingfire",
+        JobConfig("s3://b/c", "/out", Component("wikiextractor"), "{}", steps=steps_of("blingfire"),
                   objective=Component("bert", {"dupe_factor": 2, "masked_lm_prob": 0.3, "do_whole_word_mask": True})
                   ).welcome("v"),
         protocol.TaskRequest(2),

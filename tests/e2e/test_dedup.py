@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from common.dedup import stages
-from common.dedup.in_memory import deduplicate
-from common.dedup.settings import DedupSettings
+from common.steps.dedup import stages
+from common.steps.dedup.in_memory import deduplicate
+from common.steps.dedup.settings import DedupSettings
 from tests.dedup_corpus import planted_corpus, write_wikiextractor
 from tests.helpers import REPO, VOCAB, WIKI, check_shards, manifest, need_shared, run_ventilator, shard_digests
 

@@ -62,8 +62,7 @@ def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
                             "--objective", "demo-ids", "--demo-copies", "2", "--output-format", "demo-jsonl",
                             "--word-segmenter", "demo-chars", "--add-step", "demo-drop-digits",
                             "--demo-max-digits", "10", "--segmenter", "demo-words", "--demo-words-per-segment", "2",
-                            "--launcher", "demo-announce",
-                            env=with_path(installed))
+                            "--launcher", "demo-announce", "--demo-census", env=with_path(installed))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "word segmenter: demo-chars" in result.stderr
     assert "demo-announce: starting the sink" in result.stderr and "demo-announce: starting the workers" in result.stderr
@@ -89,6 +88,8 @@ def test_a_job_runs_on_variants_from_an_installed_package(tmp_path, installed):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["skipped_documents"]["demo_short_line"] == len(lines) - len(long_enough)
     assert summary["demo-drop-digits"]["dropped"] == len(long_enough) - len(kept)
+    # the step its own flag switched on (--demo-census), after the segmenter, counting what the drop step kept
+    assert summary["demo-census"] == {"documents": len(kept), "characters": sum(map(len, kept))}
 
     verify = subprocess.run([sys.executable, "-m", "sink.verify", str(out)], cwd=REPO, capture_output=True,
                             text=True, env={**os.environ, **with_path(installed)}, timeout=300)
@@ -100,11 +101,34 @@ def test_help_lists_the_plugin_variants_and_their_flags(installed):
                             text=True, env={**os.environ, **with_path(installed), "COLUMNS": "200"}, timeout=120)
     assert result.returncode == 0, result.stderr
     for text in ("demo-lines", "demo-ids", "demo-jsonl", "demo-chars", "--demo-min-chars", "--demo-copies",
-                 "demo-drop-digits", "--demo-max-digits", "demo-words", "--demo-words-per-segment", "demo-announce"):
+                 "demo-drop-digits", "--demo-max-digits", "demo-words", "--demo-words-per-segment", "demo-announce",
+                 "Demo census:\n  --demo-census / --no-demo-census"):
         assert text in result.stdout
     plain = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
                            text=True, env={**os.environ, **with_path(), "COLUMNS": "200"}, timeout=120)
     assert plain.returncode == 0 and "demo-ids" not in plain.stdout
+
+
+def test_a_plugin_step_is_off_until_its_own_flag_turns_it_on(installed, monkeypatch):
+    """As holdout: its flag is generated from its Params, off by default (the job, and its id, as without the
+    plugin), on by the flag; --add-step does not take it (it says itself when it runs)."""
+    from common import steps
+    from common.config import standard_steps
+    from ventilator.run_config import addable_steps, parse
+
+    monkeypatch.syspath_prepend(str(installed))
+    steps.steps.cache_clear()
+    try:
+        required = ["--data", "d", "--output", "o"]
+        off, on = parse(required).job.steps, parse([*required, "--demo-census"]).job.steps
+        assert off["demo-census"] == {"demo_census": False} and on["demo-census"] == {"demo_census": True}
+        assert standard_steps(off) == standard_steps()
+        assert [step.name for step in standard_steps(on)] == ["read", "segment", "demo-census", "tokenize", "objective",
+                                                              "write"]
+        assert "demo-census" not in addable_steps() and "demo-drop-digits" in addable_steps()
+    finally:
+        monkeypatch.undo()
+        steps.steps.cache_clear()
 
 
 def fake_install(site: Path, name: str, entry_points: str, modules: dict[str, str]) -> None:

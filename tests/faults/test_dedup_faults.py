@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from common.dedup import stages
+from common.steps.dedup import stages
 from tests.cluster import Cluster
 from tests.dedup_corpus import planted_corpus, write_wikiextractor
 from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests

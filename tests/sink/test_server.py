@@ -5,6 +5,7 @@ import logging
 from common.manifest import Manifest
 from common.storage import LocalStorage, StorageError
 from sink.server import SinkOptions, SinkServer
+from tests.run_configs import steps_of
 
 
 class Unreachable(LocalStorage):
@@ -45,7 +46,7 @@ def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
     out = tmp_path / "out"
     server = SinkServer(SinkOptions(ventilator="127.0.0.1:1", state_dir=str(tmp_path / "state")))
     server.config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"),
-                              segmenter="line", tokenizer_json="")
+                              steps=steps_of("line"), tokenizer_json="")
     server.output = LocalStorage(str(out))
     server.manifest = Manifest(server.output, server.config.job_id, str(tmp_path / "state"))
     server.manifest.load()
@@ -92,7 +93,7 @@ def test_the_sink_keeps_the_books_under_the_job_id_its_welcome_carries(tmp_path)
     from tests.helpers import free_ports
 
     out = tmp_path / "out"
-    config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"), segmenter="line",
+    config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"), steps=steps_of("line"),
                        tokenizer_json="")
     carried = "feedfacefeedface"
     assert config.job_id != carried

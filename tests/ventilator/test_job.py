@@ -7,9 +7,10 @@ import shutil
 
 import pytest
 
-from common.dedup.settings import DedupSettings
 from tests.helpers import VOCAB, WIKI, need_shared
-from ventilator.job import JobError, JobOptions, identify, plan, prepare_job, validate
+from tests.run_configs import run_config
+from ventilator.job import JobError, identify, plan, prepare_job, validate
+from ventilator.run_config import RunConfig
 
 
 @pytest.fixture
@@ -20,15 +21,15 @@ def corpus(tmp_path):
     return root
 
 
-def _options(corpus, tmp_path, **kwargs) -> JobOptions:
-    return JobOptions(**{"data": str(corpus), "output": str(tmp_path / "out"), "vocab_file": str(VOCAB), **kwargs})
+def _options(corpus, tmp_path, **kwargs) -> RunConfig:
+    return run_config(**{"data": str(corpus), "output": str(tmp_path / "out"), "vocab_file": str(VOCAB), **kwargs})
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"params": {"no_such_option": 1}}, "--no-such-option does not apply to --objective bert"),
     ({"objective": "nope"}, "nope"),
-    ({"holdout_fraction": 1.5}, "holdout"),
-    ({"dedup": DedupSettings(mode="minhash", bands=3)}, "--minhash"),
+    ({"steps": {"holdout": {"fraction": 1.5}}}, "holdout"),
+    ({"steps": {"dedup": {"mode": "minhash", "bands": 3}}}, "--minhash"),
     ({"vocab_file": "/nonexistent/vocab.txt"}, "tokenizer: "),
     ({"added_steps": ("nope",)}, "unknown step 'nope'"),
     ({"added_steps": ("holdout",)}, "--add-step holdout: the job places this step itself"),
@@ -45,7 +46,7 @@ def test_validate_refuses_an_empty_input(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "a.txt").write_text("")
     with pytest.raises(JobError, match=r"--data .*empty: no input files found \(1 skipped\)"):
-        validate(JobOptions(data=str(tmp_path / "empty"), output=str(tmp_path / "out"), vocab_file=str(VOCAB)))
+        validate(run_config(data=str(tmp_path / "empty"), output=str(tmp_path / "out"), vocab_file=str(VOCAB)))
 
 
 def test_identify_gives_the_id_of_the_same_command_and_another_for_another(corpus, tmp_path):
@@ -99,7 +100,7 @@ def test_a_refused_resume_names_the_options_that_changed(corpus, tmp_path):
 
 
 def test_plan_cuts_every_byte_into_tasks_and_puts_dedup_stages_first(corpus, tmp_path):
-    options = _options(corpus, tmp_path, task_size=64 * 1024, dedup=DedupSettings(mode="exact", partitions=2))
+    options = _options(corpus, tmp_path, task_size=64 * 1024, steps={"dedup": {"mode": "exact", "partitions": 2}})
     checked = validate(options)
     config = identify(options, checked)
     job = plan(options, checked, config)

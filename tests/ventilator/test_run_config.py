@@ -9,10 +9,9 @@ import pytest
 
 from common.cli_settings import parse as parse_settings
 from common.cli_settings import to_argv
-from common.config import JobConfig
-from common.dedup.settings import DedupSettings
+from common.config import JobConfig, standard_steps
+from common.steps.dedup.settings import DedupSettings
 from sink.settings import SinkSettings
-from ventilator.job import JobOptions
 from ventilator.run_config import ConfigError, RunConfig, parse
 from ventilator.server import ServerOptions
 from worker.settings import WorkerSettings
@@ -30,12 +29,14 @@ def _no_mlm_variables(monkeypatch):
 
 def test_defaults_are_those_of_the_job_the_server_and_the_sink():
     config = parse(REQUIRED)
-    assert config.job_options() == JobOptions(data="corpus", output="out", sink_address=":5558")
+    assert config.input.data == "corpus" and config.job.output == "out" and config.job.params == {}
     assert config.server_options() == ServerOptions()
     assert config.sink_settings("127.0.0.1") == SinkSettings(ventilator="127.0.0.1:5557")
     assert config.input.task_size == 8 * 1024 * 1024
     assert config.delivery.lease_seconds == JobConfig.lease_seconds
-    assert config.dedup.settings() == DedupSettings()
+    # the steps' own flags at their defaults: each step off
+    assert DedupSettings(**config.job.steps["dedup"]) == DedupSettings()
+    assert standard_steps(config.job.steps) == standard_steps()
     assert config.fleet.launcher == "local" and config.metrics.backlog_publisher == "cloudwatch"
 
 
@@ -62,10 +63,9 @@ def test_environment_variables_set_options_as_flags_do(monkeypatch):
 def test_the_axes_options_given_are_the_jobs_params_and_unset_ones_absent():
     config = parse([*REQUIRED, "--objective", "albert", "--max-seq-length", "64", "--no-gzip",
                     "--cls-token", "<s>", "--dedup", "minhash", "--minhash-perm", "64"])
-    options = config.job_options()
-    assert options.params == {"max_seq_length": 64, "gzip": False}
-    assert options.special_tokens == {"cls": "<s>"}
-    assert options.dedup == DedupSettings(mode="minhash", perm=64)
+    assert config.job.params == {"max_seq_length": 64, "gzip": False}
+    assert config.tokenizer.special_tokens() == {"cls": "<s>"}
+    assert DedupSettings(**config.job.steps["dedup"]) == DedupSettings(mode="minhash", perm=64)
 
 
 @pytest.mark.parametrize("flags, message", [

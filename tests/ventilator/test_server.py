@@ -20,10 +20,11 @@ from ventilator.server import ServerOptions, VentilatorServer
 @pytest.fixture
 def job(tmp_path):
     """A real job over wiki_00 in 256K tasks, with short leases (planned by the ventilator's own code)."""
-    from ventilator.job import JobOptions, prepare_job
+    from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     need_shared()
-    return prepare_job(JobOptions(data=str(WIKI), output=str(tmp_path / "out"), vocab_file=str(VOCAB),
+    return prepare_job(run_config(data=str(WIKI), output=str(tmp_path / "out"), vocab_file=str(VOCAB),
                                   task_size=256 * 1024, lease_seconds=1.5, heartbeat_seconds=0.5))
 
 

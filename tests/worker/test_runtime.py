@@ -21,11 +21,12 @@ from worker.runtime import WorkerOptions, WorkerProcess
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """A real job over wiki_00 in 64K tasks (planned by the ventilator's own code): (config, tasks, payloads)."""
-    from ventilator.job import JobOptions, prepare_job
+    from tests.run_configs import run_config
+    from ventilator.job import prepare_job
 
     need_shared()
     output = tmp_path_factory.mktemp("runtime") / "out"
-    prepared = prepare_job(JobOptions(data=str(WIKI), output=str(output), vocab_file=str(VOCAB),
+    prepared = prepare_job(run_config(data=str(WIKI), output=str(output), vocab_file=str(VOCAB),
                                       task_size=64 * 1024, params={"dupe_factor": 1}))
     tasks = prepared.tasks[:3]
     return prepared.config, tasks, [prepared.reader.read(prepared.input_storage, t) for t in tasks], output

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.dedup import stages
-from common.dedup.files import CorruptFile
-from common.dedup.keys import KeyMaker
-from common.dedup.settings import DedupSettings
 from common.readers.base import Document
+from common.steps.dedup import stages
+from common.steps.dedup.files import CorruptFile
+from common.steps.dedup.keys import KeyMaker
+from common.steps.dedup.settings import DedupSettings
 from common.storage import LocalStorage
 from common.tasks import Task
 from ventilator.dispatcher import Dispatcher, State
@@ -136,7 +136,7 @@ def test_the_ventilator_refuses_bad_dedup_flags_in_one_line(tmp_path):
 
 
 def test_components_are_union_finds_clusters_rooted_at_the_smallest_handle():
-    from common.dedup.clusters import UnionFind, components
+    from common.steps.dedup.clusters import UnionFind, components
 
     rng = np.random.default_rng(5)
     for size, edges in ((10, 4), (200, 150), (1000, 2000)):

@@ -20,6 +20,7 @@ from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests import electra_reference
 from tests.helpers import VOCAB, WIKI, need_shared
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 SEEDS = 24
@@ -32,7 +33,7 @@ def corpus(request):
     sentences (``--segmenter blingfire``)."""
     need_shared()
     vocabulary = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
-    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), segmenter=request.param,
+    config = JobConfig(data_uri="", output_uri="", reader=Component("wikiextractor"), steps=steps_of(request.param),
                        tokenizer_json="", objective=Component("electra", {}))
     processor = TaskProcessor(config, vocabulary, output_storage=None)
     content = (WIKI / "AA" / "wiki_00").read_bytes()

@@ -135,7 +135,8 @@ def test_a_word_segmenter_is_refused_exactly_where_its_words_change_nothing(name
 
 
 def test_the_ventilator_refuses_a_word_segmenter_that_does_nothing(tmp_path):
-    from ventilator.job import JobError, JobOptions, validate
+    from tests.run_configs import run_config
+    from ventilator.job import JobError, validate
 
     need_shared()
     (tmp_path / "in").mkdir()
@@ -144,5 +145,5 @@ def test_the_ventilator_refuses_a_word_segmenter_that_does_nothing(tmp_path):
     options = dict(data=str(tmp_path / "in"), output=str(tmp_path / "out"), vocab_file=str(VOCAB),
                    word_segmenter="jieba")
     with pytest.raises(JobError, match="--word-segmenter jieba does nothing here"):
-        validate(JobOptions(**options, objective="roberta", params={"masking": "static"}))
-    validate(JobOptions(**options, objective="roberta", params={"masking": "static", "do_whole_word_mask": True}))
+        validate(run_config(**options, objective="roberta", params={"masking": "static"}))
+    validate(run_config(**options, objective="roberta", params={"masking": "static", "do_whole_word_mask": True}))

@@ -9,7 +9,8 @@ import pytest
 
 from common.readers import ParseReport, detect, reader_named
 from tests.helpers import VOCAB, need_shared
-from ventilator.job import JobError, JobOptions, validate
+from tests.run_configs import run_config
+from ventilator.job import JobError, validate
 
 BOM = b"\xef\xbb\xbf"
 WIKI = b"".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\nParagraph {i} is here.\n</doc>\n'.encode()
@@ -46,5 +47,5 @@ def test_the_ventilator_refuses_a_file_whose_lines_disagree_before_any_work(tmp_
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "part_00").write_bytes(b"{not json at all\n" + JSON_LINES)
     with pytest.raises(JobError, match=r"part_00: its first 7 lines disagree.*--format"):
-        validate(JobOptions(data=str(tmp_path / "in"), output=str(tmp_path / "out"), vocab_file=str(VOCAB)))
+        validate(run_config(data=str(tmp_path / "in"), output=str(tmp_path / "out"), vocab_file=str(VOCAB)))
     assert not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ from common.storage import LocalStorage
 from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.helpers import VOCAB, need_shared
+from tests.run_configs import steps_of
 
 TEXT = ["The first sentence is here. And a second one follows it.", "A new paragraph starts the next part."]
 
@@ -24,10 +25,10 @@ def documents(n: int) -> list[Document]:
 
 @pytest.fixture
 def job(tmp_path, vocabulary):
-    def make(**features) -> JobContext:
+    def make(**features) -> JobContext:  # common/steps: steps_of's keywords
         config = JobConfig(data_uri="", output_uri=str(tmp_path), reader=Component("wikiextractor"),
                            tokenizer_json="", objective=Component("bert", {"dupe_factor": 2}),
-                           writer=Component("tfrecord"), segmenter=features.pop("segmenter", "blingfire"), **features)
+                           writer=Component("tfrecord"), steps=steps_of(**features))
         return JobContext(config, vocabulary, LocalStorage(str(tmp_path)))
     return make
 

@@ -8,11 +8,12 @@ import pytest
 
 from common import protocol
 from common import steps as steps_package
-from common.config import JobConfig, standard_steps
+from common.config import JobConfig
 from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import Task
 from sink.server import manifest_entry
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 WIKI_TEXT = "".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\n\n' + "Short line.\n" * (1 if i % 2 else 4)
@@ -73,7 +74,7 @@ def _task_and_payload(tmp_path):
 
 
 def test_a_new_step_module_is_found_by_name_and_run(tmp_path, vocabulary, throwaway_step):
-    plain = standard_steps("blingfire")
+    plain = steps_of("blingfire")
     with_step = (plain[0], Component(throwaway_step, {"min_lines": 6}), *plain[1:])
     task, payload = _task_and_payload(tmp_path)
     before = TaskProcessor(_config(tmp_path / "a", plain), vocabulary, LocalStorage(str(tmp_path / "a")))
@@ -95,7 +96,7 @@ def test_a_new_step_module_is_found_by_name_and_run(tmp_path, vocabulary, throwa
 
 def test_steps_run_in_the_job_order_and_unknown_ones_are_refused(tmp_path, vocabulary):
     task, payload = _task_and_payload(tmp_path)
-    steps = standard_steps("line", holdout_fraction=0.5, holdout_seed=1)
+    steps = steps_of("line", holdout_fraction=0.5, holdout_seed=1)
     processor = TaskProcessor(_config(tmp_path, steps), vocabulary, LocalStorage(str(tmp_path)))
     assert [s.name for s in steps] == ["read", "holdout", "segment", "tokenize", "objective", "write"]
     result = processor.process(task, payload)
@@ -109,10 +110,8 @@ def test_steps_run_in_the_job_order_and_unknown_ones_are_refused(tmp_path, vocab
         processor.process(Task("x", 0, 0, 0, "", "", "survey"), b"")
 
 
-def test_a_job_gets_its_steps_or_its_features_not_both():
-    with pytest.raises(ValueError, match="not both"):
-        JobConfig("d", "o", Component("text"), "", steps=standard_steps("line"), segmenter="line")
-    config = JobConfig("d", "o", Component("text"), "", segmenter="line", holdout_fraction=0.1)
+def test_a_jobs_steps_travel_with_it():
+    config = JobConfig("d", "o", Component("text"), "", steps=steps_of("line", holdout_fraction=0.1))
     assert config.step("holdout").params == {"fraction": 0.1, "seed": 0} and config.step("dedup") is None
     again = JobConfig.from_welcome(protocol.decode(protocol.encode(config.welcome("v"))))
     assert again.steps == config.steps and again.job_id == config.job_id

@@ -1,6 +1,5 @@
-from common.dedup import stages
-from common.dedup.settings import DedupSettings
-from common.steps.dedup import Dedup
+from common.steps.dedup import Dedup, stages
+from common.steps.dedup.settings import DedupSettings
 from common.tasks import Task
 from tests.common.steps.conftest import a_run, documents
 
@@ -14,7 +13,7 @@ def test_removes_the_listed_documents_and_counts_them(job, tmp_path):
 
     import numpy as np
 
-    from common.dedup import files
+    from common.steps.dedup import files
 
     data = files.encode({"partition": 0}, {"task": np.array([task.task_id.encode()] * 2, dtype="S20"),
                                             "ordinal": np.array([1, 3], dtype=np.uint32),

@@ -20,7 +20,7 @@ import pytest
 
 from common import dataset_card, dataset_info, protocol
 from common import steps as steps_package
-from common.config import JobConfig, standard_steps
+from common.config import JobConfig
 from common.manifest import Manifest, read_entries
 from common.outputs import SUMMARY_NAME, split_of
 from common.params import Component
@@ -31,6 +31,7 @@ from report import build, page
 from sink.server import manifest_entry
 from sink.verify import verify_output
 from tests.helpers import REPO
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 PLUGIN = textwrap.dedent('''
@@ -101,7 +102,7 @@ def installed(monkeypatch, plugin_path):
 @pytest.fixture
 def output(tmp_path, vocabulary, installed):
     """A finished one-task output of a job with the plugin step and the held-out split."""
-    plain = standard_steps("line", holdout_fraction=0.25, holdout_seed=1)
+    plain = steps_of("line", holdout_fraction=0.25, holdout_seed=1)
     steps = (plain[0], Component("demo-validation", {"demo_every": 3}), *plain[1:])
     config = JobConfig(data_uri="", output_uri=str(tmp_path), reader=Component("wikiextractor"),
                        tokenizer_json=vocabulary.tokenizer.to_str(),

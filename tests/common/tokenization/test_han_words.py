@@ -25,6 +25,7 @@ from common.tokenization.han_words import check_tokenizer, encode_with_words, fi
 from common.word_segmenters import make_word_segmenter
 from common.word_segmenters.base import han_runs
 from tests.helpers import VOCAB, WIKI, need_shared
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "cjk"
@@ -205,8 +206,8 @@ def chinese_corpus(tmp_path: Path) -> Path:
 def tokenized_chinese(tmp_path, vocabulary, objective: str, params: dict) -> tuple[TaskProcessor, TokenizedDocuments]:
     corpus = chinese_corpus(tmp_path)
     config = JobConfig(data_uri=str(corpus), output_uri=str(tmp_path / "out"), reader=Component("wikiextractor"),
-                       segmenter="blingfire", tokenizer_json="", objective=Component(objective, params),
-                       word_segmenter=Component("jieba"))
+                       tokenizer_json="", objective=Component(objective, params),
+                       steps=steps_of("blingfire", word_segmenter=Component("jieba")))
     processor = TaskProcessor(config, vocabulary, LocalStorage(str(tmp_path / "out")))
     storage = LocalStorage(str(corpus))
     (task,) = plan_tasks(storage.list_inputs(), 1 << 30)
@@ -276,8 +277,8 @@ def test_bad_input_is_counted_never_fatal(tmp_path, vocabulary):
         '{"id": "2", "text": "bad \\ud800 surrogate 中文"}\n'
         f'{{"id": "3", "text": "{run}"}}\n', encoding="utf-8")
     config = JobConfig(data_uri=str(path), output_uri=str(tmp_path / "out"), reader=Component("jsonl"),
-                       segmenter="blingfire", tokenizer_json="", objective=Component("bert", {"dupe_factor": 1}),
-                       word_segmenter=Component("jieba"))
+                       tokenizer_json="", objective=Component("bert", {"dupe_factor": 1}),
+                       steps=steps_of("blingfire", word_segmenter=Component("jieba")))
     processor = TaskProcessor(config, vocabulary, LocalStorage(str(tmp_path / "out")))
     storage = LocalStorage(str(path))
     (task,) = plan_tasks(storage.list_inputs(), 1 << 30)
@@ -331,9 +332,9 @@ def test_chinese_ref_masks_whole_words_in_huggingfaces_collator(tmp_path, vocabu
         pytest.skip(f"transformers 4 is not installed in {TRANSFORMERS4} (see .ci/run)")
     corpus = chinese_corpus(tmp_path)
     config = JobConfig(data_uri=str(corpus), output_uri=str(tmp_path / "out"), reader=Component("wikiextractor"),
-                       segmenter="blingfire", tokenizer_json="",
+                       tokenizer_json="",
                        objective=Component("roberta", {"masking": "none", "max_seq_length": 128}),
-                       writer=Component("parquet", {"chinese_ref": True}), word_segmenter=Component("jieba"))
+                       writer=Component("parquet", {"chinese_ref": True}), steps=steps_of("blingfire", word_segmenter=Component("jieba")))
     processor = TaskProcessor(config, vocabulary, LocalStorage(str(tmp_path / "out")))
     storage = LocalStorage(str(corpus))
     (task,) = plan_tasks(storage.list_inputs(), 1 << 30)

@@ -23,6 +23,7 @@ from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
 from tests.common.writers.jobs import listed_files, read_through_axis, run_job, small_corpus
 from tests.helpers import REPO, VOCAB
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 HF = {"input_mask": "attention_mask", "segment_ids": "token_type_ids", "next_sentence_labels": "next_sentence_label"}
@@ -143,7 +144,7 @@ def test_unmasked_outputs_are_renamed_only(objective, tmp_path):
     for naming in ("ours", "hf"):
         writer = Component("parquet", {"column_names": naming})
         config = JobConfig(data_uri=str(corpus), output_uri=str(tmp_path / naming), reader=Component("wikiextractor"),
-                           segmenter="blingfire", tokenizer_json="", objective=objective, writer=writer)
+                           steps=steps_of("blingfire"), tokenizer_json="", objective=objective, writer=writer)
         processor = TaskProcessor(config, vocabulary, LocalStorage(str(tmp_path / naming)))
         storage = LocalStorage(str(corpus))
         (task,) = plan_tasks(storage.list_inputs(), 1 << 30)

@@ -16,6 +16,7 @@ from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
 from tests.helpers import VOCAB, WIKI, need_shared
+from tests.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 OBJECTIVE = Component("bert", {"dupe_factor": 2, "max_seq_length": 128})
@@ -29,7 +30,7 @@ def vocabulary():
 
 def run_job(vocabulary, output, writer: Component, objective: Component = OBJECTIVE) -> list:
     config = JobConfig(data_uri=str(WIKI), output_uri=str(output), reader=Component("wikiextractor"),
-                       segmenter="blingfire", tokenizer_json="", objective=objective, writer=writer)
+                       steps=steps_of("blingfire"), tokenizer_json="", objective=objective, writer=writer)
     processor = TaskProcessor(config, vocabulary, LocalStorage(str(output)))
     corpus = LocalStorage(str(WIKI))
     files = []

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.dedup.minhash import MinHasher, band_hashes
-from common.dedup.normalise import exact_hash_of_nfc
-from common.dedup.settings import DedupSettings
+from common.steps.dedup.minhash import MinHasher, band_hashes
+from common.steps.dedup.normalise import exact_hash_of_nfc
+from common.steps.dedup.settings import DedupSettings
 
 
 @dataclass

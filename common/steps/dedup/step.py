@@ -1,6 +1,6 @@
-"""Dedup (--dedup; docs/dedup.md): three stages before the normal pass find the copies
-(common/dedup/stages.py: signature, bucket, resolve), and in the normal pass this step drops the
-documents the resolve stage listed, right after reading (the lists name documents by their rank in the
+"""The dedup step (--dedup; docs/dedup.md), on unless ``--dedup off``: three stages before the normal pass find
+the copies (common/steps/dedup/stages.py: signature, bucket, resolve), and in the normal pass this step drops
+the documents the resolve stage listed, right after reading (the lists name documents by their rank in the
 reader's order, so this comes before any split).  Counters under "dedup": removed_<method>[_bytes] here,
 and each stage's own counters and bytes written."""
 
@@ -11,21 +11,31 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from common.dedup import stages as dedup_stages
-from common.dedup.keys import KeyMaker
-from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
 from common.readers import ParseReport
 from common.steps.base import InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
+from common.steps.dedup import stages as dedup_stages
+from common.steps.dedup.keys import KeyMaker
+from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
 from common.tasks import decode_quarantined
 
-#: MinHash's behaviour version (common/dedup/normalise.py): 2 cuts Han and kana text into characters.
+#: MinHash's behaviour version (common/steps/dedup/normalise.py): 2 cuts Han and kana text into characters.
 MINHASH_VERSION = 2
+
 
 class Dedup(Step):
     name = "dedup"
     makes = "documents"
     Params = DedupSettings
     stages = STAGES
+    after = "read"  # the removal lists name documents by their rank in the reader's order
+
+    @classmethod
+    def enabled(cls, params: DedupSettings) -> bool:
+        return params.enabled
+
+    @classmethod
+    def resolve(cls, params: DedupSettings, input_bytes: int) -> DedupSettings:
+        return params.resolved(input_bytes)
 
     def __init__(self, params: DedupSettings, job):
         super().__init__(params, job)
@@ -98,7 +108,7 @@ class Dedup(Step):
 
     @classmethod
     def versions(cls, params, config) -> dict[str, int]:
-        """MinHash's words: 2 since Han and kana characters are words of their own (common/dedup/normalise.py);
+        """MinHash's words: 2 since Han and kana characters are words of their own (common/steps/dedup/normalise.py);
         exact dedup never changed."""
         return {**super().versions(params, config), **({"dedup:minhash": MINHASH_VERSION}
                                                         if params.uses_minhash else {})}

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.dedup.clusters import candidate_pairs, components, handles
-from common.dedup.keys import KeyMaker
-from common.dedup.settings import DedupSettings
+from common.steps.dedup.clusters import candidate_pairs, components, handles
+from common.steps.dedup.keys import KeyMaker
+from common.steps.dedup.settings import DedupSettings
 
 
 @dataclass

@@ -48,7 +48,7 @@ def fold(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """MinHash's words as strings (the signature stage hashes them without
-    making these: common/dedup/word_hashes.py; same cut)."""
+    making these: common/steps/dedup/word_hashes.py; same cut)."""
     return WORD.findall(fold(text))
 
 

@@ -9,7 +9,7 @@ regex) and which are words by themselves (Han, kana: normalise.CHARACTER_WORDS),
 and each run of word characters (each such character alone) is hashed as a polynomial of its
 code points (mod 2**64, the powers from the run's own start), then mixed
 (SplitMix64's finaliser) with its length.  The words are the same as
-:func:`common.dedup.normalise.words` cuts; the hash of a word depends on
+:func:`common.steps.dedup.normalise.words` cuts; the hash of a word depends on
 that word only, so every worker gets the same hashes for the same text.
 
 Texts are taken in batches of about ``_BATCH_CHARACTERS`` code points, a
@@ -24,8 +24,8 @@ import re
 
 import numpy as np
 
-from common.dedup.normalise import CHARACTER_WORDS
 from common.hashing import mix64
+from common.steps.dedup.normalise import CHARACTER_WORDS
 
 _BASE = np.uint64(0x100000001B3)  # odd: every power is odd, none is 0
 _BATCH_CHARACTERS = 1 << 20

@@ -1,15 +1,20 @@
-"""The dedup flags, checked once and carried in the job.
+"""The dedup flags, declared once (as the step's ``Params``), checked once and carried in the job.
 
-``DedupSettings`` travels inside :class:`common.config.JobConfig`; with
-``mode == "off"`` (the default) the job, its id and its tasks are exactly
-those of a job without dedup.
+``DedupSettings`` travels as the dedup step's parameters in :class:`common.config.JobConfig`; with
+``mode == "off"`` (the default) the step is off (``Dedup.enabled``), so the job, its id and its tasks are
+exactly those of a job without dedup.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
-from common.dedup.lsh import optimal_bands_rows
+import click
+
+from common.params import param
+from common.steps.dedup.lsh import optimal_bands_rows
 
 #: The stages that run before the normal pass, in order (the normal pass is the stage "").
 SIGNATURE = "signature"
@@ -33,14 +38,30 @@ MODES = ("off", "exact", "minhash")
 
 @dataclass(frozen=True)
 class DedupSettings:
-    mode: str = "off"
-    ngram: int = 5  # words per shingle
-    perm: int = 112  # MinHash permutations (= bands * rows when both are given)
-    bands: int = 0  # 0: derived from threshold and perm
-    rows: int = 0
-    threshold: float = 0.8  # Jaccard similarity the bands and rows are tuned for
-    partitions: int = 0  # bucket tasks; 0: one per 256 MiB of input (at least 1, at most 1024)
-    seed: int = 1  # of the MinHash permutations
+    """The dedup step's parameters: its own flags (generated into the ventilator's command line from these
+    fields, under the "Dedup" heading of --help, after "Tokenizer")."""
+
+    section: ClassVar[str] = "Dedup"  # its heading in --help
+    section_after: ClassVar[str] = "Tokenizer"  # the heading it follows
+    mode: str = param("off", "Remove duplicate documents across the whole corpus before the normal pass: exact (same "
+                             "normalised text) or minhash (also near-duplicates). See docs/dedup.md.",
+                      flag="--dedup", option_type=click.Choice(MODES))
+    ngram: int = param(5, "Words per shingle (--dedup minhash).", flag="--minhash-ngram",
+                       option_type=click.IntRange(min=1))
+    #: MinHash permutations (= bands * rows when both are given)
+    perm: int = param(112, "MinHash permutations (--dedup minhash).", flag="--minhash-perm",
+                      option_type=click.IntRange(1, 1024))
+    threshold: float = param(0.8, "Jaccard similarity the LSH bands and rows are chosen for, as datasketch does "
+                                  "(--dedup minhash).", flag="--minhash-threshold")
+    #: 0: derived from threshold and perm
+    bands: int = param(0, "LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.  [default: "
+                          "derived]", flag="--minhash-bands", option_type=click.IntRange(min=0))
+    rows: int = param(0, "Rows (permutations) per LSH band, with --minhash-bands.  [default: derived]",
+                      flag="--minhash-rows", option_type=click.IntRange(min=0))
+    #: bucket tasks; 0: one per 256 MiB of input (at least 1, at most 1024)
+    partitions: int = param(0, "Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of input]",
+                            flag="--dedup-partitions", option_type=click.IntRange(0, 65535))
+    seed: int = param(1, "of the MinHash permutations (no flag: fixed)")
 
     @property
     def enabled(self) -> bool:
@@ -77,4 +98,4 @@ class DedupSettings:
         if self.uses_minhash and not bands:
             bands, rows = optimal_bands_rows(self.threshold, self.perm)
         partitions = self.partitions or max(1, min(1024, -(-input_bytes // (256 << 20))))
-        return DedupSettings(self.mode, self.ngram, self.perm, bands, rows, self.threshold, partitions, self.seed)
+        return dataclasses.replace(self, bands=bands, rows=rows, partitions=partitions)

@@ -17,9 +17,9 @@ A job with ``--dedup`` runs, over the same ventilator, workers and sink:
 Each stage's tasks start once every task of the stage before is done (see
 ventilator/dispatcher.py).  No task holds more than a partition of the keys
 (bucket), the pairs (resolve), or one task's documents.  Every file is
-self-checking (common/dedup/files.py): a reader that finds one missing or
+self-checking (common/steps/dedup/files.py): a reader that finds one missing or
 corrupt raises :class:`CorruptFile` naming the task that wrote it, and that
-task is done again.  Documents are named by handles (common/dedup/clusters.py):
+task is done again.  Documents are named by handles (common/steps/dedup/clusters.py):
 their task's rank in ``dedup/plan.bin`` (the normal tasks in corpus order,
 written by the ventilator) and their rank in the task.
 """
@@ -32,13 +32,13 @@ import json
 
 import numpy as np
 
-from common.dedup import files
-from common.dedup.clusters import candidate_pairs, components, split_handle
-from common.dedup.files import CorruptFile
-from common.dedup.keys import KeyMaker
-from common.dedup.normalise import document_text
-from common.dedup.settings import BUCKET, RESOLVE, SIGNATURE, SKIPPED_COUNTER, DedupSettings
 from common.outputs import ShardFile
+from common.steps.dedup import files
+from common.steps.dedup.clusters import candidate_pairs, components, split_handle
+from common.steps.dedup.files import CorruptFile
+from common.steps.dedup.keys import KeyMaker
+from common.steps.dedup.normalise import document_text
+from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, SKIPPED_COUNTER, DedupSettings
 from common.tasks import Task, decode_quarantined, encode_quarantined
 
 PLAN_NAME = "dedup/plan.bin"

@@ -1,7 +1,7 @@
 """MinHash signatures over word n-gram shingles, and their LSH band hashes,
 for a whole task's documents at once (numpy, no per-shingle Python).
 
-Words are hashed without making a Python string of each (common/dedup/
+Words are hashed without making a Python string of each (common/steps/dedup/
 word_hashes.py); a shingle's hash is a polynomial of its ``n`` word hashes
 (mod 2**64).  Permutation ``k`` maps a
 shingle hash ``h`` to the top 32 bits of ``a_k * h + b_k`` (mod 2**64,
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.dedup.normalise import fold
-from common.dedup.word_hashes import word_hashes
+from common.steps.dedup.normalise import fold
+from common.steps.dedup.word_hashes import word_hashes
 
 _SHINGLE_BASE = np.uint64(0x9E3779B97F4A7C15)
 #: Shingles per block of the permutation loop (256 KB of uint64: in a core's L2 cache).
