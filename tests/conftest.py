@@ -1,6 +1,6 @@
 import pytest
 
-from tests import gcs_server, s3_server
+from tests.support import gcs_server, s3_server
 
 #: The longest files (minutes each, on 2 cores), started first: the suite runs on two xdist workers with
 #: --dist loadfile --no-loadscope-reorder (setup.cfg), which hands out files in collection order, so a long file
@@ -69,7 +69,7 @@ def gcs():
 @pytest.fixture(scope="session")
 def moto_server():
     """One moto server process per test session (a few seconds to start: it imports all of moto)."""
-    from tests.moto_lifecycle import MotoServer
+    from tests.support.moto_lifecycle import MotoServer
 
     server = MotoServer()
     yield server
@@ -90,4 +90,4 @@ def moto(moto_server):
     return moto_server
 
 
-from tests.loader_helpers import loader_dataset  # noqa: E402,F401  (the loader tests' output, built once per session)
+from tests.support.loader_helpers import loader_dataset  # noqa: E402,F401  (the loader tests' output, built once per session)

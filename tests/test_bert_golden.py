@@ -19,7 +19,7 @@ from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import VOCAB, WIKI, need_shared
 from worker.pipeline import TaskProcessor
 
 GOLDEN = {

@@ -7,7 +7,7 @@ import json
 import re
 
 from common.protocol import PROTOCOL_VERSION
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 

@@ -11,7 +11,7 @@ import pytest
 
 from common.objectives.albert import AlbertObjective
 from common.tokenization import Vocabulary, load_tokenizer
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,7 @@ def test_albert_end_to_end(tmp_path):
                             text=True, timeout=120)
     assert verify.returncode == 0, verify.stderr
 
-    from tests.tf_reader import read_with_spec, spec_of
+    from tests.support.tf_reader import read_with_spec, spec_of
 
     special = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB))).special
     features = AlbertObjective(AlbertObjective.make_params({"max_seq_length": 128}), special).features

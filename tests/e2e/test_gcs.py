@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
-from tests.tf_reader import read_examples
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
+from tests.support.tf_reader import read_examples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gcs]
 
@@ -105,7 +105,7 @@ def test_bad_gs_uris_are_one_line_errors(gcs, tmp_path):
 def test_an_object_changed_after_planning_is_refused_not_half_read(gcs, local_run, tmp_path):
     """Listed (its generation pinned), then overwritten before a worker reads it: its tasks are quarantined
     with the reason instead of mixing versions; the rest completes."""
-    from tests.cluster import Cluster
+    from tests.support.cluster import Cluster
 
     need_shared()
     bucket = gcs.new_bucket("changing")

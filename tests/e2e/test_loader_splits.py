@@ -11,8 +11,8 @@ import pytest
 
 from loader.client import LoaderClient, LoaderError, server_status
 from loader.shards import DatasetError, open_dataset
-from tests.helpers import WIKI, need_shared, run_ventilator
-from tests.loader_helpers import DATASET_ARGS, LoaderProcess, wait_for
+from tests.support.helpers import WIKI, need_shared, run_ventilator
+from tests.support.loader_helpers import DATASET_ARGS, LoaderProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 

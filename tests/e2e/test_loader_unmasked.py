@@ -11,8 +11,8 @@ import pytest
 from common.objectives.masking import num_to_predict
 from loader.client import LoaderClient
 from loader.shards import ShardCache, open_dataset
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator
-from tests.loader_helpers import LoaderProcess, vocab_args
+from tests.support.helpers import VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.loader_helpers import LoaderProcess, vocab_args
 
 pytestmark = pytest.mark.e2e
 

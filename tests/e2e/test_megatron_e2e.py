@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common.writers.megatron import IndexedDataset
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def paragraph_corpus(path) -> int:
     documents, enough that a 949,50,1 split leaves each split some (Megatron splits by documents)."""
     import json
 
-    from tests.web_corpora import wiki_articles
+    from tests.support.web_corpora import wiki_articles
 
     count = 0
     with open(path, "w") as f:
@@ -165,7 +165,7 @@ def test_token_batches_check_the_bin_read_with_its_index(tmp_path):
 
     from loader.samples import SampleCache
     from loader.shards import DatasetError, open_dataset
-    from tests.web_corpora import wiki_articles
+    from tests.support.web_corpora import wiki_articles
 
     need_shared()
     corpus = tmp_path / "data" / "docs.jsonl"

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.e2e
 

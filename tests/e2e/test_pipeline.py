@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.helpers import (
+from tests.support.helpers import (
     VOCAB,
     WIKI,
     check_shards,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from common.outputs import split_of
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def finished(tmp_path_factory):
 def independent_counts(output: Path) -> dict:
     """Per side, from TensorFlow's reader and the vocabulary file alone: records, [UNK] in the text (masked
     positions restored to what they hid), NSP labels."""
-    from tests.tf_reader import read_examples
+    from tests.support.tf_reader import read_examples
 
     vocab = {line.rstrip("\n"): i for i, line in enumerate(VOCAB.read_text(encoding="utf-8").splitlines(True))}
     unk, specials = vocab["[UNK]"], [vocab[t] for t in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")]

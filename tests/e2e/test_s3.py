@@ -10,8 +10,8 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.readers.content import task_content
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
-from tests.tf_reader import read_examples
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
+from tests.support.tf_reader import read_examples
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 
@@ -171,7 +171,7 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
 def test_a_changed_object_fails_its_tasks_clearly(s3, tmp_path):
     """Listed, then overwritten before a worker reads it: its tasks are
     quarantined with the reason instead of mixing versions; the rest completes."""
-    from tests.cluster import Cluster
+    from tests.support.cluster import Cluster
 
     need_shared()
     client = s3.client()
@@ -223,7 +223,7 @@ def test_compressed_objects_are_whole_tasks(s3, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((output / "summary.json").read_text())
     assert summary["tasks"] == 3 and summary["documents"] == 104
-    from tests.helpers import check_shards
+    from tests.support.helpers import check_shards
     assert check_shards(output)["records"] > 1000
 
 
@@ -254,7 +254,7 @@ def test_other_formats_to_s3_are_the_local_bytes(s3, tmp_path, flags, suffixes):
     import subprocess
     import sys
 
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     need_shared()
     local = tmp_path / "local"

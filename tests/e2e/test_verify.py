@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 

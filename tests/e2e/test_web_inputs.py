@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from common.outputs import split_of
-from tests.helpers import VOCAB, need_shared, python_module, run_ventilator
-from tests.web_corpora import wiki_articles, wiki_jsonl, wiki_parquet
+from tests.support.helpers import VOCAB, need_shared, python_module, run_ventilator
+from tests.support.web_corpora import wiki_articles, wiki_jsonl, wiki_parquet
 
 pytestmark = pytest.mark.e2e
 

@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from tests.cluster import Cluster
-from tests.fake_gcp import FakeGceMetadata
-from tests.fake_imds import FakeImds
 from tests.faults.test_faults import assert_same_as_clean
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.moto_lifecycle import aws_env
+from tests.support.cluster import Cluster
+from tests.support.fake_gcp import FakeGceMetadata
+from tests.support.fake_imds import FakeImds
+from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.moto_lifecycle import aws_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

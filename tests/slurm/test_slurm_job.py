@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.slurm
 

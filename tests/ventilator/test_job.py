@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from common.dedup.settings import DedupSettings
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import VOCAB, WIKI, need_shared
 from ventilator.job import JobError, JobOptions, identify, plan, prepare_job, validate
 
 

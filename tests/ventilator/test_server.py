@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from common import protocol
-from tests.helpers import VOCAB, WIKI, free_ports, need_shared
+from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared
 from ventilator.server import ServerOptions, VentilatorServer
 
 

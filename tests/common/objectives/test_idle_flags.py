@@ -17,7 +17,7 @@ from common.readers import ParseReport, reader_named
 from common.steps.segment import Segment
 from common.steps.tokenize import Tokenize
 from tests.common.steps.conftest import a_run
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import VOCAB, WIKI, need_shared
 
 #: Every objective with each of its masking modes (the parameters that choose it).
 MODES = [("bert", {}), ("albert", {}), ("albert", {"ngram": 1}), ("electra", {}), ("roberta", {"masking": "none"}),

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from common.readers import ParseReport, detect, reader_named
-from tests.helpers import VOCAB, need_shared
+from tests.support.helpers import VOCAB, need_shared
 from ventilator.job import JobError, JobOptions, validate
 
 BOM = b"\xef\xbb\xbf"

@@ -7,7 +7,7 @@ from pathlib import Path
 from common.manifest import read_entries, shard_files, stage_files
 from common.storage import LocalStorage
 from common.writers import writer_for_file
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.helpers import VOCAB, WIKI, need_shared, run_ventilator
 
 
 def small_corpus(root: Path, size: int = 60_000) -> Path:

@@ -17,8 +17,8 @@ import pytest
 from common import writers
 from loader.client import LoaderClient
 from tests.common.writers import throwaway_format
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.loader_helpers import LoaderProcess
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.loader_helpers import LoaderProcess
 
 pytestmark = pytest.mark.e2e
 

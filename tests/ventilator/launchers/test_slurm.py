@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.slurm
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.procs import free_ports
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, run_ventilator
 
 #: ~4,300 records in 11 shards: the whole wiki sample with one dupe pass.
 DATASET_ARGS = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "192K", "--workers", "2"]

@@ -15,9 +15,9 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.sentences import MAX_SEGMENT_CHARS, Segmenter, segment_pieces
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared
 
-DATA = Path(__file__).parent / "data" / "matrix"
+DATA = REPO / "tests" / "data" / "matrix"
 
 
 def paragraphs() -> list[str]:
