@@ -8,21 +8,11 @@ import time
 
 import pytest
 
-from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
+from tests.e2e.object_stores import JOB, local_run  # noqa: F401  (the module's reference run)
+from tests.support.helpers import REPO, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.support.tf_reader import read_examples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gcs]
-
-JOB = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "300K", "--report-seconds", "2"]
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("local") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
 
 
 def test_a_job_from_gcs_to_gcs_is_the_local_bytes_and_every_command_reads_it(gcs, local_run, tmp_path, monkeypatch):

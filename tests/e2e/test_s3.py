@@ -10,6 +10,7 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.readers.content import task_content
+from tests.e2e.object_stores import JOB, local_run  # noqa: F401  (the module's reference run)
 from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.support.tf_reader import read_examples
 
@@ -17,17 +18,6 @@ WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wiki
 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.s3]
-
-JOB = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "300K", "--report-seconds", "2"]
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("local") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
 
 
 def download_all(client, bucket, prefix, target):

@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 from tests.support.cluster import Cluster
+from tests.support.factories import finished_job
 from tests.support.helpers import VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, scrape, shard_digests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -25,11 +26,7 @@ JOB = ["--vocab-file", VOCAB, "--dupe-factor", "5", "--task-size", "64K"]
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("clean") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("clean"), *JOB, "--workers", "2")
 
 
 def assert_same_as_clean(output: Path, clean: Path) -> int:
