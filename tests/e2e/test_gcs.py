@@ -8,7 +8,11 @@ import time
 
 import pytest
 
-from tests.e2e.object_stores import JOB, local_run  # noqa: F401  (the module's reference run)
+from tests.e2e.object_stores import (
+    JOB,
+    assert_only_the_unchanged_object_done,
+    local_run,  # noqa: F401  (the fixture: the local reference run)
+)
 from tests.support.helpers import REPO, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.support.tf_reader import read_examples
 
@@ -113,12 +117,7 @@ def test_an_object_changed_after_planning_is_refused_not_half_read(gcs, local_ru
         c.start_worker()
         c.start_worker()
         assert c.wait() == 3, c.tail()  # exit status 3: tasks quarantined
-        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-        assert summary["quarantined"] and all(f["source"] == "AB/wiki_00" for f in summary["quarantined"].values())
-        assert all("changed since it was listed" in f["errors"][-1] for f in summary["quarantined"].values())
-        assert all(f["attempts"] == 1 for f in summary["quarantined"].values())
-        done = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
-        assert {e["source"] for e in done} == {"AA/wiki_00"}
+        assert_only_the_unchanged_object_done(tmp_path / "out")
         written = shard_digests(tmp_path / "out")
         assert written and written == {name: digest for name, digest in shard_digests(local_run).items()
                                        if name in written}  # what was written is the unchanged object's

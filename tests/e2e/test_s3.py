@@ -10,7 +10,11 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.readers.content import task_content
-from tests.e2e.object_stores import JOB, local_run  # noqa: F401  (the module's reference run)
+from tests.e2e.object_stores import (
+    JOB,
+    assert_only_the_unchanged_object_done,
+    local_run,  # noqa: F401  (the fixture: the local reference run)
+)
 from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
 from tests.support.tf_reader import read_examples
 
@@ -182,13 +186,7 @@ def test_a_changed_object_fails_its_tasks_clearly(s3, tmp_path):
         c.start_worker()
         c.start_worker()
         assert c.wait() == 3, c.tail()  # exit status 3: tasks quarantined
-        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-        assert summary["quarantined"] and all(f["source"] == "AB/wiki_00" for f in summary["quarantined"].values())
-        assert all("changed since it was listed" in f["errors"][-1] for f in summary["quarantined"].values())
-        assert all(f["attempts"] == 1 for f in summary["quarantined"].values())
-        done_sources = {e["source"] for e in [json.loads(line) for line in
-                                              (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]}
-        assert done_sources == {"AA/wiki_00"}
+        assert_only_the_unchanged_object_done(tmp_path / "out")
     finally:
         c.close()
 
