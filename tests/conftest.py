@@ -17,6 +17,14 @@ LONGEST_FIRST = ("tests/fleet/test_fleet_netns.py", "tests/test_bench_quick.py",
 MOTO_FIXTURES = {"moto", "moto_module"}
 
 
+#: Tests with these markers start real processes, servers or clusters (minutes in all): conftest marks them `slow`,
+#: and `python -m pytest -m "not slow"` is the day-to-day tier without them (README, "Development").
+SLOW_MARKERS = ("e2e", "faults", "fleet", "slurm", "s3", "gcs", "bench")
+
+#: Tests without those markers measured slow (`--durations`, 2 cores), by file or node id without parameters.
+SLOW_TESTS: tuple[str, ...] = ()
+
+
 #: The packages the roles' processes import.
 PACKAGES = ("common", "ventilator", "worker", "sink", "loader", "report", "bench", "tests")
 
@@ -36,6 +44,7 @@ def pytest_configure(config):
         compileall.compile_dir(root / package, quiet=2, workers=1)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers set here
 def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]
@@ -44,6 +53,15 @@ def pytest_collection_modifyitems(session, config, items):
     for item in items:
         if MOTO_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.fleet)
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """A test of a slow kind (SLOW_MARKERS) or measured slow (SLOW_TESTS)."""
+    node = item.nodeid.split("[", 1)[0]
+    return (any(item.get_closest_marker(name) for name in SLOW_MARKERS)
+            or any(node == slow or node.startswith(slow + "::") for slow in SLOW_TESTS))
 
 
 @pytest.fixture(scope="session")
