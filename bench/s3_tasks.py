@@ -33,7 +33,7 @@ from common.tasks import Task
               show_default=True)
 def main(objects: int, null_workers: int, vocab_file: str) -> None:
 
-    from tests.s3_server import S3Server
+    from tests.support.s3_server import S3Server
 
     doc = b'<doc id="1" url="u" title="t">\nt\n\nA sentence. Another sentence here.\n</doc>\n'
     with S3Server() as s3, tempfile.TemporaryDirectory() as work:

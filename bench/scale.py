@@ -171,7 +171,7 @@ def plan(work: Path, vocab: str, tasks: int) -> dict:
 
 def resume(work: Path, vocab: str, tasks: int) -> dict:
     """The same command again over an output whose manifest lists every task."""
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import prepare_job
 
     work.mkdir(parents=True)

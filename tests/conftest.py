@@ -1,6 +1,6 @@
 import pytest
 
-from tests import gcs_server, s3_server
+from tests.support import gcs_server, s3_server
 
 #: The longest files (minutes each, on 2 cores), started first: the suite runs on two xdist workers with
 #: --dist loadfile --no-loadscope-reorder (setup.cfg), which hands out files in collection order, so a long file
@@ -15,6 +15,29 @@ LONGEST_FIRST = ("tests/fleet/test_fleet_netns.py", "tests/test_bench_quick.py",
 
 #: The fixtures that hand out the session's moto server: a test using one is a fleet test (AWS control plane).
 MOTO_FIXTURES = {"moto", "moto_module"}
+
+
+#: Tests with these markers start real processes, servers or clusters (minutes in all): conftest marks them `slow`,
+#: and `python -m pytest -m "not slow"` is the day-to-day tier without them (README, "Development").
+SLOW_MARKERS = ("e2e", "faults", "fleet", "slurm", "s3", "gcs", "bench")
+
+#: Tests without those markers measured slow (`--durations` of the quick tier on 2 cores under a load average of ~12,
+#: 2026-11-26: about 5x a quiet machine), by file or by node id without parameters.  The byte matrix and the job ids
+#: (~210 s and ~36 s there) stay in the quick tier on purpose: they guard every change's output.
+SLOW_TESTS: tuple[str, ...] = (
+    "tests/common/objectives/test_corpus_statistics.py",  # 263 s: BERT's algorithm token by token, 8 passes
+    # 230 s: the same corpus fixture, ALBERT's algorithm
+    "tests/common/objectives/test_albert.py::test_instance_statistics_match_alberts_algorithm",
+    "tests/common/objectives/test_albert.py::test_masking_statistics_match_alberts_algorithm",
+    "tests/common/objectives/test_albert.py::test_masked_ngrams_are_whole_words_and_boundaries_are_word_starts",
+    "tests/common/dedup/test_dedup_accuracy.py",  # 172 s: the planted corpus (90 s) and datasketch
+    "tests/fleet/test_fleet_terraform.py::test_root_module_autoscaling_terraform_test",  # 139 s: `terraform test`
+    "tests/fleet/test_fleet_ansible.py::test_ansible_lint",  # 85 s
+    "tests/common/test_holdout.py::test_each_side_is_made_of_its_own_documents_whatever_the_task_size",  # 74 s
+    # 72 s: transformers 4 in its own process
+    "tests/common/tokenization/test_han_words.py::test_chinese_ref_masks_whole_words_in_huggingfaces_collator",
+    "tests/faults/test_full_disk.py",  # 40 s: a whole job against a full disk
+)
 
 
 #: The packages the roles' processes import.
@@ -36,6 +59,7 @@ def pytest_configure(config):
         compileall.compile_dir(root / package, quiet=2, workers=1)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers set here
 def pytest_collection_modifyitems(session, config, items):
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]
@@ -44,6 +68,15 @@ def pytest_collection_modifyitems(session, config, items):
     for item in items:
         if MOTO_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.fleet)
+        if is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def is_slow(item: pytest.Item) -> bool:
+    """A test of a slow kind (SLOW_MARKERS) or measured slow (SLOW_TESTS)."""
+    node = item.nodeid.split("[", 1)[0]
+    return (any(item.get_closest_marker(name) for name in SLOW_MARKERS)
+            or any(node == slow or node.startswith(slow + "::") for slow in SLOW_TESTS))
 
 
 @pytest.fixture(scope="session")
@@ -69,7 +102,7 @@ def gcs():
 @pytest.fixture(scope="session")
 def moto_server():
     """One moto server process per test session (a few seconds to start: it imports all of moto)."""
-    from tests.moto_lifecycle import MotoServer
+    from tests.support.moto_lifecycle import MotoServer
 
     server = MotoServer()
     yield server
@@ -90,4 +123,4 @@ def moto(moto_server):
     return moto_server
 
 
-from tests.loader_helpers import loader_dataset  # noqa: E402,F401  (the loader tests' output, built once per session)
+from tests.support.loader_helpers import loader_dataset  # noqa: E402,F401  (the loader tests' output, built once per session)

@@ -17,7 +17,7 @@ import pytest
 from bench.extras import installed
 from bench.ratios import FLOOR, RECORD_COMMAND, TOLERANCE, drifts, failure_message, load
 from bench.run import ROWS, STAGE_NAMES, STAGE_ROWS
-from tests.helpers import REPO, need_shared
+from tests.support.helpers import REPO, need_shared
 
 pytestmark = pytest.mark.bench
 

@@ -19,8 +19,8 @@ from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import steps_of
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 GOLDEN = {

@@ -1,14 +1,14 @@
 """Every objective x format x tokenizer family, with and without holdout and
-dedup, keeps its bytes (tests/byte_matrix.py; the digests in
+dedup, keeps its bytes (tests/support/byte_matrix.py; the digests in
 tests/data/byte_matrix.json).  A change that moves a cell must say so in its
-commit and record the matrix again (``python -m tests.byte_matrix --write``)."""
+commit and record the matrix again (``python -m tests.support.byte_matrix --write``)."""
 
 import json
 
 import pytest
 
-from tests.byte_matrix import MATRIX_FILE, cases, compute, run_case, small_corpus
-from tests.helpers import need_shared
+from tests.support.byte_matrix import MATRIX_FILE, cases, compute, run_case, small_corpus
+from tests.support.helpers import need_shared
 
 
 def test_every_cell_keeps_its_bytes(tmp_path):

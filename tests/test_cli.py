@@ -1,4 +1,4 @@
-"""Command-line conventions every role keeps."""
+"""Cross-cutting: the command-line conventions every role (ventilator, worker, sink, loader, mlm-train-vocab) keeps."""
 
 import click
 import pytest

@@ -1,5 +1,5 @@
 """Every option users know keeps its flags, metavar, help text, env var and default (snapshots recorded from
-``--help`` before the run configuration was rebuilt: tests/data/cli_help/, written by tests/cli_help.py).
+``--help`` before the run configuration was rebuilt: tests/data/cli_help/, written by tests/support/cli_help.py).
 
 New options and new choices may appear (an axis gains a variant); none may change or go.  The options the
 axes' variants declare (common/params.py) are their modules' business and are checked apart: each is shown
@@ -8,7 +8,7 @@ with its env var and its variants' defaults.
 
 import pytest
 
-from tests import cli_help
+from tests.support import cli_help
 
 
 def _component_flags() -> set[str]:

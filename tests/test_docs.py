@@ -1,5 +1,6 @@
-"""The docs say what the code does: numbers and names the README and the shipped dashboard state, checked
-against their source (the metrics a live role serves are checked by tests/e2e/test_grafana_dashboard.py)."""
+"""Cross-cutting: the docs say what the code does, whatever package it is in.  Numbers and names the README and
+the shipped dashboard state, checked against their source (the metrics a live role serves are checked by
+tests/e2e/test_grafana_dashboard.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import re
 
 from common.protocol import PROTOCOL_VERSION
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 

@@ -1,6 +1,6 @@
 """A job's id marks its output's manifest: the same command must give the same id release after release,
 or a resume after an upgrade finds "another job" in its own output and refuses it.  The ids of the byte
-matrix's jobs (tests/byte_matrix.py), and of a few more, are held in tests/data/job_ids.json.
+matrix's jobs (tests/support/byte_matrix.py), and of a few more, are held in tests/data/job_ids.json.
 
 An id moves only when the job's behaviour does: a variant whose ``version`` is above 1 (docs/design.md,
 "Versions") adds it to the id.  tests/data/job_ids_before_versions.json holds the ids from before versions
@@ -21,8 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.byte_matrix import FORMATS, OBJECTIVES, TASK_SIZE, TOKENIZERS, cases, small_corpus
-from tests.helpers import need_shared
+from tests.support.byte_matrix import FORMATS, OBJECTIVES, TASK_SIZE, TOKENIZERS, cases, small_corpus
+from tests.support.helpers import need_shared
 
 IDS_FILE = Path(__file__).parent / "data" / "job_ids.json"
 #: Beyond the matrix: options that came later, each of which must leave other jobs' ids alone.
@@ -35,7 +35,7 @@ EXTRA = {
 
 def job_config(corpus: Path, objective: str, output_format: str, family: str, holdout: bool = False,
                dedup: str = "off", extra: dict | None = None):
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import prepare_job
 
     extra = dict(extra or {})

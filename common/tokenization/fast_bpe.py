@@ -3,7 +3,7 @@
 HF ``tokenizers`` runs a RoBERTa-style byte-level BPE at ~2-3 MB/s per core
 on Wikipedia text.  ``kitoken`` (0.11) reads the same tokenizer.json and
 runs it at ~10-15 MB/s, single-threaded; it is used where it has been shown
-to give HF's ids (tests/test_tokenizer_speed_candidates.py: the whole shared
+to give HF's ids (tests/common/tokenization/test_tokenizer_speed_candidates.py: the whole shared
 corpus, the adversarial strings of tests/common/tokenization/test_fast_wordpiece.py and 5,000
 random Unicode strings), that is a BPE model after a ByteLevel pre-tokenizer
 with no normalizer.  Candidates measured for the other families, not used

@@ -9,7 +9,7 @@ import pytest
 from common import steps as steps_package
 from common.config import JobConfig
 from common.params import Component
-from tests.run_configs import steps_of
+from tests.support.run_configs import steps_of
 
 STEPS = textwrap.dedent('''
     from common.steps.base import Step

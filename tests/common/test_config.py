@@ -12,7 +12,7 @@ from common.params import Component
 from common.steps import steps
 from common.steps.base import Step
 from common.steps.dedup.settings import DedupSettings
-from tests.run_configs import steps_of
+from tests.support.run_configs import steps_of
 
 
 def names(made) -> list[str]:

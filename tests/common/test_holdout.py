@@ -15,9 +15,9 @@ from common.params import Component
 from common.readers import Document, ParseReport
 from common.steps.holdout import HoldoutSplit, document_key
 from common.storage import LocalStorage
-from tests.helpers import VOCAB, need_shared
-from tests.run_configs import steps_of
-from tests.web_corpora import wiki_parquet
+from tests.support.helpers import VOCAB, need_shared
+from tests.support.run_configs import steps_of
+from tests.support.web_corpora import wiki_parquet
 from worker.pipeline import TaskProcessor, TaskStats
 
 
@@ -54,7 +54,7 @@ def _config(output: Path, fraction: float) -> JobConfig:
 def _examples(path: Path) -> list[dict]:
     import tensorflow as tf
 
-    from tests.tf_reader import feature_spec
+    from tests.support.tf_reader import feature_spec
 
     spec = feature_spec()
     dataset = tf.data.TFRecordDataset(str(path)).batch(4096).map(lambda batch: tf.io.parse_example(batch, spec))

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from common import protocol
 from loader import messages
 from tests.common.test_protocol import _frames, _well_typed
-from tests.helpers import drawn_values
-from tests.loader_helpers import loader_dataset  # noqa: F401 - the session's finished output
+from tests.support.helpers import drawn_values
+from tests.support.loader_helpers import loader_dataset  # noqa: F401 - the session's finished output
 from tests.ventilator.test_server import job  # noqa: F401 - a real job, planned by the ventilator's code
 
 COUNT = 80

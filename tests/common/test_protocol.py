@@ -9,7 +9,7 @@ from common import protocol
 from common.config import JobConfig
 from common.params import Component
 from common.writers import ShardFile
-from tests.run_configs import steps_of
+from tests.support.run_configs import steps_of
 
 STATS = protocol.AckStats(documents=1, skipped={"empty": 2}, tokens=30, seconds={"tokenize": 0.5}, cpu_seconds=1,
                           output_tokens=24, counters={"tokens_per_document": {"up_to_32": 1}})

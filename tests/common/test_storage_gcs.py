@@ -23,7 +23,7 @@ from common.storage import (
 )
 from common.tasks import plan_tasks
 from tests.common.test_tasks import make_corpus
-from tests.faulty_proxy import FaultyProxy
+from tests.support.faulty_proxy import FaultyProxy
 
 pytestmark = [pytest.mark.gcs]
 
@@ -193,8 +193,8 @@ def test_the_worker_waits_out_a_throttled_store():
 def test_parquet_footers_and_row_groups_are_read_by_range(bucket, gcs, tmp_path):
     """Footers of several objects read at once (the reader's threads share the storage's client), row groups
     by range: every task's documents are those of the local files."""
-    from tests.helpers import need_shared
-    from tests.web_corpora import wiki_parquet
+    from tests.support.helpers import need_shared
+    from tests.support.web_corpora import wiki_parquet
 
     need_shared()
     paths = wiki_parquet(tmp_path / "data", files=3, row_group_size=6)

@@ -147,7 +147,7 @@ def test_roles_do_not_load_pyarrow_until_a_parquet_file_is_touched():
     import subprocess
     import sys
 
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     code = ("import sys, ventilator.cli, sink.cli, worker.cli\n"
             "from common.readers import readers\nfrom common.writers import writers\nreaders(); writers()\n"

@@ -11,7 +11,8 @@ import pytest
 
 from common.objectives.albert import AlbertObjective
 from common.tokenization import Vocabulary, load_tokenizer
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.factories import finished_by_fleets
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.e2e
 
@@ -20,19 +21,13 @@ JOB = ["--vocab-file", VOCAB, "--objective", "albert", "--max-seq-length", "128"
 
 
 def test_albert_end_to_end(tmp_path):
-    need_shared()
-    outputs = []
-    for workers in (1, 2):
-        output = tmp_path / f"out{workers}"
-        result = run_ventilator(WIKI, output, *JOB, "--workers", str(workers))
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs.append(output)
+    outputs = finished_by_fleets(tmp_path, *JOB)
     assert shard_digests(outputs[0]) == shard_digests(outputs[1]) != {}
     verify = subprocess.run([sys.executable, "-m", "sink.verify", str(outputs[0])], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert verify.returncode == 0, verify.stderr
 
-    from tests.tf_reader import read_with_spec, spec_of
+    from tests.support.tf_reader import read_with_spec, spec_of
 
     special = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB))).special
     features = AlbertObjective(AlbertObjective.make_params({"max_seq_length": 128}), special).features

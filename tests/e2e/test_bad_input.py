@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, check_shards, free_ports, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, check_shards, free_ports, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 

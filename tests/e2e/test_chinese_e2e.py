@@ -12,8 +12,8 @@ import pytest
 from bench.chinese_bench import chinese_vocabulary, make_corpus
 from loader.client import LoaderClient
 from tests.e2e.test_loader_whole_words import words
-from tests.helpers import VOCAB, manifest, need_shared, run_ventilator
-from tests.loader_helpers import LoaderProcess
+from tests.support.helpers import VOCAB, manifest, need_shared, run_ventilator
+from tests.support.loader_helpers import LoaderProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,7 @@
 
 Google's own auth client (google-auth's ``default()`` and ``AuthorizedSession``) finds Compute Engine
 credentials on a fake metadata server and posts ``projects.timeSeries.create`` to a fake Monitoring API,
-over real HTTP on loopback (tests/fake_gcp.py): the values follow the job from every task waiting to none,
+over real HTTP on loopback (tests/support/fake_gcp.py): the values follow the job from every task waiting to none,
 the last says the job is no longer active with a backlog of 0 (what scales the group in), and every call
 carried a token the metadata server issued."""
 
@@ -10,8 +10,8 @@ from datetime import UTC
 
 import pytest
 
-from tests.fake_gcp import FakeCloudMonitoring, FakeGceMetadata
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.fake_gcp import FakeCloudMonitoring, FakeGceMetadata
+from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
 from ventilator.publishers.base import Backlog
 from ventilator.publishers.cloud_monitoring import CloudMonitoringOptions, time_series
 
@@ -118,7 +118,7 @@ def _publisher(metadata, monitoring, tmp_path, spacing: float):
     import subprocess
     import sys
 
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     return subprocess.Popen([sys.executable, "-c", PUBLISHER, PROJECT, PREFIX, monitoring.endpoint, str(spacing)], cwd=REPO, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.moto_lifecycle import aws_env
+from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.moto_lifecycle import aws_env
 from ventilator.publishers.cloudwatch import Backlog, metric_data
 
 pytestmark = pytest.mark.e2e

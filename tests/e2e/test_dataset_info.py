@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from common.outputs import split_of
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.factories import finished_run, wiki_prefix
+from tests.support.helpers import REPO, VOCAB, manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -22,18 +23,11 @@ SMALL = ["--vocab-file", VOCAB, "--task-size", "64K", "--workers", "2"]
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """~300 KB of whole documents: a few tasks, seconds per job."""
-    need_shared()
-    text = (WIKI / "AA" / "wiki_00").read_text(encoding="utf-8")
-    cut = text.index("</doc>\n", 300_000) + len("</doc>\n")
-    root = tmp_path_factory.mktemp("corpus")
-    (root / "wiki_00").write_text(text[:cut], encoding="utf-8")
-    return root
+    return wiki_prefix(tmp_path_factory.mktemp("corpus"), 300_000)
 
 
 def run(corpus, output, *args):
-    result = run_ventilator(corpus, output, *SMALL, *args, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_run(corpus, output, *SMALL, *args, timeout=180).output
 
 
 def verify(output) -> subprocess.CompletedProcess:

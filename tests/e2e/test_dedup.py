@@ -1,5 +1,5 @@
 """``--dedup`` end to end: the real ventilator, sink and workers over
-loopback, on a corpus with planted duplicates (tests/dedup_corpus.py)."""
+loopback, on a corpus with planted duplicates (tests/support/dedup_corpus.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from common.steps.dedup import stages
 from common.steps.dedup.in_memory import deduplicate
 from common.steps.dedup.settings import DedupSettings
-from tests.dedup_corpus import planted_corpus, write_wikiextractor
-from tests.helpers import REPO, VOCAB, WIKI, check_shards, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.dedup_corpus import planted_corpus, write_wikiextractor
+from tests.support.helpers import REPO, VOCAB, WIKI, check_shards, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 

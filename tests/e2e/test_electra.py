@@ -6,8 +6,8 @@ apply are refused in one line before any work."""
 import numpy as np
 import pytest
 
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator
-from tests.objective_runs import CLS, MASK, SEP, read, run_twice, small_corpus  # noqa: F401 (fixture)
+from tests.e2e.objective_runs import CLS, MASK, SEP, read, run_twice, small_corpus  # noqa: F401 (fixture)
+from tests.support.helpers import VOCAB, WIKI, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 

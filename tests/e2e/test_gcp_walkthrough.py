@@ -10,8 +10,8 @@ import shlex
 import pytest
 
 from bench.chinese_bench import chinese_vocabulary, make_corpus
-from tests.helpers import REPO, VOCAB, manifest, need_shared, python_module, run_ventilator
-from tests.tf_reader import read_with_spec
+from tests.support.helpers import REPO, VOCAB, manifest, need_shared, python_module, run_ventilator
+from tests.support.tf_reader import read_with_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gcs]
 

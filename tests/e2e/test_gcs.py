@@ -8,21 +8,15 @@ import time
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
-from tests.tf_reader import read_examples
+from tests.e2e.object_stores import (
+    JOB,
+    assert_only_the_unchanged_object_done,
+    local_run,  # noqa: F401  (the fixture: the local reference run)
+)
+from tests.support.helpers import REPO, WIKI, need_shared, python_module, run_ventilator, shard_digests
+from tests.support.tf_reader import read_examples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gcs]
-
-JOB = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "300K", "--report-seconds", "2"]
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("local") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
 
 
 def test_a_job_from_gcs_to_gcs_is_the_local_bytes_and_every_command_reads_it(gcs, local_run, tmp_path, monkeypatch):
@@ -105,7 +99,7 @@ def test_bad_gs_uris_are_one_line_errors(gcs, tmp_path):
 def test_an_object_changed_after_planning_is_refused_not_half_read(gcs, local_run, tmp_path):
     """Listed (its generation pinned), then overwritten before a worker reads it: its tasks are quarantined
     with the reason instead of mixing versions; the rest completes."""
-    from tests.cluster import Cluster
+    from tests.support.cluster import Cluster
 
     need_shared()
     bucket = gcs.new_bucket("changing")
@@ -123,12 +117,7 @@ def test_an_object_changed_after_planning_is_refused_not_half_read(gcs, local_ru
         c.start_worker()
         c.start_worker()
         assert c.wait() == 3, c.tail()  # exit status 3: tasks quarantined
-        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-        assert summary["quarantined"] and all(f["source"] == "AB/wiki_00" for f in summary["quarantined"].values())
-        assert all("changed since it was listed" in f["errors"][-1] for f in summary["quarantined"].values())
-        assert all(f["attempts"] == 1 for f in summary["quarantined"].values())
-        done = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
-        assert {e["source"] for e in done} == {"AA/wiki_00"}
+        assert_only_the_unchanged_object_done(tmp_path / "out")
         written = shard_digests(tmp_path / "out")
         assert written and written == {name: digest for name, digest in shard_digests(local_run).items()
                                        if name in written}  # what was written is the unchanged object's

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.cluster import Cluster
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, need_shared, scrape
+from tests.support.cluster import Cluster
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared, scrape
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from common import protocol
-from tests.helpers import VOCAB, WIKI, free_ports, need_shared, python_module, scrape
+from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared, python_module, scrape
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ directory."""
 import pytest
 
 from loader.client import LoaderClient
-from tests.loader_helpers import LoaderProcess
+from tests.support.loader_helpers import LoaderProcess
 
 pytestmark = [pytest.mark.e2e]
 

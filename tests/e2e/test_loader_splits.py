@@ -11,8 +11,9 @@ import pytest
 
 from loader.client import LoaderClient, LoaderError, server_status
 from loader.shards import DatasetError, open_dataset
-from tests.helpers import WIKI, need_shared, run_ventilator
-from tests.loader_helpers import DATASET_ARGS, LoaderProcess, wait_for
+from tests.support.factories import finished_job
+from tests.support.helpers import WIKI, need_shared, run_ventilator
+from tests.support.loader_helpers import DATASET_ARGS, LoaderProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -20,11 +21,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def held_out_dataset(tmp_path_factory):
     """The wiki sample with a fifth of its documents held out."""
-    need_shared()
-    output = tmp_path_factory.mktemp("loader-holdout") / "out"
-    result = run_ventilator(WIKI, output, *DATASET_ARGS, "--holdout-fraction", "0.2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("loader-holdout"), *DATASET_ARGS, "--holdout-fraction", "0.2")
 
 
 def one_epoch_records(address: str) -> list[int]:

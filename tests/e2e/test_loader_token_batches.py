@@ -9,8 +9,8 @@ import pytest
 
 from loader.client import LoaderClient, LoaderError
 from loader.shards import open_dataset
-from tests.helpers import free_ports, scrape
-from tests.loader_helpers import LoaderProcess, make_token_dataset, vocab_args, wait_for
+from tests.support.helpers import free_ports, scrape
+from tests.support.loader_helpers import LoaderProcess, make_token_dataset, vocab_args, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -273,7 +273,7 @@ def test_whole_word_masks_follow_the_tokenizers_words(token_dataset, stored):
     """--whole-word-mask on samples without word_starts: words from the tokenizer's pieces (WordPiece's ##),
     so a masked piece's whole word is masked, and a word is never masked across a sample boundary."""
     from common.tokenization import load_vocabulary
-    from tests.helpers import VOCAB
+    from tests.support.helpers import VOCAB
 
     continues = ~load_vocabulary(str(VOCAB), None).starts_word
     with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--dynamic-masking", "--whole-word-mask",

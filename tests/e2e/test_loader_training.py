@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from loader.client import LoaderClient, LoaderError
-from tests.helpers import REPO
-from tests.loader_helpers import LoaderProcess, vocab_args
+from tests.support.helpers import REPO
+from tests.support.loader_helpers import LoaderProcess, vocab_args
 
 pytestmark = pytest.mark.e2e
 

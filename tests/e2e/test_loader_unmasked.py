@@ -11,8 +11,9 @@ import pytest
 from common.objectives.masking import num_to_predict
 from loader.client import LoaderClient
 from loader.shards import ShardCache, open_dataset
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator
-from tests.loader_helpers import LoaderProcess, vocab_args
+from tests.support.factories import finished_job
+from tests.support.helpers import VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.loader_helpers import LoaderProcess, vocab_args
 
 pytestmark = pytest.mark.e2e
 
@@ -21,12 +22,8 @@ MASK_ID = 103
 
 @pytest.fixture(scope="module")
 def unmasked(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("unmasked") / "out"
-    result = run_ventilator(WIKI, output, "--vocab-file", VOCAB, "--objective", "roberta", "--masking", "none",
-                            "--max-seq-length", "128", "--task-size", "512K", "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("unmasked"), "--vocab-file", VOCAB, "--objective", "roberta",
+                        "--masking", "none", "--max-seq-length", "128", "--task-size", "512K", "--workers", "2")
 
 
 def _epoch(client: LoaderClient) -> list:

@@ -12,8 +12,8 @@ from bench.chinese_bench import chinese_vocabulary, make_corpus
 from common.objectives.masking import num_to_predict
 from loader.client import LoaderClient
 from loader.shards import ShardCache, open_dataset
-from tests.helpers import VOCAB, need_shared, run_ventilator
-from tests.loader_helpers import LoaderProcess
+from tests.support.helpers import VOCAB, need_shared, run_ventilator
+from tests.support.loader_helpers import LoaderProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from common.writers.megatron import IndexedDataset
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.factories import finished_by_fleets
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 
@@ -17,13 +18,7 @@ JOB = ["--vocab-file", VOCAB, "--task-size", "512K", "--objective", "tokens", "-
 
 
 def test_megatron_output_is_the_same_whatever_the_fleet(tmp_path):
-    need_shared()
-    outputs = []
-    for workers in (1, 2):
-        output = tmp_path / f"out{workers}"
-        result = run_ventilator(WIKI, output, *JOB, "--workers", str(workers))
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs.append(output)
+    outputs = finished_by_fleets(tmp_path, *JOB)
     names = sorted(p.name for p in outputs[0].glob("part-*"))
     assert names == sorted(p.name for p in outputs[1].glob("part-*")) and len(names) == 8
     for name in names:
@@ -59,7 +54,7 @@ def paragraph_corpus(path) -> int:
     documents, enough that a 949,50,1 split leaves each split some (Megatron splits by documents)."""
     import json
 
-    from tests.web_corpora import wiki_articles
+    from tests.support.web_corpora import wiki_articles
 
     count = 0
     with open(path, "w") as f:
@@ -165,7 +160,7 @@ def test_token_batches_check_the_bin_read_with_its_index(tmp_path):
 
     from loader.samples import SampleCache
     from loader.shards import DatasetError, open_dataset
-    from tests.web_corpora import wiki_articles
+    from tests.support.web_corpora import wiki_articles
 
     need_shared()
     corpus = tmp_path / "data" / "docs.jsonl"

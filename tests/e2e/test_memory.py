@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bench.procs import vm_hwm
-from tests.helpers import VOCAB, WIKI, free_ports, need_shared, python_module
+from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared, python_module
 
 pytestmark = pytest.mark.e2e
 

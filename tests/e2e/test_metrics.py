@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tests.cluster import Cluster
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, scrape
+from tests.support.cluster import Cluster
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, scrape
 from ventilator.dispatcher import REQUEUE_REASONS
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.factories import finished_by_fleets
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.e2e
 
@@ -16,13 +17,7 @@ JOB = ["--vocab-file", VOCAB, "--dupe-factor", "2", "--task-size", "512K", "--ou
 
 
 def test_parquet_output_is_the_same_whatever_the_fleet(tmp_path):
-    need_shared()
-    outputs = []
-    for workers in (1, 2):
-        output = tmp_path / f"out{workers}"
-        result = run_ventilator(WIKI, output, *JOB, "--bin-size", "64", "--workers", str(workers))
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs.append(output)
+    outputs = finished_by_fleets(tmp_path, *JOB, "--bin-size", "64")
     digests = {p: d for p, d in shard_digests(outputs[0]).items()}
     on_disk = sorted(str(p.relative_to(outputs[0])) for p in outputs[0].rglob("part-*.parquet"))
     listed = sorted(f["name"] for e in manifest(outputs[0]).values() for f in e["shards"])

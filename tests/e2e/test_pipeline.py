@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from tests.helpers import (
+from tests.support.factories import finished_job
+from tests.support.helpers import (
     VOCAB,
     WIKI,
     check_shards,
@@ -27,11 +28,7 @@ JOB = ["--vocab-file", VOCAB, "--dupe-factor", "2", "--task-size", "192K", "--re
 
 @pytest.fixture(scope="module")
 def one_worker_run(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("one") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("one"), *JOB, "--workers", "1")
 
 
 def test_one_and_three_workers_write_identical_shards(one_worker_run, tmp_path):

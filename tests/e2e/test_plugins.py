@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 
@@ -173,7 +173,7 @@ def test_a_broken_or_clashing_plugin_is_one_line_before_any_work(tmp_path, entry
 def _apart(tmp_path: Path, installed: Path, *args: str, sink_apart: bool = False):
     """A ventilator (and the sink it starts, unless ``sink_apart``) with the plugin installed; its Popen and
     its ports."""
-    from tests.helpers import free_ports, python_module
+    from tests.support.helpers import free_ports, python_module
 
     vport, sink_port = free_ports(2)
     lines_corpus(tmp_path / "in", limit=300)
@@ -190,7 +190,7 @@ def test_a_worker_without_a_plugin_step_fails_its_tasks_and_the_job_ends(tmp_pat
     traceback at the Welcome and exited 1, and the ventilator showed 0/N tasks done forever.  Now the worker
     says so in one line, its tasks fail and are quarantined, and the job ends as any job whose tasks cannot
     be done: exit status 3, the reason in summary.json."""
-    from tests.helpers import python_module
+    from tests.support.helpers import python_module
 
     need_shared()
     ventilator, vport, _ = _apart(tmp_path, installed, "--format", "text", "--add-step", "demo-drop-digits",
@@ -217,7 +217,7 @@ def test_a_sink_apart_without_the_writer_plugin_fails_the_job_in_one_line(tmp_pa
     """A sink started apart without the job's output format wrote every manifest line, then crashed at the
     finish with a traceback, and the ventilator exited 0 "done" over an output with no summary.json.  Now the
     sink refuses the job at its Welcome, before any task, in one line, and the ventilator fails the job."""
-    from tests.helpers import python_module
+    from tests.support.helpers import python_module
 
     need_shared()
     ventilator, vport, sink_port = _apart(tmp_path, installed, "--format", "demo-lines", "--objective", "demo-ids",

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from bench.procs import free_ports
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from common.outputs import split_of
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.factories import finished_job, wiki_prefix
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 
@@ -40,16 +41,10 @@ def tree(output: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A BERT TFRecord job with a held-out side over ~250 KB of Wikipedia and a document full of [UNK]s."""
-    need_shared()
-    text = (WIKI / "AA" / "wiki_00").read_text(encoding="utf-8")
-    cut = text.index("</doc>\n", 250_000) + len("</doc>\n")
     root = tmp_path_factory.mktemp("report")
-    (root / "corpus").mkdir()
-    (root / "corpus" / "wiki_00").write_text(text[:cut] + UNKNOWN_DOCUMENT, encoding="utf-8")
-    output = root / "out"
-    result = run_ventilator(root / "corpus", output, "--vocab-file", VOCAB, "--task-size", "64K", "--workers", "2",
-                            "--dupe-factor", "2", "--holdout-fraction", "0.2", timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
+    output = finished_job(root, "--vocab-file", VOCAB, "--task-size", "64K", "--workers", "2", "--dupe-factor", "2",
+                          "--holdout-fraction", "0.2", timeout=180,
+                          data=wiki_prefix(root / "corpus", 250_000, extra=UNKNOWN_DOCUMENT))
     before = tree(output)
     made = report_command(output)
     assert made.returncode == 0, made.stderr
@@ -59,7 +54,7 @@ def finished(tmp_path_factory):
 def independent_counts(output: Path) -> dict:
     """Per side, from TensorFlow's reader and the vocabulary file alone: records, [UNK] in the text (masked
     positions restored to what they hid), NSP labels."""
-    from tests.tf_reader import read_examples
+    from tests.support.tf_reader import read_examples
 
     vocab = {line.rstrip("\n"): i for i, line in enumerate(VOCAB.read_text(encoding="utf-8").splitlines(True))}
     unk, specials = vocab["[UNK]"], [vocab[t] for t in ("[CLS]", "[SEP]", "[PAD]", "[MASK]")]

@@ -21,7 +21,7 @@ from common.storage import LocalStorage, S3Storage
 from common.writers import is_output_file
 from loader.shards import ShardCache, open_dataset
 from sink.verify import verify_output
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.helpers import VOCAB, WIKI, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 

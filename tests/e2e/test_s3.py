@@ -10,24 +10,18 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.readers.content import task_content
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
-from tests.tf_reader import read_examples
+from tests.e2e.object_stores import (
+    JOB,
+    assert_only_the_unchanged_object_done,
+    local_run,  # noqa: F401  (the fixture: the local reference run)
+)
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared, python_module, run_ventilator, shard_digests
+from tests.support.tf_reader import read_examples
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.s3]
-
-JOB = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "300K", "--report-seconds", "2"]
-
-
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("local") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
 
 
 def download_all(client, bucket, prefix, target):
@@ -171,7 +165,7 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
 def test_a_changed_object_fails_its_tasks_clearly(s3, tmp_path):
     """Listed, then overwritten before a worker reads it: its tasks are
     quarantined with the reason instead of mixing versions; the rest completes."""
-    from tests.cluster import Cluster
+    from tests.support.cluster import Cluster
 
     need_shared()
     client = s3.client()
@@ -192,13 +186,7 @@ def test_a_changed_object_fails_its_tasks_clearly(s3, tmp_path):
         c.start_worker()
         c.start_worker()
         assert c.wait() == 3, c.tail()  # exit status 3: tasks quarantined
-        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-        assert summary["quarantined"] and all(f["source"] == "AB/wiki_00" for f in summary["quarantined"].values())
-        assert all("changed since it was listed" in f["errors"][-1] for f in summary["quarantined"].values())
-        assert all(f["attempts"] == 1 for f in summary["quarantined"].values())
-        done_sources = {e["source"] for e in [json.loads(line) for line in
-                                              (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]}
-        assert done_sources == {"AA/wiki_00"}
+        assert_only_the_unchanged_object_done(tmp_path / "out")
     finally:
         c.close()
 
@@ -223,7 +211,7 @@ def test_compressed_objects_are_whole_tasks(s3, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((output / "summary.json").read_text())
     assert summary["tasks"] == 3 and summary["documents"] == 104
-    from tests.helpers import check_shards
+    from tests.support.helpers import check_shards
     assert check_shards(output)["records"] > 1000
 
 
@@ -254,7 +242,7 @@ def test_other_formats_to_s3_are_the_local_bytes(s3, tmp_path, flags, suffixes):
     import subprocess
     import sys
 
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     need_shared()
     local = tmp_path / "local"

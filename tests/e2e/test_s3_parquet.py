@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from tests.helpers import VOCAB, need_shared, run_ventilator
-from tests.web_corpora import wiki_parquet
+from tests.support.helpers import VOCAB, need_shared, run_ventilator
+from tests.support.web_corpora import wiki_parquet
 
 pytestmark = [pytest.mark.e2e, pytest.mark.s3]
 

@@ -1,7 +1,7 @@
 """--output-format mds and litdata through the real command lines, read by
 the trainers' own libraries (MosaicML's ``streaming.StreamingDataset``,
 Lightning's ``litdata.StreamingDataset``, in a process of their own:
-tests/streaming_readers.py).
+tests/e2e/streaming_readers.py).
 
 One tiny corpus (24 articles of the shared sample in three JSON Lines files,
 one article copied under another id), ``--objective tokens --max-seq-length
@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.cluster import Cluster
 from tests.common.writers.jobs import read_through_axis
-from tests.helpers import REPO, VOCAB, need_shared, run_ventilator, shard_digests
-from tests.web_corpora import wiki_articles
+from tests.support.cluster import Cluster
+from tests.support.helpers import REPO, VOCAB, need_shared, run_ventilator, shard_digests
+from tests.support.web_corpora import wiki_articles
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +64,7 @@ def oracle_chunks(texts: list[str]) -> Counter:
 
 
 def read_with_library(fmt: str, *directories) -> dict[str, list[dict]]:
-    result = subprocess.run([sys.executable, "-m", "tests.streaming_readers", fmt, *map(str, directories)],
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", fmt, *map(str, directories)],
                             cwd=REPO, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -237,7 +237,7 @@ def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
     """The loader reads MDS through the format's read_columns like any other output (RoBERTa's unmasked
     blocks: one length for every record, as its fixed-size batches need)."""
     from loader.client import LoaderClient
-    from tests.loader_helpers import LoaderProcess
+    from tests.support.loader_helpers import LoaderProcess
 
     data, _ = corpus
     output = tmp_path / "out"
@@ -299,7 +299,7 @@ def test_token_batches_never_mask_a_chunks_cls_and_sep_without_a_tokenizer_flag(
     """``--dynamic-masking --mask-id --vocab-size`` (no --vocab-file): the chunks carry no special_tokens_mask,
     so which ids are special comes from the output's own description; [CLS] and [SEP] are never masked."""
     from loader.client import LoaderClient
-    from tests.loader_helpers import LoaderProcess
+    from tests.support.loader_helpers import LoaderProcess
 
     output = clean["mds"][0]
     masked = special = 0

@@ -2,7 +2,7 @@
 with TensorFlow: a RoBERTa-style byte-level BPE and an ALBERT-style Unigram
 tokenizer.json (trained with tokenizers), and a SentencePiece .model
 (trained with sentencepiece, converted by the ventilator), with whole-word
-masking (tests/tokenizer_families.py builds them from ../shared's corpus)."""
+masking (tests/support/tokenizer_families.py builds them from ../shared's corpus)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import WIKI, check_shards, manifest, need_shared, run_ventilator
-from tests.tf_reader import read_examples
-from tests.tokenizer_families import ventilator_args, vocabulary_of
+from tests.support.helpers import WIKI, check_shards, manifest, need_shared, run_ventilator
+from tests.support.tf_reader import read_examples
+from tests.support.tokenizer_families import ventilator_args, vocabulary_of
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +35,7 @@ def test_family_end_to_end(tmp_path, family):
     # Whole words by ▁: a masked piece that continues a word follows a masked piece (or opens A or B), and a
     # masked word's next piece is masked too.  Byte-level BPE cannot be checked from the shards alone (a
     # segment's first word has no Ġ, so word starts need the segment boundaries):
-    # tests/test_tokenizer_families.py checks every family against the documents.
+    # tests/common/tokenization/test_tokenizer_families.py checks every family against the documents.
     marker = "\u2581"
     continues = np.array([not (vocabulary.tokenizer.id_to_token(i) or "").startswith(marker)
                           for i in range(special.vocab_size)])

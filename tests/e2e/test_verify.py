@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.factories import finished_job
+from tests.support.helpers import REPO, VOCAB
 
 pytestmark = pytest.mark.e2e
 
@@ -17,11 +18,7 @@ JOB = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "256K", "--wo
 
 @pytest.fixture(scope="module", params=["plain", "gzip"])
 def finished(request, tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp(request.param) / "out"
-    result = run_ventilator(WIKI, output, *JOB, *(["--gzip"] if request.param == "gzip" else []))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp(request.param), *JOB, *(["--gzip"] if request.param == "gzip" else []))
 
 
 def verify(output) -> subprocess.CompletedProcess:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from common.outputs import split_of
-from tests.helpers import VOCAB, need_shared, python_module, run_ventilator
-from tests.web_corpora import wiki_articles, wiki_jsonl, wiki_parquet
+from tests.support.factories import finished_run
+from tests.support.helpers import VOCAB, need_shared, python_module, run_ventilator
+from tests.support.web_corpora import wiki_articles, wiki_jsonl, wiki_parquet
 
 pytestmark = pytest.mark.e2e
 
@@ -38,11 +39,10 @@ def parquet_data(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shipped(parquet_data):
     """Two workers, the ventilator shipping each task's columns."""
-    output = parquet_data.parent / "shipped"
-    result = run_ventilator(parquet_data, output, *JOB, *HOLDOUT, "--task-size", "150K", "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "input format: parquet (detected" in result.stderr
-    return output
+    run = finished_run(parquet_data, parquet_data.parent / "shipped", *JOB, *HOLDOUT, "--task-size", "150K",
+                       "--workers", "2")
+    assert "input format: parquet (detected" in run.stderr
+    return run.output
 
 
 def test_workers_reading_row_groups_themselves_write_the_same_bytes(parquet_data, shipped, tmp_path):

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from common.steps.dedup import stages
-from tests.cluster import Cluster
-from tests.dedup_corpus import planted_corpus, write_wikiextractor
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.cluster import Cluster
+from tests.support.dedup_corpus import planted_corpus, write_wikiextractor
+from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from tests.cluster import Cluster
-from tests.helpers import VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, scrape, shard_digests
+from tests.support.cluster import Cluster
+from tests.support.factories import finished_job
+from tests.support.helpers import VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, scrape, shard_digests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -25,11 +26,7 @@ JOB = ["--vocab-file", VOCAB, "--dupe-factor", "5", "--task-size", "64K"]
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("clean") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("clean"), *JOB, "--workers", "2")
 
 
 def assert_same_as_clean(output: Path, clean: Path) -> int:
@@ -285,7 +282,7 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
     resumes from the manifest on gs://, the objects' generations unchanged): the same shards as a clean local
     run, none lost or doubled."""
     from tests.common.test_storage_gcs import GCS_ERRORS
-    from tests.faulty_proxy import FaultyProxy
+    from tests.support.faulty_proxy import FaultyProxy
 
     bucket = gcs.new_bucket("faults")
     gcs.upload_tree(bucket, WIKI, "wiki", "wiki_*")
@@ -389,7 +386,7 @@ def test_late_joiner_gets_work(tmp_path):
 @pytest.mark.s3
 def test_s3_throttling_and_server_errors_are_retried(clean, s3, tmp_path):
     """Every third S3 request answered 503 SlowDown or 500 InternalError."""
-    from tests.faulty_proxy import FaultyProxy
+    from tests.support.faulty_proxy import FaultyProxy
 
     client = s3.client()
     bucket = s3.new_bucket("throttled")

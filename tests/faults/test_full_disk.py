@@ -13,8 +13,8 @@ import time
 import pytest
 
 from common.storage import RetryPolicy, StorageError
-from tests.cluster import Cluster
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator, shard_digests
+from tests.support.cluster import Cluster
+from tests.support.helpers import VOCAB, WIKI, need_shared, run_ventilator, shard_digests
 from worker.backoff import Backoff, no_room
 
 JOB = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "256K", "--max-attempts", "3"]

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from common import protocol
 from loader import messages
 from loader.client import LoaderClient, server_status
-from tests.cluster import Cluster
 from tests.faults.test_faults import JOB, assert_same_as_clean, clean  # noqa: F401  (the module's clean run)
-from tests.helpers import WIKI, drawn_values, free_ports
-from tests.loader_helpers import LoaderProcess
+from tests.support.cluster import Cluster
+from tests.support.helpers import WIKI, drawn_values, free_ports
+from tests.support.loader_helpers import LoaderProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

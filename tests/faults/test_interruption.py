@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from tests.cluster import Cluster
-from tests.fake_gcp import FakeGceMetadata
-from tests.fake_imds import FakeImds
 from tests.faults.test_faults import assert_same_as_clean
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.moto_lifecycle import aws_env
+from tests.support.cluster import Cluster
+from tests.support.factories import finished_job
+from tests.support.fake_gcp import FakeGceMetadata
+from tests.support.fake_imds import FakeImds
+from tests.support.helpers import VOCAB, WIKI, manifest
+from tests.support.moto_lifecycle import aws_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -30,11 +31,7 @@ REPLACEMENT = ["--idle-exit-seconds", "5"]
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
-    need_shared()
-    output = tmp_path_factory.mktemp("clean") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("clean"), *JOB, "--workers", "2")
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import Cluster
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.cluster import Cluster
+from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -84,7 +84,7 @@ def test_killed_workers_and_a_restarted_ventilator_change_nothing(case, tmp_path
             cluster.wait_for_progress(attempt + 1)
             assert cluster.progress() < tasks - 1, "the job ran out before the kill"
             cluster.kill(cluster.live_workers()[0])
-            if _requeued(cluster, timeout=10):  # leases are 3 s (tests/cluster.py)
+            if _requeued(cluster, timeout=10):  # leases are 3 s (tests/support/cluster.py)
                 break
             cluster.start_worker()
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common.storage import RetryPolicy, S3Storage
-from tests.faulty_proxy import FaultyProxy
+from tests.support.faulty_proxy import FaultyProxy
 
 pytestmark = [pytest.mark.s3, pytest.mark.faults]
 

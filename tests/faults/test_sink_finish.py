@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from tests.cluster import Cluster
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.cluster import Cluster
+from tests.support.helpers import VOCAB, WIKI, need_shared
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 TERRAFORM_DIR = REPO / "terraform"
 MODULE_DIR = TERRAFORM_DIR / "modules" / "fleet_config"

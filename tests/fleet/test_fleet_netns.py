@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fake_imds import FakeImds
 from tests.fleet import fleetnet
 from tests.fleet.fleethelpers import ANSIBLE_DIR, ansible_env, ansible_tool, recap
-from tests.helpers import REPO, VOCAB
-from tests.helpers import WIKI as CORPUS
-from tests.tf_reader import read_examples
+from tests.support.fake_imds import FakeImds
+from tests.support.helpers import REPO, VOCAB
+from tests.support.helpers import WIKI as CORPUS
+from tests.support.tf_reader import read_examples
 
 pytestmark = pytest.mark.fleet
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from common.transport import SINK_PORT, VENTILATOR_PORT
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, need_shared, python_module, scrape
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared, python_module, scrape
 
 KUBE = REPO / "deploy" / "kubernetes"
 BASE = KUBE / "base"

@@ -9,7 +9,7 @@ from common.security import generate
 from loader import messages
 from loader.client import LoaderClient, LoaderError, server_status
 from loader.shards import open_dataset
-from tests.loader_helpers import LoaderProcess, vocab_args, wait_for
+from tests.support.loader_helpers import LoaderProcess, vocab_args, wait_for
 
 
 def take(client: LoaderClient, count: int):
@@ -238,7 +238,7 @@ def test_a_server_restarted_with_other_settings_is_refused_not_mixed_in(loader_d
 
 
 def test_a_rank_cut_off_the_network_resumes_where_it_was(loader_dataset):
-    from tests.loader_helpers import CuttableProxy
+    from tests.support.loader_helpers import CuttableProxy
 
     with LoaderProcess(loader_dataset, "--batch-size", 64) as server:
         with LoaderClient(server.address) as client:
@@ -256,7 +256,7 @@ def test_a_rank_cut_off_the_network_resumes_where_it_was(loader_dataset):
 
 
 def test_metrics_agree_with_the_servers_status(loader_dataset):
-    from tests.helpers import free_ports, scrape
+    from tests.support.helpers import free_ports, scrape
 
     metrics_port = free_ports(1)[0]
     with LoaderProcess(loader_dataset, "--batch-size", 16, "--metrics-port", metrics_port) as server:

@@ -48,7 +48,7 @@ def test_no_manifest_is_a_one_line_error(tmp_path):
 
 
 def _tf_rows(path: Path, compression: str = "") -> dict[str, np.ndarray]:
-    from tests.tf_reader import read_examples
+    from tests.support.tf_reader import read_examples
 
     examples = read_examples(str(path), compression=compression)
     return {key: np.stack([example[key] for example in examples]) for key in examples[0]}
@@ -224,7 +224,7 @@ def test_the_mask_id_comes_from_the_tokenizer_as_the_ventilator_reads_it(tmp_pat
     from tokenizers import BertWordPieceTokenizer
 
     from loader.cli import mask_ids
-    from tests.helpers import VOCAB, need_shared
+    from tests.support.helpers import VOCAB, need_shared
 
     need_shared()
     assert mask_ids(str(VOCAB), None) == (103, 30522)

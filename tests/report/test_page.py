@@ -15,7 +15,7 @@ from common.storage import LocalStorage
 from report import plots, stats
 from report.build import build_report
 from report.page import render
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 pytest.importorskip("matplotlib")
 

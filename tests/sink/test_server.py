@@ -5,7 +5,7 @@ import logging
 from common.manifest import Manifest
 from common.storage import LocalStorage, StorageError
 from sink.server import SinkOptions, SinkServer
-from tests.run_configs import steps_of
+from tests.support.run_configs import steps_of
 
 
 class Unreachable(LocalStorage):
@@ -90,7 +90,7 @@ def test_the_sink_keeps_the_books_under_the_job_id_its_welcome_carries(tmp_path)
     from common import protocol
     from common.config import JobConfig
     from common.params import Component
-    from tests.helpers import free_ports
+    from tests.support.helpers import free_ports
 
     out = tmp_path / "out"
     config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"), steps=steps_of("line"),

@@ -5,59 +5,28 @@ passes mlm-verify, and resumes from the manifest after scancel (resubmitted) and
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
+from tests.slurm.conftest import NODES
+from tests.support.factories import finished_job
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, manifest, shard_digests
 
 pytestmark = pytest.mark.slurm
 
 SCRIPT = REPO / "deploy" / "slurm" / "mlm-pipeline.sbatch"
-CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 # 16 tasks of ~0.7 s of work each: long enough (about 6 s on two cores) to stop mid-job.
 JOB = ["--vocab-file", VOCAB, "--dupe-factor", "10", "--task-size", "128K", "--report-seconds", "1"]
-NODES = 2  # of one cpu each: two worker processes in all, as in the local run
-SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """The environment (SLURM_CONF) of a one-node Slurm started for this module, stopped after it."""
-    if os.geteuid() != 0:
-        pytest.skip("a real Slurm needs root here (slurmd starts the jobs): run the suite as root, as CI does")
-    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b, path=SBIN)]
-    if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): "
-                    "apt-get install slurmctld slurmd slurm-client munge (as .ci/run does)")
-    need_shared()
-    directory = tempfile.mkdtemp(prefix="mlm-slurm-")  # short: the munge socket's path must fit
-    # KillWait 5 s: after a plain scancel, a worker whose sink went with it lingers up to 30 s to deliver its last
-    # acknowledgement; Slurm's SIGKILL ends that sooner, as on a real cluster (KillWait is 30 s by default).
-    started = subprocess.run([str(CLUSTER), "start", directory, "1"], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "SLURM_CLUSTER_KILL_WAIT": "5", "SLURM_CLUSTER_NODES": str(NODES)})
-    assert started.returncode == 0, started.stderr
-    conf = started.stdout.strip().removeprefix("export SLURM_CONF=")
-    assert Path(conf).is_file(), started.stdout
-    try:
-        yield {**os.environ, "PATH": SBIN, "SLURM_CONF": conf}
-    finally:
-        subprocess.run([str(CLUSTER), "stop", directory], timeout=120)
 
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     """The same job run locally (python -m ventilator --workers 2): the bytes every Slurm run must give."""
-    need_shared()
-    output = tmp_path_factory.mktemp("local") / "out"
-    result = run_ventilator(WIKI, output, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("local"), *JOB, "--workers", "2")
 
 
 class Job:

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import run_config
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import run_config
 from ventilator.job import JobError, identify, plan, prepare_job, validate
 from ventilator.run_config import RunConfig
 

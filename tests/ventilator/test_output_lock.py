@@ -17,7 +17,7 @@ import pytest
 from common.output_lock import LOCK_NAME, Holder, OutputLock, OutputLocked
 from common.storage import LocalStorage, S3Storage
 from tests.common.writers.jobs import small_corpus
-from tests.helpers import REPO, VOCAB, free_ports, need_shared, run_ventilator
+from tests.support.helpers import REPO, VOCAB, free_ports, need_shared, run_ventilator
 
 
 def _foreign(storage, **changes) -> Holder:

@@ -200,7 +200,7 @@ def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path)
     import subprocess
     import sys
 
-    from tests.helpers import REPO
+    from tests.support.helpers import REPO
 
     site = tmp_path / "site"
     info = site / "broken-1.0.dist-info"

@@ -13,14 +13,14 @@ import zmq
 
 from common import protocol
 from common.config import JobConfig
-from tests.helpers import VOCAB, WIKI, free_ports, need_shared
+from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared
 from ventilator.server import ServerOptions, VentilatorServer
 
 
 @pytest.fixture
 def job(tmp_path):
     """A real job over wiki_00 in 256K tasks, with short leases (planned by the ventilator's own code)."""
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import prepare_job
 
     need_shared()

@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.fake_gcp import FakeGceMetadata
+from tests.support.fake_gcp import FakeGceMetadata
 from worker.gce_metadata import MAINTENANCE_EVENT, PREEMPTED, GceMetadata, GceNotices, classify, metadata_host
 from worker.interruption import InterruptionWatcher, MetadataError
 

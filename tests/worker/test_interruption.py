@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.fake_imds import FakeImds
+from tests.support.fake_imds import FakeImds
 from worker.interruption import (
     LIFECYCLE_STATE,
     REBALANCE,

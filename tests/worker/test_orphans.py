@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, need_shared
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared
 
 pytestmark = pytest.mark.e2e
 

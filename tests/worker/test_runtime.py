@@ -14,14 +14,14 @@ import pytest
 import zmq
 
 from common import protocol
-from tests.helpers import VOCAB, WIKI, free_ports, need_shared
+from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared
 from worker.runtime import WorkerOptions, WorkerProcess
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """A real job over wiki_00 in 64K tasks (planned by the ventilator's own code): (config, tasks, payloads)."""
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import prepare_job
 
     need_shared()

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from bench.procs import free_ports
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 #: A restart delay no test waits out: a supervisor that sleeps through it fails the test.
 LONG_DELAY = 600

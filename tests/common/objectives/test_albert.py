@@ -11,8 +11,8 @@ import pytest
 from common.objectives import derive_seed
 from common.objectives.albert import AlbertObjective, AlbertParams
 from common.objectives.bert import plan_instances
-from tests import albert_reference
-from tests.test_corpus_statistics import corpus  # noqa: F401  (the shared corpus, tokenized once)
+from tests.common.objectives import albert_reference
+from tests.common.objectives.test_corpus_statistics import corpus  # noqa: F401  (the shared corpus, tokenized once)
 
 PASSES = 2
 SEEDS = 3
@@ -100,7 +100,7 @@ def test_instance_statistics_match_alberts_algorithm(corpus, params):  # noqa: F
     """Instances per pass, lengths, label balance, short instances: plans
     only, over many passes, because ALBERT (like BERT) draws the target
     length once per document and one pass over these 37 documents varies by
-    ~9% (the tolerances of tests/test_corpus_statistics.py)."""
+    ~9% (the tolerances of tests/common/objectives/test_corpus_statistics.py)."""
     vocabulary, documents, as_lists = corpus
     ours_rows, reference_rows = [], []
     rng = random.Random(3)

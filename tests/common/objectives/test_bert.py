@@ -12,7 +12,7 @@ from common.objectives import TokenizedDocuments
 from common.objectives.bert import BertParams, InstancePlan, build_batch, plan_instances, truncation_counts
 from common.objectives.masking import num_to_predict
 from common.tokenization import SpecialIds
-from tests import bert_reference
+from tests.common.objectives import bert_reference
 
 CLS, SEP, MASK, PAD = 2, 3, 4, 0
 VOCAB = 1000

@@ -1,5 +1,5 @@
 """ELECTRA's examples on the real Wikipedia sample with the real vocabulary,
-against google-research/electra's algorithm (tests/electra_reference.py) on
+against google-research/electra's algorithm (tests/common/objectives/electra_reference.py) on
 the very token lists our worker produced.
 
 Two checks: given the same random stream, the bulk planner makes exactly
@@ -18,9 +18,9 @@ from common.objectives.electra import ElectraObjective, ElectraParams, lay_out_e
 from common.params import Component
 from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
-from tests import electra_reference
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import steps_of
+from tests.common.objectives import electra_reference
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 SEEDS = 24

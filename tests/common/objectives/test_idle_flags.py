@@ -17,7 +17,7 @@ from common.readers import ParseReport, reader_named
 from common.steps.segment import Segment
 from common.steps.tokenize import Tokenize
 from tests.common.steps.conftest import a_run
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import VOCAB, WIKI, need_shared
 
 #: Every objective with each of its masking modes (the parameters that choose it).
 MODES = [("bert", {}), ("albert", {}), ("albert", {"ngram": 1}), ("electra", {}), ("roberta", {"masking": "none"}),
@@ -135,7 +135,7 @@ def test_a_word_segmenter_is_refused_exactly_where_its_words_change_nothing(name
 
 
 def test_the_ventilator_refuses_a_word_segmenter_that_does_nothing(tmp_path):
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import JobError, validate
 
     need_shared()

@@ -1,5 +1,5 @@
 """RoBERTa / MLM-only blocks on the real Wikipedia sample with the real
-vocabulary: fairseq's packing (tests/roberta_reference.py) block for block,
+vocabulary: fairseq's packing (tests/common/objectives/roberta_reference.py) block for block,
 nothing lost or added, and BERT's masking proportions for --masking static."""
 
 import numpy as np
@@ -11,9 +11,9 @@ from common.objectives.roberta import RobertaObjective, RobertaParams, lay_out_b
 from common.params import Component
 from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
-from tests import roberta_reference
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import steps_of
+from tests.common.objectives import roberta_reference
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 

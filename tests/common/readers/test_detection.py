@@ -8,8 +8,8 @@ import json
 import pytest
 
 from common.readers import ParseReport, detect, reader_named
-from tests.helpers import VOCAB, need_shared
-from tests.run_configs import run_config
+from tests.support.helpers import VOCAB, need_shared
+from tests.support.run_configs import run_config
 from ventilator.job import JobError, validate
 
 BOM = b"\xef\xbb\xbf"

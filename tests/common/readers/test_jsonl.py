@@ -11,8 +11,8 @@ import zstandard
 
 from common.readers import ParseReport, detect, reader_named
 from common.storage import LocalStorage
-from tests.helpers import need_shared
-from tests.web_corpora import wiki_articles, wiki_jsonl
+from tests.support.helpers import need_shared
+from tests.support.web_corpora import wiki_articles, wiki_jsonl
 
 JSONL = reader_named("jsonl")
 

@@ -10,8 +10,8 @@ import pytest
 from common.readers import ParseReport, detect, reader_named
 from common.readers.parquet import RowGroup, cut_row_groups
 from common.storage import LocalStorage
-from tests.helpers import need_shared
-from tests.web_corpora import wiki_articles, wiki_parquet, write_parquet
+from tests.support.helpers import need_shared
+from tests.support.web_corpora import wiki_articles, wiki_parquet, write_parquet
 
 PARQUET = reader_named("parquet")
 

@@ -21,7 +21,7 @@ from common.readers import ParseReport, reader_named
 from common.sentence_offsets import sentence_offsets as offsets_of
 from common.sentence_offsets import sentence_starts
 from common.sentences import MAX_SEGMENT_CHARS, Segmenter, _bounded, segment_pieces
-from tests.helpers import REPO, WIKI, need_shared
+from tests.support.helpers import REPO, WIKI, need_shared
 
 CJK = REPO / "tests" / "data" / "cjk"
 

@@ -7,8 +7,8 @@ from common.steps import JobContext, Part, TaskRun, TaskStats
 from common.storage import LocalStorage
 from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
-from tests.helpers import VOCAB, need_shared
-from tests.run_configs import steps_of
+from tests.support.helpers import VOCAB, need_shared
+from tests.support.run_configs import steps_of
 
 TEXT = ["The first sentence is here. And a second one follows it.", "A new paragraph starts the next part."]
 

@@ -13,7 +13,7 @@ from common.params import Component
 from common.storage import LocalStorage
 from common.tasks import Task
 from sink.server import manifest_entry
-from tests.run_configs import steps_of
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 WIKI_TEXT = "".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\n\n' + "Short line.\n" * (1 if i % 2 else 4)

@@ -30,8 +30,8 @@ from loader.shards import ShardList, splits
 from report import build, page
 from sink.server import manifest_entry
 from sink.verify import verify_output
-from tests.helpers import REPO
-from tests.run_configs import steps_of
+from tests.support.helpers import REPO
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 PLUGIN = textwrap.dedent('''

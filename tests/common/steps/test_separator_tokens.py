@@ -22,7 +22,7 @@ from common.steps.segment import Segment
 from common.steps.tokenize import Tokenize
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.common.steps.conftest import a_run
-from tests.helpers import VOCAB
+from tests.support.helpers import VOCAB
 
 MATRIX = Path(__file__).parents[2] / "data" / "matrix"
 

@@ -25,7 +25,7 @@ from common.readers import ParseReport, reader_named
 from common.sentences import Segmenter, split_segments
 from common.tokenization import Vocabulary, bert_tokenizer_from_vocab, fast_wordpiece
 from common.tokenization.fast_wordpiece import agrees_with_hf, make_fast_encoder, unsupported_reason
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import VOCAB, WIKI, need_shared
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 

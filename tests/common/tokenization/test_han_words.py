@@ -24,8 +24,8 @@ from common.tokenization import Vocabulary, load_tokenizer
 from common.tokenization.han_words import check_tokenizer, encode_with_words, find_words
 from common.word_segmenters import make_word_segmenter
 from common.word_segmenters.base import han_runs
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import steps_of
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "cjk"

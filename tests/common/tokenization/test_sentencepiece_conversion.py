@@ -1,7 +1,7 @@
 """A SentencePiece .model converted to tokenizers JSON gives sentencepiece's ids.
 
 The model is trained here with the ``sentencepiece`` package on the shared
-corpus, ALBERT-style (tests/tokenizer_families.py).  Exact on every segment
+corpus, ALBERT-style (tests/support/tokenizer_families.py).  Exact on every segment
 and line of the corpus.  Known normalisation differences, pinned below: HF's
 ``Precompiled`` normalizer looks up whole grapheme clusters where
 sentencepiece matches code point prefixes, so a base character followed by
@@ -30,8 +30,8 @@ from common.tokenization.sentencepiece_conversion import (
     parse_model,
 )
 from tests.common.tokenization.test_fast_wordpiece import ADVERSARIAL
-from tests.helpers import WIKI, need_shared
-from tests.tokenizer_families import corpus_lines, tokenizer_path, train_sentencepiece
+from tests.support.helpers import WIKI, need_shared
+from tests.support.tokenizer_families import corpus_lines, tokenizer_path, train_sentencepiece
 
 spm = pytest.importorskip("sentencepiece", reason="the conversion is checked against the sentencepiece package")
 

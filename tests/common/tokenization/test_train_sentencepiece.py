@@ -12,7 +12,7 @@ import pytest
 
 from common.tokenization import Vocabulary, load_tokenizer
 from common.word_segmenters.base import han_runs
-from tests.helpers import REPO, WIKI, need_shared
+from tests.support.helpers import REPO, WIKI, need_shared
 
 CJK = Path(__file__).resolve().parents[2] / "data" / "cjk"
 

@@ -13,7 +13,7 @@ import pytest
 from common.tokenization.loading import bert_tokenizer_from_vocab
 from common.tokenization.training import MODELS, corpus_lines
 from common.tokenization.wordpiece_training import train_wordpiece
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 CORPUS = REPO / "examples" / "corpus"
 

@@ -7,23 +7,18 @@ from pathlib import Path
 from common.manifest import read_entries, shard_files, stage_files
 from common.storage import LocalStorage
 from common.writers import writer_for_file
-from tests.helpers import VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.factories import finished_run, wiki_prefix
+from tests.support.helpers import VOCAB
 
 
 def small_corpus(root: Path, size: int = 60_000) -> Path:
     """The first ``size`` characters of wiki_00, whole documents: a few 24 KB tasks."""
-    need_shared()
-    text = (WIKI / "AA" / "wiki_00").read_text(encoding="utf-8")
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "wiki_00").write_text(text[:text.index("</doc>\n", size) + len("</doc>\n")], encoding="utf-8")
-    return root
+    return wiki_prefix(root, size)
 
 
 def run_job(corpus: Path, output: Path, *args) -> Path:
-    result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--task-size", "24K", "--workers", "2", *args,
-                            timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_run(corpus, output, "--vocab-file", VOCAB, "--task-size", "24K", "--workers", "2", *args,
+                        timeout=180).output
 
 
 def listed_files(output: Path, finish: bool = False) -> list[dict]:

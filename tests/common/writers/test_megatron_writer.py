@@ -16,7 +16,7 @@ from common.storage import LocalStorage
 from common.tokenization import SpecialIds
 from common.writers.megatron import IndexedDataset, MegatronWriter, best_fitting_dtype
 from tests.common.writers.test_parquet_writer import run_job, vocabulary  # noqa: F401  (the BERT vocabulary, loaded once)
-from tests.helpers import WIKI
+from tests.support.helpers import WIKI
 
 
 def read_back(output, files) -> list[IndexedDataset]:

@@ -17,8 +17,9 @@ import pytest
 from common import writers
 from loader.client import LoaderClient
 from tests.common.writers import throwaway_format
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
-from tests.loader_helpers import LoaderProcess
+from tests.support.factories import finished_job, wiki_prefix
+from tests.support.helpers import REPO, VOCAB, manifest
+from tests.support.loader_helpers import LoaderProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -42,15 +43,9 @@ def env(plugin_path):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory, env):
     """A real job (ventilator, sink, two workers) writing the new format."""
-    need_shared()
-    text = (WIKI / "AA" / "wiki_00").read_text(encoding="utf-8")
-    corpus = tmp_path_factory.mktemp("corpus")
-    (corpus / "wiki_00").write_text(text[:text.index("</doc>\n", 60_000) + len("</doc>\n")], encoding="utf-8")
-    output = tmp_path_factory.mktemp("job") / "out"
-    result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--output-format", throwaway_format.NAME,
-                            "--task-size", "24K", "--workers", "2", timeout=180, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("job"), "--vocab-file", VOCAB, "--output-format",
+                        throwaway_format.NAME, "--task-size", "24K", "--workers", "2", timeout=180, env=env,
+                        data=wiki_prefix(tmp_path_factory.mktemp("corpus"), 60_000))
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
 from tests.common.writers.jobs import listed_files, read_through_axis, run_job, small_corpus
-from tests.helpers import REPO, VOCAB
-from tests.run_configs import steps_of
+from tests.support.helpers import REPO, VOCAB
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 HF = {"input_mask": "attention_mask", "segment_ids": "token_type_ids", "next_sentence_labels": "next_sentence_label"}

@@ -15,8 +15,8 @@ from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import steps_of
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
 OBJECTIVE = Component("bert", {"dupe_factor": 2, "max_seq_length": 128})
@@ -40,7 +40,7 @@ def run_job(vocabulary, output, writer: Component, objective: Component = OBJECT
 
 
 def test_same_records_as_tfrecord_field_by_field(vocabulary, tmp_path):
-    from tests.tf_reader import read_examples
+    from tests.support.tf_reader import read_examples
 
     tf_files = run_job(vocabulary, tmp_path / "tf", Component("tfrecord"))
     pq_files = run_job(vocabulary, tmp_path / "pq", Component("parquet"))
@@ -121,7 +121,7 @@ def test_every_objective_writes_the_same_records_in_both_formats(vocabulary, tmp
     """Each objective's features, read back with its own TFRecord spec and
     with pyarrow: the same values, record by record."""
     from common.objectives import objective_named
-    from tests.tf_reader import read_with_spec, spec_of
+    from tests.support.tf_reader import read_with_spec, spec_of
 
     features = objective_named(objective.name)(objective_named(objective.name).make_params(objective.params),
                                                 vocabulary.special).features

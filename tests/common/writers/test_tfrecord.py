@@ -21,7 +21,7 @@ def output(request, tmp_path_factory):
 def tensorflow_records(path, info) -> list[dict]:
     import tensorflow as tf
 
-    from tests.tf_reader import read_with_spec
+    from tests.support.tf_reader import read_with_spec
 
     spec = {name: tf.io.FixedLenFeature(f["shape"], tf.float32 if f["dtype"].startswith("float") else tf.int64)
             for name, f in info["features"].items()}

@@ -14,7 +14,7 @@ from common.writers.tfrecord import (
     read_records,
     varints,
 )
-from tests.tf_reader import read_examples
+from tests.support.tf_reader import read_examples
 
 tf = pytest.importorskip("tensorflow")
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
+from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator, shard_digests
 
 CLS, SEP, MASK = 101, 102, 103
 
@@ -45,7 +45,7 @@ def read(output, spec):
     import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from tests.tf_reader import read_with_spec
+    from tests.support.tf_reader import read_with_spec
 
     records = {}
     for entry in manifest(output).values():

@@ -1,5 +1,5 @@
 """Reads outputs with the trainers' own libraries, in a process of its own:
-``python -m tests.streaming_readers mds|litdata DIR ...`` prints one JSON
+``python -m tests.e2e.streaming_readers mds|litdata DIR ...`` prints one JSON
 line per directory, its samples in the library's order (lists of ints, ints).
 
 MosaicML's ``streaming`` package imports ``streaming.vision`` (CIFAR-10,

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.procs import free_ports
-from tests.helpers import REPO, VOCAB, WIKI, need_shared, run_ventilator
+from tests.support.factories import finished_job
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared
 
 #: ~4,300 records in 11 shards: the whole wiki sample with one dupe pass.
 DATASET_ARGS = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "192K", "--workers", "2"]
@@ -19,11 +20,7 @@ DATASET_ARGS = ["--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "192
 
 @pytest.fixture(scope="session")
 def loader_dataset(tmp_path_factory) -> Path:
-    need_shared()
-    output = tmp_path_factory.mktemp("loader-data") / "out"
-    result = run_ventilator(WIKI, output, *DATASET_ARGS)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(tmp_path_factory.mktemp("loader-data"), *DATASET_ARGS)
 
 
 class LoaderProcess:
@@ -171,8 +168,5 @@ def make_token_dataset(work: Path) -> Path:
     need_shared()
     work.mkdir(parents=True, exist_ok=True)
     corpus = write_paragraph_corpus(work / "corpus.txt")
-    output = work / "out"
-    result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--objective", "tokens", "--output-format",
-                            "parquet", "--task-size", "256K", "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return output
+    return finished_job(work, "--vocab-file", VOCAB, "--objective", "tokens", "--output-format", "parquet",
+                        "--task-size", "256K", "--workers", "2", data=corpus)

@@ -5,42 +5,19 @@ batch job starts the workers with srun on both nodes and gives a local run's byt
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
-from tests.helpers import REPO, VOCAB, WIKI, free_ports, manifest, need_shared, run_ventilator, shard_digests
+from tests.slurm.conftest import NODES
+from tests.support.factories import finished_run
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, manifest, run_ventilator, shard_digests
 
 pytestmark = pytest.mark.slurm
 
-CLUSTER = REPO / "scripts" / "slurm-cluster.sh"
 JOB = ["--vocab-file", VOCAB, "--task-size", "256K"]
-NODES = 2
-SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    if os.geteuid() != 0:
-        pytest.skip("a real Slurm needs root here (slurmd starts the jobs): run the suite as root, as CI does")
-    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch") if not shutil.which(b, path=SBIN)]
-    if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): "
-                    "apt-get install slurmctld slurmd slurm-client munge (as .ci/run does)")
-    need_shared()
-    directory = tempfile.mkdtemp(prefix="mlm-sl-")  # short: the munge socket's path must fit
-    started = subprocess.run([str(CLUSTER), "start", directory, "1"], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "SLURM_CLUSTER_KILL_WAIT": "5", "SLURM_CLUSTER_NODES": str(NODES)})
-    assert started.returncode == 0, started.stderr
-    conf = started.stdout.strip().removeprefix("export SLURM_CONF=")
-    try:
-        yield {**os.environ, "PATH": SBIN, "SLURM_CONF": conf}
-    finally:
-        subprocess.run([str(CLUSTER), "stop", directory], timeout=120)
 
 
 def _state(env, job_id: str) -> dict[str, str]:
@@ -50,9 +27,7 @@ def _state(env, job_id: str) -> dict[str, str]:
 
 
 def test_workers_started_with_srun_on_every_node_give_a_local_runs_bytes(slurm, tmp_path):
-    local = tmp_path / "local"
-    result = run_ventilator(WIKI / "AA", local, *JOB, "--workers", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
+    local = finished_run(WIKI / "AA", tmp_path / "local", *JOB, "--workers", "2").output
 
     vport, sink_port = free_ports(2)
     output, log = tmp_path / "slurm-out", tmp_path / "job.log"

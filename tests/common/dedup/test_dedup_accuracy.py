@@ -1,5 +1,5 @@
 """Accuracy of exact and MinHash dedup on a corpus with planted duplicates
-(tests/dedup_corpus.py), and agreement with datasketch's MinHashLSH, an
+(tests/support/dedup_corpus.py), and agreement with datasketch's MinHashLSH, an
 independent implementation, on the same parameters."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from common.steps.dedup.in_memory import deduplicate
 from common.steps.dedup.lsh import optimal_bands_rows
 from common.steps.dedup.normalise import exact_hash, normalise_exact, words
 from common.steps.dedup.settings import DedupSettings
-from tests.dedup_corpus import planted_corpus
-from tests.helpers import WIKI, need_shared
+from tests.support.dedup_corpus import planted_corpus
+from tests.support.helpers import WIKI, need_shared
 
 THRESHOLD = 0.8
 

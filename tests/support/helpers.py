@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.procs import free_ports  # noqa: F401  (one helper for tests and benchmarks)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 WIKI = SHARED / "corpus" / "wiki"
 VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
@@ -61,7 +61,7 @@ def check_shards(output: Path, vocab_size: int = 30522, max_seq_length: int = 12
                  compression: str = "", cls_id: int = 101, sep_id: int = 102, pad_id: int = 0) -> dict:
     """Read every shard with TensorFlow and check BERT's invariants record by
     record; returns totals for further checks."""
-    from tests.tf_reader import read_examples
+    from tests.support.tf_reader import read_examples
 
     entries = manifest(output)
     totals = {"records": 0, "masked": 0, "tokens": 0, "random_next": 0}

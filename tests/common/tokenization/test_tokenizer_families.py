@@ -1,7 +1,7 @@
 """Every tokenizer family through the worker's tokenize step and the BERT
 objective: roles found from the tokenizer's own configuration, special
 tokens in text kept as text, and whole-word masking taking whole words by
-the tokenizer's own boundaries (tests/tokenizer_families.py builds them)."""
+the tokenizer's own boundaries (tests/support/tokenizer_families.py builds them)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from common.sentences import Segmenter, segment_pieces
 from common.storage import LocalStorage
 from common.tasks import plan_tasks
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer, load_vocabulary
-from tests.helpers import WIKI, need_shared
-from tests.run_configs import run_config, steps_of
-from tests.tokenizer_families import FAMILIES, ROLE_TOKENS, tokenizer_path, vocabulary_of
+from tests.support.helpers import WIKI, need_shared
+from tests.support.run_configs import run_config, steps_of
+from tests.support.tokenizer_families import FAMILIES, ROLE_TOKENS, tokenizer_path, vocabulary_of
 from ventilator.job import JobError, prepare_job
 from worker.pipeline import TaskProcessor, TaskStats
 
@@ -184,7 +184,7 @@ def test_train_vocab_writes_a_tokenizer_per_family(tmp_path, model, roles, first
     from click.testing import CliRunner
 
     from common.tokenization.training import main
-    from tests.tokenizer_families import corpus_lines
+    from tests.support.tokenizer_families import corpus_lines
 
     need_shared()
     corpus = tmp_path / "corpus.txt"

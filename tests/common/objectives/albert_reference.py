@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 
-from tests.bert_reference import truncate_seq_pair
+from tests.common.objectives.bert_reference import truncate_seq_pair
 
 
 def create_instances_from_document(documents, index, max_seq_length, short_seq_prob, random_next_sentence,

@@ -15,8 +15,8 @@ import pytest
 from common.objectives import objective_named
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer
 from common.tokenization.loading import lowercases
-from tests.helpers import need_shared
-from tests.tokenizer_families import corpus_lines, tokenizer_path, train_sentencepiece
+from tests.support.helpers import need_shared
+from tests.support.tokenizer_families import corpus_lines, tokenizer_path, train_sentencepiece
 
 spm = pytest.importorskip("sentencepiece", reason="the reference's casing is checked with the sentencepiece package")
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNAPSHOTS = REPO / "tests" / "data" / "cli_help"
 _CHOICES = re.compile(r"^(?P<flags>.*?) \[(?P<choices>[^\]\s]+\|[^\]\s]+)\]$")
 
@@ -59,6 +59,6 @@ def snapshot(module: str) -> dict[str, dict]:
     return json.loads((SNAPSHOTS / f"{module}.json").read_text())
 
 
-if __name__ == "__main__":  # python -m tests.cli_help ventilator sink worker: record (only before a change)
+if __name__ == "__main__":  # python -m tests.support.cli_help ventilator sink worker: record (only before a change)
     for name in sys.argv[1:]:
         record(name)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.readers import ParseReport, reader_named
-from tests.helpers import WIKI
+from tests.support.helpers import WIKI
 
 
 @dataclass(frozen=True)

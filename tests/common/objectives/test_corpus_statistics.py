@@ -1,7 +1,7 @@
 """On the real Wikipedia sample with the real vocabulary, our instances have
 the statistics google-research/bert's algorithm gives on the same documents.
 
-The reference (tests/bert_reference.py) runs BERT's algorithm token by token
+The reference (tests/common/objectives/bert_reference.py) runs BERT's algorithm token by token
 on the very token lists our worker produced, with its own random stream; we
 compare distributions with tolerances of a few standard errors.
 """
@@ -17,9 +17,9 @@ from common.objectives.bert import BertParams, build_batch, plan_instances
 from common.params import Component
 from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
-from tests import bert_reference
-from tests.helpers import VOCAB, WIKI, need_shared
-from tests.run_configs import steps_of
+from tests.common.objectives import bert_reference
+from tests.support.helpers import VOCAB, WIKI, need_shared
+from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor, TaskStats
 
 PASSES = 8

@@ -14,7 +14,7 @@ The BPE and Unigram tokenizers are files in ``tests/data/matrix/`` (trained
 once from ../shared's corpus with ``mlm-train-vocab``; see the README there),
 so the matrix does not move with the trainer.
 
-``python -m tests.byte_matrix --write`` records the digests anew: only after
+``python -m tests.support.byte_matrix --write`` records the digests anew: only after
 a change meant to change output, named in its commit.
 """
 
@@ -26,9 +26,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers import VOCAB, WIKI
+from tests.support.helpers import VOCAB, WIKI
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # tests/data
 MATRIX_FILE = DATA / "byte_matrix.json"
 TOKENIZERS = {
     "wordpiece": {"vocab_file": str(VOCAB)},
@@ -110,7 +110,7 @@ def run_case(case: Case, corpus: Path | str, output: Path | str) -> dict[str, st
     from common.steps.dedup import stages as dedup_stages
     from common.storage import open_storage
     from common.tokenization import Vocabulary
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import prepare_job
     from worker.pipeline import TaskProcessor
 
@@ -143,7 +143,7 @@ if __name__ == "__main__":
     import tempfile
 
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m tests.byte_matrix --write")
+        sys.exit("usage: python -m tests.support.byte_matrix --write")
     with tempfile.TemporaryDirectory() as work:
         matrix = compute(Path(work))
     MATRIX_FILE.write_text(json.dumps(matrix, indent=1, sort_keys=True) + "\n")

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers import REPO, free_ports
+from tests.support.helpers import REPO, free_ports
 
 #: Short intervals, so expiries and redeliveries happen within seconds.
 FAST_LEASES = ["--lease-seconds", "3", "--heartbeat-seconds", "0.5", "--confirm-seconds", "5"]

@@ -1,7 +1,7 @@
 """moto in server mode on loopback, in a process of its own, with the one
 Auto Scaling action it lacks.
 
-Each server is a separate process (``python -m tests.moto_lifecycle PORT
+Each server is a separate process (``python -m tests.support.moto_lifecycle PORT
 RECORD``): moto keeps its backends in process-global state, and a threaded
 server inside the pytest process shared that state, and the interpreter, with
 every other test: one request stuck behind the GIL or a lock poisoned every
@@ -31,7 +31,7 @@ import pytest
 
 pytest.importorskip("moto.server", reason="moto[server] is not installed")
 
-from tests.helpers import REPO, free_ports  # noqa: E402
+from tests.support.helpers import REPO, free_ports  # noqa: E402
 
 #: How long a fresh server process may take to answer (it imports all of moto).
 START_SECONDS = 60
@@ -47,7 +47,7 @@ class MotoServer:
         self._record = self._dir / "completed.jsonl"
         self._log = open(self._dir / "server.log", "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.moto_lifecycle", str(self.port), str(self._record)],
+            [sys.executable, "-m", "tests.support.moto_lifecycle", str(self.port), str(self._record)],
             cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT)
         self._wait_until_serving()
 

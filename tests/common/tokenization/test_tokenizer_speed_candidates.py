@@ -18,8 +18,8 @@ import pytest
 from common.tokenization import Vocabulary, load_tokenizer
 from common.tokenization.fast_bpe import KitokenEncoder, make_fast_encoder, unsupported_reason
 from tests.common.tokenization.test_fast_wordpiece import ADVERSARIAL, assert_identical, documents_texts
-from tests.helpers import need_shared
-from tests.tokenizer_families import tokenizer_path, vocabulary_of
+from tests.support.helpers import need_shared
+from tests.support.tokenizer_families import tokenizer_path, vocabulary_of
 
 kitoken = pytest.importorskip("kitoken", reason="kitoken is not installed")
 

@@ -1,4 +1,4 @@
-"""The local S3 server (scripts/s3-server.sh + tests/s3_server.py) really speaks S3."""
+"""The local S3 server (scripts/s3-server.sh + tests/support/s3_server.py) really speaks S3."""
 
 import os
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
-from tests.s3_server import SCRIPT, S3Server, available
+from tests.support.s3_server import SCRIPT, S3Server, available
 
 pytestmark = pytest.mark.s3
 

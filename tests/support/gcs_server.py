@@ -1,6 +1,6 @@
 """A throwaway, loopback-only Google Cloud Storage emulator (fake-gcs-server) for tests.
 
-Thin wrapper around ``scripts/gcs-server.sh``, as tests/s3_server.py is around the radosgw one::
+Thin wrapper around ``scripts/gcs-server.sh``, as tests/support/s3_server.py is around the radosgw one::
 
     with GCSServer() as gcs:
         bucket = gcs.new_bucket("b")
@@ -20,7 +20,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gcs-server.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gcs-server.sh"
 SCRIPT_TIMEOUT = 60
 PORT_RETRIES = 3
 

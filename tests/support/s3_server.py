@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "s3-server.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "s3-server.sh"
 REQUIRED_TOOLS = ("bash", "ceph", "ceph-mon", "ceph-osd", "monmaptool", "radosgw", "radosgw-admin", "curl")
 INSTALL_HINT = "apt-get install -y radosgw ceph-mon ceph-osd curl"
 # The script gives each daemon 60 s; this only guards against a hung script.

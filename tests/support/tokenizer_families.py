@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tests.helpers import VOCAB, WIKI
+from tests.support.helpers import VOCAB, WIKI
 
 FAMILIES = ("wordpiece", "bpe", "unigram", "sentencepiece", "bpe-words")
 

@@ -15,9 +15,9 @@ import pytest
 
 from common.readers import ParseReport, reader_named
 from common.sentences import MAX_SEGMENT_CHARS, Segmenter, segment_pieces
-from tests.helpers import VOCAB, WIKI, need_shared
+from tests.support.helpers import REPO, VOCAB, WIKI, need_shared
 
-DATA = Path(__file__).parent / "data" / "matrix"
+DATA = REPO / "tests" / "data" / "matrix"
 
 
 def paragraphs() -> list[str]:
@@ -61,7 +61,7 @@ FAMILIES = {
 def test_each_documents_tokens_are_the_tokenizers_encoding_of_its_text(corpus, tmp_path, family):
     from common.storage import LocalStorage
     from common.tokenization import Vocabulary
-    from tests.run_configs import run_config
+    from tests.support.run_configs import run_config
     from ventilator.job import prepare_job
     from worker.pipeline import TaskProcessor
 
