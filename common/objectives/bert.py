@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common import kernels
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
@@ -214,6 +215,9 @@ class PairLayout:
 
 def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, special: SpecialIds,
                   word_starts: np.ndarray | None = None) -> PairLayout:
+    kernel = kernels.compiled
+    if kernel is not None and word_starts is None and tokens.dtype == np.int32:
+        return _lay_out_pairs_compiled(kernel, tokens, plan, max_seq_length, special)
     positions = np.arange(max_seq_length, dtype=np.int32)
     rows_index = np.arange(len(plan))
     # Per-row scalars as (n, 1) columns, broadcast against the positions.
@@ -240,6 +244,22 @@ def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, s
         opens = (positions == 1) | (positions == b_first)
         word_start = candidates & ((word_starts[source] if len(word_starts) else False) | opens)
     return PairLayout(original, candidates, input_mask, segment_ids, sequence_length[:, 0], word_start)
+
+
+def _lay_out_pairs_compiled(kernel, tokens: np.ndarray, plan: InstancePlan, max_seq_length: int,
+                            special: SpecialIds) -> PairLayout:
+    """:func:`lay_out_pairs` without word starts, in C (common/kernels.py)."""
+    rows = len(plan)
+    original = np.empty((rows, max_seq_length), dtype=np.int32)
+    candidates = np.empty((rows, max_seq_length), dtype=bool)
+    input_mask = np.empty((rows, max_seq_length), dtype=np.int32)
+    segment_ids = np.empty((rows, max_seq_length), dtype=np.int32)
+    sequence_length = np.empty(rows, dtype=np.int32)
+    columns = [np.ascontiguousarray(column, dtype=np.int64)
+               for column in (plan.a_start, plan.a_length, plan.b_start, plan.b_length)]
+    kernel.pair_layout(np.ascontiguousarray(tokens), *columns, rows, max_seq_length, special.cls, special.sep,
+                       special.pad, original, candidates, input_mask, segment_ids, sequence_length)
+    return PairLayout(original, candidates, input_mask, segment_ids, sequence_length)
 
 
 def select_masked(layout: PairLayout, masked_lm_prob: float, max_predictions: int, whole_word: bool,
