@@ -224,15 +224,19 @@ static uint32_t masked_crc(const uint8_t *data, size_t size) {
 /* ------------------------------------------------------------------------------------------------ Example */
 
 static inline Py_ssize_t varint_size(uint64_t value) {
-    Py_ssize_t size = 1;
-    while (value >= 0x80) {
-        value >>= 7;
-        size++;
-    }
-    return size;
+    return (Py_ssize_t)((64 - __builtin_clzll(value | 1) + 6) / 7);
 }
 
 static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
+    if (value < 0x80) {
+        *out = (uint8_t)value;
+        return out + 1;
+    }
+    if (value < 0x4000) {
+        out[0] = (uint8_t)(value & 0x7F) | 0x80;
+        out[1] = (uint8_t)(value >> 7);
+        return out + 2;
+    }
     while (value >= 0x80) {
         *out++ = (uint8_t)(value & 0x7F) | 0x80;
         value >>= 7;
@@ -256,6 +260,15 @@ static inline int64_t value_at(const FeatureSpec *f, Py_ssize_t index) {
 static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
     if (f->code == 'f') return 4 * f->width;
     Py_ssize_t size = 0;
+    if (f->code == 'i') {
+        const int32_t *values = (const int32_t *)f->values.buf + row * f->width;
+        int32_t low = 0;
+        for (Py_ssize_t c = 0; c < f->width; c++) {
+            low |= values[c];  /* a negative value sets the sign bit */
+            size += varint_size((uint32_t)values[c]);
+        }
+        return low < 0 ? -1 : size;
+    }
     for (Py_ssize_t c = 0; c < f->width; c++) {
         int64_t value = value_at(f, row * f->width + c);
         if (value < 0 || value >= ((int64_t)1 << 35)) return -1;
@@ -363,6 +376,12 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
                 memcpy(out, source, (size_t)p);
 #endif
                 out += p;
+            } else if (p == f->width) {  /* every value below 128: one byte each */
+                for (Py_ssize_t c = 0; c < f->width; c++) out[c] = (uint8_t)value_at(f, r * f->width + c);
+                out += p;
+            } else if (f->code == 'i') {
+                const int32_t *values = (const int32_t *)f->values.buf + r * f->width;
+                for (Py_ssize_t c = 0; c < f->width; c++) out = put_varint(out, (uint32_t)values[c]);
             } else {
                 for (Py_ssize_t c = 0; c < f->width; c++) out = put_varint(out, (uint64_t)value_at(f, r * f->width + c));
             }
