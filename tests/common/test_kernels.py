@@ -66,7 +66,7 @@ def test_the_encoder_gives_the_numpy_encoders_bytes(numpy_path):
     rng = np.random.default_rng(7)
     for rows in (1, 2, 33, 300):
         features = random_features(rng, rows)
-        compiled, fallback = both(numpy_path, lambda: encode_records(features))
+        compiled, fallback = both(numpy_path, lambda features=features: encode_records(features))
         assert compiled == fallback
         assert len(list(read_records(compiled))) == rows  # framing and both CRCs as TensorFlow checks them
 
