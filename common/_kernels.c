@@ -398,6 +398,186 @@ done:
     return result;
 }
 
+
+/* ------------------------------------------------------------------------------------------------ the plan */
+
+/* Python's random.Random (CPython's _randommodule.c: MT19937, random(), getrandbits()) and the two methods of
+ * random.py the plan calls (randint through _randbelow, getrandbits), on a copy of a Random's getstate(): the
+ * same draws in the same order as common.objectives.bert.plan_instances makes them.  common/kernels.py checks
+ * this against the Python plan on a sample once per process before using it. */
+typedef struct {
+    uint32_t mt[624];
+    int index;
+} Twister;
+
+static uint32_t genrand(Twister *t) {
+    static const uint32_t mag01[2] = {0x0u, 0x9908B0DFu};
+    uint32_t y, *mt = t->mt;
+    if (t->index >= 624) {
+        int k;
+        for (k = 0; k < 624 - 397; k++) {
+            y = (mt[k] & 0x80000000u) | (mt[k + 1] & 0x7FFFFFFFu);
+            mt[k] = mt[k + 397] ^ (y >> 1) ^ mag01[y & 1u];
+        }
+        for (; k < 623; k++) {
+            y = (mt[k] & 0x80000000u) | (mt[k + 1] & 0x7FFFFFFFu);
+            mt[k] = mt[k + (397 - 624)] ^ (y >> 1) ^ mag01[y & 1u];
+        }
+        y = (mt[623] & 0x80000000u) | (mt[0] & 0x7FFFFFFFu);
+        mt[623] = mt[396] ^ (y >> 1) ^ mag01[y & 1u];
+        t->index = 0;
+    }
+    y = mt[t->index++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9D2C5680u;
+    y ^= (y << 15) & 0xEFC60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+static double random_double(Twister *t) {
+    uint32_t a = genrand(t) >> 5, b = genrand(t) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* random.Random._randbelow_with_getrandbits(n), 1 <= n < 2**32. */
+static int64_t below(Twister *t, int64_t n) {
+    int k = 64 - __builtin_clzll((uint64_t)n);
+    uint32_t r;
+    do r = genrand(t) >> (32 - k); while (r >= (uint64_t)n);
+    return r;
+}
+
+/* random.Random.getrandbits(flips).bit_count(), flips >= 1. */
+static int64_t heads(Twister *t, int64_t flips) {
+    int64_t count = 0;
+    for (; flips > 0; flips -= 32) {
+        uint32_t r = genrand(t);
+        if (flips < 32) r >>= 32 - flips;
+        count += __builtin_popcount(r);
+    }
+    return count;
+}
+
+/* bisect.bisect_left(a, x, lo, hi) */
+static int64_t bisect_left(const int64_t *a, int64_t x, int64_t lo, int64_t hi) {
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* common.objectives.bert.plan_instances: one dupe pass over every document.  state: the 625 words of a
+ * Random's getstate()[1]; returns the number of instances written to the five output arrays (each holding at
+ * least one slot per segment), and state becomes the Random's state after the plan. */
+static PyObject *plan_instances(PyObject *self, PyObject *args) {
+    Py_buffer state, segments, documents, a_start, a_length, b_start, b_length, random_next;
+    Py_ssize_t num_segments, num_documents;
+    long long max_num_tokens;
+    double short_seq_prob;
+    int sentence_order;
+    if (!PyArg_ParseTuple(args, "w*y*y*nnLdpw*w*w*w*w*", &state, &segments, &documents, &num_segments,
+                          &num_documents, &max_num_tokens, &short_seq_prob, &sentence_order, &a_start, &a_length,
+                          &b_start, &b_length, &random_next))
+        return NULL;
+    PyObject *result = NULL;
+    Twister twister;
+    Py_ssize_t made = 0;
+    if (!check_len(&state, 625, 8, "state") || !check_len(&segments, num_segments + 1, 8, "segment_offsets") ||
+        !check_len(&documents, num_documents + 1, 8, "document_offsets") ||
+        !check_len(&a_start, num_segments, 8, "a_start") || !check_len(&a_length, num_segments, 8, "a_length") ||
+        !check_len(&b_start, num_segments, 8, "b_start") || !check_len(&b_length, num_segments, 8, "b_length") ||
+        !check_len(&random_next, num_segments, 1, "random_next"))
+        goto done;
+    const int64_t *words = state.buf;
+    const int64_t *offsets = segments.buf, *document_offsets = documents.buf;
+    if (max_num_tokens < 2 || max_num_tokens >= ((int64_t)1 << 31) || num_documents >= ((int64_t)1 << 31) ||
+        num_segments >= ((int64_t)1 << 31) || words[624] < 0 || words[624] > 624) {
+        PyErr_SetString(PyExc_ValueError, "a plan this kernel does not take");
+        goto done;
+    }
+    for (int k = 0; k < 624; k++) twister.mt[k] = (uint32_t)words[k];
+    twister.index = (int)words[624];
+    Twister *rng = &twister;
+    int64_t *out_a_start = a_start.buf, *out_a_length = a_length.buf, *out_b_start = b_start.buf;
+    int64_t *out_b_length = b_length.buf;
+    uint8_t *out_random = random_next.buf;
+    for (int64_t document = 0; document < num_documents; document++) {
+        int64_t first_segment = document_offsets[document], end_segment = document_offsets[document + 1];
+        int64_t target = max_num_tokens;
+        if (random_double(rng) < short_seq_prob) target = 2 + below(rng, max_num_tokens - 1);
+        int64_t chunk_start = first_segment;
+        while (chunk_start < end_segment) {
+            if (made >= num_segments) {
+                PyErr_SetString(PyExc_ValueError, "more instances than segments");
+                goto done;
+            }
+            int64_t i = bisect_left(offsets, offsets[chunk_start] + target, chunk_start + 1, end_segment) - 1;
+            int64_t chunk_size = i - chunk_start + 1;
+            int64_t a_end = chunk_size < 2 ? 1 : 1 + below(rng, chunk_size - 1);
+            int64_t as = offsets[chunk_start], al = offsets[chunk_start + a_end] - as, bs, bl;
+            int is_random;
+            if (chunk_size == 1 || (!sentence_order && random_double(rng) < 0.5)) {
+                is_random = 1;
+                int64_t target_b = target - al, random_document = 0;
+                for (int attempt = 0; attempt < 10; attempt++) {
+                    random_document = below(rng, num_documents);
+                    if (random_document != document) break;
+                }
+                int64_t random_first = document_offsets[random_document];
+                int64_t random_end = document_offsets[random_document + 1];
+                int64_t random_segment = random_first + below(rng, random_end - random_first);
+                bs = offsets[random_segment];
+                int64_t last = bisect_left(offsets, bs + target_b, random_segment + 1, random_end);
+                bl = offsets[last] - bs;
+                i -= chunk_size - a_end;
+            } else {
+                bs = offsets[chunk_start + a_end];
+                bl = offsets[i + 1] - bs;
+                is_random = sentence_order && random_double(rng) < 0.5;
+                if (is_random) {
+                    int64_t swap_start = as, swap_length = al;
+                    as = bs; al = bl; bs = swap_start; bl = swap_length;
+                }
+            }
+            /* common.objectives.bert.truncation_counts */
+            int64_t excess = al + bl - max_num_tokens, from_a = 0, from_b = 0;
+            if (excess > 0) {
+                if (al > bl) from_a = excess < al - bl ? excess : al - bl;
+                else if (bl > al) from_b = excess < bl - al ? excess : bl - al;
+                excess -= from_a + from_b;
+                from_b += (excess + 1) / 2;
+                from_a += excess / 2;
+            }
+            if (from_a) {
+                as += heads(rng, from_a);
+                al -= from_a;
+            }
+            if (from_b) {
+                bs += heads(rng, from_b);
+                bl -= from_b;
+            }
+            out_a_start[made] = as;
+            out_a_length[made] = al;
+            out_b_start[made] = bs;
+            out_b_length[made] = bl;
+            out_random[made] = (uint8_t)is_random;
+            made++;
+            chunk_start = i + 1;
+        }
+    }
+    for (int k = 0; k < 624; k++) ((int64_t *)state.buf)[k] = twister.mt[k];  /* where the Random is now */
+    ((int64_t *)state.buf)[624] = twister.index;
+    result = PyLong_FromSsize_t(made);
+done:
+    PyBuffer_Release(&state); PyBuffer_Release(&segments); PyBuffer_Release(&documents);
+    PyBuffer_Release(&a_start); PyBuffer_Release(&a_length); PyBuffer_Release(&b_start); PyBuffer_Release(&b_length);
+    PyBuffer_Release(&random_next);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------------ module */
 
 static PyObject *crc32c_masked(PyObject *self, PyObject *args) {
@@ -409,6 +589,7 @@ static PyObject *crc32c_masked(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"plan_instances", plan_instances, METH_VARARGS, "BERT's and ALBERT's plan of one pass, Python's draws."},
     {"pair_layout", pair_layout, METH_VARARGS, "BERT's [CLS] A [SEP] B [SEP] layout of planned instances."},
     {"select_tokens", select_tokens, METH_VARARGS, "Selection sampling of masked positions from given draws."},
     {"apply_masks", apply_masks, METH_VARARGS, "The 80/10/10 replacement and the prediction features."},

@@ -132,3 +132,57 @@ def test_the_environment_variable_forces_numpy():
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, kernels.FORCE_NUMPY: value},
                              capture_output=True, text=True, check=True).stdout.strip()
         assert out == numpy_only, value
+
+
+def test_the_plan_makes_pythons_draws(numpy_path):
+    """BERT's and ALBERT's plan in C: the same instances and the Random left in the same state as the Python
+    loop, over documents of every shape (one segment, segments longer than an instance)."""
+    import random
+
+    from common.objectives.bert import BertParams, plan_instances
+    from common.objectives.documents import TokenizedDocuments
+    shapes = random.Random(5)
+    documents = TokenizedDocuments.from_lists([
+        [[7] * shapes.choice([1, 3, 20, 70, 400]) for _ in range(shapes.choice([1, 1, 2, 5, 30]))]
+        for _ in range(120)])
+    for params in (BertParams(), BertParams(max_seq_length=512, short_seq_prob=0.5), BertParams(max_seq_length=5)):
+        for seed in range(4):
+            for sentence_order in (False, True):
+                runs = []
+                for on in (False, True):
+                    numpy_path(on)
+                    rng = random.Random(seed)
+                    runs.append((vars(plan_instances(documents, params, rng, sentence_order)), rng.getstate()))
+                (compiled, compiled_state), (python, python_state) = runs
+                assert compiled_state == python_state
+                assert compiled.keys() == python.keys()
+                for name in python:
+                    assert compiled[name].dtype == python[name].dtype, name
+                    np.testing.assert_array_equal(compiled[name], python[name], err_msg=name)
+
+
+def test_a_plan_kernel_that_disagrees_is_not_used(monkeypatch):
+    """The once-per-process check: a kernel whose plan differs from Python's (as a later Python's ``random``
+    could make it) is not used; the plan is Python's."""
+    import random
+
+    from common.objectives import bert
+    from common.objectives.documents import TokenizedDocuments
+
+    class Skewed:
+        def __getattr__(self, name):
+            return getattr(BUILT, name)
+
+        def plan_instances(self, *args):
+            made = BUILT.plan_instances(*args)
+            args[-1][:made] = ~args[-1][:made]  # every next-sentence label flipped
+            return made
+
+    skewed = Skewed()
+    assert bert._plan_kernel_agrees(BUILT) and not bert._plan_kernel_agrees(skewed)
+    monkeypatch.setattr(kernels, "compiled", skewed)
+    documents = TokenizedDocuments.from_lists([[[1] * 30, [2] * 30, [3] * 30]] * 4)
+    plan = bert.plan_instances(documents, bert.BertParams(), random.Random(1))
+    monkeypatch.setattr(kernels, "compiled", None)
+    expected = bert.plan_instances(documents, bert.BertParams(), random.Random(1))
+    np.testing.assert_array_equal(plan.is_random_next, expected.is_random_next)
