@@ -245,6 +245,19 @@ static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
     return out;
 }
 
+/* A varint below 2**28 in one 4-byte store, no branch on its size: the bytes past its end are overwritten by
+ * what follows it (every varint of a record is followed by at least the record's 4-byte CRC). */
+static inline uint8_t *put_varint_stored(uint8_t *out, uint32_t value) {
+    Py_ssize_t size = varint_size(value);
+    uint32_t word = (value & 0x7Fu) | ((value << 1) & 0x7F00u) | ((value << 2) & 0x7F0000u) |
+                    ((value << 3) & 0x7F000000u) | (0x00808080u >> (8 * (4 - size)));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    word = __builtin_bswap32(word);
+#endif
+    memcpy(out, &word, 4);
+    return out + size;
+}
+
 typedef struct {
     const char *key;
     Py_ssize_t key_length, width;
@@ -381,7 +394,10 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
                 out += p;
             } else if (f->code == 'i') {
                 const int32_t *values = (const int32_t *)f->values.buf + r * f->width;
-                for (Py_ssize_t c = 0; c < f->width; c++) out = put_varint(out, (uint32_t)values[c]);
+                for (Py_ssize_t c = 0; c < f->width; c++) {
+                    uint32_t value = (uint32_t)values[c];
+                    out = value < (1u << 28) ? put_varint_stored(out, value) : put_varint(out, value);
+                }
             } else {
                 for (Py_ssize_t c = 0; c < f->width; c++) out = put_varint(out, (uint64_t)value_at(f, r * f->width + c));
             }
