@@ -272,16 +272,17 @@ static inline int64_t value_at(const FeatureSpec *f, Py_ssize_t index) {
 /* Bytes of one feature's packed values in one row; -1 for a value a varint here cannot take. */
 static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
     if (f->code == 'f') return 4 * f->width;
-    Py_ssize_t size = 0;
     if (f->code == 'i') {
         const int32_t *values = (const int32_t *)f->values.buf + row * f->width;
-        int32_t low = 0;
-        for (Py_ssize_t c = 0; c < f->width; c++) {
-            low |= values[c];  /* a negative value sets the sign bit */
-            size += varint_size((uint32_t)values[c]);
+        int32_t low = 0, extra = 0;
+        for (Py_ssize_t c = 0; c < f->width; c++) {  /* comparisons only: the compiler vectorizes this loop */
+            int32_t value = values[c];
+            low |= value;  /* a negative value sets the sign bit */
+            extra += (value >= 0x80) + (value >= 0x4000) + (value >= 0x200000) + (value >= 0x10000000);
         }
-        return low < 0 ? -1 : size;
+        return low < 0 ? -1 : f->width + extra;
     }
+    Py_ssize_t size = 0;
     for (Py_ssize_t c = 0; c < f->width; c++) {
         int64_t value = value_at(f, row * f->width + c);
         if (value < 0 || value >= ((int64_t)1 << 35)) return -1;
@@ -513,6 +514,13 @@ static PyObject *plan_instances(PyObject *self, PyObject *args) {
         num_segments >= ((int64_t)1 << 31) || words[624] < 0 || words[624] > 624) {
         PyErr_SetString(PyExc_ValueError, "a plan this kernel does not take");
         goto done;
+    }
+    for (Py_ssize_t d = 0; d < num_documents; d++) {
+        if (document_offsets[d] < 0 || document_offsets[d + 1] <= document_offsets[d] ||
+            document_offsets[d + 1] > num_segments) {
+            PyErr_SetString(PyExc_ValueError, "a document without segments, or outside the segment table");
+            goto done;
+        }
     }
     for (int k = 0; k < 624; k++) twister.mt[k] = (uint32_t)words[k];
     twister.index = (int)words[624];

@@ -186,3 +186,18 @@ def test_a_plan_kernel_that_disagrees_is_not_used(monkeypatch):
     monkeypatch.setattr(kernels, "compiled", None)
     expected = bert.plan_instances(documents, bert.BertParams(), random.Random(1))
     np.testing.assert_array_equal(plan.is_random_next, expected.is_random_next)
+
+
+def test_the_plan_kernel_refuses_a_table_it_cannot_walk():
+    """A document without segments (the documents' own invariant broken) is a one-line ValueError, not a read
+    outside the arrays."""
+    import random
+    state = np.array(random.Random(1).getstate()[1], dtype=np.int64)
+    out = [np.empty(3, dtype=np.int64) for _ in range(4)] + [np.empty(3, dtype=bool)]
+    segments = np.array([0, 5, 9, 12], dtype=np.int64)
+    with pytest.raises(ValueError, match="a document without segments"):
+        BUILT.plan_instances(state, segments, np.array([0, 2, 2, 3], dtype=np.int64), 3, 3, 125, 0.1, False, *out)
+    with pytest.raises(ValueError, match="outside the segment table"):
+        BUILT.plan_instances(state, segments, np.array([0, 2, 7], dtype=np.int64), 3, 2, 125, 0.1, False, *out)
+    assert BUILT.plan_instances(state, segments, np.array([0, 2, 3], dtype=np.int64), 3, 2, 125, 0.1, False,
+                                *out) >= 2
