@@ -136,7 +136,8 @@ def _plan_instances_compiled(kernel, documents: TokenizedDocuments, max_num_toke
     made = kernel.plan_instances(state, segment_offsets, document_offsets, slots, documents.num_documents,
                                  max_num_tokens, short_seq_prob, sentence_order, *columns, random_next)
     rng.setstate((version, tuple(state.tolist()), gauss_next))
-    return InstancePlan(*(column[:made] for column in columns), random_next[:made])
+    a_start, a_length, b_start, b_length = (column[:made] for column in columns)
+    return InstancePlan(a_start, a_length, b_start, b_length, random_next[:made])
 
 
 @lru_cache(maxsize=4)
