@@ -622,7 +622,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_kernels", .m_size = -1, .m_methods = methods};
 
 PyMODINIT_FUNC PyInit__kernels(void) {
     crc_init();
