@@ -4,7 +4,8 @@ stages spend their CPU, function by function.
 One task of ../shared's corpus (2.06 MB, every file as one input) through the worker's TaskProcessor with
 nanotoken, BERT at seq 128; CPU seconds (time.process_time) around each named function, per input MB,
 the least of ``--runs`` runs.  For the rest of issue #33: which numpy kernels a faster build or write must
-beat (docs/benchmarks.md).
+beat (docs/benchmarks.md).  With the compiled kernels built (common/kernels.py) the encoder is one C call:
+``_example_layout`` and ``_masked_crc`` are then not called; ``MLM_PIPELINE_NUMPY_KERNELS=1`` times the numpy code.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ before the pipeline grew other objectives, tokenizers and formats (made
 with the release before the axis refactor: ``python -m ventilator --data
 ../shared/corpus/wiki --vocab-file bert-base-uncased-vocab.txt --dupe-factor
 2 --task-size 512K`` plus the flags of each case).  Any change to a random
-stream, the masking, the layout or the encoding shows here.
+stream, the masking, the layout or the encoding shows here, on the compiled
+kernels and on the numpy code alike (common/kernels.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 
 import pytest
 
+from common import kernels
 from common.config import JobConfig
 from common.params import Component
 from common.storage import LocalStorage
@@ -51,8 +53,13 @@ def vocabulary():
     return Vocabulary.from_tokenizer(load_tokenizer(vocab_file=str(VOCAB)))
 
 
+@pytest.mark.parametrize("path", ["compiled", "numpy"])
 @pytest.mark.parametrize("case", sorted(GOLDEN))
-def test_bert_shards_keep_their_bytes(case, vocabulary, tmp_path):
+def test_bert_shards_keep_their_bytes(case, path, vocabulary, tmp_path, monkeypatch):
+    if path == "numpy":
+        monkeypatch.setattr(kernels, "compiled", None)
+    else:
+        assert kernels.compiled is not None, "the compiled kernels are not built (tests/common/test_kernels.py)"
     objective_params, writer_params, expected = GOLDEN[case]
     config = JobConfig(data_uri=str(WIKI), output_uri=str(tmp_path), reader=Component("wikiextractor"),
                        steps=steps_of("blingfire"), tokenizer_json="",

@@ -24,9 +24,11 @@ import bisect
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from common import kernels
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
@@ -113,12 +115,57 @@ def plan_instances(documents: TokenizedDocuments, params, rng: random.Random,
     ``sentence_order`` is ALBERT's rule (google-research/albert's script
     without ``random_next_sentence``): a chunk of one segment still takes a
     random next segment, but otherwise B follows A, swapped with A half the
-    time (labelled 1), instead of coming from another document."""
+    time (labelled 1), instead of coming from another document.
+
+    With the compiled kernels (common/kernels.py) the same loop runs in C
+    on a copy of ``rng``'s state, which it leaves where Python's would be."""
+    kernel = kernels.compiled
+    if kernel is not None and type(rng) is random.Random and _plan_kernel_agrees(kernel):
+        return _plan_instances_compiled(kernel, documents, params.max_seq_length - 3, params.short_seq_prob, rng,
+                                        sentence_order)
+    return _plan_instances_python(documents, params.max_seq_length - 3, params.short_seq_prob, rng, sentence_order)
+
+
+def _plan_instances_compiled(kernel, documents: TokenizedDocuments, max_num_tokens: int, short_seq_prob: float,
+                             rng: random.Random, sentence_order: bool) -> InstancePlan:
+    version, words, gauss_next = rng.getstate()
+    state = np.array(words, dtype=np.int64)
+    segment_offsets, document_offsets = documents.offset_arrays
+    slots = documents.num_segments
+    columns = [np.empty(slots, dtype=np.int64) for _ in range(4)]
+    random_next = np.empty(slots, dtype=bool)
+    made = kernel.plan_instances(state, segment_offsets, document_offsets, slots, documents.num_documents,
+                                 max_num_tokens, short_seq_prob, sentence_order, *columns, random_next)
+    rng.setstate((version, tuple(state.tolist()), gauss_next))
+    a_start, a_length, b_start, b_length = (column[:made] for column in columns)
+    return InstancePlan(a_start, a_length, b_start, b_length, random_next[:made])
+
+
+@lru_cache(maxsize=4)
+def _plan_kernel_agrees(kernel) -> bool:
+    """The C plan makes the Python plan's draws on this interpreter's ``random`` (its methods are Python code
+    that could change between releases): checked once per process on a sample that takes every branch
+    (one-segment documents, truncation by more than 32 tokens, short targets), both rules, before it is used."""
+    sample = random.Random(33)
+    documents = TokenizedDocuments.from_lists([
+        [[1] * sample.randint(1, 300 if d % 5 == 0 else 40) for _ in range(sample.randint(1, 12 if d % 4 else 1))]
+        for d in range(40)])
+    for seed in (1, 2):
+        for sentence_order in (False, True):
+            python_rng, compiled_rng = random.Random(seed), random.Random(seed)
+            expected = _plan_instances_python(documents, 125, 0.3, python_rng, sentence_order)
+            got = _plan_instances_compiled(kernel, documents, 125, 0.3, compiled_rng, sentence_order)
+            if any(not np.array_equal(a, b) for a, b in zip(vars(expected).values(), vars(got).values())) or \
+                    python_rng.getstate() != compiled_rng.getstate():
+                return False
+    return True
+
+
+def _plan_instances_python(documents: TokenizedDocuments, max_num_tokens: int, short_seq_prob: float,
+                           rng: random.Random, sentence_order: bool) -> InstancePlan:
     segment_offsets = documents.segment_offsets
     document_offsets = documents.document_offsets
     num_documents = documents.num_documents
-    max_num_tokens = params.max_seq_length - 3
-    short_seq_prob = params.short_seq_prob
 
     a_starts: list[int] = []
     a_lengths: list[int] = []
@@ -215,6 +262,9 @@ class PairLayout:
 
 def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, special: SpecialIds,
                   word_starts: np.ndarray | None = None) -> PairLayout:
+    kernel = kernels.compiled
+    if kernel is not None and word_starts is None and tokens.dtype == np.int32:
+        return _lay_out_pairs_compiled(kernel, tokens, plan, max_seq_length, special)
     positions = np.arange(max_seq_length, dtype=np.int32)
     rows_index = np.arange(len(plan))
     # Per-row scalars as (n, 1) columns, broadcast against the positions.
@@ -241,6 +291,22 @@ def lay_out_pairs(tokens: np.ndarray, plan: InstancePlan, max_seq_length: int, s
         opens = (positions == 1) | (positions == b_first)
         word_start = candidates & ((word_starts[source] if len(word_starts) else False) | opens)
     return PairLayout(original, candidates, input_mask, segment_ids, sequence_length[:, 0], word_start)
+
+
+def _lay_out_pairs_compiled(kernel, tokens: np.ndarray, plan: InstancePlan, max_seq_length: int,
+                            special: SpecialIds) -> PairLayout:
+    """:func:`lay_out_pairs` without word starts, in C (common/kernels.py)."""
+    rows = len(plan)
+    original = np.empty((rows, max_seq_length), dtype=np.int32)
+    candidates = np.empty((rows, max_seq_length), dtype=bool)
+    input_mask = np.empty((rows, max_seq_length), dtype=np.int32)
+    segment_ids = np.empty((rows, max_seq_length), dtype=np.int32)
+    sequence_length = np.empty(rows, dtype=np.int32)
+    columns = [np.ascontiguousarray(column, dtype=np.int64)
+               for column in (plan.a_start, plan.a_length, plan.b_start, plan.b_length)]
+    kernel.pair_layout(np.ascontiguousarray(tokens), *columns, rows, max_seq_length, special.cls, special.sep,
+                       special.pad, original, candidates, input_mask, segment_ids, sequence_length)
+    return PairLayout(original, candidates, input_mask, segment_ids, sequence_length)
 
 
 def select_masked(layout: PairLayout, masked_lm_prob: float, max_predictions: int, whole_word: bool,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -26,6 +27,11 @@ class TokenizedDocuments:
     segment_offsets: list[int]
     document_offsets: list[int]
     word_starts: np.ndarray | None = None
+
+    @cached_property
+    def offset_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``segment_offsets`` and ``document_offsets`` as int64 arrays, made once for every pass."""
+        return (np.asarray(self.segment_offsets, dtype=np.int64), np.asarray(self.document_offsets, dtype=np.int64))
 
     @property
     def num_documents(self) -> int:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common import kernels
+
 
 def num_to_predict(sequence_lengths: np.ndarray, masked_lm_prob: float, max_predictions: int) -> np.ndarray:
     """min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
@@ -26,6 +28,13 @@ def select_tokens(candidates: np.ndarray, budget: np.ndarray, rng: np.random.Gen
     them if fewer): BERT's shuffle-then-take-the-first, drawn by sequential
     selection sampling (Knuth's algorithm S), one numpy step per column."""
     n, length = candidates.shape
+    kernel = kernels.compiled
+    if kernel is not None and candidates.dtype == bool:
+        draws = rng.random((n, length))
+        selected = np.empty((n, length), dtype=bool)
+        kernel.select_tokens(np.ascontiguousarray(candidates), np.ascontiguousarray(budget, dtype=np.int64), draws,
+                             n, length, selected)
+        return selected
     need = budget.astype(np.int64).copy()
     remaining = candidates.sum(axis=1).astype(np.int64)
     draws = rng.random((n, length))
@@ -95,6 +104,9 @@ def apply_masks(original: np.ndarray, selected: np.ndarray, max_predictions: int
     """80% [MASK], 10% the original token, 10% a random vocabulary id, at
     the selected positions; positions listed in increasing order (BERT sorts them)."""
     n = len(original)
+    kernel = kernels.compiled
+    if kernel is not None and original.dtype == np.int32 and original.ndim == 2 and selected.dtype == bool:
+        return _apply_masks_compiled(kernel, original, selected, max_predictions, mask_id, vocab_size, rng)
     # A position's rank among its row's selected ones is its column.
     rows, columns = np.nonzero(selected)
     per_row = np.bincount(rows, minlength=n)
@@ -114,4 +126,22 @@ def apply_masks(original: np.ndarray, selected: np.ndarray, max_predictions: int
     positions[rows, rank] = columns
     ids[rows, rank] = labels
     weights[rows, rank] = 1.0
+    return MaskedLM(input_ids, positions, ids, weights)
+
+
+def _apply_masks_compiled(kernel, original: np.ndarray, selected: np.ndarray, max_predictions: int, mask_id: int,
+                          vocab_size: int, rng: np.random.Generator) -> MaskedLM:
+    """:func:`apply_masks` with the same draws, the per-position work in C (common/kernels.py)."""
+    n, length = original.shape
+    selected = np.ascontiguousarray(selected)
+    count = int(np.count_nonzero(selected))
+    replace_draw = np.ascontiguousarray(rng.random(count), dtype=np.float64)
+    keep_draw = np.ascontiguousarray(rng.random(count), dtype=np.float64)
+    random_words = np.ascontiguousarray(rng.integers(0, vocab_size, size=count), dtype=np.int64)
+    input_ids = np.array(original, dtype=np.int32, order="C")
+    positions = np.zeros((n, max_predictions), dtype=np.int32)
+    ids = np.zeros((n, max_predictions), dtype=np.int32)
+    weights = np.zeros((n, max_predictions), dtype=np.float32)
+    kernel.apply_masks(selected, replace_draw, keep_draw, random_words, n, length, max_predictions, count, mask_id,
+                       input_ids, positions, ids, weights)
     return MaskedLM(input_ids, positions, ids, weights)

@@ -31,6 +31,7 @@ from typing import BinaryIO
 import crc32c
 import numpy as np
 
+from common import kernels
 from common.objectives.base import Batch, Feature
 from common.params import param
 from common.writers.base import HashingFile, OutputFile, ShardFile, TaskOutput, Writer
@@ -224,11 +225,35 @@ def _masked_crc(data) -> int:
 _LENGTH_CRCS: dict[int, int] = {}
 
 
+def _kernel_specs(features: dict[str, np.ndarray], rows: int) -> list[tuple[bytes, str, np.ndarray, int]] | None:
+    """The features as the compiled encoder takes them (common/kernels.py): (key, 'i' int32 / 'q' int64 /
+    'f' float32, C-contiguous values, width); None for what only the numpy encoder handles."""
+    specs = []
+    for key, values in features.items():
+        values = np.asarray(values)
+        key_bytes = key.encode()
+        if values.ndim != 2 or len(values) != rows or len(key_bytes) > 127:
+            return None
+        if values.dtype.kind == "f":
+            specs.append((key_bytes, "f", np.ascontiguousarray(values, dtype="<f4"), values.shape[1]))
+        elif values.dtype.kind in "biu" and values.dtype.itemsize <= 4 and values.dtype != np.uint32:
+            specs.append((key_bytes, "i", np.ascontiguousarray(values, dtype=np.int32), values.shape[1]))
+        elif values.dtype.kind in "iu" and values.dtype.itemsize <= 8 and values.dtype != np.uint64:
+            specs.append((key_bytes, "q", np.ascontiguousarray(values, dtype=np.int64), values.shape[1]))
+        else:
+            return None
+    return specs
+
+
 def encode_records(features: dict[str, np.ndarray]) -> bytes:
     """TFRecord-framed Examples for every row, as the bytes of a shard."""
     rows = len(next(iter(features.values())))
     if rows == 0:
         return b""
+    kernel = kernels.compiled
+    specs = _kernel_specs(features, rows) if kernel is not None else None
+    if kernel is not None and specs is not None:
+        return kernel.encode_records(specs, rows)
     example = _Layout(rows)
     _example_layout(features, example)
     data_length = example.lengths.copy()

@@ -1,0 +1,631 @@
+/* Compiled kernels for the per-record work of masked-LM objectives and the TFRecord encoder (issue #33).
+ *
+ * Each function does exactly what a numpy function of the project does, on the same inputs (the random draws
+ * are made by numpy in the caller and passed in, so the streams are unchanged): common/kernels.py chooses this
+ * module when it was built (pip install .) and MLM_PIPELINE_NUMPY_KERNELS is not set, the numpy code otherwise.
+ * The byte matrix (tests/test_byte_matrix.py) and tests/common/test_kernels.py hold the two paths byte-identical.
+ *
+ * Arrays arrive as buffers (numpy arrays, C-contiguous, of the dtypes common/kernels.py checks); every size is
+ * checked here again, so a wrong call raises ValueError instead of touching memory it does not own.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------ buffers */
+
+static int check_len(Py_buffer *buffer, Py_ssize_t items, Py_ssize_t item_size, const char *name) {
+    if (buffer->len < items * item_size) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, buffer->len, items * item_size);
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------ layout */
+
+/* common.objectives.bert.lay_out_pairs without word starts: [CLS] A [SEP] B [SEP], zero-padded. */
+static PyObject *pair_layout(PyObject *self, PyObject *args) {
+    Py_buffer tokens, a_start, a_length, b_start, b_length, original, candidates, input_mask, segment_ids, seq_len;
+    Py_ssize_t rows, width;
+    int cls, sep, pad;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*nniiiw*w*w*w*w*", &tokens, &a_start, &a_length, &b_start, &b_length,
+                          &rows, &width, &cls, &sep, &pad, &original, &candidates, &input_mask, &segment_ids,
+                          &seq_len))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t cells = rows * width, count = tokens.len / 4;
+    if (!check_len(&a_start, rows, 8, "a_start") || !check_len(&a_length, rows, 8, "a_length") ||
+        !check_len(&b_start, rows, 8, "b_start") || !check_len(&b_length, rows, 8, "b_length") ||
+        !check_len(&original, cells, 4, "original") || !check_len(&candidates, cells, 1, "candidates") ||
+        !check_len(&input_mask, cells, 4, "input_mask") || !check_len(&segment_ids, cells, 4, "segment_ids") ||
+        !check_len(&seq_len, rows, 4, "sequence_length"))
+        goto done;
+    const int32_t *token = tokens.buf;
+    const int64_t *as = a_start.buf, *al = a_length.buf, *bs = b_start.buf, *bl = b_length.buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        int32_t *out = (int32_t *)original.buf + r * width, *mask = (int32_t *)input_mask.buf + r * width;
+        int32_t *segment = (int32_t *)segment_ids.buf + r * width;
+        uint8_t *candidate = (uint8_t *)candidates.buf + r * width;
+        int64_t a_len = al[r], b_len = bl[r], b_first = a_len + 2, length = b_first + b_len + 1;
+        if (a_len < 0 || b_len < 0 || length > width || as[r] < 0 || bs[r] < 0 || as[r] + a_len > count ||
+            bs[r] + b_len > count) {
+            PyErr_SetString(PyExc_ValueError, "an instance outside the tokens or the sequence length");
+            goto done;
+        }
+        out[0] = cls;
+        candidate[0] = 0;
+        memcpy(out + 1, token + as[r], (size_t)a_len * 4);
+        memset(candidate + 1, 1, (size_t)a_len);
+        out[a_len + 1] = sep;
+        candidate[a_len + 1] = 0;
+        memcpy(out + b_first, token + bs[r], (size_t)b_len * 4);
+        memset(candidate + b_first, 1, (size_t)b_len);
+        out[length - 1] = sep;
+        candidate[length - 1] = 0;
+        for (Py_ssize_t p = length; p < width; p++) out[p] = pad;
+        memset(candidate + length, 0, (size_t)(width - length));
+        for (Py_ssize_t p = 0; p < width; p++) {
+            mask[p] = p < length;
+            segment[p] = p >= b_first && p < length;
+        }
+        ((int32_t *)seq_len.buf)[r] = (int32_t)length;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&tokens); PyBuffer_Release(&a_start); PyBuffer_Release(&a_length); PyBuffer_Release(&b_start);
+    PyBuffer_Release(&b_length); PyBuffer_Release(&original); PyBuffer_Release(&candidates);
+    PyBuffer_Release(&input_mask); PyBuffer_Release(&segment_ids); PyBuffer_Release(&seq_len);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------------ masking */
+
+/* common.objectives.masking.select_tokens: selection sampling over each row's candidates with the caller's
+ * (rows, width) uniform draws; returns how many positions were selected. */
+static PyObject *select_tokens(PyObject *self, PyObject *args) {
+    Py_buffer candidates, budget, draws, selected;
+    Py_ssize_t rows, width;
+    if (!PyArg_ParseTuple(args, "y*y*y*nnw*", &candidates, &budget, &draws, &rows, &width, &selected)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t cells = rows * width, total = 0;
+    if (!check_len(&candidates, cells, 1, "candidates") || !check_len(&budget, rows, 8, "budget") ||
+        !check_len(&draws, cells, 8, "draws") || !check_len(&selected, cells, 1, "selected"))
+        goto done;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint8_t *candidate = (const uint8_t *)candidates.buf + r * width;
+        const double *draw = (const double *)draws.buf + r * width;
+        uint8_t *out = (uint8_t *)selected.buf + r * width;
+        int64_t remaining = 0, need = ((const int64_t *)budget.buf)[r];
+        for (Py_ssize_t p = 0; p < width; p++) remaining += candidate[p] != 0;
+        for (Py_ssize_t p = 0; p < width; p++) {
+            uint8_t take = 0;
+            if (candidate[p]) {
+                take = draw[p] * (double)remaining < (double)need;
+                need -= take;
+                remaining -= 1;
+            }
+            out[p] = take;
+            total += take;
+        }
+    }
+    result = PyLong_FromSsize_t(total);
+done:
+    PyBuffer_Release(&candidates); PyBuffer_Release(&budget); PyBuffer_Release(&draws); PyBuffer_Release(&selected);
+    return result;
+}
+
+/* common.objectives.masking.apply_masks after its draws: 80% [MASK], 10% kept, 10% a random id, and the
+ * positions in increasing order with their original ids.  input_ids arrives as a copy of the original ids. */
+static PyObject *apply_masks(PyObject *self, PyObject *args) {
+    Py_buffer selected, replace, keep, words, input_ids, positions, ids, weights;
+    Py_ssize_t rows, width, predictions, count;
+    long long mask_id;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*nnnnLw*w*w*w*", &selected, &replace, &keep, &words, &rows, &width,
+                          &predictions, &count, &mask_id, &input_ids, &positions, &ids, &weights))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t cells = rows * width, slots = rows * predictions, k = 0;
+    if (!check_len(&selected, cells, 1, "selected") || !check_len(&replace, count, 8, "replace") ||
+        !check_len(&keep, count, 8, "keep") || !check_len(&words, count, 8, "words") ||
+        !check_len(&input_ids, cells, 4, "input_ids") || !check_len(&positions, slots, 4, "positions") ||
+        !check_len(&ids, slots, 4, "ids") || !check_len(&weights, slots, 4, "weights"))
+        goto done;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint8_t *chosen = (const uint8_t *)selected.buf + r * width;
+        int32_t *row = (int32_t *)input_ids.buf + r * width;
+        Py_ssize_t rank = 0;
+        for (Py_ssize_t p = 0; p < width; p++) {
+            if (!chosen[p]) continue;
+            if (k >= count || rank >= predictions) {
+                PyErr_SetString(PyExc_ValueError, "more selected positions than draws or prediction slots");
+                goto done;
+            }
+            int32_t label = row[p];
+            int64_t value = ((const double *)replace.buf)[k] < 0.8 ? mask_id
+                            : ((const double *)keep.buf)[k] < 0.5 ? label : ((const int64_t *)words.buf)[k];
+            row[p] = (int32_t)value;
+            ((int32_t *)positions.buf)[r * predictions + rank] = (int32_t)p;
+            ((int32_t *)ids.buf)[r * predictions + rank] = label;
+            ((float *)weights.buf)[r * predictions + rank] = 1.0f;
+            rank++;
+            k++;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&selected); PyBuffer_Release(&replace); PyBuffer_Release(&keep); PyBuffer_Release(&words);
+    PyBuffer_Release(&input_ids); PyBuffer_Release(&positions); PyBuffer_Release(&ids); PyBuffer_Release(&weights);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------------ CRC32C */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t crc = n;
+        for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+        crc_table[0][n] = crc;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int k = 1; k < 8; k++) crc_table[k][n] = (crc_table[k - 1][n] >> 8) ^ crc_table[0][crc_table[k - 1][n] & 0xFF];
+}
+
+static uint32_t crc32c_soft(const uint8_t *data, size_t size) {
+    uint32_t crc = 0xFFFFFFFFu;
+    while (size >= 8) {
+        uint64_t word;
+        memcpy(&word, data, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        word = __builtin_bswap64(word);
+#endif
+        word ^= crc;
+        crc = crc_table[7][word & 0xFF] ^ crc_table[6][(word >> 8) & 0xFF] ^ crc_table[5][(word >> 16) & 0xFF] ^
+              crc_table[4][(word >> 24) & 0xFF] ^ crc_table[3][(word >> 32) & 0xFF] ^
+              crc_table[2][(word >> 40) & 0xFF] ^ crc_table[1][(word >> 48) & 0xFF] ^ crc_table[0][word >> 56];
+        data += 8;
+        size -= 8;
+    }
+    while (size--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *data++) & 0xFF];
+    return crc ^ 0xFFFFFFFFu;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hard(const uint8_t *data, size_t size) {
+    uint64_t crc = 0xFFFFFFFFu;
+    while (size >= 8) {
+        uint64_t word;
+        memcpy(&word, data, 8);
+        crc = _mm_crc32_u64(crc, word);
+        data += 8;
+        size -= 8;
+    }
+    uint32_t small = (uint32_t)crc;
+    while (size--) small = _mm_crc32_u8(small, *data++);
+    return small ^ 0xFFFFFFFFu;
+}
+static int has_hard_crc(void) { return __builtin_cpu_supports("sse4.2"); }
+#else
+static uint32_t crc32c_hard(const uint8_t *data, size_t size) { return crc32c_soft(data, size); }
+static int has_hard_crc(void) { return 0; }
+#endif
+
+static uint32_t (*crc32c_of)(const uint8_t *, size_t) = crc32c_soft;
+
+static uint32_t masked_crc(const uint8_t *data, size_t size) {
+    uint32_t crc = crc32c_of(data, size);
+    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+/* ------------------------------------------------------------------------------------------------ Example */
+
+static inline Py_ssize_t varint_size(uint64_t value) {
+    return (Py_ssize_t)((64 - __builtin_clzll(value | 1) + 6) / 7);
+}
+
+static inline uint8_t *put_varint(uint8_t *out, uint64_t value) {
+    if (value < 0x80) {
+        *out = (uint8_t)value;
+        return out + 1;
+    }
+    if (value < 0x4000) {
+        out[0] = (uint8_t)(value & 0x7F) | 0x80;
+        out[1] = (uint8_t)(value >> 7);
+        return out + 2;
+    }
+    while (value >= 0x80) {
+        *out++ = (uint8_t)(value & 0x7F) | 0x80;
+        value >>= 7;
+    }
+    *out++ = (uint8_t)value;
+    return out;
+}
+
+/* A varint below 2**28 in one 4-byte store, no branch on its size: the bytes past its end are overwritten by
+ * what follows it (every varint of a record is followed by at least the record's 4-byte CRC). */
+static inline uint8_t *put_varint_stored(uint8_t *out, uint32_t value) {
+    Py_ssize_t size = varint_size(value);
+    uint32_t word = (value & 0x7Fu) | ((value << 1) & 0x7F00u) | ((value << 2) & 0x7F0000u) |
+                    ((value << 3) & 0x7F000000u) | (0x00808080u >> (8 * (4 - size)));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    word = __builtin_bswap32(word);
+#endif
+    memcpy(out, &word, 4);
+    return out + size;
+}
+
+typedef struct {
+    const char *key;
+    Py_ssize_t key_length, width;
+    char code; /* 'i': int32, 'q': int64, 'f': float32 */
+    Py_buffer values;
+} FeatureSpec;
+
+static inline int64_t value_at(const FeatureSpec *f, Py_ssize_t index) {
+    return f->code == 'i' ? ((const int32_t *)f->values.buf)[index] : ((const int64_t *)f->values.buf)[index];
+}
+
+/* Bytes of one feature's packed values in one row; -1 for a value a varint here cannot take. */
+static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
+    if (f->code == 'f') return 4 * f->width;
+    if (f->code == 'i') {
+        const int32_t *values = (const int32_t *)f->values.buf + row * f->width;
+        int32_t low = 0, extra = 0;
+        for (Py_ssize_t c = 0; c < f->width; c++) {  /* comparisons only: the compiler vectorizes this loop */
+            int32_t value = values[c];
+            low |= value;  /* a negative value sets the sign bit */
+            extra += (value >= 0x80) + (value >= 0x4000) + (value >= 0x200000) + (value >= 0x10000000);
+        }
+        return low < 0 ? -1 : f->width + extra;
+    }
+    Py_ssize_t size = 0;
+    for (Py_ssize_t c = 0; c < f->width; c++) {
+        int64_t value = value_at(f, row * f->width + c);
+        if (value < 0 || value >= ((int64_t)1 << 35)) return -1;
+        size += varint_size((uint64_t)value);
+    }
+    return size;
+}
+
+/* common.writers.tfrecord.encode_records: the TFRecord-framed tf.train.Example of every row.  features is a
+ * sequence of (key, code, values, width); values a C-contiguous (rows, width) buffer of code's type. */
+static PyObject *encode_records(PyObject *self, PyObject *args) {
+    PyObject *specs;
+    Py_ssize_t rows;
+    if (!PyArg_ParseTuple(args, "On", &specs, &rows)) return NULL;
+    PyObject *sequence = PySequence_Fast(specs, "features must be a sequence");
+    if (sequence == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(sequence), parsed = 0;
+    PyObject *result = NULL;
+    Py_ssize_t *packed = NULL;
+    FeatureSpec *features = PyMem_Calloc((size_t)(count ? count : 1), sizeof(FeatureSpec));
+    if (features == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; parsed < count; parsed++) {
+        FeatureSpec *f = &features[parsed];
+        int code;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(sequence, parsed), "y#Cy*n", &f->key, &f->key_length, &code,
+                              &f->values, &f->width))
+            goto done;
+        f->code = (char)code;
+        if ((code != 'i' && code != 'q' && code != 'f') || f->key_length > 127 || f->width < 0) {
+            PyBuffer_Release(&f->values);
+            PyErr_SetString(PyExc_ValueError, "a feature needs a key below 128 bytes and values int32, int64 or float32");
+            goto done;
+        }
+        if (!check_len(&f->values, rows * f->width, code == 'q' ? 8 : 4, "values")) {
+            PyBuffer_Release(&f->values);
+            goto done;
+        }
+    }
+    /* First pass: every row's packed sizes, then the records' total. */
+    packed = PyMem_Malloc((size_t)(rows * count + 1) * sizeof(Py_ssize_t));
+    if (packed == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t features_length = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            Py_ssize_t p = packed[r * count + i] = packed_size(&features[i], r);
+            if (p < 0) {
+                PyErr_SetString(PyExc_ValueError, "varints take integers in [0, 2**35)");
+                goto done;
+            }
+            Py_ssize_t list = 1 + varint_size((uint64_t)p) + p, feature = 1 + varint_size((uint64_t)list) + list;
+            Py_ssize_t entry = 2 + features[i].key_length + 1 + varint_size((uint64_t)feature) + feature;
+            features_length += 1 + varint_size((uint64_t)entry) + entry;
+        }
+        total += 16 + 1 + varint_size((uint64_t)features_length) + features_length;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t features_length = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            Py_ssize_t p = packed[r * count + i];
+            Py_ssize_t list = 1 + varint_size((uint64_t)p) + p, feature = 1 + varint_size((uint64_t)list) + list;
+            Py_ssize_t entry = 2 + features[i].key_length + 1 + varint_size((uint64_t)feature) + feature;
+            features_length += 1 + varint_size((uint64_t)entry) + entry;
+        }
+        uint64_t length = (uint64_t)(1 + varint_size((uint64_t)features_length) + features_length);
+        uint8_t *header = out, *data = out + 12;
+        for (int b = 0; b < 8; b++) header[b] = (uint8_t)(length >> (8 * b));
+        uint32_t length_crc = masked_crc(header, 8);
+        for (int b = 0; b < 4; b++) header[8 + b] = (uint8_t)(length_crc >> (8 * b));
+        out = data;
+        *out++ = 0x0A;
+        out = put_varint(out, (uint64_t)features_length);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const FeatureSpec *f = &features[i];
+            Py_ssize_t p = packed[r * count + i];
+            Py_ssize_t list = 1 + varint_size((uint64_t)p) + p, feature = 1 + varint_size((uint64_t)list) + list;
+            Py_ssize_t entry = 2 + f->key_length + 1 + varint_size((uint64_t)feature) + feature;
+            *out++ = 0x0A;
+            out = put_varint(out, (uint64_t)entry);
+            *out++ = 0x0A;
+            *out++ = (uint8_t)f->key_length;
+            memcpy(out, f->key, (size_t)f->key_length);
+            out += f->key_length;
+            *out++ = 0x12;
+            out = put_varint(out, (uint64_t)feature);
+            *out++ = f->code == 'f' ? 0x12 : 0x1A;
+            out = put_varint(out, (uint64_t)list);
+            *out++ = 0x0A;
+            out = put_varint(out, (uint64_t)p);
+            if (f->code == 'f') {
+                const uint8_t *source = (const uint8_t *)f->values.buf + r * f->width * 4;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+                for (Py_ssize_t c = 0; c < f->width; c++)
+                    for (int b = 0; b < 4; b++) out[4 * c + b] = source[4 * c + 3 - b];
+#else
+                memcpy(out, source, (size_t)p);
+#endif
+                out += p;
+            } else if (p == f->width) {  /* every value below 128: one byte each */
+                for (Py_ssize_t c = 0; c < f->width; c++) out[c] = (uint8_t)value_at(f, r * f->width + c);
+                out += p;
+            } else if (f->code == 'i') {
+                const int32_t *values = (const int32_t *)f->values.buf + r * f->width;
+                for (Py_ssize_t c = 0; c < f->width; c++) {
+                    uint32_t value = (uint32_t)values[c];
+                    out = value < (1u << 28) ? put_varint_stored(out, value) : put_varint(out, value);
+                }
+            } else {
+                for (Py_ssize_t c = 0; c < f->width; c++) out = put_varint(out, (uint64_t)value_at(f, r * f->width + c));
+            }
+        }
+        uint32_t data_crc = masked_crc(data, (size_t)length);
+        for (int b = 0; b < 4; b++) *out++ = (uint8_t)(data_crc >> (8 * b));
+    }
+done:
+    for (Py_ssize_t i = 0; i < parsed; i++) PyBuffer_Release(&features[i].values);
+    PyMem_Free(features);
+    PyMem_Free(packed);
+    Py_DECREF(sequence);
+    if (PyErr_Occurred()) Py_CLEAR(result);
+    return result;
+}
+
+
+/* ------------------------------------------------------------------------------------------------ the plan */
+
+/* Python's random.Random (CPython's _randommodule.c: MT19937, random(), getrandbits()) and the two methods of
+ * random.py the plan calls (randint through _randbelow, getrandbits), on a copy of a Random's getstate(): the
+ * same draws in the same order as common.objectives.bert.plan_instances makes them.  common/kernels.py checks
+ * this against the Python plan on a sample once per process before using it. */
+typedef struct {
+    uint32_t mt[624];
+    int index;
+} Twister;
+
+static uint32_t genrand(Twister *t) {
+    static const uint32_t mag01[2] = {0x0u, 0x9908B0DFu};
+    uint32_t y, *mt = t->mt;
+    if (t->index >= 624) {
+        int k;
+        for (k = 0; k < 624 - 397; k++) {
+            y = (mt[k] & 0x80000000u) | (mt[k + 1] & 0x7FFFFFFFu);
+            mt[k] = mt[k + 397] ^ (y >> 1) ^ mag01[y & 1u];
+        }
+        for (; k < 623; k++) {
+            y = (mt[k] & 0x80000000u) | (mt[k + 1] & 0x7FFFFFFFu);
+            mt[k] = mt[k + (397 - 624)] ^ (y >> 1) ^ mag01[y & 1u];
+        }
+        y = (mt[623] & 0x80000000u) | (mt[0] & 0x7FFFFFFFu);
+        mt[623] = mt[396] ^ (y >> 1) ^ mag01[y & 1u];
+        t->index = 0;
+    }
+    y = mt[t->index++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9D2C5680u;
+    y ^= (y << 15) & 0xEFC60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+static double random_double(Twister *t) {
+    uint32_t a = genrand(t) >> 5, b = genrand(t) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* random.Random._randbelow_with_getrandbits(n), 1 <= n < 2**32. */
+static int64_t below(Twister *t, int64_t n) {
+    int k = 64 - __builtin_clzll((uint64_t)n);
+    uint32_t r;
+    do r = genrand(t) >> (32 - k); while (r >= (uint64_t)n);
+    return r;
+}
+
+/* random.Random.getrandbits(flips).bit_count(), flips >= 1. */
+static int64_t heads(Twister *t, int64_t flips) {
+    int64_t count = 0;
+    for (; flips > 0; flips -= 32) {
+        uint32_t r = genrand(t);
+        if (flips < 32) r >>= 32 - flips;
+        count += __builtin_popcount(r);
+    }
+    return count;
+}
+
+/* bisect.bisect_left(a, x, lo, hi) */
+static int64_t bisect_left(const int64_t *a, int64_t x, int64_t lo, int64_t hi) {
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* common.objectives.bert.plan_instances: one dupe pass over every document.  state: the 625 words of a
+ * Random's getstate()[1]; returns the number of instances written to the five output arrays (each holding at
+ * least one slot per segment), and state becomes the Random's state after the plan. */
+static PyObject *plan_instances(PyObject *self, PyObject *args) {
+    Py_buffer state, segments, documents, a_start, a_length, b_start, b_length, random_next;
+    Py_ssize_t num_segments, num_documents;
+    long long max_num_tokens;
+    double short_seq_prob;
+    int sentence_order;
+    if (!PyArg_ParseTuple(args, "w*y*y*nnLdpw*w*w*w*w*", &state, &segments, &documents, &num_segments,
+                          &num_documents, &max_num_tokens, &short_seq_prob, &sentence_order, &a_start, &a_length,
+                          &b_start, &b_length, &random_next))
+        return NULL;
+    PyObject *result = NULL;
+    Twister twister;
+    Py_ssize_t made = 0;
+    if (!check_len(&state, 625, 8, "state") || !check_len(&segments, num_segments + 1, 8, "segment_offsets") ||
+        !check_len(&documents, num_documents + 1, 8, "document_offsets") ||
+        !check_len(&a_start, num_segments, 8, "a_start") || !check_len(&a_length, num_segments, 8, "a_length") ||
+        !check_len(&b_start, num_segments, 8, "b_start") || !check_len(&b_length, num_segments, 8, "b_length") ||
+        !check_len(&random_next, num_segments, 1, "random_next"))
+        goto done;
+    const int64_t *words = state.buf;
+    const int64_t *offsets = segments.buf, *document_offsets = documents.buf;
+    if (max_num_tokens < 2 || max_num_tokens >= ((int64_t)1 << 31) || num_documents >= ((int64_t)1 << 31) ||
+        num_segments >= ((int64_t)1 << 31) || words[624] < 0 || words[624] > 624) {
+        PyErr_SetString(PyExc_ValueError, "a plan this kernel does not take");
+        goto done;
+    }
+    for (Py_ssize_t d = 0; d < num_documents; d++) {
+        if (document_offsets[d] < 0 || document_offsets[d + 1] <= document_offsets[d] ||
+            document_offsets[d + 1] > num_segments) {
+            PyErr_SetString(PyExc_ValueError, "a document without segments, or outside the segment table");
+            goto done;
+        }
+    }
+    for (int k = 0; k < 624; k++) twister.mt[k] = (uint32_t)words[k];
+    twister.index = (int)words[624];
+    Twister *rng = &twister;
+    int64_t *out_a_start = a_start.buf, *out_a_length = a_length.buf, *out_b_start = b_start.buf;
+    int64_t *out_b_length = b_length.buf;
+    uint8_t *out_random = random_next.buf;
+    for (int64_t document = 0; document < num_documents; document++) {
+        int64_t first_segment = document_offsets[document], end_segment = document_offsets[document + 1];
+        int64_t target = max_num_tokens;
+        if (random_double(rng) < short_seq_prob) target = 2 + below(rng, max_num_tokens - 1);
+        int64_t chunk_start = first_segment;
+        while (chunk_start < end_segment) {
+            if (made >= num_segments) {
+                PyErr_SetString(PyExc_ValueError, "more instances than segments");
+                goto done;
+            }
+            int64_t i = bisect_left(offsets, offsets[chunk_start] + target, chunk_start + 1, end_segment) - 1;
+            int64_t chunk_size = i - chunk_start + 1;
+            int64_t a_end = chunk_size < 2 ? 1 : 1 + below(rng, chunk_size - 1);
+            int64_t as = offsets[chunk_start], al = offsets[chunk_start + a_end] - as, bs, bl;
+            int is_random;
+            if (chunk_size == 1 || (!sentence_order && random_double(rng) < 0.5)) {
+                is_random = 1;
+                int64_t target_b = target - al, random_document = 0;
+                for (int attempt = 0; attempt < 10; attempt++) {
+                    random_document = below(rng, num_documents);
+                    if (random_document != document) break;
+                }
+                int64_t random_first = document_offsets[random_document];
+                int64_t random_end = document_offsets[random_document + 1];
+                int64_t random_segment = random_first + below(rng, random_end - random_first);
+                bs = offsets[random_segment];
+                int64_t last = bisect_left(offsets, bs + target_b, random_segment + 1, random_end);
+                bl = offsets[last] - bs;
+                i -= chunk_size - a_end;
+            } else {
+                bs = offsets[chunk_start + a_end];
+                bl = offsets[i + 1] - bs;
+                is_random = sentence_order && random_double(rng) < 0.5;
+                if (is_random) {
+                    int64_t swap_start = as, swap_length = al;
+                    as = bs; al = bl; bs = swap_start; bl = swap_length;
+                }
+            }
+            /* common.objectives.bert.truncation_counts */
+            int64_t excess = al + bl - max_num_tokens, from_a = 0, from_b = 0;
+            if (excess > 0) {
+                if (al > bl) from_a = excess < al - bl ? excess : al - bl;
+                else if (bl > al) from_b = excess < bl - al ? excess : bl - al;
+                excess -= from_a + from_b;
+                from_b += (excess + 1) / 2;
+                from_a += excess / 2;
+            }
+            if (from_a) {
+                as += heads(rng, from_a);
+                al -= from_a;
+            }
+            if (from_b) {
+                bs += heads(rng, from_b);
+                bl -= from_b;
+            }
+            out_a_start[made] = as;
+            out_a_length[made] = al;
+            out_b_start[made] = bs;
+            out_b_length[made] = bl;
+            out_random[made] = (uint8_t)is_random;
+            made++;
+            chunk_start = i + 1;
+        }
+    }
+    for (int k = 0; k < 624; k++) ((int64_t *)state.buf)[k] = twister.mt[k];  /* where the Random is now */
+    ((int64_t *)state.buf)[624] = twister.index;
+    result = PyLong_FromSsize_t(made);
+done:
+    PyBuffer_Release(&state); PyBuffer_Release(&segments); PyBuffer_Release(&documents);
+    PyBuffer_Release(&a_start); PyBuffer_Release(&a_length); PyBuffer_Release(&b_start); PyBuffer_Release(&b_length);
+    PyBuffer_Release(&random_next);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------------ module */
+
+static PyObject *crc32c_masked(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    uint32_t crc = masked_crc(data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef methods[] = {
+    {"plan_instances", plan_instances, METH_VARARGS, "BERT's and ALBERT's plan of one pass, Python's draws."},
+    {"pair_layout", pair_layout, METH_VARARGS, "BERT's [CLS] A [SEP] B [SEP] layout of planned instances."},
+    {"select_tokens", select_tokens, METH_VARARGS, "Selection sampling of masked positions from given draws."},
+    {"apply_masks", apply_masks, METH_VARARGS, "The 80/10/10 replacement and the prediction features."},
+    {"encode_records", encode_records, METH_VARARGS, "TFRecord-framed tf.train.Example records."},
+    {"crc32c_masked", crc32c_masked, METH_VARARGS, "TFRecord's masked CRC32C of a buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_kernels", .m_size = -1, .m_methods = methods};
+
+PyMODINIT_FUNC PyInit__kernels(void) {
+    crc_init();
+    if (has_hard_crc()) crc32c_of = crc32c_hard;
+    return PyModule_Create(&module);
+}

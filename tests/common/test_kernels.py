@@ -1,0 +1,203 @@
+"""The compiled kernels (common/_kernels.c) give the numpy code's bytes, and the numpy code still runs.
+
+Each kernel is compared with the numpy function it replaces on the same inputs and random streams, edge values
+included; the byte matrix's cells that pass through a kernel run again with the numpy path forced (the whole
+matrix runs on the compiled one in tests/test_byte_matrix.py); MLM_PIPELINE_NUMPY_KERNELS=1 forces numpy in a
+new process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from common import kernels
+from common.objectives.bert import InstancePlan, lay_out_pairs
+from common.objectives.masking import apply_masks, select_tokens
+from common.tokenization.vocabulary import SpecialIds
+from common.writers.tfrecord import encode_records, read_records
+from tests.helpers import REPO
+
+BUILT = kernels.compiled
+
+
+@pytest.fixture
+def numpy_path(monkeypatch):
+    """Run the numpy code inside the block: ``with numpy_path(): ...``."""
+    def switch(on: bool) -> None:
+        monkeypatch.setattr(kernels, "compiled", None if on else BUILT)
+    return switch
+
+
+def test_the_kernels_are_built():
+    assert BUILT is not None, ("common/_kernels.c is not built here: `pip install -e .` (or `python setup.py "
+                               "build_ext --inplace`) builds it; without a C compiler the numpy code runs")
+
+
+def both(numpy_path, function):
+    """``function()`` on the compiled path, then on the numpy path."""
+    assert BUILT is not None
+    numpy_path(False)
+    compiled = function()
+    numpy_path(True)
+    return compiled, function()
+
+
+def random_features(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:
+    edges = np.array([0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**35 - 1])
+    return {
+        "input_ids": rng.integers(0, 60_000, (rows, 17)).astype(np.int32),
+        "input_mask": rng.integers(0, 2, (rows, 17)).astype(np.int32),
+        "wide": rng.choice(edges, (rows, 5)).astype(np.int64),
+        "small": rng.integers(0, 128, (rows, 3)).astype(np.int8),
+        "weights": rng.normal(size=(rows, 4)).astype(np.float32),
+        "doubles": rng.normal(size=(rows, 2)),
+        "empty": np.zeros((rows, 0), dtype=np.int32),
+        "label": rng.integers(0, 2, (rows, 1)).astype(np.int64),
+    }
+
+
+def test_the_encoder_gives_the_numpy_encoders_bytes(numpy_path):
+    rng = np.random.default_rng(7)
+    for rows in (1, 2, 33, 300):
+        features = random_features(rng, rows)
+        compiled, fallback = both(numpy_path, lambda features=features: encode_records(features))
+        assert compiled == fallback
+        assert len(list(read_records(compiled))) == rows  # framing and both CRCs as TensorFlow checks them
+
+
+@pytest.mark.parametrize("bad", [-1, 2**35])
+def test_the_encoder_refuses_what_the_numpy_encoder_refuses(numpy_path, bad):
+    features = {"input_ids": np.array([[1, bad]], dtype=np.int64)}
+    for on in (False, True):
+        numpy_path(on)
+        with pytest.raises(ValueError, match=r"varints take integers in \[0, 2\*\*35\)"):
+            encode_records(features)
+
+
+def test_masking_gives_the_numpy_masks(numpy_path):
+    special = SpecialIds(cls=101, sep=102, mask=103, pad=0, unk=100, vocab_size=30522, starts_word=np.ones(30522, dtype=bool))
+    data = np.random.default_rng(3)
+    tokens = data.integers(1000, 30000, 5000).astype(np.int32)
+    rows = 700
+    a_length = data.integers(0, 60, rows)
+    b_length = data.integers(1, 125 - a_length)
+    plan = InstancePlan(data.integers(0, 4000, rows), a_length, data.integers(0, 4000, rows), b_length,
+                        data.integers(0, 2, rows).astype(bool))
+
+    def run():
+        rng = np.random.default_rng(11)
+        layout = lay_out_pairs(tokens, plan, 128, special)
+        budget = np.minimum(20, np.maximum(1, np.round(layout.sequence_length * 0.15))).astype(np.int64)
+        selected = select_tokens(layout.candidates, budget, rng)
+        masked = apply_masks(layout.original, selected, 20, special.mask, special.vocab_size, rng)
+        return [layout.original, layout.candidates, layout.input_mask, layout.segment_ids, layout.sequence_length,
+                selected, masked.input_ids, masked.masked_lm_positions, masked.masked_lm_ids,
+                masked.masked_lm_weights, rng.random(3)]  # the streams end in the same place
+
+    compiled, fallback = both(numpy_path, run)
+    for got, expected in zip(compiled, fallback):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    assert compiled[5].sum(axis=1).min() >= 1  # something was masked in every row
+
+
+#: The byte matrix's cells that go through a kernel: every objective's TFRecord (the encoder), BERT and ALBERT
+#: with WordPiece (the layout), BERT and static RoBERTa (the selection), every masking objective (the masks).
+KERNEL_CELLS = [f"{objective}/tfrecord/{family}" for objective in ("bert", "albert", "roberta-static", "electra")
+                for family in ("wordpiece", "bpe")] + ["roberta-none/tfrecord/unigram"]
+
+
+def test_the_byte_matrix_holds_on_the_numpy_path(numpy_path, tmp_path):
+    from tests.byte_matrix import MATRIX_FILE, cases, compute
+    from tests.helpers import need_shared
+    need_shared()
+    expected = json.loads(MATRIX_FILE.read_text())
+    selected = [case for case in cases() if case.name in KERNEL_CELLS]
+    assert len(selected) == len(KERNEL_CELLS)
+    numpy_path(True)
+    got = compute(tmp_path, selected)
+    assert got == {name: expected[name] for name in KERNEL_CELLS}
+
+
+def test_the_environment_variable_forces_numpy():
+    code = "from common import kernels; print(kernels.compiled is None)"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for value, numpy_only in (("1", "True"), ("0", str(BUILT is None)), ("", str(BUILT is None))):
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, kernels.FORCE_NUMPY: value},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == numpy_only, value
+
+
+def test_the_plan_makes_pythons_draws(numpy_path):
+    """BERT's and ALBERT's plan in C: the same instances and the Random left in the same state as the Python
+    loop, over documents of every shape (one segment, segments longer than an instance)."""
+    import random
+
+    from common.objectives.bert import BertParams, plan_instances
+    from common.objectives.documents import TokenizedDocuments
+    shapes = random.Random(5)
+    documents = TokenizedDocuments.from_lists([
+        [[7] * shapes.choice([1, 3, 20, 70, 400]) for _ in range(shapes.choice([1, 1, 2, 5, 30]))]
+        for _ in range(120)])
+    for params in (BertParams(), BertParams(max_seq_length=512, short_seq_prob=0.5), BertParams(max_seq_length=5)):
+        for seed in range(4):
+            for sentence_order in (False, True):
+                runs = []
+                for on in (False, True):
+                    numpy_path(on)
+                    rng = random.Random(seed)
+                    runs.append((vars(plan_instances(documents, params, rng, sentence_order)), rng.getstate()))
+                (compiled, compiled_state), (python, python_state) = runs
+                assert compiled_state == python_state
+                assert compiled.keys() == python.keys()
+                for name in python:
+                    assert compiled[name].dtype == python[name].dtype, name
+                    np.testing.assert_array_equal(compiled[name], python[name], err_msg=name)
+
+
+def test_a_plan_kernel_that_disagrees_is_not_used(monkeypatch):
+    """The once-per-process check: a kernel whose plan differs from Python's (as a later Python's ``random``
+    could make it) is not used; the plan is Python's."""
+    import random
+
+    from common.objectives import bert
+    from common.objectives.documents import TokenizedDocuments
+
+    class Skewed:
+        def __getattr__(self, name):
+            return getattr(BUILT, name)
+
+        def plan_instances(self, *args):
+            made = BUILT.plan_instances(*args)
+            args[-1][:made] = ~args[-1][:made]  # every next-sentence label flipped
+            return made
+
+    skewed = Skewed()
+    assert bert._plan_kernel_agrees(BUILT) and not bert._plan_kernel_agrees(skewed)
+    monkeypatch.setattr(kernels, "compiled", skewed)
+    documents = TokenizedDocuments.from_lists([[[1] * 30, [2] * 30, [3] * 30]] * 4)
+    plan = bert.plan_instances(documents, bert.BertParams(), random.Random(1))
+    monkeypatch.setattr(kernels, "compiled", None)
+    expected = bert.plan_instances(documents, bert.BertParams(), random.Random(1))
+    np.testing.assert_array_equal(plan.is_random_next, expected.is_random_next)
+
+
+def test_the_plan_kernel_refuses_a_table_it_cannot_walk():
+    """A document without segments (the documents' own invariant broken) is a one-line ValueError, not a read
+    outside the arrays."""
+    import random
+    state = np.array(random.Random(1).getstate()[1], dtype=np.int64)
+    out = [np.empty(3, dtype=np.int64) for _ in range(4)] + [np.empty(3, dtype=bool)]
+    segments = np.array([0, 5, 9, 12], dtype=np.int64)
+    with pytest.raises(ValueError, match="a document without segments"):
+        BUILT.plan_instances(state, segments, np.array([0, 2, 2, 3], dtype=np.int64), 3, 3, 125, 0.1, False, *out)
+    with pytest.raises(ValueError, match="outside the segment table"):
+        BUILT.plan_instances(state, segments, np.array([0, 2, 7], dtype=np.int64), 3, 2, 125, 0.1, False, *out)
+    assert BUILT.plan_instances(state, segments, np.array([0, 2, 3], dtype=np.int64), 3, 2, 125, 0.1, False,
+                                *out) >= 2
