@@ -21,7 +21,7 @@ from common.objectives.bert import InstancePlan, lay_out_pairs
 from common.objectives.masking import apply_masks, select_tokens
 from common.tokenization.vocabulary import SpecialIds
 from common.writers.tfrecord import encode_records, read_records
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 BUILT = kernels.compiled
 
@@ -114,8 +114,8 @@ KERNEL_CELLS = [f"{objective}/tfrecord/{family}" for objective in ("bert", "albe
 
 
 def test_the_byte_matrix_holds_on_the_numpy_path(numpy_path, tmp_path):
-    from tests.byte_matrix import MATRIX_FILE, cases, compute
-    from tests.helpers import need_shared
+    from tests.support.byte_matrix import MATRIX_FILE, cases, compute
+    from tests.support.helpers import need_shared
     need_shared()
     expected = json.loads(MATRIX_FILE.read_text())
     selected = [case for case in cases() if case.name in KERNEL_CELLS]
