@@ -223,7 +223,7 @@ class Vocabulary:
     @classmethod
     def from_json(cls, text: str, *, for_text: bool = True) -> Vocabulary:
         tokenizer, special_tokens = _parse_shipped(text)
-        return cls.from_tokenizer(tokenizer, special_tokens, for_text=for_text)
+        return cls.from_tokenizer(tokenizer, dict(special_tokens or {}), for_text=for_text)
 
     def to_json(self) -> str:
         """The tokenizers JSON; with the explicitly named roles when there are any."""
@@ -354,10 +354,13 @@ def _start_sensitive(tokenizer: Tokenizer) -> bool:
     return any(a.ids + b.ids != whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
 
 
+@functools.lru_cache(maxsize=1)
 def _parse_shipped(text: str) -> tuple[Tokenizer, dict[str, str] | None]:
     """The tokenizer of the JSON :meth:`Vocabulary.to_json` ships, and its explicitly named roles (None when
     there are none).  A plain tokenizers JSON (the usual case) is read as it is, with no parse to look for the
-    wrapper first (~10 ms for a BERT vocabulary): tokenizers refuses the wrapper's keys."""
+    wrapper first (~10 ms for a BERT vocabulary): tokenizers refuses the wrapper's keys.  The last one is kept:
+    a worker or sink reads the job's JSON for its id (:func:`start_sensitive_json`) and again for its
+    Vocabulary, and nothing changes a tokenizer once loaded (~20 ms a read)."""
     try:
         return Tokenizer.from_str(text), None
     except Exception:  # noqa: BLE001 - a bare Rust error: perhaps the wrapper, else the parse below says why
