@@ -240,11 +240,11 @@ class Vocabulary:
             if kind == "WordPiece" and os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
                 from common.tokenization.fast_wordpiece import make_fast_encoder
 
-                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str(), hf=self.text_tokenizer)
             elif kind == "BPE" and os.environ.get("MLM_FAST_BPE", "1") != "0":
                 from common.tokenization.fast_bpe import make_fast_encoder
 
-                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str(), hf=self.text_tokenizer)
         return self._fast
 
     def encode_many(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
