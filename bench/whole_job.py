@@ -41,8 +41,8 @@ from bench.procs import REPO, Watcher, free_ports
 BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 10.90, 1: 2.26}
 #: The same for google-research/albert's create_pretraining_data.py at seq 128 (its other defaults: whole-word
 #: 3-grams, sentence order), and google-research/electra's build_pretraining_dataset.py (seq 128, no dupe factor).
-ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 17.65, 1: 1.8}
-ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB = 0.92
+ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 28.9, 1: 4.2}
+ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB = 1.70
 
 
 @dataclass(frozen=True)
