@@ -84,23 +84,32 @@ def electra_reference_cpu(checkout: Path, documents: list[list[str]], vocab: Pat
     return max(run(tmp / "electra-in", tmp / "electra-out") - start_up, 1e-9)
 
 
-def albert_reference_cpu(checkout: Path, sentences: list[list[str]], vocab: Path, tmp: Path, max_seq_length: int,
-                         dupe_factor: int) -> float:
-    """CPU seconds google-research/albert's script spends on these documents
-    (each a list of sentences) beyond its start-up."""
+def albert_command(checkout: Path, tmp: Path, corpus: Path, output: Path, vocab: Path | str, max_seq_length: int,
+                   dupe_factor: int) -> tuple[list[str], str]:
+    """The command running google-research/albert's script (``python -m albert.create_pretraining_data``: it
+    imports ``albert.tokenization``), and the PYTHONPATH it needs: a directory in ``tmp`` holding ``albert`` (a
+    link to the checkout) and the ``tensorflow_hub`` stand-in."""
     package_parent = tmp / "albert-path"
     package_parent.mkdir(parents=True, exist_ok=True)
     if not (package_parent / "albert").exists():
         (package_parent / "albert").symlink_to(checkout.resolve(), target_is_directory=True)
     (package_parent / "tensorflow_hub.py").write_text('"""Stand-in: only from_hub_module uses it."""\n')
+    return ([sys.executable, "-m", "albert.create_pretraining_data", "--input_file", str(corpus),
+             "--output_file", str(output), "--vocab_file", str(vocab), "--max_seq_length", str(max_seq_length),
+             "--dupe_factor", str(dupe_factor)], str(package_parent))
+
+
+def albert_reference_cpu(checkout: Path, sentences: list[list[str]], vocab: Path, tmp: Path, max_seq_length: int,
+                         dupe_factor: int) -> float:
+    """CPU seconds google-research/albert's script spends on these documents
+    (each a list of sentences) beyond its start-up."""
     write_reference_input(sentences, tmp / "albert-in")
     write_reference_input([], tmp / "albert-empty")
 
     def run(corpus: Path) -> float:
-        return _child_cpu([sys.executable, "-m", "albert.create_pretraining_data",
-                           "--input_file", str(corpus / "corpus.txt"), "--output_file", str(tmp / "albert.tfrecord"),
-                           "--vocab_file", str(vocab), "--max_seq_length", str(max_seq_length),
-                           "--dupe_factor", str(dupe_factor)], tmp, pythonpath=str(package_parent))
+        command, pythonpath = albert_command(checkout, tmp, corpus / "corpus.txt", tmp / "albert.tfrecord", vocab,
+                                             max_seq_length, dupe_factor)
+        return _child_cpu(command, tmp, pythonpath=pythonpath)
 
     start_up = run(tmp / "albert-empty")
     return max(run(tmp / "albert-in") - start_up, 1e-9)

@@ -19,7 +19,8 @@ tiny inputs (for CI, so the benchmark cannot rot); its numbers mean little.
 Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipeline, rss, readers, dedup, extras,
 loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output),
 scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its curves are
-printed after the table), job (the whole job against google-research/bert's script: bench/whole_job.py).
+printed after the table), job (the whole job of BERT, ALBERT and ELECTRA against their own reference scripts:
+bench/whole_job.py).
 """
 
 from __future__ import annotations
@@ -262,6 +263,19 @@ def _rows() -> list[Row]:
             "≥ 60×", lambda v: v >= 60),
         Row("job1_vs_ref", "Whole job d=1: speed-up vs google-research/bert's script, both marginal", "{:.1f}×",
             "≥ 30×", lambda v: v >= 30),
+        *[row for d in (10, 1) for row in (
+            Row(f"job_albert{d}_cpu_mb", f"Whole job --objective albert d={d} (seq 128, whole-word 3-grams, every "
+                "process): marginal CPU-s per input MB", "{:.3f}"),
+            Row(f"job_albert{d}_ref_cpu_mb", f"google-research/albert create_pretraining_data.py d={d} (seq 128), same "
+                "documents as sentences: marginal CPU-s per input MB", "{:.2f}"),
+            Row(f"job_albert{d}_vs_ref", f"Whole job albert d={d}: speed-up vs google-research/albert's script, both "
+                "marginal", "{:.1f}×", "≥ 30×", lambda v: v >= 30))],
+        Row("job_electra_cpu_mb", "Whole job --objective electra (seq 128, lines: its defaults, every process; 10 "
+            "copies of the sample, 20.7 MB): marginal CPU-s per input MB", "{:.3f}"),
+        Row("job_electra_ref_cpu_mb", "google-research/electra build_pretraining_dataset.py (seq 128), same documents' "
+            "lines: marginal CPU-s per input MB", "{:.2f}"),
+        Row("job_electra_vs_ref", "Whole job electra: speed-up vs google-research/electra's script, both marginal",
+            "{:.1f}×", "≥ 30×", lambda v: v >= 30),
         *[Row(f"job{d}_{role}_cpu_mb", f"Whole job d={d}: marginal CPU-s per input MB of the {role} process"
               f"{'es' if role == 'worker' else ''} (psutil, 20 ms samples)", "{:.3f}")
           for d in (10, 1) for role in ("ventilator", "sink", "worker")],
@@ -694,76 +708,112 @@ def albert_section(s: Settings, tmp: Path, res: Results, content: bytes, vocabul
 
 
 def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
-    """The whole job (every process) and google-research/bert's script, marginal CPU per MB on the same ~6 MB
-    (3 copies of the sample; quick: the cut sample), one-document runs subtracted, the two sides alternated,
-    the least of each run over the rounds kept (bench/whole_job.py)."""
+    """The whole job (every process) of each recipe and its own reference script, marginal CPU per MB on the same
+    ~6 MB (3 copies of the sample; quick: the cut sample), one-document runs subtracted, the two sides
+    alternated, the least of each run over the rounds kept (bench/whole_job.py)."""
     from bench import whole_job
+    from bench.objectives_bench import albert_checkout, electra_checkout
     from bench.worker_bench import documents_of
     from common.sentences import Segmenter, split_segments
 
     work = tmp / "job"
-    full = corpora.replicate(sources, work / "full", 1 if s.quick else 3)
+    recipes = {recipe.name: recipe for recipe in whole_job.RECIPES}
+    fulls = {copies: corpora.replicate(sources, work / f"full{copies}", 1 if s.quick else copies)
+             for copies in sorted({recipe.copies for recipe in recipes.values()})}
     one_bytes = corpora.truncated(sources[0][1], 1)
     one = work / "one" / "doc.txt"
     one.parent.mkdir(parents=True)
     one.write_bytes(one_bytes)
-    megabytes = (full.bytes - len(one_bytes)) / MB
-    res.add("job_input_mb", full.bytes / MB)
-    checkout = whole_job.bert_checkout()
-    if checkout is not None:
-        def sentences_of(data: bytes) -> list[list[str]]:
-            return [split_segments(lines, Segmenter.BLINGFIRE) for lines in documents_of(data)]
+    res.add("job_input_mb", fulls[recipes["bert"].copies].bytes / MB)
+    checkouts = {"bert": whole_job.bert_checkout(), "albert": albert_checkout(), "electra": electra_checkout()}
+    inputs = {(recipe.reference_input, recipe.copies) for recipe in recipes.values()
+              if checkouts[recipe.name] is not None}
 
-        whole_job.write_sentences([d for path in corpora.source_files(full.root)
-                                   for d in sentences_of(path.read_bytes())], work / "ref-full.txt")
-        whole_job.write_sentences(sentences_of(one_bytes), work / "ref-one.txt")
+    def texts_of(data: bytes, unit: str) -> list[list[str]]:
+        documents = documents_of(data)
+        return documents if unit == "lines" else [split_segments(lines, Segmenter.BLINGFIRE) for lines in documents]
+
+    for unit, copies in inputs:  # the references' input: the worker's sentences, or the documents' lines
+        whole_job.write_sentences([d for path in corpora.source_files(fulls[copies].root)
+                                   for d in texts_of(path.read_bytes(), unit)], work / f"ref-full{copies}-{unit}.txt")
+        whole_job.write_sentences(texts_of(one_bytes, unit), work / f"ref-one-{unit}.txt")
     least: dict[str, float] = {}
+    vocab = str(VOCAB)
+    exact = whole_job.ALL_PROCESSES
+
+    def prefix(recipe: whole_job.Recipe, dupe: int | None) -> str:
+        """Row keys: BERT's as they always were (job10_...), the others' by name (job_albert10_, job_electra_)."""
+        return "job" + ("" if recipe.name == "bert" else f"_{recipe.name}") + (str(dupe) if dupe else "")
 
     def keep(key: str, value: float) -> None:
         least[key] = min(least.get(key, math.inf), value)
 
-    def job(data: Path, dupe: int, which: str) -> None:
-        spent = whole_job.job_processes(data, work / "run", vocab, dupe)
-        log(f"job: d={dupe} {which}: " + ", ".join(f"{role} {cpu:.2f}" for role, cpu in spent.items()) + " CPU-s")
+    def job(recipe: whole_job.Recipe, data: Path, dupe: int | None, which: str) -> None:
+        spent = whole_job.job_processes(data, work / "run", vocab, dupe, recipe.flags)
+        log(f"job: {recipe.name} d={dupe} {which}: "
+            + ", ".join(f"{role} {cpu:.2f}" for role, cpu in spent.items()) + " CPU-s")
         for role, cpu in spent.items():
-            keep(f"job{dupe}_{which}_{role}", cpu)
+            keep(f"{prefix(recipe, dupe)}_{which}_{role}", cpu)
 
-    vocab = str(VOCAB)
-    exact = whole_job.ALL_PROCESSES
-
-    def run_reference(corpus: Path, dupe: int, which: str) -> None:
-        cpu = whole_job.reference_cpu(checkout, corpus, work / "ref-run", vocab, dupe)
-        log(f"job: reference d={dupe} {which}: {cpu:.2f} CPU-s")
-        keep(f"ref{dupe}_{which}", cpu)
+    def run_reference(recipe: whole_job.Recipe, dupe: int | None, which: str) -> None:
+        checkout = checkouts[recipe.name]
+        corpus = work / f"ref-{which}{recipe.copies if which == 'full' else ''}-{recipe.reference_input}.txt"
+        assert checkout is not None
+        if recipe.name == "bert":
+            cpu = whole_job.reference_cpu(checkout, corpus, work / "ref-run", vocab, dupe or 1)
+        elif recipe.name == "albert":
+            cpu = whole_job.albert_reference_cpu(checkout, corpus, work / "ref-run", vocab, dupe or 1)
+        else:
+            cpu = whole_job.electra_reference_cpu(checkout, corpus, work / "ref-run", vocab)
+        log(f"job: {recipe.name} reference d={dupe} {which}: {cpu:.2f} CPU-s")
+        keep(f"ref_{prefix(recipe, dupe)}_{which}", cpu)
 
     # The job's runs cost ~3 CPU-s and its fixed cost moves by ~0.3 s between runs, as much as its marginal
-    # work at d=1 on 6 MB: it gets 5 rounds; the reference (~80 CPU-s at d=10) the issue's 2.
+    # work at d=1 on 6 MB: it gets 5 rounds; the references (~80-110 CPU-s at d=10) the issue's 2.  Quick: BERT
+    # at both dupe factors, the others at their last only, d=1's one-document run standing for every run's.
     for round_ in range(1 if s.quick else 5):
-        with_reference = checkout is not None and round_ < 2
-        for dupe in (10, 1):
-            log(f"job: round {round_ + 1}, d={dupe}, {full.bytes / MB:.1f} MB: the job"
-                + (", the reference" if with_reference else "") + ", each then on one document")
-            job(full.root, dupe, "full")
-            if with_reference:
-                run_reference(work / "ref-full.txt", dupe, "full")
-            if not s.quick or dupe == 1:  # quick: d=1's one-document run stands for both (the suite's time)
-                job(one.parent, dupe, "one")
-            if with_reference:
-                run_reference(work / "ref-one.txt", dupe, "one")
+        for recipe in recipes.values():
+            with_reference = checkouts[recipe.name] is not None and round_ < 2
+            for dupe in recipe.dupes if not s.quick or recipe.name == "bert" else recipe.dupes[-1:]:
+                full = fulls[recipe.copies]
+                log(f"job: round {round_ + 1}, {recipe.name} d={dupe}, {full.bytes / MB:.1f} MB: the job"
+                    + (", the reference" if with_reference else "") + ", each then on one document")
+                job(recipe, full.root, dupe, "full")
+                if with_reference:
+                    run_reference(recipe, dupe, "full")
+                if not s.quick or (recipe.name == "bert" and dupe == 1):
+                    job(recipe, one.parent, dupe, "one")
+                if with_reference:
+                    run_reference(recipe, dupe, "one")
     if s.quick:
-        least.update({key.replace("job1_one", "job10_one"): value for key, value in list(least.items())
-                      if key.startswith("job1_one")})
+        standing = {key[len("job1_one"):]: value for key, value in least.items() if key.startswith("job1_one")}
+        for recipe in recipes.values():
+            for dupe in recipe.dupes:
+                least.update({f"{prefix(recipe, dupe)}_one{rest}": value for rest, value in standing.items()})
+    recorded = {"bert": whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
+                "albert": whole_job.ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
+                "electra": {None: whole_job.ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB}}
+    for recipe in recipes.values():
+        megabytes = (fulls[recipe.copies].bytes - len(one_bytes)) / MB
+        for dupe in recipe.dupes:
+            key = prefix(recipe, dupe)
+            if f"{key}_full_{exact}" not in least:
+                key_full = f"{prefix(recipe, recipe.dupes[-1])}_full_{exact}"  # quick: the dupe factor it ran
+                least[f"{key}_full_{exact}"] = least[key_full]
+            cpu = whole_job.Marginal(least[f"{key}_full_{exact}"], least[f"{key}_one_{exact}"], megabytes).per_mb
+            if checkouts[recipe.name] is not None and f"ref_{key}_full" in least:
+                script = whole_job.Marginal(least[f"ref_{key}_full"], least[f"ref_{key}_one"], megabytes).per_mb
+            else:
+                script = recorded[recipe.name][dupe]
+                variable = {"bert": "MLM_BENCH_BERT_DIR", "albert": "MLM_BENCH_ALBERT_DIR",
+                            "electra": "MLM_BENCH_ELECTRA_DIR"}[recipe.name]
+                for row in (f"{key}_ref_cpu_mb", f"{key}_vs_ref"):
+                    res.notes[row] = f" (recorded figure: set {variable} to a checkout to measure it here)"
+            res.add(f"{key}_cpu_mb", cpu)
+            res.add(f"{key}_ref_cpu_mb", script)
+            res.add(f"{key}_vs_ref", script / cpu)
+    megabytes = (fulls[recipes["bert"].copies].bytes - len(one_bytes)) / MB
     for dupe in (10, 1):
-        cpu = whole_job.Marginal(least[f"job{dupe}_full_{exact}"], least[f"job{dupe}_one_{exact}"], megabytes).per_mb
-        if checkout is not None:
-            script = whole_job.Marginal(least[f"ref{dupe}_full"], least[f"ref{dupe}_one"], megabytes).per_mb
-        else:
-            script = whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB[dupe]
-            for key in (f"job{dupe}_ref_cpu_mb", f"job{dupe}_vs_ref"):
-                res.notes[key] = " (recorded figure: set MLM_BENCH_BERT_DIR to a checkout to measure it here)"
-        res.add(f"job{dupe}_cpu_mb", cpu)
-        res.add(f"job{dupe}_ref_cpu_mb", script)
-        res.add(f"job{dupe}_vs_ref", script / cpu)
         for role in whole_job.ROLES:
             res.add(f"job{dupe}_{role}_cpu_mb", (least.get(f"job{dupe}_full_{role}", 0.0)
                                                  - least.get(f"job{dupe}_one_{role}", 0.0)) / megabytes)

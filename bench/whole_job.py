@@ -1,4 +1,6 @@
-"""The whole job against google-research/bert's create_pretraining_data.py, as issue #33 measures it.
+"""The whole job against each recipe's own reference script, as issue #33 measures it: BERT against
+google-research/bert's create_pretraining_data.py, ALBERT against google-research/albert's, ELECTRA against
+google-research/electra's build_pretraining_dataset.py.
 
 Both sides run as child processes and are charged the CPU of every process they start (the job's
 ``python -m ventilator --workers 1`` waits for its sink and worker, so ``RUSAGE_CHILDREN`` holds them all):
@@ -6,12 +8,15 @@ marginal CPU-seconds per input MB, a one-document run's CPU subtracted, the two 
 each round, the least of each run over the rounds kept (other work on the machine only adds); bench/run.py's
 ``job`` section runs the rounds.
 
-The reference is not part of this repository: ``MLM_BENCH_BERT_DIR`` names a checkout of
-github.com/google-research/bert.  Its script is run as published, under TensorFlow's ``compat.v1`` (the
-script's ``import tensorflow as tf`` is given ``tensorflow.compat.v1``: it was written for TensorFlow 1),
-fed the same documents the job reads, as the worker splits them into sentences: one sentence per line, a
-blank line between documents (the script's input format).  Without a checkout the bench uses the figures
-recorded here (docs/benchmarks.md has the command that measured them).
+The references are not part of this repository: ``MLM_BENCH_BERT_DIR``, ``MLM_BENCH_ALBERT_DIR`` and
+``MLM_BENCH_ELECTRA_DIR`` name checkouts of github.com/google-research/bert, /albert and /electra.  BERT's
+script is run as published, under TensorFlow's ``compat.v1`` (the script's ``import tensorflow as tf`` is given
+``tensorflow.compat.v1``: it was written for TensorFlow 1), fed the same documents the job reads, as the worker
+splits them into sentences: one sentence per line, a blank line between documents (the script's input format).
+ALBERT's is run the same way as bench/objectives_bench.py runs it (its own ``compat.v1`` import, the BERT
+vocabulary, an empty ``tensorflow_hub`` stand-in), on the same sentences; ELECTRA's on the documents' lines, the
+unit it and ``--objective electra`` both take.  Without a checkout the bench uses the figures recorded here
+(docs/benchmarks.md has the command that measured them).
 
 ``job_processes`` also splits a run's CPU by process (psutil, sampled every 20 ms): on one document, the fixed
 cost every job pays; the difference to a full run, each role's marginal cost.
@@ -34,6 +39,28 @@ from bench.procs import REPO, Watcher, free_ports
 #: create_pretraining_data.py of google-research/bert (TensorFlow 2.21, compat.v1), seq 128, marginal CPU-s
 #: per input MB on this kind of machine: used when no checkout is given (docs/benchmarks.md, "Whole job").
 BERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 10.90, 1: 2.26}
+#: The same for google-research/albert's create_pretraining_data.py at seq 128 (its other defaults: whole-word
+#: 3-grams, sentence order), and google-research/electra's build_pretraining_dataset.py (seq 128, no dupe factor).
+ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB = {10: 28.9, 1: 4.2}
+ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB = 1.70
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One recipe of the job section: the job's flags beyond BERT's command, its dupe factors (None: the recipe
+    has none), and what its reference script is fed (``sentences`` as the worker splits them, or ``lines``)."""
+    name: str
+    flags: tuple[str, ...]
+    dupes: tuple[int | None, ...]
+    reference_input: str
+    #: Copies of the sample in its corpus: ELECTRA's job costs ~0.03 CPU-s per MB, so its marginal work on 3
+    #: copies (~0.2 CPU-s) is within the fixed cost's swing between runs (~0.5 CPU-s under load); 10 resolve it.
+    copies: int = 3
+
+
+RECIPES = (Recipe("bert", (), (10, 1), "sentences"),
+           Recipe("albert", ("--objective", "albert"), (10, 1), "sentences"),
+           Recipe("electra", ("--objective", "electra"), (None,), "lines", copies=10))
 
 #: The job's processes by role (bench.procs.role_of), and the key of the exact total of them all.
 ROLES = ("ventilator", "sink", "worker")
@@ -63,11 +90,13 @@ def children_cpu(command: list, cwd: Path, env: dict | None = None) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def job_command(data: Path, output: Path, vocab: str, dupe_factor: int) -> list:
-    """The one-machine command a user runs (BERT, seq 128, TFRecord), on loopback ports of its own."""
+def job_command(data: Path, output: Path, vocab: str, dupe_factor: int | None, flags: tuple[str, ...] = ()) -> list:
+    """The one-machine command a user runs (BERT unless ``flags`` say otherwise; seq 128, TFRecord), on loopback
+    ports of its own.  ``dupe_factor`` None: the objective takes none (ELECTRA)."""
     vport, sink_port = free_ports(2)
+    dupe = ["--dupe-factor", dupe_factor] if dupe_factor is not None else []
     return [sys.executable, "-m", "ventilator", "--data", data, "--output", output, "--vocab-file", vocab,
-            "--workers", "1", "--dupe-factor", dupe_factor, "--max-seq-length", "128", "--vport", vport,
+            "--workers", "1", *flags, *dupe, "--max-seq-length", "128", "--vport", vport,
             "--sink-port", sink_port, "--bind-host", "127.0.0.1", "--state-dir", output.parent / "state",
             "--no-progress"]
 
@@ -94,6 +123,41 @@ def reference_cpu(checkout: Path, corpus: Path, work: Path, vocab: str, dupe_fac
                                        "CUDA_VISIBLE_DEVICES": ""})
         if not (work / "out.tfrecord").stat().st_size:
             raise RuntimeError("create_pretraining_data.py wrote no instances")
+        return cpu
+    finally:
+        _remove(work)
+
+
+def albert_reference_cpu(checkout: Path, corpus: Path, work: Path, vocab: str, dupe_factor: int) -> float:
+    """google-research/albert's script on ``corpus`` (sentences), seq 128, its other defaults: CPU seconds."""
+    from bench.objectives_bench import albert_command
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        command, pythonpath = albert_command(checkout, work, corpus, work / "out.tfrecord", vocab, 128, dupe_factor)
+        cpu = children_cpu(command, work, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": pythonpath,
+                                               "CUDA_VISIBLE_DEVICES": ""})
+        if not (work / "out.tfrecord").stat().st_size:
+            raise RuntimeError("albert's create_pretraining_data.py wrote no instances")
+        return cpu
+    finally:
+        _remove(work)
+
+
+def electra_reference_cpu(checkout: Path, corpus: Path, work: Path, vocab: str) -> float:
+    """google-research/electra's build_pretraining_dataset.py on the directory holding ``corpus`` (lines), seq
+    128: CPU seconds."""
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        corpus_dir = work / "corpus"
+        corpus_dir.mkdir()
+        (corpus_dir / "corpus.txt").symlink_to(corpus.resolve())
+        cpu = children_cpu([sys.executable, "build_pretraining_dataset.py", "--corpus-dir", corpus_dir,
+                            "--vocab-file", vocab, "--output-dir", work / "out", "--max-seq-length", "128"],
+                           checkout, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(checkout),
+                                          "CUDA_VISIBLE_DEVICES": ""})
+        if not any(path.stat().st_size for path in (work / "out").iterdir()):
+            raise RuntimeError("electra's build_pretraining_dataset.py wrote no examples")
         return cpu
     finally:
         _remove(work)
@@ -126,10 +190,11 @@ class _ExecWatcher(Watcher):
         super()._track(pid, role)
 
 
-def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int) -> dict[str, float]:
+def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int | None, flags: tuple[str, ...] = ()
+                  ) -> dict[str, float]:
     """CPU seconds of each process of the job (by role; psutil, sampled every 20 ms), and the exact total."""
     work.mkdir(parents=True, exist_ok=True)
-    command = [str(part) for part in job_command(data, work / "out", vocab, dupe_factor)]
+    command = [str(part) for part in job_command(data, work / "out", vocab, dupe_factor, flags)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         with _ExecWatcher(interval=0.02, tree_every=0.02) as watcher:

@@ -33,10 +33,11 @@ INFO_VERSION = 1
 
 @functools.lru_cache(maxsize=1)
 def _vocabulary(tokenizer_json: str):
-    """The job's tokenizer, built once for every use here (a BERT vocabulary takes ~0.15 s to build)."""
+    """The job's tokenizer, built once for every use here (a BERT vocabulary takes ~0.15 s to build), described,
+    never encoding: its text tokenizer is not built (``for_text=False``)."""
     from common.tokenization import Vocabulary
 
-    return Vocabulary.from_json(tokenizer_json)
+    return Vocabulary.from_json(tokenizer_json, for_text=False)
 
 
 def tokenizer_identity(tokenizer_json: str) -> dict:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
+from typing import TYPE_CHECKING
 
 from common.transport import ListenError
+
+if TYPE_CHECKING:  # imported when a scrape or --metrics-port needs them: ~25 ms a role otherwise (issue #33)
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,16 @@ def _family(kind, name: str, documentation: str, value: float | None, labels: di
 def counter(name: str, documentation: str, value: float | None = None, *,
             labels: dict[str, float] | None = None, label: str = "") -> CounterMetricFamily:
     """A counter, either one value or one value per ``label`` value."""
+    from prometheus_client.core import CounterMetricFamily
+
     return _family(CounterMetricFamily, name, documentation, value, labels, label)
 
 
 def gauge(name: str, documentation: str, value: float | None = None, *,
           labels: dict[str, float] | None = None, label: str = "") -> GaugeMetricFamily:
     """A gauge, either one value or one value per ``label`` value."""
+    from prometheus_client.core import GaugeMetricFamily
+
     return _family(GaugeMetricFamily, name, documentation, value, labels, label)
 
 
@@ -57,6 +62,8 @@ class MetricsServer:
     """Serves ``collect()``'s metrics on http://HOST:PORT/metrics until closed."""
 
     def __init__(self, collect: Callable[[], Iterable[Metric]], port: int, bind_host: str = "*"):
+        from prometheus_client import CollectorRegistry, start_http_server
+
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(collect))
         address = "0.0.0.0" if bind_host in ("*", "") else bind_host

@@ -18,11 +18,14 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
+
+if TYPE_CHECKING:  # imported where started: zmq.auth.thread imports asyncio (~15 ms in every role)
+    from zmq.auth.thread import ThreadAuthenticator
 
 
 class SecurityError(Exception):
@@ -54,6 +57,8 @@ class Curve:
 
     def start_authenticator(self, context: zmq.Context) -> ThreadAuthenticator:
         """ZAP handler for the context's server sockets: only authorized keys."""
+        from zmq.auth.thread import ThreadAuthenticator
+
         authenticator = ThreadAuthenticator(context)
         authenticator.start()
         authenticator.configure_curve(domain="*", location=self._path("authorized"))

@@ -15,7 +15,6 @@ from common.config import JobConfig
 from common.output_lock import OutputLock
 from common.transport import ListenError
 from common.version import command_line
-from ventilator.display import TerminalDisplay
 from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named
@@ -81,7 +80,11 @@ def run(config: RunConfig) -> int:
 def _run(config: RunConfig, job, launcher: Launcher, lock: OutputLock) -> int:
     """Start the sink and workers the run starts, serve the job; the exit status (the output's lock held)."""
     show_progress = sys.stderr.isatty() if config.display.progress is None else config.display.progress
-    display = TerminalDisplay(len(job.tasks), sum(task.length for task in job.tasks)) if show_progress else None
+    display = None
+    if show_progress:
+        from ventilator.display import TerminalDisplay  # rich: ~20 ms to import, for a terminal only
+
+        display = TerminalDisplay(len(job.tasks), sum(task.length for task in job.tasks))
     if display is not None:
         logs.route_to(display.print_line)
 

@@ -16,8 +16,6 @@ that header is not the metadata server's (google-auth checks the same).
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 
 from worker.interruption import MetadataError, Notice
 
@@ -47,6 +45,9 @@ class GceMetadata:
 
     def get(self, path: str) -> str | None:
         """The value at ``computeMetadata/v1/<path>``, or None where the server has none (404)."""
+        import urllib.error  # here: urllib.request costs every worker ~15 ms to import, and few watch GCE
+        import urllib.request
+
         request = urllib.request.Request(f"http://{self.host}/computeMetadata/v1/{path}",
                                          headers={"Metadata-Flavor": "Google"})
         try:

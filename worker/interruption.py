@@ -19,12 +19,13 @@ import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # imported where a request is made: urllib.request costs every worker ~15 ms to import
+    import urllib.request
 
 log = logging.getLogger("worker")
 
@@ -69,6 +70,9 @@ class Imds:
         self._token_expires = 0.0
 
     def _request(self, request: urllib.request.Request) -> tuple[int, str]:
+        import urllib.error
+        import urllib.request
+
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return response.status, response.read().decode("utf-8", "replace")
@@ -78,6 +82,8 @@ class Imds:
             raise ImdsError(f"instance metadata service at {self.endpoint}: {error}") from None
 
     def token(self) -> str:
+        import urllib.request
+
         if not self._token or time.monotonic() > self._token_expires:
             status, body = self._request(urllib.request.Request(
                 f"{self.endpoint}/latest/api/token", method="PUT",
@@ -89,6 +95,8 @@ class Imds:
 
     def get(self, path: str) -> str | None:
         """The value at ``path``, or None where IMDS has none (404)."""
+        import urllib.request
+
         status, body = self._request(urllib.request.Request(
             f"{self.endpoint}{path}", headers={"X-aws-ec2-metadata-token": self.token()}))
         if status == 401:  # token expired early (instance stopped and started): once more with a new one

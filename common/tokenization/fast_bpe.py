@@ -83,7 +83,7 @@ class KitokenEncoder:
         return flat, lengths
 
 
-def make_fast_encoder(tokenizer_json: str, *, check: bool = True):
+def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None):
     """An encoder with exactly HF's ids for this byte-level BPE, or None (use HF)."""
     reason = unsupported_reason(tokenizer_json)
     if reason is not None:
@@ -99,7 +99,7 @@ def make_fast_encoder(tokenizer_json: str, *, check: bool = True):
     except Exception as error:  # kitoken raises bare exceptions for what it cannot read
         log.info("fast BPE not used: kitoken refuses this tokenizer (%s)", error)
         return None
-    if check and not agrees_with_hf(encoder, tokenizer_json, BPE_PROBES):
+    if check and not agrees_with_hf(encoder, tokenizer_json, BPE_PROBES, hf=hf):
         log.warning("fast BPE not used: kitoken differs from HF tokenizers on the probe texts")
         return None
     return encoder

@@ -134,19 +134,22 @@ def _hf_encode_many(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray
     return np.asarray(flat, dtype=np.int32), lengths
 
 
-def agrees_with_hf(encoder: Encoder, tokenizer_json: str, texts=PROBES) -> bool:
-    """Whether ``encoder`` gives HF's ids for every text in ``texts``."""
+def agrees_with_hf(encoder: Encoder, tokenizer_json: str, texts=PROBES, hf=None) -> bool:
+    """Whether ``encoder`` gives HF's ids for every text in ``texts``; ``hf``: the HF tokenizer of
+    ``tokenizer_json`` when the caller has it (a worker's Vocabulary does: not read again, ~30 ms)."""
     from tokenizers import Tokenizer
 
     texts = list(texts)
     ids, lengths = encoder(texts)
-    expected_ids, expected_lengths = _hf_encode_many(Tokenizer.from_str(tokenizer_json), texts)
+    expected_ids, expected_lengths = _hf_encode_many(hf if hf is not None else Tokenizer.from_str(tokenizer_json),
+                                                     texts)
     return np.array_equal(lengths, expected_lengths) and np.array_equal(ids, expected_ids)
 
 
-def make_fast_encoder(tokenizer_json: str, *, check: bool = True) -> Encoder | None:
+def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None) -> Encoder | None:
     """An encoder with exactly ``Vocabulary.encode_many``'s output for this
-    tokenizer, or None when no fast candidate reproduces it (use HF)."""
+    tokenizer, or None when no fast candidate reproduces it (use HF).  ``hf``: the HF tokenizer of
+    ``tokenizer_json``, when the caller has it, for the check."""
     reason = unsupported_reason(tokenizer_json)
     if reason is not None:
         log.info("fast WordPiece not used: %s", reason)
@@ -164,7 +167,7 @@ def make_fast_encoder(tokenizer_json: str, *, check: bool = True) -> Encoder | N
     if nanotoken.get_cache_entries() > CACHE_ENTRIES:
         nanotoken.set_cache_entries(CACHE_ENTRIES)
     encoder = NanotokenEncoder(backend)
-    if check and not agrees_with_hf(encoder, tokenizer_json):
+    if check and not agrees_with_hf(encoder, tokenizer_json, hf=hf):
         log.warning("fast WordPiece not used: nanotoken %s differs from HF tokenizers on the probe texts",
                     getattr(nanotoken, "__version__", "?"))
         return None

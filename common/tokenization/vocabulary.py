@@ -20,7 +20,6 @@ gives) comes out of text.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import os
@@ -90,11 +89,15 @@ class SpecialIds:
 
 def text_safe_spec(spec: dict, specials: dict[str, int]) -> dict:
     """The tokenizer JSON text is encoded with: no special added token, and
-    special pieces of the model renamed out of reach (same ids and scores)."""
-    spec = copy.deepcopy(spec)
-    spec["added_tokens"] = [t for t in spec.get("added_tokens") or [] if not t.get("special")]
-    model = spec["model"]
+    special pieces of the model renamed out of reach (same ids and scores).  ``spec`` is left as it was: what
+    this changes is copied (a deep copy of a 30,000-piece vocabulary cost every role ~15-90 ms, issue #33)."""
+    spec = {**spec, "added_tokens": [t for t in spec.get("added_tokens") or [] if not t.get("special")]}
+    model = spec["model"] = dict(spec["model"])
     vocab = model.get("vocab")
+    if isinstance(vocab, dict):
+        vocab = model["vocab"] = dict(vocab)
+    elif vocab is not None:
+        vocab = model["vocab"] = [list(entry) if entry[0] in specials else entry for entry in vocab]
     taken = set(vocab) if isinstance(vocab, dict) else {piece for piece, _ in vocab}
 
     def renamed(content: str) -> str:
@@ -129,8 +132,10 @@ class Vocabulary:
     boundaries: WordBoundaries
     #: Roles named explicitly (flags, a model directory's configuration): shipped with the JSON.
     given_roles: dict[str, str] = field(default_factory=dict)
-    #: The tokenizer text is encoded with (:func:`text_safe_spec`).
-    text_tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
+    #: The tokenizer text is encoded with (:func:`text_safe_spec`): :attr:`text_tokenizer`.
+    _text_tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
+    #: What builds it at first use when it was not built at load (``from_tokenizer(..., for_text=False)``).
+    _text_safe: tuple[dict, dict[str, int]] | None = field(default=None, repr=False, compare=False)
     #: nanotoken (WordPiece) or kitoken (byte-level BPE) with exactly HF's ids
     #: (fast_wordpiece.py, fast_bpe.py), made on first use; None when neither
     #: reproduces this tokenizer (HF is used).
@@ -138,7 +143,10 @@ class Vocabulary:
     _fast_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Tokenizer, special_tokens: dict[str, str] | None = None) -> Vocabulary:
+    def from_tokenizer(cls, tokenizer: Tokenizer, special_tokens: dict[str, str] | None = None, *,
+                       for_text: bool = True) -> Vocabulary:
+        """``for_text=False``: for a role that only describes the tokenizer (the sink's dataset_info.json):
+        the tokenizer text is encoded with, and its check, are made at first use, not at load (~50 ms)."""
         check_model(tokenizer)
         given = {role: token for role, token in (special_tokens or {}).items() if token}
         spec = json.loads(tokenizer.to_str())
@@ -154,9 +162,21 @@ class Vocabulary:
         boundaries = detect(spec)
         # The unknown token comes out of text, inside words too: it follows the family's rule.
         starts_word = starts_word_by_id(vocab, size, boundaries, set(specials.values()) - {roles["unk"]})
-        text_tokenizer = Tokenizer.from_str(json.dumps(text_safe_spec(spec, specials)))
-        _check_specials_stay_out_of_text(text_tokenizer, specials, roles.get("unk"))
-        return cls(tokenizer, size, roles, starts_word, boundaries, given, text_tokenizer)
+        vocabulary = cls(tokenizer, size, roles, starts_word, boundaries, given, _text_safe=(spec, specials))
+        if for_text:
+            vocabulary.text_tokenizer  # noqa: B018 - built and checked now: a refusal comes before any work
+        return vocabulary
+
+    @property
+    def text_tokenizer(self) -> Tokenizer:
+        """The tokenizer text is encoded with (:func:`text_safe_spec`), checked to keep special tokens out."""
+        if self._text_tokenizer is None:
+            assert self._text_safe is not None, "a Vocabulary made without from_tokenizer has no text tokenizer"
+            spec, specials = self._text_safe
+            text_tokenizer = Tokenizer.from_str(json.dumps(text_safe_spec(spec, specials)))
+            _check_specials_stay_out_of_text(text_tokenizer, specials, self.roles.get("unk"))
+            self._text_tokenizer, self._text_safe = text_tokenizer, None
+        return self._text_tokenizer
 
     # Ids by role (None when the tokenizer has no such token).
     cls_id = property(lambda self: self.roles["cls"])
@@ -201,11 +221,9 @@ class Vocabulary:
         return {self.tokenizer.id_to_token(i) for i in self.roles.values() if i is not None}
 
     @classmethod
-    def from_json(cls, text: str) -> Vocabulary:
-        spec = json.loads(text)
-        if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
-            return cls.from_tokenizer(Tokenizer.from_str(json.dumps(spec["tokenizer"])), spec["special_tokens"])
-        return cls.from_tokenizer(Tokenizer.from_str(text))
+    def from_json(cls, text: str, *, for_text: bool = True) -> Vocabulary:
+        tokenizer, special_tokens = _parse_shipped(text)
+        return cls.from_tokenizer(tokenizer, dict(special_tokens or {}), for_text=for_text)
 
     def to_json(self) -> str:
         """The tokenizers JSON; with the explicitly named roles when there are any."""
@@ -222,11 +240,11 @@ class Vocabulary:
             if kind == "WordPiece" and os.environ.get("MLM_FAST_WORDPIECE", "1") != "0":
                 from common.tokenization.fast_wordpiece import make_fast_encoder
 
-                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str(), hf=self.text_tokenizer)
             elif kind == "BPE" and os.environ.get("MLM_FAST_BPE", "1") != "0":
                 from common.tokenization.fast_bpe import make_fast_encoder
 
-                self._fast = make_fast_encoder(self.text_tokenizer.to_str())
+                self._fast = make_fast_encoder(self.text_tokenizer.to_str(), hf=self.text_tokenizer)
         return self._fast
 
     def encode_many(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -336,14 +354,27 @@ def _start_sensitive(tokenizer: Tokenizer) -> bool:
     return any(a.ids + b.ids != whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
 
 
+@functools.lru_cache(maxsize=1)
+def _parse_shipped(text: str) -> tuple[Tokenizer, dict[str, str] | None]:
+    """The tokenizer of the JSON :meth:`Vocabulary.to_json` ships, and its explicitly named roles (None when
+    there are none).  A plain tokenizers JSON (the usual case) is read as it is, with no parse to look for the
+    wrapper first (~10 ms for a BERT vocabulary): tokenizers refuses the wrapper's keys.  The last one is kept:
+    a worker or sink reads the job's JSON for its id (:func:`start_sensitive_json`) and again for its
+    Vocabulary, and nothing changes a tokenizer once loaded (~20 ms a read)."""
+    try:
+        return Tokenizer.from_str(text), None
+    except Exception:  # noqa: BLE001 - a bare Rust error: perhaps the wrapper, else the parse below says why
+        spec = json.loads(text)
+        if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
+            return Tokenizer.from_str(json.dumps(spec["tokenizer"])), spec["special_tokens"]
+        raise
+
+
 @functools.lru_cache(maxsize=4)
 def start_sensitive_json(tokenizer_json: str) -> bool:
     """:attr:`Vocabulary.start_sensitive` of a job's tokenizer JSON (for its id), without building a Vocabulary."""
     try:
-        spec = json.loads(tokenizer_json)
-        if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
-            spec = spec["tokenizer"]
-        tokenizer = Tokenizer.from_str(json.dumps(spec))
+        tokenizer, _roles = _parse_shipped(tokenizer_json)
     except Exception:  # noqa: BLE001 - not a tokenizer: the job fails where it loads it, with its own one line
         return False
     return _start_sensitive(tokenizer)

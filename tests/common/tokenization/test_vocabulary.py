@@ -73,3 +73,34 @@ def test_bpe_is_accepted_with_its_roles_by_name():
     vocabulary = Vocabulary.from_tokenizer(tokenizer)
     assert (vocabulary.pad_id, vocabulary.unk_id, vocabulary.cls_id, vocabulary.sep_id, vocabulary.mask_id) == (0, 1, 2, 3, 4)
     assert vocabulary.boundaries.kind == "word-ids"  # no pre-tokenizer marker: words from HF's word ids
+
+
+def test_a_vocabulary_that_only_describes_builds_its_text_tokenizer_at_first_use(tmp_path):
+    """The sink only describes the tokenizer (issue #33, a job's fixed cost): ``for_text=False`` leaves the text
+    tokenizer unbuilt at load; built at first use, it is the one an eager load builds."""
+    vocab = write_vocab(tmp_path / "vocab.txt", SPECIALS + ["hello", "world"])
+    eager = Vocabulary.from_tokenizer(load_tokenizer(vocab_file=vocab))
+    lazy = Vocabulary.from_json(eager.to_json(), for_text=False)
+    assert lazy._text_tokenizer is None
+    assert (lazy.roles, lazy.size, lazy.starts_word.tolist()) == (eager.roles, eager.size, eager.starts_word.tolist())
+    assert lazy.text_tokenizer.to_str() == eager.text_tokenizer.to_str()
+    assert lazy.encode_many(["Hello [MASK] world"])[0].tolist() == eager.encode_many(["Hello [MASK] world"])[0].tolist()
+
+
+@pytest.mark.parametrize("model", ["wordpiece", "unigram"])
+def test_the_text_safe_spec_leaves_the_tokenizers_spec_as_it_was(model):
+    """text_safe_spec copies only what it renames (no deep copy of the vocabulary: issue #33)."""
+    from tokenizers import Tokenizer, models
+
+    from common.tokenization.vocabulary import text_safe_spec
+
+    if model == "wordpiece":
+        tokenizer = Tokenizer(models.WordPiece({t: i for i, t in enumerate(SPECIALS + ["a"])}, unk_token="[UNK]"))
+    else:
+        tokenizer = Tokenizer(models.Unigram([(t, -1.0) for t in SPECIALS + ["a"]], unk_id=1))
+    spec = json.loads(tokenizer.to_str())
+    before = json.dumps(spec, sort_keys=True)
+    safe = text_safe_spec(spec, {"[MASK]": 4, "[CLS]": 2, "[UNK]": 1})
+    assert json.dumps(spec, sort_keys=True) == before
+    pieces = safe["model"]["vocab"] if model == "wordpiece" else [piece for piece, _ in safe["model"]["vocab"]]
+    assert {" [MASK] ", " [CLS] ", " [UNK] ", "a"} <= set(pieces) and "[MASK]" not in pieces
