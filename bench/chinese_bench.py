@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from common.config import JobConfig, standard_steps
-from common.params import Component
+from common.job.config import JobConfig, standard_steps
+from common.job.params import Component
+from common.job.tasks import plan_tasks
 from common.storage import LocalStorage
-from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.word_segmenters import make_word_segmenter
 from common.word_segmenters.base import han_runs

@@ -41,7 +41,7 @@ def paragraphs_of(documents) -> list[list[str]]:
 
 
 def blingfire_cpu(paragraphs: list[list[str]]) -> float:
-    """Bling Fire as common/sentences.py runs it: one call per document."""
+    """Bling Fire as common/segmenters/sentences.py runs it: one call per document."""
     import blingfire
 
     cpu = time.process_time()

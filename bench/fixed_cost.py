@@ -7,7 +7,7 @@ calling thread (``time.thread_time``) around each outermost ``import`` statement
 each charged its own time (a named function inside another is taken out of the outer one; an import inside a
 named function is that function's: building the tokenizer imports ``tokenizers``), and the process's whole CPU
 (``time.process_time``, interpreter start-up included) at exit.  Headings: interpreter start (CPU before the
-``sitecustomize`` import); imports; variant discovery (``common.params.discover``: importing an axis's modules and
+``sitecustomize`` import); imports; variant discovery (``common.job.params.discover``: importing an axis's modules and
 scanning the installed distributions' entry points); the entry-point scan itself; building the tokenizer
 (``Vocabulary.from_tokenizer`` / ``from_json``, ``load_tokenizer``, ``make_fast_encoder``); the job id (hashing the
 job's configuration); dataset_info.json (the sink); the rest.  No sampling and no profiler: the cost added is a
@@ -34,14 +34,14 @@ ENV = "BENCH_FIXED_COST_DIR"  # not MLM_*: the local launcher keeps those from i
 
 #: heading -> (module, attribute path) of the functions it times.
 HEADINGS = {
-    "variant discovery": [("common.params", "discover")],
+    "variant discovery": [("common.job.params", "discover")],
     "entry-point scan": [("importlib.metadata", "entry_points")],
     "tokenizer build": [("common.tokenization.vocabulary", "Vocabulary.from_tokenizer"),
                         ("common.tokenization.vocabulary", "Vocabulary.from_json"),
                         ("common.tokenization.loading", "load_tokenizer"),
                         ("common.tokenization.fast_wordpiece", "make_fast_encoder")],
-    "job id": [("common.config", "JobConfig.job_id")],
-    "dataset_info.json": [("common.dataset_info", "write")],
+    "job id": [("common.job.config", "JobConfig.job_id")],
+    "dataset_info.json": [("common.describe.dataset_info", "write")],
 }
 
 _SITECUSTOMIZE = """

@@ -10,7 +10,7 @@ ventilator, which ends the job when every task is confirmed.
 With ``--window N`` (the benchmark's way) at most N acks are in flight:
 sent but not yet in the manifest, which it watches.  That keeps the sink
 saturated without filling its receive queue (1000 messages).  With the
-queue full for longer than the ZMTP heartbeat timeout (common/transport.py
+queue full for longer than the ZMTP heartbeat timeout (common/wire/transport.py
 sets heartbeats on every socket), libzmq 4.3 either aborts the sink
 ("Assertion failed: !_io_error (src/stream_engine_base.cpp:310)", libzmq
 issues #4364, #3937) or drops the connection and the acks queued on it;
@@ -30,11 +30,11 @@ import time
 import click
 import zmq
 
-from common import protocol
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.tasks import parse_size, plan_tasks
 from common.storage import LocalStorage
-from common.tasks import parse_size, plan_tasks
-from common.transport import endpoint, make_socket, new_identity, parse_address
+from common.wire import protocol
+from common.wire.transport import endpoint, make_socket, new_identity, parse_address
 from common.writers import ShardFile
 
 

@@ -1,6 +1,6 @@
 """A worker that does no work: ``python -m bench.null_worker --ventilator HOST:PORT``.
 
-It speaks the real protocol (common/protocol.py) as worker/runtime.py does
+It speaks the real protocol (common/wire/protocol.py) as worker/runtime.py does
 — Hello, Welcome, TaskRequest with credit, heartbeats — but acknowledges
 every TaskAssignment at once: a TaskAck to the sink (no shard, no records)
 and TaskFinished to the ventilator, then asks for one more task.  With
@@ -21,10 +21,10 @@ import time
 import click
 import zmq
 
-from common import protocol
-from common.config import JobConfig
-from common.tasks import Task
-from common.transport import endpoint, make_socket, new_identity, parse_address
+from common.job.config import JobConfig
+from common.job.tasks import Task
+from common.wire import protocol
+from common.wire.transport import endpoint, make_socket, new_identity, parse_address
 
 
 def run(ventilator: str, credit: int, report: str | None, timeout: float) -> int:

@@ -18,11 +18,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.config import JobConfig, standard_steps
-from common.params import Component
+from common.job.config import JobConfig, standard_steps
+from common.job.params import Component
+from common.job.tasks import Task
 from common.readers import ParseReport, reader_named
 from common.storage import LocalStorage
-from common.tasks import Task
 from worker.pipeline import TaskProcessor
 
 WIKIEXTRACTOR = reader_named("wikiextractor")()

@@ -28,7 +28,7 @@ RECIPES = {"bert10": ("bert", {"max_seq_length": 128, "dupe_factor": 10}, "bling
 @click.option("--copies", type=click.IntRange(min=1), default=3, show_default=True)
 def main(runs: int, copies: int) -> None:
     from bench.worker_bench import load_vocabulary, processor, run_task, task_of, with_encoder
-    from common.sentences import Segmenter
+    from common.segmenters.sentences import Segmenter
     from common.tokenization.fast_wordpiece import make_fast_encoder
 
     vocabulary = load_vocabulary(str(VOCAB))

@@ -479,7 +479,7 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         task_of,
         with_encoder,
     )
-    from common.sentences import Segmenter
+    from common.segmenters.sentences import Segmenter
     from common.tokenization.fast_wordpiece import make_fast_encoder
 
     vocabulary = load_vocabulary(str(VOCAB))
@@ -585,7 +585,7 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     """Each objective at its defaults on the worker's task, and ELECTRA's reference script on the same documents."""
     from bench.objectives_bench import ELECTRA_SCRIPT_CPU_S_PER_MB, electra_checkout, electra_reference_cpu
     from bench.worker_bench import documents_of, load_vocabulary, processor, run_task, task_of, with_encoder
-    from common.sentences import Segmenter
+    from common.segmenters.sentences import Segmenter
     from common.tokenization.fast_wordpiece import make_fast_encoder
 
     vocabulary = load_vocabulary(str(VOCAB))
@@ -668,7 +668,7 @@ def albert_section(s: Settings, tmp: Path, res: Results, content: bytes, vocabul
     from bench.objectives_bench import ALBERT_SCRIPT_CPU_S_PER_MB as recorded
     from bench.objectives_bench import albert_checkout, albert_reference_cpu
     from bench.worker_bench import documents_of, processor, run_task, task_of
-    from common.sentences import Segmenter, split_segments
+    from common.segmenters.sentences import Segmenter, split_segments
 
     checkout = albert_checkout()
     segmenter = Segmenter.BLINGFIRE
@@ -714,7 +714,7 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     from bench import whole_job
     from bench.objectives_bench import albert_checkout, electra_checkout
     from bench.worker_bench import documents_of
-    from common.sentences import Segmenter, split_segments
+    from common.segmenters.sentences import Segmenter, split_segments
 
     work = tmp / "job"
     recipes = {recipe.name: recipe for recipe in whole_job.RECIPES}

@@ -20,8 +20,8 @@ from pathlib import Path
 import click
 
 from bench.procs import free_ports, start_module, stop
-from common import protocol
-from common.tasks import Task
+from common.job.tasks import Task
+from common.wire import protocol
 
 
 @click.command(help="Time the ventilator handing out tasks of an S3 corpus of many objects.")

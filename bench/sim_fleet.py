@@ -1,7 +1,7 @@
 """Many simulated workers in one process: ``python -m bench.sim_fleet --ventilator HOST:PORT --workers N``.
 
 Each simulated worker is a real DEALER connection to the ventilator speaking
-the real protocol (common/protocol.py) as worker/runtime.py does: Hello,
+the real protocol (common/wire/protocol.py) as worker/runtime.py does: Hello,
 Welcome, TaskRequest with credit, heartbeats listing the tasks it holds,
 TaskFinished, and a TaskAck to the sink.  It computes nothing: it holds each
 task for ``--hold`` seconds (0: acknowledges at once), so the ventilator and
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 import click
 import zmq
 
-from common import protocol
-from common.config import JobConfig
-from common.tasks import Task
-from common.transport import endpoint, make_socket, new_identity, parse_address
+from common.job.config import JobConfig
+from common.job.tasks import Task
+from common.wire import protocol
+from common.wire.transport import endpoint, make_socket, new_identity, parse_address
 
 
 @dataclass

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import numpy as np
 
-from common.config import JobConfig, standard_steps
-from common.params import Component
+from common.job.config import JobConfig, standard_steps
+from common.job.params import Component
+from common.job.tasks import Task
 from common.readers import ParseReport, reader_named
-from common.sentences import Segmenter, split_segments
+from common.segmenters.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
-from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from worker import pipeline
 from worker.pipeline import TaskProcessor, TaskStats
 
-STAGES = pipeline.STAGES  # read, parse, split, tokenize, build, write
+STAGES = pipeline.TIMERS  # read, parse, split, tokenize, build, write
 WIKIEXTRACTOR = reader_named("wikiextractor")()
 
 
@@ -44,8 +44,8 @@ class TaskRun:
 
 @contextlib.contextmanager
 def cpu_per_stage():
-    """TaskStats.stage also records CPU seconds per stage (in stats.cpu_by_stage)."""
-    original = TaskStats.stage
+    """TaskStats.timed also records CPU seconds per stage (in stats.cpu_by_timer)."""
+    original = TaskStats.timed
 
     @contextlib.contextmanager
     def stage(self, name):
@@ -54,13 +54,13 @@ def cpu_per_stage():
             with original(self, name):
                 yield
         finally:
-            self.__dict__.setdefault("cpu_by_stage", defaultdict(float))[name] += time.process_time() - cpu
+            self.__dict__.setdefault("cpu_by_timer", defaultdict(float))[name] += time.process_time() - cpu
 
-    TaskStats.stage = stage
+    TaskStats.timed = stage
     try:
         yield
     finally:
-        TaskStats.stage = original
+        TaskStats.timed = original
 
 
 def load_vocabulary(vocab_file: str, do_lower_case: bool = True) -> Vocabulary:
@@ -98,7 +98,7 @@ def run_task(proc: TaskProcessor, storage: LocalStorage, task: Task) -> TaskRun:
         result = proc.process(task, content, time.perf_counter() - wall)
         total = time.process_time() - cpu
     stage_cpu = dict.fromkeys(STAGES, 0.0)
-    stage_cpu.update(getattr(result.stats, "cpu_by_stage", {}))
+    stage_cpu.update(getattr(result.stats, "cpu_by_timer", {}))
     stage_cpu["read"] = read_cpu
     return TaskRun(total, stage_cpu, len(content), result.stats.instances, result.stats.bytes_out,
                    result.files[0].sha256 if result.files else "")
@@ -115,7 +115,7 @@ def split_all(documents: list[list[str]], segmenter: Segmenter = Segmenter.BLING
 
 
 def joined_paragraphs(lines: list[str]) -> str:
-    """A document's text as common/sentences.py hands it to Bling Fire: its non-empty paragraphs,
+    """A document's text as common/segmenters/sentences.py hands it to Bling Fire: its non-empty paragraphs,
     stripped, joined by newlines."""
     return "\n".join(paragraph for paragraph in map(str.strip, lines) if paragraph)
 

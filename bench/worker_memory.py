@@ -22,8 +22,8 @@ import click
 
 from bench.procs import vm_hwm
 from bench.worker_bench import load_vocabulary, processor, run_task
+from common.job.tasks import Task
 from common.storage import LocalStorage
-from common.tasks import Task
 
 
 @click.command(help=__doc__.splitlines()[0])

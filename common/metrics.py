@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from common.transport import ListenError
+from common.wire.transport import ListenError
 
 if TYPE_CHECKING:  # imported when a scrape or --metrics-port needs them: ~25 ms a role otherwise (issue #33)
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

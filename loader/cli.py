@@ -9,10 +9,10 @@ import sys
 import click
 
 from common import logs
-from common.cli_settings import SectionedCommand
-from common.security import Curve, SecurityError
+from common.job.cli_settings import SectionedCommand
 from common.storage import StorageError
-from common.transport import ListenError
+from common.wire.security import Curve, SecurityError
+from common.wire.transport import ListenError
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
 from loader.sample_masking import SampleMasking
@@ -82,7 +82,7 @@ def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
     """Token-budget batches without --vocab-file or --tokenizer: the special ids (never masked: a chunk's
     [CLS] and [SEP], which its samples do not mark) and the pad id from the job's tokenizer, as the output's
     dataset_info.json records it."""
-    from common import dataset_info
+    from common.describe import dataset_info
 
     try:
         specials = dataset_info.special_token_ids(dataset_info.read(storage))

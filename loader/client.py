@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import zmq
 
-from common.security import Curve
-from common.transport import endpoint, make_socket, parse_address
+from common.wire.security import Curve
+from common.wire.transport import endpoint, make_socket, parse_address
 from loader import messages
 from loader.layout import Field, RecordLayout
 from loader.token_layout import LAYOUTS, lay_out

@@ -1,9 +1,9 @@
 """The loader's wire protocol: trainer ranks (DEALER) <-> loader server (ROUTER).
 
-Its own small protocol, apart from the pipeline's (common/protocol.py): the
+Its own small protocol, apart from the pipeline's (common/wire/protocol.py): the
 two never share a socket.  Each control message is one msgpack frame, a map
 with the version ``v``, the type ``t`` and the fields; :func:`decode` checks
-all of them with the pipeline's checked codec (common/envelope.py) and
+all of them with the pipeline's checked codec (common/wire/envelope.py) and
 raises :class:`MessageError`, and the server counts and
 drops such frames.  A batch is a multipart message: a :class:`BatchHeader`
 frame, then the records as one raw frame (each row every feature side by
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common import envelope
-from common.envelope import Codec, Count
+from common.wire import envelope
+from common.wire.envelope import Codec, Count
 
 VERSION = 1
 
@@ -150,10 +150,10 @@ def encode(message) -> bytes:
 
 
 def decode(frame: bytes):
-    """The message in ``frame``, every field checked (common/envelope.py, the pipeline's codec too);
+    """The message in ``frame``, every field checked (common/wire/envelope.py, the pipeline's codec too);
     MessageError for anything else."""
     return envelope.decode(frame, VERSION, TYPES, MessageError)
 
 
-#: How the loader server's inbox (common/inbox.py) reads and answers these frames.
+#: How the loader server's inbox (common/wire/inbox.py) reads and answers these frames.
 CODEC = Codec(decode, encode, MessageError)

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import zmq
 
-from common.inbox import Handlers, Inbox, Sender, serving
 from common.metrics import MetricsServer, counter, gauge
-from common.security import Curve
 from common.storage import StorageError
-from common.transport import DroppedMessages, listen
+from common.wire.inbox import Handlers, Inbox, Sender, serving
+from common.wire.security import Curve
+from common.wire.transport import DroppedMessages, listen
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
 from loader.samples import SampleCache

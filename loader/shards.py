@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from common.manifest import read_published
 from common.objectives.base import Ragged
-from common.outputs import SUMMARY_NAME, TRAIN, check_finished, split_of  # noqa: F401 (re-exported)
+from common.output.files import SUMMARY_NAME, TRAIN, check_finished, split_of  # noqa: F401 (re-exported)
+from common.output.manifest import read_published
 from common.storage import open_storage
 from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout

@@ -12,8 +12,8 @@ import sys
 import click
 
 from common import logs
+from common.job.tasks import parse_size
 from common.storage import StorageError, open_storage
-from common.tasks import parse_size
 from report.build import REPORT_DIRECTORY, build_report
 
 PAGE_NAME = f"{REPORT_DIRECTORY}/index.html"

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.manifest import counters
 from common.objectives.base import Ragged
-from common.outputs import TRAIN, split_of
+from common.output.files import TRAIN, split_of
+from common.output.manifest import counters
 from common.steps.tokenize import tokens_per_document_name
 
 #: Histogram bins of sequence lengths and tokens per document.

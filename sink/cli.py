@@ -7,7 +7,7 @@ import sys
 import click
 
 from common import logs
-from common.cli_settings import SectionedCommand, add_options, build
+from common.job.cli_settings import SectionedCommand, add_options, build
 from sink.server import SinkServer
 from sink.settings import SinkSettings
 

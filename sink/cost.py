@@ -22,14 +22,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from common.manifest import Work
-from common.protocol import AckStats
+from common.output.manifest import Work
+from common.wire.protocol import AckStats
 
 log = logging.getLogger("sink")
 
 
 def worker_host(worker_id: str) -> str:
-    """worker-HOST-PID-RANDOM (common.transport.new_identity) -> HOST."""
+    """worker-HOST-PID-RANDOM (common.wire.transport.new_identity) -> HOST."""
     return worker_id.removeprefix("worker-").rsplit("-", 2)[0]
 
 
@@ -185,7 +185,7 @@ def sequence_length(config) -> int | None:
     and chunks of at most --max-seq-length) hold their tokens and no padding."""
     if config is None:
         return None
-    from common.dataset_info import _vocabulary
+    from common.describe.dataset_info import _vocabulary
     from common.objectives import objective_named
     try:
         objective_class = objective_named(config.objective.name)

@@ -10,7 +10,7 @@ import threading
 import time
 from collections import defaultdict, deque
 
-from common.protocol import AckStats
+from common.wire.protocol import AckStats
 
 _FIELDS = ("documents", "tokens", "instances", "bytes_in")
 
@@ -21,7 +21,7 @@ class Throughput:
         self._events: deque[tuple[float, str, tuple]] = deque()
         self._lock = threading.Lock()
         self.totals = dict.fromkeys(_FIELDS, 0)
-        self.stage_seconds: dict[str, float] = defaultdict(float)  # workers' time per stage, summed
+        self.timer_seconds: dict[str, float] = defaultdict(float)  # workers' time per timer (TaskStats.timed), summed
         self.tasks = 0
         self.started = time.monotonic()
 
@@ -33,7 +33,7 @@ class Throughput:
             for name, value in zip(_FIELDS, values):
                 self.totals[name] += value
             for stage, value in stats.seconds.items():
-                self.stage_seconds[stage] += value
+                self.timer_seconds[stage] += value
             self.tasks += 1
 
     def rates(self, now: float | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
@@ -55,7 +55,7 @@ class Throughput:
     def snapshot(self) -> tuple[int, dict[str, int], dict[str, float]]:
         """Tasks, totals and stage seconds, consistent with each other."""
         with self._lock:
-            return self.tasks, dict(self.totals), dict(self.stage_seconds)
+            return self.tasks, dict(self.totals), dict(self.timer_seconds)
 
     def line(self, now: float | None = None) -> str:
         overall, per_worker = self.rates(now)

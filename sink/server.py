@@ -20,18 +20,19 @@ from dataclasses import dataclass
 
 import zmq
 
-from common import dataset_info, protocol
-from common.config import JobConfig
-from common.inbox import Handlers, Inbox, Sender, serving
-from common.manifest import LINE_FIELDS, Manifest, ManifestMismatch
-from common.manifest import counters as step_counters
+from common.describe import dataset_info
+from common.job.config import JobConfig
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
-from common.outputs import manifest_file
-from common.security import Curve
+from common.output.files import manifest_file
+from common.output.manifest import LINE_FIELDS, Manifest, ManifestMismatch
+from common.output.manifest import counters as step_counters
 from common.steps import job_steps
 from common.storage import StorageError, open_storage
-from common.transport import (
+from common.wire import protocol
+from common.wire.inbox import Handlers, Inbox, Sender, serving
+from common.wire.security import Curve
+from common.wire.transport import (
     SINK_PORT,
     VENTILATOR_PORT,
     DroppedMessages,
@@ -384,9 +385,9 @@ class SinkServer:
                     labels=overall, label="quantity")
         yield gauge("mlm_sink_worker_input_bytes_rate", "Input bytes per second over the last 30 s, per worker.",
                     labels={worker: rates["bytes_in"] for worker, rates in per_worker.items()}, label="worker")
-        _tasks, _totals, stage_seconds = self.throughput.snapshot()
+        _tasks, _totals, timer_seconds = self.throughput.snapshot()
         yield counter("mlm_sink_worker_stage_seconds", "Workers' wall seconds per stage, summed over this run's tasks.",
-                      labels=stage_seconds, label="stage")
+                      labels=timer_seconds, label="stage")
         yield counter("mlm_sink_duplicate_acks", "Acknowledgements of tasks already in the manifest.", self.duplicates)
         yield gauge("mlm_sink_quarantined_tasks", "Tasks the ventilator gave up on.", len(self.quarantined))
         yield counter("mlm_sink_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)

@@ -1,6 +1,6 @@
 """The sink's settings: what ``python -m sink`` takes, and what the ventilator hands a sink it starts.
 
-Each field is its option (common/cli_settings.py); the defaults are the sink server's own (SinkOptions).
+Each field is its option (common/job/cli_settings.py); the defaults are the sink server's own (SinkOptions).
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import click
 
-from common.cli_settings import option
-from common.security import Curve
+from common.job.cli_settings import option
+from common.wire.security import Curve
 from sink.server import SinkOptions
 
 

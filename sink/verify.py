@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 import click
 
-from common import dataset_info
-from common.manifest import read_published, shard_files, stage_files
-from common.outputs import check_finished, split_of
+from common.describe import dataset_info
+from common.job.tasks import FINISH
+from common.output.files import check_finished, split_of
+from common.output.manifest import read_published, shard_files, stage_files
 from common.storage import StorageError, open_storage
-from common.tasks import FINISH
 from common.writers import is_output_file, writer_for_file, writer_named
 
 

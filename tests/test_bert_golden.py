@@ -16,10 +16,10 @@ import hashlib
 import pytest
 
 from common import kernels
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import plan_tasks
 from common.storage import LocalStorage
-from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.support.helpers import VOCAB, WIKI, need_shared
 from tests.support.run_configs import steps_of

@@ -50,8 +50,8 @@ def test_two_variants_giving_one_option_two_types_are_refused_naming_both(monkey
 
     import pytest
 
+    from common.job.params import ParamClash, option_specs
     from common.objectives import objectives
-    from common.params import ParamClash, option_specs
     from ventilator import run_config
 
     bert = objectives()["bert"]

@@ -2,7 +2,7 @@
 ``--help`` before the run configuration was rebuilt: tests/data/cli_help/, written by tests/support/cli_help.py).
 
 New options and new choices may appear (an axis gains a variant); none may change or go.  The options the
-axes' variants declare (common/params.py) are their modules' business and are checked apart: each is shown
+axes' variants declare (common/job/params.py) are their modules' business and are checked apart: each is shown
 with its env var and its variants' defaults.
 """
 
@@ -12,8 +12,8 @@ from tests.support import cli_help
 
 
 def _component_flags() -> set[str]:
+    from common.job.params import option_specs
     from common.objectives import objectives
-    from common.params import option_specs
     from common.readers import readers
     from common.word_segmenters import word_segmenters
     from common.writers import writers
@@ -38,8 +38,8 @@ def test_every_option_shows_as_before(module):
 
 
 def test_variants_options_show_their_env_var_and_defaults():
+    from common.job.params import defaults_text, option_specs
     from common.objectives import objectives
-    from common.params import defaults_text, option_specs
     from common.readers import readers
     from common.word_segmenters import word_segmenters
     from common.writers import writers

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import re
 
-from common.protocol import PROTOCOL_VERSION
+from common.wire.protocol import PROTOCOL_VERSION
 from tests.support.helpers import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_readme_states_the_protocol_version_in_use():
-    stated = re.findall(r"`common/protocol\.py`, version (\d+)", README)
+    stated = re.findall(r"`common/wire/protocol\.py`, version (\d+)", README)
     assert stated == [str(PROTOCOL_VERSION)]
 
 

@@ -9,12 +9,13 @@ import sys
 
 import click
 
-from common import logs, protocol
-from common.cli_settings import DeferredCommand
-from common.config import JobConfig
-from common.output_lock import OutputLock
-from common.transport import ListenError
+from common import logs
+from common.job.cli_settings import DeferredCommand
+from common.job.config import JobConfig
+from common.output.lock import OutputLock
 from common.version import command_line
+from common.wire import protocol
+from common.wire.transport import ListenError
 from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named

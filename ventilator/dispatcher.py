@@ -32,7 +32,7 @@ import itertools
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from common.tasks import Task
+from common.job.tasks import Task
 
 
 class State(enum.Enum):

@@ -19,11 +19,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from common.config import JobConfig, standard_steps
-from common.manifest import check_job, read_first_entry
+from common.job.config import JobConfig, standard_steps
+from common.job.params import Component, ParamValue
+from common.job.tasks import InputFile, Task, compression_of
 from common.objectives import objective_named
-from common.output_lock import OutputLock, OutputLocked
-from common.params import Component, ParamValue
+from common.output.lock import OutputLock, OutputLocked
+from common.output.manifest import check_job, read_first_entry
 from common.readers import Reader, claimed_by_name, detect, reader_named
 from common.readers.content import decompress
 from common.segmenters import resolve as resolve_segmenter
@@ -31,7 +32,6 @@ from common.segmenters import segmenter_named
 from common.steps import plan_stages, step_named
 from common.steps.words import Words
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
-from common.tasks import InputFile, Task, compression_of
 from common.tokenization import TokenizerError, Vocabulary, han_words, load_vocabulary
 from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
@@ -139,7 +139,7 @@ class Checked:
     objective: Component
     writer: Component
     #: Each step's parameters given, by step name (its own flags, the segmenter, the word segmenter), and the
-    #: steps added with --add-step: what common.config.standard_steps makes the job's steps from.
+    #: steps added with --add-step: what common.job.config.standard_steps makes the job's steps from.
     steps: dict[str, dict[str, ParamValue]]
     added_steps: tuple[Component, ...] = ()
 
@@ -279,7 +279,7 @@ def identify(run: RunConfig, checked: Checked) -> JobConfig:
 def _what_changed(output, config: JobConfig) -> str:
     """For the refusal: the options whose values differ from those the output's dataset_info.json records, or
     that none does (the corpus changed); "" when the output has no readable description."""
-    from common import dataset_info
+    from common.describe import dataset_info
 
     try:
         old = dataset_info.read(output)
@@ -296,7 +296,7 @@ def _what_changed(output, config: JobConfig) -> str:
 
 
 def lock_output(run: RunConfig, config: JobConfig) -> OutputLock:
-    """The output's lock, held and renewing (common/output_lock.py); JobError naming the holder if another run
+    """The output's lock, held and renewing (common/output/lock.py); JobError naming the holder if another run
     has it."""
     output = open_storage(config.output_uri, run.input.s3_endpoint_url)
     lock = OutputLock(output, config.job_id)

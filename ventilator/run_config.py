@@ -3,7 +3,7 @@
 Every option is declared once, here, as a field of a group (input, job, tokenizer, network, sink, fleet,
 delivery, metrics, display) whose default is the one its user keeps (ServerOptions, SinkOptions, JobConfig):
 click parses, :func:`from_values` builds the RunConfig, and the run, the job, the server, the sink and the
-workers read their settings from it.  The axes' parameters (common/params.py) are options too, made from every
+workers read their settings from it.  The axes' parameters (common/job/params.py) are options too, made from every
 variant's ``Params`` (:func:`component_options`) when the command is first used (parsing, --help), not when
 this module is imported: the job's axes' values are collected in ``job.params``; a launcher's or a publisher's,
 chosen here, in ``fleet.launcher_params`` and ``metrics.publisher_params``.  A step that says when it is on
@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import click
 
-from common.cli_settings import (
+from common.job.cli_settings import (
     Deferred,
     DeferredCommand,
     SectionedOption,
@@ -31,14 +31,14 @@ from common.cli_settings import (
     option_fields,
     option_flags,
 )
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.params import Configurable, OptionSpec, ParamClash, ParamValue, PluginError, defaults_text, option_specs
+from common.job.tasks import parse_size
 from common.objectives import objectives
-from common.params import Configurable, OptionSpec, ParamClash, ParamValue, PluginError, defaults_text, option_specs
 from common.readers import readers
-from common.security import Curve
 from common.segmenters import segmenters
 from common.steps import steps
-from common.tasks import parse_size
+from common.wire.security import Curve
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenters
 from common.writers import writers
@@ -330,7 +330,7 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Axis:
-    """An axis whose variants' parameters are options (common/params.py), shown under ``section``.
+    """An axis whose variants' parameters are options (common/job/params.py), shown under ``section``.
 
     ``choice``: for an axis whose variant is chosen on this command line (a launcher, a publisher), the
     (group, option) naming it and the group field its parameters go to: their options take their defaults as
@@ -445,7 +445,7 @@ FIELD_SECTIONS = {"output": "Output", "output_format": "Output", "objective": "O
 
 @dataclass(frozen=True)
 class StepFlag:
-    """One option a step declares itself: a field of its ``Params`` that names its ``flag`` (common/params.py),
+    """One option a step declares itself: a field of its ``Params`` that names its ``flag`` (common/job/params.py),
     of a step that says when it is on (``Step.enabled``: holdout, dedup, a plugin's)."""
 
     step: str  # the step's name
@@ -505,7 +505,7 @@ class VariantsError(click.ClickException):
 
 
 def run_options(command):
-    """Decorator: every option of the ventilator's command line (for :class:`common.cli_settings.DeferredCommand`:
+    """Decorator: every option of the ventilator's command line (for :class:`common.job.cli_settings.DeferredCommand`:
     made when the command is first used; VariantsError if the variants cannot make them).  Two options of one
     name or flag (a step's own flag that is also a variant's or the run's) are refused in one line: click would
     let one silently win."""

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 
 import zmq
 
-from common import protocol
-from common.inbox import Handlers, Inbox, Sender, serving
+from common.job.tasks import encode_quarantined
 from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
-from common.security import Curve
 from common.steps import required_tasks
-from common.tasks import encode_quarantined
-from common.transport import VENTILATOR_PORT, DroppedMessages, listen
+from common.wire import protocol
+from common.wire.inbox import Handlers, Inbox, Sender, serving
+from common.wire.security import Curve
+from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.job import Job

@@ -14,7 +14,7 @@ import time
 import click
 
 from common import logs
-from common.cli_settings import SectionedCommand, add_options, build
+from common.job.cli_settings import SectionedCommand, add_options, build
 from worker.gce_metadata import GceMetadata, GceNotices
 from worker.interruption import (
     DEFAULT_NOTICE_DRAIN_SECONDS,

@@ -16,17 +16,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from common.config import JobConfig
-from common.outputs import TRAIN, ShardFile
+from common.job.config import JobConfig
+from common.job.tasks import Task
+from common.output.files import TRAIN, ShardFile
 from common.readers import ParseReport
 from common.steps import JobContext, Part, TaskRun, TaskStats, job_steps
-from common.tasks import Task
 from common.tokenization import Vocabulary
 
-#: The stage times of a normal task (seconds, by name; "words" with a words step only, "dedup" with dedup).
-STAGES = ("read", "parse", "split", "words", "tokenize", "build", "write")
+#: The timers of a normal task (``TaskStats.timed``: seconds, by name; "words" with a words step only, "dedup"
+#: with dedup).  The sink sums them into its metric ``mlm_sink_worker_stage_seconds``, labelled by timer.
+TIMERS = ("read", "parse", "split", "words", "tokenize", "build", "write")
 
-__all__ = ["STAGES", "ShardResult", "TaskProcessor", "TaskStats"]
+__all__ = ["TIMERS", "ShardResult", "TaskProcessor", "TaskStats"]
 
 
 @dataclass

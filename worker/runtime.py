@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from common import protocol
-from common.config import JobConfig
-from common.inbox import Inbox, on_stop_signals
+from common.job.config import JobConfig
+from common.job.tasks import EarlierTaskFileError, Task
 from common.readers.content import is_permanent
-from common.security import Curve
 from common.storage import Storage, open_storage, remove_stale_spool_files
-from common.tasks import EarlierTaskFileError, Task
 from common.tokenization import Vocabulary
-from common.transport import (
+from common.wire import protocol
+from common.wire.inbox import Inbox, on_stop_signals
+from common.wire.security import Curve
+from common.wire.transport import (
     SINK_PORT,
     VENTILATOR_PORT,
     DroppedMessages,

@@ -1,6 +1,6 @@
 """The worker's settings: what ``python -m worker`` takes, and what the ventilator hands workers it starts.
 
-Each field is its option (common/cli_settings.py); the defaults are the worker's own (WorkerOptions,
+Each field is its option (common/job/cli_settings.py); the defaults are the worker's own (WorkerOptions,
 worker/interruption.py).
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import click
 
-from common.cli_settings import option
-from common.security import Curve
+from common.job.cli_settings import option
+from common.wire.security import Curve
 from worker.interruption import DEFAULT_ENDPOINT, DEFAULT_NOTICE_DRAIN_SECONDS
 from worker.lifecycle import LifecycleHook
 from worker.runtime import WorkerOptions

@@ -7,9 +7,9 @@ it, so adding one touches no other file.
 
 from __future__ import annotations
 
+from common.job.params import Registry
 from common.objectives.base import Batch, Feature, Objective, Ragged, derive_seed
 from common.objectives.documents import TokenizedDocuments
-from common.params import Registry
 
 DEFAULT = "bert"
 

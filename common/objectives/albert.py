@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.job.params import When, param
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.bert import BATCH_INSTANCES, BertParams, lay_out_pairs, plan_instances
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, word_index
-from common.params import When, param
 from common.tokenization.loading import ReferenceCasing
 
 

@@ -19,8 +19,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from common.job.params import Configurable
 from common.objectives.documents import TokenizedDocuments
-from common.params import Configurable
 from common.tokenization.loading import ReferenceCasing
 from common.tokenization.vocabulary import SpecialIds
 

@@ -29,10 +29,10 @@ from functools import lru_cache
 import numpy as np
 
 from common import kernels
+from common.job.params import param
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
-from common.params import param
 from common.tokenization.vocabulary import SpecialIds
 
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.job.params import param
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
-from common.params import param
 
 #: The reference's "one segment" first-segment target: larger than any example.
 ONE_SEGMENT_TARGET = 100000

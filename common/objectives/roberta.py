@@ -38,10 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.job.params import When, param
 from common.objectives.base import Batch, Feature, Objective, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
-from common.params import When, param
 from common.tokenization.loading import ReferenceCasing
 from common.tokenization.vocabulary import SpecialIds
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.job.params import param
 from common.objectives.base import Batch, Feature, Objective, Ragged
 from common.objectives.documents import TokenizedDocuments
-from common.params import param
 from common.tokenization.loading import ReferenceCasing
 
 #: Documents per batch.

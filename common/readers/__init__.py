@@ -4,7 +4,7 @@ first lines of the first file) and :func:`readers` finds it, so adding one touch
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from common.readers.base import UTF8_BOM, ByteRangeReader, Document, ParseReport, Reader
 
 _REGISTRY: Registry[Reader] = Registry(__name__, Reader, "input format")

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from common.params import Configurable, NoParams
+from common.job.params import Configurable, NoParams
+from common.job.tasks import InputFile, Task, plan_tasks
 from common.readers.content import read_task_bytes, task_content
 from common.readers.scanning import ReadAt
-from common.tasks import InputFile, Task, plan_tasks
 
 
 @dataclass

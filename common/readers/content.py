@@ -17,9 +17,9 @@ from typing import BinaryIO
 
 import zstandard
 
+from common.job.tasks import Task
 from common.readers.scanning import ReadAt
 from common.storage import VersionChanged
-from common.tasks import Task
 
 #: Read ahead past the range's end, so finding the next boundary rarely
 #: needs a second request.

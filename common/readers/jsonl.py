@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from common.params import param
+from common.job.params import param
+from common.job.tasks import COMPRESSED_SUFFIXES
 from common.readers.base import Document, ParseReport
 from common.readers.wikiextractor_json import WikiExtractorJsonReader, encodable, json_objects
-from common.tasks import COMPRESSED_SUFFIXES
 
 SUFFIXES = (".jsonl", ".ndjson")
 

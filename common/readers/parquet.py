@@ -27,12 +27,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from common.job.params import param
+from common.job.tasks import InputFile, Task
 from common.lazy_import import LazyModule
-from common.params import param
 from common.readers.base import Document, ParseReport, Reader, decode_utf8
 from common.readers.seekable import ReadAtFile
 from common.storage import StorageError
-from common.tasks import InputFile, Task
 
 if TYPE_CHECKING:
     import pyarrow as pa

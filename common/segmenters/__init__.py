@@ -5,7 +5,7 @@ is resolved when the job is planned: the objective's unit, else the reader's def
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from common.segmenters.base import AUTO, Segmenter
 
 _REGISTRY: Registry[Segmenter] = Registry(__name__, Segmenter, "segmenter", also_known=(AUTO,))

@@ -1,6 +1,6 @@
 """The segmenter interface: a document's lines in, its segments out, each as its pieces of text.
 
-A segment is a list of pieces, one per paragraph it spans (see :func:`common.sentences.segment_pieces`
+A segment is a list of pieces, one per paragraph it spans (see :func:`common.segmenters.sentences.segment_pieces`
 for why pieces are kept apart: each is encoded as its paragraph encodes it).  A segmenter has no state
 beyond its parameters, so one instance serves every task of a job.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
-from common.params import Configurable, NoParams
+from common.job.params import Configurable, NoParams
 
 #: --segmenter's default: resolved when the job is planned (common/segmenters/__init__.py).
 AUTO = "auto"

@@ -1,16 +1,16 @@
 """Sentences found by Bling Fire, a finite-state splitter (~17 MB/s on the wiki corpus), with CJK
-corrections (common/cjk_sentences.py): the default for paragraph-per-line input such as WikiExtractor's."""
+corrections (common/segmenters/cjk_sentences.py): the default for paragraph-per-line input such as WikiExtractor's."""
 
 from __future__ import annotations
 
 from common.segmenters.base import Segmenter
-from common.sentences import Segmenter as Mode
-from common.sentences import segment_pieces
+from common.segmenters.sentences import Segmenter as Mode
+from common.segmenters.sentences import segment_pieces
 
 
 class BlingfireSegmenter(Segmenter):
     name = "blingfire"
-    version = 2  # CJK sentence ends (common/cjk_sentences.py): other segments for Chinese and Japanese text
+    version = 2  # CJK sentence ends (common/segmenters/cjk_sentences.py): other segments for Chinese and Japanese text
 
     def segments(self, lines: list[str]) -> list[list[str]]:
         return segment_pieces(lines, Mode.BLINGFIRE)

@@ -4,8 +4,8 @@ format) and objectives that take their input's lines as they are (ELECTRA)."""
 from __future__ import annotations
 
 from common.segmenters.base import Segmenter
-from common.sentences import Segmenter as Mode
-from common.sentences import segment_pieces
+from common.segmenters.sentences import Segmenter as Mode
+from common.segmenters.sentences import segment_pieces
 
 
 class LineSegmenter(Segmenter):

@@ -3,7 +3,7 @@ the interface), found by name like the readers, objectives and writers."""
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from common.steps.base import (
     FLOW,
     InfoSection,

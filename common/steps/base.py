@@ -7,10 +7,10 @@ A job's steps (``JobConfig.steps``), in the order they run::
 (each step names the one it follows, ``Step.after``; the bracketed ones are on when their own parameters say,
 ``Step.enabled``)
 
-    read       the task's documents, by the job's reader (stage time "parse")
+    read       the task's documents, by the job's reader (timer "parse")
     dedup      drops the documents the dedup stages found to be copies ("dedup"; counters "dedup")
     holdout    splits off the held-out side: a second part, split "holdout" (counters "holdout")
-    segment    each document's segments, by the job's segmenter (common/segmenters/) ("split")
+    segment    each document's segments, by the job's segmenter (common/segmenters/) (timer "split")
     words      word starts inside Han runs, by a word segmenter (common/word_segmenters/) ("words")
     tokenize   token ids (TokenizedDocuments) ("tokenize")
     objective  a lazy stream of record batches, pass after pass ("build")
@@ -22,7 +22,7 @@ stem.  A part carries its documents, then its segments, then its token ids, then
 files.  The objective's batches are a generator the write step drains, so records are written pass by
 pass as they are made: memory holds one pass.
 
-A step is a :class:`common.params.Configurable`: a module (or package) of :mod:`common.steps` with a
+A step is a :class:`common.job.params.Configurable`: a module (or package) of :mod:`common.steps` with a
 ``name`` and ``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.run`,
 names the step it follows (``after``) and says when it is on (:meth:`Step.enabled`, from its ``Params``, whose
 fields naming a ``flag`` are its own command-line options); it may also
@@ -48,18 +48,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from common.outputs import TRAIN, ShardFile
-from common.params import Configurable, NoParams
-from common.protocol import AckStats
+from common.job.params import Configurable, NoParams
+from common.output.files import TRAIN, ShardFile
+from common.wire.protocol import AckStats
 
-if TYPE_CHECKING:  # names for the annotations only: the job (common.config) imports this module's package
+if TYPE_CHECKING:  # names for the annotations only: the job (common.job.config) imports this module's package
     import numpy as np
 
-    from common.config import JobConfig
+    from common.job.config import JobConfig
+    from common.job.tasks import Task
     from common.objectives import TokenizedDocuments
     from common.readers import Document, ParseReport
     from common.storage.base import Storage
-    from common.tasks import Task
     from common.tokenization.vocabulary import SpecialIds, Vocabulary
 
 #: What steps make, in the order data flows (``Step.makes``): how steps placed after the same step are ordered.
@@ -92,7 +92,9 @@ class TaskStats:
                         counters={name: dict(values) for name, values in self.counters.items() if values})
 
     @contextmanager
-    def stage(self, name: str):
+    def timed(self, name: str):
+        """Adds the block's wall seconds to the timer ``name`` (``seconds``).  A timer is not a job stage
+        (``Task.stage``, ``Step.stages``): it times part of a task, whatever the stage."""
         started = time.perf_counter()
         try:
             yield
@@ -203,8 +205,8 @@ class JobContext:
 
 
 # --- How a step describes itself: its sides, its sections of dataset_info.json, the card and mlm-report ------
-# The describers (common/dataset_info.py, common/dataset_card.py, report/, loader/, the writers, the manifest,
-# mlm-verify) ask the steps for these instead of naming any; all are class-level, so no job needs to run.
+# The describers (common/describe/dataset_info.py, common/describe/dataset_card.py, report/, loader/, the writers, the
+# manifest, mlm-verify) ask the steps for these instead of naming any; all are class-level, so no job needs to run.
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,7 @@ class Describes:
     @classmethod
     def setting_flag(cls, key: str) -> str:
         """The option that sets ``key`` of its section (for ``changed_options``)."""
-        from common.params import flag_of
+        from common.job.params import flag_of
 
         return flag_of(getattr(cls, "Params", NoParams), key)
 
@@ -304,7 +306,7 @@ class Step(Configurable, Describes, abc.ABC):
     #: (:meth:`enabled`), each right after the one it names (or where that one would be when it is off); steps
     #: after the same one run in the order of what they make (``FLOW``: one that makes nothing new first, then
     #: one that drops documents, one that splits them into parts, segments ...), then by name
-    #: (``common.config.standard_steps``).  A
+    #: (``common.job.config.standard_steps``).  A
     #: step users add with --add-step goes right after the one it names, which must be on.
     after: ClassVar[str | None] = None
 

@@ -21,15 +21,15 @@ from typing import ClassVar, TypeVar
 
 import click
 
-from common.outputs import TRAIN
-from common.params import param
+from common.job.params import param
+from common.output.files import TRAIN
 from common.steps.base import InfoSection, Part, Side, Step, TaskRun
 
 #: The default --holdout-seed.
 DEFAULT_SEED = 0
 #: Where the held-out side's files go, relative to the output root.
 DIRECTORY = "holdout"
-#: The split its files are marked with (common/outputs.py), and the name its counts go under.
+#: The split its files are marked with (common/output/files.py), and the name its counts go under.
 SPLIT = "holdout"
 #: Prefix of the held-out side's task key: its random streams are its own.
 KEY_PREFIX = "holdout:"

@@ -28,7 +28,7 @@ class Objective(Step):
         for pass_index in range(objective.passes):
             batches = objective.batches(part.tokenized, part.key, pass_index)
             while True:
-                with run.stats.stage("build"):
+                with run.stats.timed("build"):
                     batch = next(batches, None)
                 if batch is None:
                     break

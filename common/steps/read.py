@@ -16,7 +16,7 @@ class Read(Step):
 
     def run(self, run: TaskRun) -> None:
         reader = self.job.reader
-        with run.stats.stage("parse"):
+        with run.stats.timed("parse"):
             for part in run.parts:
                 part.documents = list(reader.documents(run.task, run.payload, run.report))
 

@@ -1,4 +1,4 @@
-"""Each document's segments, by the job's segmenter (common/segmenters/) (stage time "split").
+"""Each document's segments, by the job's segmenter (common/segmenters/) (its timer: :data:`TIMER`).
 
 The step's parameters are the segmenter's name and that segmenter's own parameters (its flags), side by side
 as the words step carries its word segmenter's: a segmenter without parameters names the step as before."""
@@ -8,9 +8,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from common.params import Component, NoParams, ParamValue, param
+from common.job.params import Component, NoParams, ParamValue, param
 from common.segmenters import segmenter_named
 from common.steps.base import Step, TaskRun
+
+#: This step's timer (``TaskStats.timed``).  Its name is the one the sink's metric label
+#: (``mlm_sink_worker_stage_seconds{stage="split"}``) and the benchmark's records (bench/ratios.json) have known
+#: since before the word "split" came to mean a side of the output (``ShardFile.split``): kept for them.
+TIMER = "split"
 
 #: The parameter naming the segmenter; the others are that segmenter's own.
 NAME = "segmenter"
@@ -52,7 +57,7 @@ class Segment(Step):
         self.segmenter = segmenter_named(params.segmenter)(params.options)
 
     def run(self, run: TaskRun) -> None:
-        with run.stats.stage("split"):
+        with run.stats.timed(TIMER):
             for part in run.parts:
                 part.segments = [self.segmenter.segments(document.lines) for document in part.documents]
 

@@ -1,6 +1,6 @@
 """Token ids of each part's segments (TokenizedDocuments), by the job's tokenizer (stage time "tokenize").
 
-Pieces are encoded as the paragraphs they come from encode (common/sentences.py); a segment's tokens are
+Pieces are encoded as the paragraphs they come from encode (common/segmenters/sentences.py); a segment's tokens are
 its pieces' tokens end to end.  For a tokenizer that treats a text's start apart, the pieces of one
 paragraph are encoded as the paragraph and its tokens shared out (``Vocabulary.encode_with_word_starts``),
 so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  Documents
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from common.objectives import TokenizedDocuments
-from common.outputs import TRAIN
+from common.output.files import TRAIN
 from common.steps.base import Part, Step, TaskRun
 
 #: The counters of documents by tokens: bin "up_to_N" holds documents of more than N/2 and at most N tokens.
@@ -55,9 +55,9 @@ class Tokenize(Step):
     def _tokenize(self, part: Part, run: TaskRun) -> None:
         stats, vocabulary = run.stats, self.job.vocabulary
         segmented = part.segments
-        with stats.stage("tokenize"):
+        with stats.timed("tokenize"):
             pieces = [piece for segments in segmented for segment in segments for piece in segment]
-        with stats.stage("tokenize"):
+        with stats.timed("tokenize"):
             if part.words is None:
                 continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
                 ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from common.params import Component, NoParams
+from common.job.params import Component, NoParams
 from common.steps.base import Step, TaskRun
 from common.tokenization import han_words
 from common.word_segmenters import NONE, make_word_segmenter, word_segmenter_named
@@ -75,7 +75,7 @@ class Words(Step):
     def run(self, run: TaskRun) -> None:
         for part in run.parts:
             pieces = [piece for segments in part.segments for segment in segments for piece in segment]
-            with run.stats.stage("words"):
+            with run.stats.timed("words"):
                 part.words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
 
     @classmethod

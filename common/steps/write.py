@@ -8,9 +8,9 @@ stage ``finish``."""
 
 from __future__ import annotations
 
-from common.outputs import TRAIN
+from common.job.tasks import FINISH, decode_quarantined
+from common.output.files import TRAIN
 from common.steps.base import JobPlan, StageResult, Step, TaskRun
-from common.tasks import FINISH, decode_quarantined
 
 
 class Write(Step):
@@ -34,9 +34,9 @@ class Write(Step):
                         if part.split == TRAIN:
                             stats.instances += len(batch)
                             stats.output_tokens += batch.tokens_without_padding()
-                        with stats.stage("write"):
+                        with stats.timed("write"):
                             output.write(batch)
-                    with stats.stage("write"):
+                    with stats.timed("write"):
                         files = output.commit()
             written = {f.name for f in files}
             for name in self.job.writer.names(part.stem) or ():  # what an earlier run's task wrote otherwise
@@ -50,7 +50,7 @@ class Write(Step):
             part.files = files
 
     def run_stage(self, task, payload: bytes, stats) -> StageResult:
-        with stats.stage(FINISH):
+        with stats.timed(FINISH):
             return StageResult(self.job.writer.finish_task(self.job.output, task, self.job.config.job_id,
                                                            decode_quarantined(payload)))
 

@@ -2,7 +2,7 @@
 
 Each backend is one module of this package (``local``: plain paths; ``s3``: ``s3://``; ``gcs``: ``gs://``)
 or a plugin's class named by an entry point in the group ``mlm_pipeline.storage``, as for the other axes
-(common/params.py): Azure or the Hugging Face Hub are one file.  Inputs are listed and read by byte range,
+(common/job/params.py): Azure or the Hugging Face Hub are one file.  Inputs are listed and read by byte range,
 each read pinned to the version listed at planning; outputs are written atomically: a shard is visible under
 its final name only once complete.  Credentials come from each store's standard chain, never from the job.
 """
@@ -41,7 +41,7 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 @functools.lru_cache(maxsize=1)
 def backends() -> dict[str, type[Backend]]:
     """Every backend by URI scheme: this package's modules and the plugins' entry points."""
-    from common.params import discover
+    from common.job.params import discover
 
     return discover(__name__, Backend)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, BinaryIO, ClassVar, Protocol
 
-from common.tasks import InputFile
+from common.job.tasks import InputFile
 
 log = logging.getLogger("common.storage")
 

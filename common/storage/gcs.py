@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from common.job.tasks import InputFile
 from common.storage.base import (
     AtomicWriter,
     Backend,
@@ -37,7 +38,6 @@ from common.storage.base import (
     split_bucket_uri,
     spool_file,
 )
-from common.tasks import InputFile
 
 #: HTTP statuses that mean "later": retried (with backoff) and, past the retries, waited out by the worker.
 _LATER = frozenset({408, 429, 500, 502, 503, 504})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from common.job.tasks import InputFile
 from common.storage.base import AtomicWriter, Backend, RangeReader, StorageError, VersionChanged, _umask, ignored
-from common.tasks import InputFile
 
 
 class LocalStorage(Backend):

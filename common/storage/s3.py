@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from common.job.tasks import InputFile
 from common.storage.base import (
     AtomicWriter,
     Backend,
@@ -18,7 +19,6 @@ from common.storage.base import (
     split_bucket_uri,
     spool_file,
 )
-from common.tasks import InputFile
 
 #: S3 (and radosgw) error codes that mean "later", not "never".
 S3_BACKOFF_CODES = frozenset({"SlowDown", "QuotaExceeded", "ServiceUnavailable", "Throttling", "ThrottlingException",

@@ -40,10 +40,10 @@ from collections.abc import Iterator
 
 import click
 
+from common.job.tasks import compression_of
 from common.readers import ParseReport, detect, reader_named, readers
 from common.readers.content import decompress
 from common.storage import LocalStorage, StorageError, open_storage, scheme_of
-from common.tasks import compression_of
 
 #: Each file is read as one task (a vocabulary is trained on a sample, not on hundreds of GB).
 _WHOLE_FILE = 1 << 62

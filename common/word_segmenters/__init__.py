@@ -11,7 +11,7 @@ default) segments nothing.
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from common.word_segmenters.base import WordSegmenter, han_runs, is_han
 
 NONE = "none"
@@ -27,7 +27,7 @@ def word_segmenter_named(name: str) -> type[WordSegmenter] | None:
 
 
 def make_word_segmenter(component) -> WordSegmenter | None:
-    """The job's segmenter (a :class:`common.params.Component`), built with its parameters; None for ``none``."""
+    """The job's segmenter (a :class:`common.job.params.Component`), built with its parameters; None for ``none``."""
     segmenter_class = word_segmenter_named(component.name)
     if segmenter_class is None:
         return None

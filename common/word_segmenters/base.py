@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import re
 
-from common.params import Configurable
+from common.job.params import Configurable
 
 #: BERT's _is_chinese_char ranges (tokenization.py), as a character class.
 HAN = ("\u4e00-\u9fff\u3400-\u4dbf\U00020000-\U0002a6df\U0002a700-\U0002b73f\U0002b740-\U0002b81f"

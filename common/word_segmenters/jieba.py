@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.params import param
+from common.job.params import param
 from common.word_segmenters.base import WordSegmenter
 
 

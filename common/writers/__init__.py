@@ -8,11 +8,11 @@ loader serves it."""
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 DEFAULT = "tfrecord"
-#: Where other installed packages name their formats (``name = module:Class``): common.params.entry_point_group.
+#: Where other installed packages name their formats (``name = module:Class``): common.job.params.entry_point_group.
 ENTRY_POINT_GROUP = "mlm_pipeline.writers"
 
 
@@ -34,8 +34,8 @@ def writer_for_file(name: str) -> type[Writer]:
 def is_output_file(name: str) -> bool:
     """A file a job's writer writes (a task's ``part-*``, a format's finish files, on any side), as opposed to
     the job's descriptions, dedup's files or anyone else's: what must be in the manifest (mlm-verify), and
-    what a job removes when its manifest will not list it (common.manifest)."""
-    from common.outputs import SHARD_PREFIX
+    what a job removes when its manifest will not list it (common.output.manifest)."""
+    from common.output.files import SHARD_PREFIX
 
     base = name.rsplit("/", 1)[-1]
     if base.startswith("."):

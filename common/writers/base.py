@@ -26,9 +26,9 @@ from typing import BinaryIO, ClassVar
 
 import numpy as np
 
+from common.job.params import Configurable
 from common.objectives.base import Batch, Feature, Ragged
-from common.outputs import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
-from common.params import Configurable
+from common.output.files import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
 from common.tokenization.vocabulary import SpecialIds
 
 
@@ -106,7 +106,7 @@ class Writer(Configurable, abc.ABC):
     job_files: ClassVar[tuple[str, ...]] = ()
     #: read_columns gives the dtypes the files hold (False: a wider or narrower one of the same kind).
     exact_dtypes: ClassVar[bool] = True
-    #: How to read the output, for its dataset card (common/dataset_card.py), when 🤗 datasets cannot: a
+    #: How to read the output, for its dataset card (common/describe/dataset_card.py), when 🤗 datasets cannot: a
     #: Markdown snippet.  "" for a format ``datasets.load_dataset(OUT)`` reads through the card (Parquet).
     reading: ClassVar[str] = ""
 
@@ -142,7 +142,7 @@ class Writer(Configurable, abc.ABC):
 
     @classmethod
     def finish_tasks(cls, params, output, job_id: str, normal: list, special: SpecialIds) -> list:
-        """Tasks of the format's own stage after the normal pass (stage ``common.tasks.FINISH``), planned
+        """Tasks of the format's own stage after the normal pass (stage ``common.job.tasks.FINISH``), planned
         with the job: none by default.  Whatever they need to know is written to ``output`` here."""
         return []
 
@@ -193,8 +193,8 @@ class Writer(Configurable, abc.ABC):
         """Called by the sink once every task is done: files that describe the
         whole output (a blend list).  Every format's: ``README.md``, a dataset
         card naming the files of each side the manifest lists
-        (common/dataset_card.py); an override calls this too."""
-        from common.dataset_card import write_card
+        (common/describe/dataset_card.py); an override calls this too."""
+        from common.describe.dataset_card import write_card
         from common.storage import StorageError
 
         try:

@@ -33,8 +33,8 @@ import json
 
 import numpy as np
 
+from common.job.params import NoParams
 from common.objectives.base import Batch, Feature
-from common.params import NoParams
 from common.writers.base import TaskOutput, Writer
 from common.writers.mds import to_columns
 from common.writers.sample_shards import (

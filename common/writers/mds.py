@@ -31,8 +31,8 @@ import json
 
 import numpy as np
 
+from common.job.params import NoParams
 from common.objectives.base import Batch, Feature, Ragged
-from common.params import NoParams
 from common.writers.base import TaskOutput, Writer
 from common.writers.sample_shards import (
     SIZE_LIMIT,

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
+from common.job.params import param
+from common.job.tasks import FINISH, Task, parse_size
 from common.objectives.base import Batch, Feature, Ragged
-from common.outputs import TRAIN, split_of
-from common.params import param
-from common.tasks import FINISH, Task, parse_size
+from common.output.files import TRAIN, split_of
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -335,7 +335,7 @@ class MegatronWriter(Writer):
     def finish_job(cls, output, config, totals: dict) -> None:
         """``megatron_data_path.txt``: each pair's prefix weighted by its tokens: the merged pairs when
         the job merged, else every task's."""
-        from common.manifest import read_entries, shard_files, stage_files
+        from common.output.manifest import read_entries, shard_files, stage_files
         from common.tokenization import Vocabulary
 
         dtype = best_fitting_dtype(Vocabulary.from_json(config.tokenizer_json).special.vocab_size)

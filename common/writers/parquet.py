@@ -26,8 +26,8 @@ so the loader, mlm-verify and mlm-report read them unchanged.
 
 At the end of the job the sink writes ``README.md``, a dataset card whose
 YAML names the splits' files for ``datasets.load_dataset(OUT)``
-(common/dataset_card.py); ``dataset_info.json`` is every format's
-(common/dataset_info.py).
+(common/describe/dataset_card.py); ``dataset_info.json`` is every format's
+(common/describe/dataset_info.py).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from common.job.params import param
 from common.lazy_import import LazyModule
 from common.objectives.base import Batch, Feature, Ragged
-from common.params import param
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 if TYPE_CHECKING:

@@ -206,7 +206,7 @@ def records_as_bytes(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], re
 
 def job_features(config) -> list[Feature]:
     """The features the job's objective writes (for the indexes written at the end of the job)."""
-    from common.dataset_info import _vocabulary
+    from common.describe.dataset_info import _vocabulary
     from common.objectives import objective_named
 
     special = _vocabulary(config.tokenizer_json).special
@@ -218,7 +218,7 @@ def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] |
     """The manifest's files of this format (the normal pass's, in task order), by directory: one index each
     (the training side's at the root, each step's side's in its directory: the held-out side's in holdout/).
     Only what the manifest lists."""
-    from common.manifest import read_entries, shard_files
+    from common.output.manifest import read_entries, shard_files
 
     directories: dict[str, list[dict]] = {}
     by_task = {entry["task"]: entry for entry in (read_entries(output) if entries is None else entries)

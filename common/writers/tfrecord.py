@@ -32,8 +32,8 @@ import crc32c
 import numpy as np
 
 from common import kernels
+from common.job.params import param
 from common.objectives.base import Batch, Feature
-from common.params import param
 from common.writers.base import HashingFile, OutputFile, ShardFile, TaskOutput, Writer
 from common.writers.tf_example import decode_examples
 

@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from common import steps as steps_package
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
 from tests.support.run_configs import steps_of
 
 STEPS = textwrap.dedent('''

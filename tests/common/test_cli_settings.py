@@ -1,4 +1,4 @@
-"""Settings dataclasses as command lines (common/cli_settings.py): one declaration gives the option, its
+"""Settings dataclasses as command lines (common/job/cli_settings.py): one declaration gives the option, its
 default and the typed value, and a settings object written as argv comes back equal."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import click
 import pytest
 
-from common.cli_settings import add_options, build, option, option_fields, parse, to_argv
+from common.job.cli_settings import add_options, build, option, option_fields, parse, to_argv
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""common/config.py: a job's steps are the steps that are on, each after the step it names, with no parameter
+"""common/job/config.py: a job's steps are the steps that are on, each after the step it names, with no parameter
 per feature; steps added with --add-step go after the step their class names."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from common.config import standard_steps
-from common.params import Component
+from common.job.config import standard_steps
+from common.job.params import Component
 from common.steps import steps
 from common.steps.base import Step
 from common.steps.dedup.settings import DedupSettings
@@ -85,7 +85,7 @@ def test_a_steps_own_flag_that_another_option_has_is_one_line(monkeypatch, capsy
     winning."""
     from dataclasses import dataclass
 
-    from common.params import param
+    from common.job.params import param
     from ventilator.run_config import VariantsError, parse
 
     for flag in ("--ngram", "--task-size"):

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
 from common.readers import Document, ParseReport
 from common.steps.holdout import HoldoutSplit, document_key
 from common.storage import LocalStorage
@@ -146,7 +146,7 @@ def test_each_side_is_made_of_its_own_documents_whatever_the_task_size(tmp_path)
 
 
 def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
-    from common import protocol
+    from common.wire import protocol
     from common.writers import ShardFile
 
     ack = protocol.TaskAck("t", "j", "w", "a.parquet", 0, 10, "v",
@@ -167,7 +167,7 @@ def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
 
 
 def test_the_manifest_counts_each_side():
-    from common.manifest import Manifest, Work
+    from common.output.manifest import Manifest, Work
 
     manifest = Manifest.__new__(Manifest)
     manifest.work = Work()

@@ -1,4 +1,4 @@
-"""Hostile frames through each server's own tables (common/inbox.py): the ventilator's, the sink's (from its
+"""Hostile frames through each server's own tables (common/wire/inbox.py): the ventilator's, the sink's (from its
 ventilator and on its ack socket) and the loader's.  Each server is the real object, each frame comes over a
 real ZeroMQ socket, and the frames are structured msgpack drawn by hypothesis: the fuzz tests of
 tests/common/test_protocol.py's, and well-typed messages of every type, which decode and reach the handlers.
@@ -12,7 +12,7 @@ import pytest
 import zmq
 from hypothesis import strategies as st
 
-from common import protocol
+from common.wire import protocol
 from loader import messages
 from tests.common.test_protocol import _frames, _well_typed
 from tests.support.helpers import drawn_values

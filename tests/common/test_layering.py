@@ -1,6 +1,6 @@
 """The wire layer imports nothing of the job: held by importing it in a fresh interpreter.
 
-``common/protocol.py`` once imported ``JobConfig``, whose module imports the steps, whose base imports the
+``common/wire/protocol.py`` once imported ``JobConfig``, whose module imports the steps, whose base imports the
 protocol: a cycle held apart by a lazy import.  The Welcome now carries the job encoded (an ``EncodedJob``
 the job layer decodes), so the wire's modules load alone, and the job's modules import the wire's at the top,
 in any order.
@@ -15,8 +15,8 @@ import sys
 import pytest
 
 #: What the wire may load of the project: its own modules and the neutral outputs (``ShardFile``).
-WIRE = {"common", "common.envelope", "common.protocol", "common.transport", "common.inbox", "common.outputs",
-        "common.security", "loader", "loader.messages"}
+WIRE = {"common", "common.wire", "common.output", "common.wire.envelope", "common.wire.protocol", "common.wire.transport", "common.wire.inbox", "common.output.files",
+        "common.wire.security", "loader", "loader.messages"}
 
 
 def _project_modules_after(statement: str) -> set[str]:
@@ -28,14 +28,14 @@ def _project_modules_after(statement: str) -> set[str]:
 
 
 def test_the_wire_loads_without_the_job():
-    loaded = _project_modules_after("import common.protocol, common.envelope, common.transport, common.inbox, "
-                                    "common.security, loader.messages")
-    assert {"common.protocol", "common.inbox", "loader.messages"} <= loaded
+    loaded = _project_modules_after("import common.wire.protocol, common.wire.envelope, common.wire.transport, common.wire.inbox, "
+                                    "common.wire.security, loader.messages")
+    assert {"common.wire.protocol", "common.wire.inbox", "loader.messages"} <= loaded
     assert loaded <= WIRE, f"the wire imported {sorted(loaded - WIRE)}"
 
 
-@pytest.mark.parametrize("first", ["common.config", "common.steps.base", "common.protocol"])
+@pytest.mark.parametrize("first", ["common.job.config", "common.steps.base", "common.wire.protocol"])
 def test_the_job_and_the_wire_import_in_any_order(first):
     """No cycle: each module imports first in a fresh interpreter, and the rest follow."""
-    loaded = _project_modules_after(f"import {first}\nimport common.config, common.steps, common.protocol")
-    assert {"common.config", "common.steps.base", "common.protocol"} <= loaded
+    loaded = _project_modules_after(f"import {first}\nimport common.job.config, common.steps, common.wire.protocol")
+    assert {"common.job.config", "common.steps.base", "common.wire.protocol"} <= loaded

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from common.manifest import MANIFEST_NAME, Manifest, ManifestMismatch
+from common.output.manifest import MANIFEST_NAME, Manifest, ManifestMismatch
 from common.storage import LocalStorage
 
 
@@ -107,7 +107,7 @@ def test_resume_streams_the_lines_instead_of_holding_them(tmp_path):
 
 
 def test_the_ventilator_reads_only_the_first_line_to_know_the_job(tmp_path):
-    from common.manifest import read_first_entry
+    from common.output.manifest import read_first_entry
 
     storage = LocalStorage(str(tmp_path))
     assert read_first_entry(storage) is None

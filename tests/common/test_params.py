@@ -1,4 +1,4 @@
-"""common/params.py: how a variant's parameters become flags and job values, and how variants are found
+"""common/job/params.py: how a variant's parameters become flags and job values, and how variants are found
 (in their package, and from installed packages' entry points)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from common.params import (
+from common.job.params import (
     Component,
     Configurable,
     NoParams,
@@ -152,7 +152,7 @@ def test_entry_points_add_classes_and_modules_and_refuse_what_is_not_a_variant(m
     module = types.ModuleType("plugin_module")
     module.Chars = Chars
     points = [_EntryPoint("a", "plugin_module", module)]
-    monkeypatch.setattr("common.params._entry_points", lambda group: points if group.endswith("segmenters")
+    monkeypatch.setattr("common.job.params._entry_points", lambda group: points if group.endswith("segmenters")
                         else [])
     assert discover("common.word_segmenters", WordSegmenter)["chars-test"] is Chars
 
@@ -165,12 +165,12 @@ def test_entry_points_add_classes_and_modules_and_refuse_what_is_not_a_variant(m
 
 
 def test_entry_points_are_scanned_once_per_path_and_again_when_it_changes(monkeypatch, tmp_path):
-    """Discovery scans the installed distributions once for every axis (common/params.py), yet a package that
+    """Discovery scans the installed distributions once for every axis (common/job/params.py), yet a package that
     appears on a new sys.path entry (an install into a fresh directory) is found."""
     from common.word_segmenters.base import WordSegmenter
 
     module = tmp_path / "throwaway_words.py"
-    module.write_text("from common.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
+    module.write_text("from common.job.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
                       "class Whole(WordSegmenter):\n    name = 'whole-test'\n    Params = NoParams\n\n"
                       "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
     info = tmp_path / "throwaway_words-0.1.dist-info"
@@ -191,7 +191,7 @@ def test_entry_points_are_scanned_once_per_path_and_again_when_it_changes(monkey
 
 def test_cache_clear_finds_a_plugin_installed_since_into_the_same_path(monkeypatch, tmp_path):
     """``pip install`` of a plugin into a directory already on sys.path (a site-packages), then the axis's
-    ``cache_clear()`` (as common/params.py says): the new variant is found, though sys.path did not change."""
+    ``cache_clear()`` (as common/job/params.py says): the new variant is found, though sys.path did not change."""
     from common import word_segmenters
 
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -199,7 +199,7 @@ def test_cache_clear_finds_a_plugin_installed_since_into_the_same_path(monkeypat
     try:
         assert "late-test" not in word_segmenters.word_segmenters()
         (tmp_path / "late_words.py").write_text(
-            "from common.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
+            "from common.job.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
             "class Late(WordSegmenter):\n    name = 'late-test'\n    Params = NoParams\n\n"
             "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
         info = tmp_path / "late_words-0.1.dist-info"

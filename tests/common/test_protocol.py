@@ -5,9 +5,9 @@ import random
 import msgpack
 import pytest
 
-from common import protocol
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.wire import protocol
 from common.writers import ShardFile
 from tests.support.run_configs import steps_of
 
@@ -133,7 +133,7 @@ def test_random_bytes_and_truncations_only_raise_protocol_error():
 
 def test_sink_hello_of_a_big_manifest_fits_the_inbound_limit():
     """The sink sends its done set in chunks small enough for the ventilator's socket."""
-    from common.protocol import MAX_INBOUND_BYTES
+    from common.wire.protocol import MAX_INBOUND_BYTES
     chunk = {f"{i:020x}": f'"{i:032x}-12"' for i in range(5000)}
     assert len(protocol.encode(protocol.SinkHello("sink-host-123-abcdef", "0123456789abcdef", chunk, False))) < MAX_INBOUND_BYTES
 
@@ -167,7 +167,7 @@ def test_any_msgpack_frame_is_a_message_or_a_protocol_error(data):
     receiving loops catch exactly that), never a TypeError or KeyError."""
     import msgpack
 
-    from common import protocol
+    from common.wire import protocol
     from loader import messages
 
     for decode, error, version, names in (
@@ -185,7 +185,7 @@ def test_the_nine_byte_frames_that_ended_the_roles():
     import msgpack
     import pytest
 
-    from common import protocol
+    from common.wire import protocol
     from loader import messages
 
     with pytest.raises(protocol.ProtocolError, match="unknown message type"):
@@ -203,10 +203,10 @@ def test_dropped_messages_stay_bounded_whatever_the_reasons(caplog):
     """Hostile frames make each reason unique: the counts stay bounded, and so does the log."""
     import logging
 
-    from common.transport import DroppedMessages
+    from common.wire.transport import DroppedMessages
 
     dropped = DroppedMessages("sink")
-    with caplog.at_level(logging.WARNING, logger="common.transport"):
+    with caplog.at_level(logging.WARNING, logger="common.wire.transport"):
         for i in range(20_000):
             dropped.drop(f"protocol version {i}, expected 4")
     assert dropped.total == 20_000
@@ -255,7 +255,7 @@ def _well_typed(hint, depth: int = 0):
 def _numbers(value, hint=None):
     """(number, its declared Range or None) for every number in a decoded message, nested messages, lists and
     maps included."""
-    from common.envelope import Range
+    from common.wire.envelope import Range
 
     if typing.get_origin(hint) is typing.Annotated:
         bounds = [item for item in hint.__metadata__ if isinstance(item, Range)]

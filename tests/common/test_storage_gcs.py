@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from common.job.tasks import plan_tasks
 from common.readers import ParseReport, reader_named
 from common.readers.content import task_content
 from common.storage import (
@@ -21,7 +22,6 @@ from common.storage import (
     busy_reason,
     open_storage,
 )
-from common.tasks import plan_tasks
 from tests.common.test_tasks import make_corpus
 from tests.support.faulty_proxy import FaultyProxy
 

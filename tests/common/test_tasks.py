@@ -5,10 +5,10 @@ import random
 
 import pytest
 
+from common.job.tasks import InputFile, plan_tasks
 from common.readers import ParseReport, detect, reader_named
 from common.readers.content import task_content
 from common.storage import LocalStorage
-from common.tasks import InputFile, plan_tasks
 
 WIKI_READER, JSON_READER, TEXT_READER = (reader_named(name)() for name in ("wikiextractor", "json", "text"))
 

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from common.outputs import split_of
+from common.output.files import split_of
 from tests.support.factories import finished_run, wiki_prefix
 from tests.support.helpers import REPO, VOCAB, manifest
 
@@ -166,7 +166,7 @@ def test_the_card_lists_exactly_the_sides_on_disk(parquet_output, tmp_path):
     split of its name at its files' directory: no validation split at holdout/ that does not exist."""
     import datasets
 
-    from common.dataset_card import write_card
+    from common.describe.dataset_card import write_card
     from common.storage import LocalStorage
 
     output = tmp_path / "out"

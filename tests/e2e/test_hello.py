@@ -11,7 +11,7 @@ import time
 import pytest
 import zmq
 
-from common import protocol
+from common.wire import protocol
 from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared, python_module, scrape
 
 pytestmark = pytest.mark.e2e

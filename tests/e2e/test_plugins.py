@@ -113,7 +113,7 @@ def test_a_plugin_step_is_off_until_its_own_flag_turns_it_on(installed, monkeypa
     """As holdout: its flag is generated from its Params, off by default (the job, and its id, as without the
     plugin), on by the flag; --add-step does not take it (it says itself when it runs)."""
     from common import steps
-    from common.config import standard_steps
+    from common.job.config import standard_steps
     from ventilator.run_config import addable_steps, parse
 
     monkeypatch.syspath_prepend(str(installed))
@@ -155,7 +155,7 @@ def fake_install(site: Path, name: str, entry_points: str, modules: dict[str, st
     ("[mlm_pipeline.objectives]\ncopies = broken_plugin_copies:Copies\n",
      {"broken_plugin_copies": "from dataclasses import dataclass\n"
                               "from common.objectives.tokens import TokensObjective\n"
-                              "from common.params import param\n"
+                              "from common.job.params import param\n"
                               "@dataclass(frozen=True)\nclass P:\n    dupe_factor: int = param(3, 'Copies.')\n"
                               "class Copies(TokensObjective):\n    name = 'copies'\n    Params = P\n"},
      "--dupe-factor is declared by 'albert' (common.objectives.albert.AlbertObjective) and by 'copies' "

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from common.manifest import read_entries, shard_files, stage_files
+from common.output.manifest import read_entries, shard_files, stage_files
 from common.storage import LocalStorage, S3Storage
 from common.writers import is_output_file
 from loader.shards import ShardCache, open_dataset

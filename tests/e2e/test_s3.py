@@ -142,8 +142,8 @@ def test_byte_ranges_of_s3_objects_cover_every_document_once(s3):
     more than the object, documents straddling every boundary."""
     import random
 
+    from common.job.tasks import plan_tasks
     from common.storage import S3Storage
-    from common.tasks import plan_tasks
     from tests.common.test_tasks import make_corpus
 
     client = s3.client()

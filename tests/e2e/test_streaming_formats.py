@@ -134,7 +134,7 @@ import sys, types, json, numpy as np
 sys.modules['streaming.vision'] = types.ModuleType('streaming.vision')
 from streaming import MDSWriter
 from common.objectives.base import Batch, Feature, Ragged
-from common.params import NoParams
+from common.job.params import NoParams
 from common.storage import LocalStorage
 from common.writers.mds import MdsWriter, shard_config, Column
 features = [Feature('input_ids', 'int32', None), Feature('document_id', 'int64', 1),
@@ -261,8 +261,8 @@ def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_mlm_report_finds_no_problem_in_a_clean_output(clean, fmt, tmp_path):
     """index.json (each side's) is the format's own file, written at the job's end: not a "foreign file";
-    nor is the lock of a run on the output (common/output_lock.py, and its takeover marker)."""
-    from common.output_lock import LOCK_NAME
+    nor is the lock of a run on the output (common/output/lock.py, and its takeover marker)."""
+    from common.output.lock import LOCK_NAME
     from common.storage import open_storage
     from report.build import build_report
 

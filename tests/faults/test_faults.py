@@ -144,7 +144,7 @@ def test_fuzzed_sockets_during_a_run(clean, cluster):
         push.connect(f"tcp://127.0.0.1:{c.sink_port}")
         import msgpack
 
-        from common.protocol import PROTOCOL_VERSION as v
+        from common.wire.protocol import PROTOCOL_VERSION as v
         templates = [
             lambda: bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 64))),
             lambda: msgpack.packb({"v": v, "t": "TaskAck", "task_id": 5}),
@@ -205,8 +205,8 @@ def test_fuzzed_sockets_during_a_run(clean, cluster):
 def test_curve_keeps_out_workers_without_the_key(clean, tmp_path):
     import shutil
 
-    from common import protocol
-    from common.security import generate
+    from common.wire import protocol
+    from common.wire.security import generate
     from common.writers import ShardFile
 
     keys, intruder = tmp_path / "keys", tmp_path / "intruder"
@@ -521,7 +521,7 @@ def test_a_lost_assignment_does_not_leave_its_worker_idle(clean, tmp_path):
     ventilator's ROUTER discards it) restates in its heartbeat what it still
     awaits, and gets another task; here the worker is this test, speaking
     the protocol over a real socket to the real ventilator."""
-    from common import protocol
+    from common.wire import protocol
 
     c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
     context = zmq.Context()
@@ -572,9 +572,9 @@ def test_a_sink_reintroducing_itself_in_chunks_is_heard_out(tmp_path):
     the ventilator must not call the job complete on a chunk that happens to
     cover every task before the last chunk has been heard; here the sink is
     this test, speaking the protocol to the real ventilator."""
-    from common import protocol
+    from common.job.tasks import parse_size, plan_tasks
     from common.storage import LocalStorage
-    from common.tasks import parse_size, plan_tasks
+    from common.wire import protocol
 
     need_shared()
     c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)

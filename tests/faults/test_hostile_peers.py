@@ -15,7 +15,7 @@ import pytest
 import zmq
 from hypothesis import strategies as st
 
-from common import protocol
+from common.wire import protocol
 from loader import messages
 from loader.client import LoaderClient, server_status
 from tests.faults.test_faults import JOB, assert_same_as_clean, clean  # noqa: F401  (the module's clean run)

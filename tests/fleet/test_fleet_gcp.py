@@ -115,7 +115,7 @@ def test_the_worker_command_is_the_workers_own(rendered):
     import click
     from click.testing import CliRunner
 
-    from common.cli_settings import add_options, build
+    from common.job.cli_settings import add_options, build
     from worker.settings import WorkerSettings
 
     argv = shlex.split(rendered["worker_command"].replace("$$(nproc)", "2"))[1:]

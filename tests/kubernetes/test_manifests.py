@@ -18,7 +18,7 @@ import click
 import pytest
 import yaml
 
-from common.transport import SINK_PORT, VENTILATOR_PORT
+from common.wire.transport import SINK_PORT, VENTILATOR_PORT
 from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared, python_module, scrape
 
 KUBE = REPO / "deploy" / "kubernetes"

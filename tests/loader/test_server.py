@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import zmq
 
-from common.security import generate
+from common.wire.security import generate
 from loader import messages
 from loader.client import LoaderClient, LoaderError, server_status
 from loader.shards import open_dataset

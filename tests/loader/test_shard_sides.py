@@ -2,7 +2,7 @@
 step a plugin brings may make a side of its own ("validation", say): its files are no more training data than
 the held-out side's, as the sink's totals (training shards: split "") and the dataset card already say."""
 
-from common.manifest import Manifest
+from common.output.manifest import Manifest
 from common.storage import LocalStorage
 from loader.shards import ShardList
 

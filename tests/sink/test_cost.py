@@ -2,7 +2,7 @@
 
 import pytest
 
-from common.protocol import AckStats
+from common.wire.protocol import AckStats
 from sink.cost import CostLedger, describe, worker_host
 
 
@@ -62,7 +62,7 @@ def test_the_ventilators_spans_widen_each_hosts_hours():
 def test_the_jobs_cost_adds_its_runs():
     """Spent: this run's plus what the earlier runs' summary says; made: the manifest's tasks (issue 34,
     item 13).  An earlier run without a price is priced at this one's."""
-    from common.manifest import Work
+    from common.output.manifest import Work
     from sink.cost import job_cost
 
     ledger = CostLedger(hourly_price=2.0)

@@ -1,4 +1,4 @@
-from common.protocol import AckStats
+from common.wire.protocol import AckStats
 from sink.progress import Throughput
 
 

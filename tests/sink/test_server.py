@@ -2,7 +2,7 @@
 
 import logging
 
-from common.manifest import Manifest
+from common.output.manifest import Manifest
 from common.storage import LocalStorage, StorageError
 from sink.server import SinkOptions, SinkServer
 from tests.support.run_configs import steps_of
@@ -38,9 +38,9 @@ def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
     import errno
     import json
 
-    from common import protocol
-    from common.config import JobConfig
-    from common.params import Component
+    from common.job.config import JobConfig
+    from common.job.params import Component
+    from common.wire import protocol
     from common.writers import ShardFile
 
     out = tmp_path / "out"
@@ -87,9 +87,9 @@ def test_the_sink_keeps_the_books_under_the_job_id_its_welcome_carries(tmp_path)
 
     import zmq
 
-    from common import protocol
-    from common.config import JobConfig
-    from common.params import Component
+    from common.job.config import JobConfig
+    from common.job.params import Component
+    from common.wire import protocol
     from tests.support.helpers import free_ports
 
     out = tmp_path / "out"

@@ -1,6 +1,6 @@
 """The sink's settings (sink/settings.py): its command line and what the ventilator hands a sink it starts."""
 
-from common.cli_settings import parse, to_argv
+from common.job.cli_settings import parse, to_argv
 from sink.server import SinkOptions
 from sink.settings import SinkSettings
 

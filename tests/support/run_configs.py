@@ -4,7 +4,7 @@ parameters of steps with their own flags, by step name (``{"holdout": {"fraction
 
 from __future__ import annotations
 
-from common.params import ParamValue
+from common.job.params import ParamValue
 from ventilator.run_config import DeliverySettings, InputSettings, JobSettings, RunConfig, SinkGroup, TokenizerSettings
 
 _INPUT = {"corpus_format", "task_size", "shared_fs", "s3_endpoint_url"}
@@ -32,12 +32,12 @@ def run_config(data: str, output: str, *, added_steps: tuple[str, ...] = (), spe
 
 def steps_of(segmenter: str = "blingfire", *, word_segmenter=None, holdout_fraction: float = 0.0,
              holdout_seed: int = 0, dedup=None, added_steps: tuple = ()):
-    """A job's steps (common.config.standard_steps) from the settings tests name them by: the segmenter, a word
+    """A job's steps (common.job.config.standard_steps) from the settings tests name them by: the segmenter, a word
     segmenter (a name or a Component), a held-out fraction and seed, dedup's settings, added steps."""
     import dataclasses
 
-    from common.config import standard_steps
-    from common.params import Component
+    from common.job.config import standard_steps
+    from common.job.params import Component
     from common.steps.words import Words
 
     given: dict[str, dict] = {"segment": {"segmenter": segmenter},

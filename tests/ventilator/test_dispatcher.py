@@ -1,6 +1,6 @@
 """Leases: expiry, heartbeats, confirmation, quarantine, hand-back."""
 
-from common.tasks import Task
+from common.job.tasks import Task
 from ventilator.dispatcher import Dispatcher, State
 
 

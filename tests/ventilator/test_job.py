@@ -73,7 +73,7 @@ def test_identify_refuses_an_output_holding_another_job(corpus, tmp_path):
 def test_a_refused_resume_names_the_options_that_changed(corpus, tmp_path):
     """The output's dataset_info.json says how it was made: the refusal names each option whose value differs
     (with both values), and says when none does (the corpus itself changed)."""
-    from common import dataset_info
+    from common.describe import dataset_info
     from common.storage import LocalStorage
 
     first = _options(corpus, tmp_path, params={"dupe_factor": 3})

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from common.output_lock import LOCK_NAME, Holder, OutputLock, OutputLocked
+from common.output.lock import LOCK_NAME, Holder, OutputLock, OutputLocked
 from common.storage import LocalStorage, S3Storage
 from tests.common.writers.jobs import small_corpus
 from tests.support.helpers import REPO, VOCAB, free_ports, need_shared, run_ventilator

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from common.cli_settings import parse as parse_settings
-from common.cli_settings import to_argv
-from common.config import JobConfig, standard_steps
+from common.job.cli_settings import parse as parse_settings
+from common.job.cli_settings import to_argv
+from common.job.config import JobConfig, standard_steps
 from common.steps.dedup.settings import DedupSettings
 from sink.settings import SinkSettings
 from ventilator.run_config import ConfigError, RunConfig, parse
@@ -115,7 +115,7 @@ def test_the_sink_and_the_workers_get_their_settings_from_it_through_their_own_c
 
 
 def test_every_option_is_a_field_of_one_group():
-    from common.cli_settings import option_fields
+    from common.job.cli_settings import option_fields
 
     names = [f.name for f in option_fields(RunConfig)]
     assert len(names) == len(set(names))
@@ -153,7 +153,7 @@ def _variant(base, name: str, **fields):
 def test_two_plugin_variants_declaring_one_flag_are_refused_naming_both(monkeypatch):
     """Two publishers (or a launcher and a publisher) with a field of one name and type were one flag; now a
     one-line refusal when the options are made, naming both; the same field declared shared by both is one."""
-    from common.params import param
+    from common.job.params import param
     from ventilator import run_config
     from ventilator.launchers.local import LocalLauncher
     from ventilator.publishers import BacklogPublisher, publishers

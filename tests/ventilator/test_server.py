@@ -11,8 +11,8 @@ import time
 import pytest
 import zmq
 
-from common import protocol
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.wire import protocol
 from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared
 from ventilator.server import ServerOptions, VentilatorServer
 
@@ -120,7 +120,7 @@ def test_leases_wait_for_the_sink_then_follow_credit_and_the_run_completes(job, 
 
 
 def protocol_task_id(assignment: protocol.TaskAssignment) -> str:
-    from common.tasks import Task
+    from common.job.tasks import Task
 
     return Task.from_wire(assignment.task).task_id
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from common import protocol
+from common.wire import protocol
 from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared
 from worker.runtime import WorkerOptions, WorkerProcess
 
@@ -153,7 +153,7 @@ def test_a_job_it_cannot_run_fails_its_tasks_in_one_line_and_it_goes_on(job, pee
     import dataclasses
     import logging
 
-    from common.params import Component
+    from common.job.params import Component
 
     config, tasks, payloads, _ = job
     peers, worker, exit_code, thread = peers_and_worker

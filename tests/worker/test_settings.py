@@ -2,7 +2,7 @@
 
 import pytest
 
-from common.cli_settings import parse, to_argv
+from common.job.cli_settings import parse, to_argv
 from worker.runtime import WorkerOptions
 from worker.settings import SettingsError, WorkerSettings
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from ventilator.launchers.base import Fleet, Launcher, LaunchError, Role
 
 __all__ = ["DEFAULT_LAUNCHER", "ENTRY_POINTS", "Fleet", "LaunchError", "Launcher", "Role", "launcher_named",

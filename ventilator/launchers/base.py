@@ -1,10 +1,10 @@
 """The launcher seam: what starts the sink and the workers a ventilator runs with, watches and stops them.
 
 The ventilator hands a launcher :class:`Role` s (a name, the module to run, its argv written from the role's
-settings by common/cli_settings.to_argv) and asks it, while the job runs, whether one failed or all exited.
+settings by common/job/cli_settings.to_argv) and asks it, while the job runs, whether one failed or all exited.
 Local processes are one launcher (local.py); a batch scheduler or a cluster is another, found by name the
 same way (ventilator/launchers/ or an installed package's ``mlm_pipeline.launchers`` entry point).  A launcher
-owns its flags: its ``Params`` (common/params.py, shown under "Fleet", given only with ``--launcher`` its name),
+owns its flags: its ``Params`` (common/job/params.py, shown under "Fleet", given only with ``--launcher`` its name),
 and is handed those and the little it needs of the run (:class:`Fleet`), not the whole command line.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.cli_settings import to_argv
-from common.params import Configurable, NoParams
+from common.job.cli_settings import to_argv
+from common.job.params import Configurable, NoParams
 
 
 class LaunchError(ValueError):

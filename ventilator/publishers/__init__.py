@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.params import Registry
+from common.job.params import Registry
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 __all__ = ["DEFAULT_PUBLISHER", "ENTRY_POINTS", "Backlog", "BacklogPublisher", "publisher_named", "publishers"]

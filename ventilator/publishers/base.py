@@ -3,7 +3,7 @@
 A publisher is started once the task table is built and closed as the ventilator stops; it observes the
 backlog when it likes (``observe()``: pending, leased, workers).  It decides no size.  Publishers are found by
 name (ventilator/publishers/ or an installed package's ``mlm_pipeline.publishers`` entry point) and chosen
-with ``--backlog-publisher``.  A publisher owns its flags: its ``Params`` (common/params.py, shown under "Metrics
+with ``--backlog-publisher``.  A publisher owns its flags: its ``Params`` (common/job/params.py, shown under "Metrics
 and autoscaling"), given to it alone, and says from them whether it runs (``enabled``: CloudWatch's only with
 ``--cloudwatch-namespace``).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from common.params import Configurable, NoParams
+from common.job.params import Configurable, NoParams
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 
 import click
 
-from common.params import param
+from common.job.params import param
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 log = logging.getLogger("ventilator")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import click
 
-from common.params import param
+from common.job.params import param
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 log = logging.getLogger("ventilator")

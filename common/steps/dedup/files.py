@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from common.tasks import EarlierTaskFileError
+from common.job.tasks import EarlierTaskFileError
 
 MAGIC = b"MLMDEDUP1\n"
 

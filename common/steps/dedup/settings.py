@@ -1,6 +1,6 @@
 """The dedup flags, declared once (as the step's ``Params``), checked once and carried in the job.
 
-``DedupSettings`` travels as the dedup step's parameters in :class:`common.config.JobConfig`; with
+``DedupSettings`` travels as the dedup step's parameters in :class:`common.job.config.JobConfig`; with
 ``mode == "off"`` (the default) the step is off (``Dedup.enabled``), so the job, its id and its tasks are
 exactly those of a job without dedup.
 """
@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import click
 
-from common.params import param
+from common.job.params import param
 from common.steps.dedup.lsh import optimal_bands_rows
 
 #: The stages that run before the normal pass, in order (the normal pass is the stage "").
@@ -30,7 +30,7 @@ SKIPPED_COUNTER = "signature_tasks_skipped"
 def made_without_earlier_tasks(entry: dict) -> bool:
     """A manifest line of a stage's task that ran without some task of an
     earlier stage: its result lacks those tasks' documents (see
-    common/manifest.py, which has it and what followed done again)."""
+    common/output/manifest.py, which has it and what followed done again)."""
     return bool((entry.get("dedup") or {}).get(SKIPPED_COUNTER))
 
 MODES = ("off", "exact", "minhash")

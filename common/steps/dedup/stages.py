@@ -32,14 +32,14 @@ import json
 
 import numpy as np
 
-from common.outputs import ShardFile
+from common.job.tasks import Task, decode_quarantined, encode_quarantined
+from common.output.files import ShardFile
 from common.steps.dedup import files
 from common.steps.dedup.clusters import candidate_pairs, components, split_handle
 from common.steps.dedup.files import CorruptFile
 from common.steps.dedup.keys import KeyMaker
 from common.steps.dedup.normalise import document_text
 from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, SKIPPED_COUNTER, DedupSettings
-from common.tasks import Task, decode_quarantined, encode_quarantined
 
 PLAN_NAME = "dedup/plan.bin"
 CLUSTERS_NAME = "dedup/clusters.jsonl"

@@ -11,12 +11,12 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
+from common.job.tasks import decode_quarantined
 from common.readers import ParseReport
 from common.steps.base import InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
 from common.steps.dedup import stages as dedup_stages
 from common.steps.dedup.keys import KeyMaker
 from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
-from common.tasks import decode_quarantined
 
 #: MinHash's behaviour version (common/steps/dedup/normalise.py): 2 cuts Han and kana text into characters.
 MINHASH_VERSION = 2
@@ -43,7 +43,7 @@ class Dedup(Step):
         self._plan = None
 
     def run(self, run: TaskRun) -> None:
-        with run.stats.stage("dedup"):
+        with run.stats.timed("dedup"):
             removals = dedup_stages.read_removals(self.job.output, run.task, self.params.partitions)
             if not removals:
                 return
@@ -64,17 +64,17 @@ class Dedup(Step):
         output = self.job.output
         if task.stage == SIGNATURE:
             report = ParseReport()
-            with stats.stage("parse"):
+            with stats.timed("parse"):
                 documents = list(self.job.reader.documents(task, payload, report))
-            with stats.stage("signature"):
+            with stats.timed("signature"):
                 if self._keys is None:
                     self._keys = KeyMaker(self.params)
                 result = dedup_stages.write_signatures(output, self.params, self._keys, task, documents)
         elif task.stage == BUCKET:
-            with stats.stage("bucket"):
+            with stats.timed("bucket"):
                 result = dedup_stages.find_pairs(output, task, self.plan_of_tasks(), decode_quarantined(payload))
         elif task.stage == RESOLVE:
-            with stats.stage("resolve"):
+            with stats.timed("resolve"):
                 result = dedup_stages.resolve(output, self.plan_of_tasks(), self.params.partitions,
                                               decode_quarantined(payload))
         else:

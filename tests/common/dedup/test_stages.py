@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.job.tasks import Task
 from common.readers.base import Document
 from common.steps.dedup import stages
 from common.steps.dedup.files import CorruptFile
 from common.steps.dedup.keys import KeyMaker
 from common.steps.dedup.settings import DedupSettings
 from common.storage import LocalStorage
-from common.tasks import Task
 from ventilator.dispatcher import Dispatcher, State
 
 

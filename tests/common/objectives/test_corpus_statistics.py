@@ -11,11 +11,11 @@ import random
 import numpy as np
 import pytest
 
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import Task
 from common.objectives import derive_seed
 from common.objectives.bert import BertParams, build_batch, plan_instances
-from common.params import Component
-from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.common.objectives import bert_reference
 from tests.support.helpers import VOCAB, WIKI, need_shared

@@ -13,10 +13,10 @@ import random
 import numpy as np
 import pytest
 
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import Task
 from common.objectives.electra import ElectraObjective, ElectraParams, lay_out_examples, plan_examples
-from common.params import Component
-from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.common.objectives import electra_reference
 from tests.support.helpers import VOCAB, WIKI, need_shared

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.job.params import Component
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.electra import ElectraObjective, ElectraParams
-from common.params import Component
 from common.tokenization.vocabulary import SpecialIds
 
 

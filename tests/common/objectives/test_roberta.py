@@ -5,11 +5,11 @@ nothing lost or added, and BERT's masking proportions for --masking static."""
 import numpy as np
 import pytest
 
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import Task
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.roberta import RobertaObjective, RobertaParams, lay_out_blocks, plan_blocks
-from common.params import Component
-from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.common.objectives import roberta_reference
 from tests.support.helpers import VOCAB, WIKI, need_shared

@@ -59,8 +59,8 @@ def test_which_failures_are_permanent():
 def test_compressed_tasks_travel_compressed(tmp_path, compression):
     """What the ventilator ships for a compressed file is the file as it is;
     the worker decompresses it, whether shipped or read itself."""
+    from common.job.tasks import plan_tasks
     from common.storage import LocalStorage
-    from common.tasks import plan_tasks
 
     suffix = {"gzip": ".gz", "bz2": ".bz2", "zstd": ".zst"}[compression]
     data = COMPRESSORS[compression](b"".join(PARTS))

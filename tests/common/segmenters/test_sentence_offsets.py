@@ -1,8 +1,8 @@
 """Bling Fire's sentence offsets without the wrapper's per-byte loop (issue #33) are the wrapper's.
 
-common/sentence_offsets.py calls Bling Fire's C entry point and maps byte offsets to string offsets in
-bulk; common/sentences.py cuts a document in one pass over the starts; common/cjk_sentences.py finds
-terminators by C searches.  Each is held here equal to what it replaced: the wrapper's
+common/segmenters/sentence_offsets.py calls Bling Fire's C entry point and maps byte offsets to string offsets in
+bulk; common/segmenters/sentences.py cuts a document in one pass over the starts; common/segmenters/cjk_sentences.py
+finds terminators by C searches.  Each is held here equal to what it replaced: the wrapper's
 ``text_to_sentences_and_offsets``, the per-paragraph cut, the character-class scans.
 """
 
@@ -15,12 +15,12 @@ import sys
 import blingfire
 import pytest
 
-from common import cjk_sentences, sentence_offsets
-from common.cjk_sentences import TERMINATORS, adjust_starts, has_cjk_terminator
 from common.readers import ParseReport, reader_named
-from common.sentence_offsets import sentence_offsets as offsets_of
-from common.sentence_offsets import sentence_starts
-from common.sentences import MAX_SEGMENT_CHARS, Segmenter, _bounded, segment_pieces
+from common.segmenters import cjk_sentences, sentence_offsets
+from common.segmenters.cjk_sentences import TERMINATORS, adjust_starts, has_cjk_terminator
+from common.segmenters.sentence_offsets import sentence_offsets as offsets_of
+from common.segmenters.sentence_offsets import sentence_starts
+from common.segmenters.sentences import MAX_SEGMENT_CHARS, Segmenter, _bounded, segment_pieces
 from tests.support.helpers import REPO, WIKI, need_shared
 
 CJK = REPO / "tests" / "data" / "cjk"

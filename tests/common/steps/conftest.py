@@ -1,11 +1,11 @@
 import pytest
 
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import Task
 from common.readers import Document, ParseReport
 from common.steps import JobContext, Part, TaskRun, TaskStats
 from common.storage import LocalStorage
-from common.tasks import Task
 from common.tokenization import Vocabulary, load_tokenizer
 from tests.support.helpers import VOCAB, need_shared
 from tests.support.run_configs import steps_of

@@ -6,12 +6,12 @@ import textwrap
 
 import pytest
 
-from common import protocol
 from common import steps as steps_package
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import Task
 from common.storage import LocalStorage
-from common.tasks import Task
+from common.wire import protocol
 from sink.server import manifest_entry
 from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor

@@ -1,6 +1,6 @@
+from common.job.tasks import Task
 from common.steps.dedup import Dedup, stages
 from common.steps.dedup.settings import DedupSettings
-from common.tasks import Task
 from tests.common.steps.conftest import a_run, documents
 
 

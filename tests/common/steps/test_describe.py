@@ -18,14 +18,15 @@ import textwrap
 
 import pytest
 
-from common import dataset_card, dataset_info, protocol
 from common import steps as steps_package
-from common.config import JobConfig
-from common.manifest import Manifest, read_entries
-from common.outputs import SUMMARY_NAME, split_of
-from common.params import Component
+from common.describe import dataset_card, dataset_info
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import Task
+from common.output.files import SUMMARY_NAME, split_of
+from common.output.manifest import Manifest, read_entries
 from common.storage import LocalStorage
-from common.tasks import Task
+from common.wire import protocol
 from loader.shards import ShardList, splits
 from report import build, page
 from sink.server import manifest_entry
@@ -38,7 +39,7 @@ PLUGIN = textwrap.dedent('''
     """A plugin step: every ``demo_every``-th training document goes to a side of its own, "dev"."""
     from dataclasses import dataclass
 
-    from common.params import param
+    from common.job.params import param
     from common.steps.base import InfoSection, Part, ReportSection, Side, Step
 
     SIDE = Side("dev", "dev", label="development", flag="--add-step demo-validation")

@@ -72,7 +72,7 @@ def test_a_segmenters_own_parameters_ride_in_the_segment_step(job, monkeypatch):
 
     import pytest
 
-    from common.params import param
+    from common.job.params import param
     from common.segmenters import segmenter_named
     from common.segmenters.base import Segmenter
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from common.readers import ParseReport, reader_named
-from common.sentences import Segmenter, split_segments
+from common.segmenters.sentences import Segmenter, split_segments
 from common.tokenization import Vocabulary, bert_tokenizer_from_vocab, fast_wordpiece
 from common.tokenization.fast_wordpiece import agrees_with_hf, make_fast_encoder, unsupported_reason
 from tests.support.helpers import VOCAB, WIKI, need_shared

@@ -13,13 +13,13 @@ import blingfire
 import numpy as np
 import pytest
 
-from common.cjk_sentences import CLOSERS, adjust_starts
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import plan_tasks
 from common.objectives import TokenizedDocuments
-from common.params import Component
-from common.sentences import Segmenter, split_segments
+from common.segmenters.cjk_sentences import CLOSERS, adjust_starts
+from common.segmenters.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
-from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.tokenization.han_words import check_tokenizer, encode_with_words, find_words
 from common.word_segmenters import make_word_segmenter

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.readers import ParseReport, reader_named
-from common.sentences import MAX_SEGMENT_CHARS, Segmenter, segment_pieces
+from common.segmenters.sentences import MAX_SEGMENT_CHARS, Segmenter, segment_pieces
 from tests.support.helpers import REPO, VOCAB, WIKI, need_shared
 
 DATA = REPO / "tests" / "data" / "matrix"

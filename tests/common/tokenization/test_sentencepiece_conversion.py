@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from common.readers import ParseReport, reader_named
-from common.sentences import Segmenter, split_segments
+from common.segmenters.sentences import Segmenter, split_segments
 from common.tokenization import TokenizerError, load_tokenizer, load_vocabulary
 from common.tokenization.sentencepiece_conversion import (
     CONTROL,

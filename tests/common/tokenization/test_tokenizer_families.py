@@ -11,14 +11,14 @@ import random
 import numpy as np
 import pytest
 
-from common.config import JobConfig
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import plan_tasks
 from common.objectives.base import derive_seed
 from common.objectives.bert import BertObjective, BertParams, build_batch, lay_out_pairs, plan_instances
-from common.params import Component
 from common.readers import ParseReport
-from common.sentences import Segmenter, segment_pieces
+from common.segmenters.sentences import Segmenter, segment_pieces
 from common.storage import LocalStorage
-from common.tasks import plan_tasks
 from common.tokenization import TokenizerError, Vocabulary, load_tokenizer, load_vocabulary
 from tests.support.helpers import WIKI, need_shared
 from tests.support.run_configs import run_config, steps_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.manifest import read_entries, shard_files, stage_files
+from common.output.manifest import read_entries, shard_files, stage_files
 from common.storage import LocalStorage
 from common.writers import writer_for_file
 from tests.support.factories import finished_run, wiki_prefix

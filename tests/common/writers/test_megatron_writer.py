@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from common.job.params import Component
 from common.objectives import Feature, TokenizedDocuments
 from common.objectives.tokens import TokensObjective
-from common.params import Component
 from common.readers import ParseReport
-from common.sentences import Segmenter, split_segments
+from common.segmenters.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
 from common.tokenization import SpecialIds
 from common.writers.megatron import IndexedDataset, MegatronWriter, best_fitting_dtype

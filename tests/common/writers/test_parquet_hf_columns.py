@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import plan_tasks
 from common.storage import LocalStorage
-from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
 from tests.common.writers.jobs import listed_files, read_through_axis, run_job, small_corpus

@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow.dataset as ds
 import pytest
 
-from common.config import JobConfig
-from common.params import Component
+from common.job.config import JobConfig
+from common.job.params import Component
+from common.job.tasks import plan_tasks
 from common.storage import LocalStorage
-from common.tasks import plan_tasks
 from common.tokenization import Vocabulary, load_tokenizer
 from common.writers import writer_named
 from tests.support.helpers import VOCAB, WIKI, need_shared

@@ -5,8 +5,8 @@ Their own libraries read real jobs' outputs in tests/e2e/test_streaming_formats.
 import numpy as np
 import pytest
 
+from common.job.params import NoParams
 from common.objectives.base import Batch, Feature, Ragged
-from common.params import NoParams
 from common.storage import LocalStorage
 from common.writers import sample_shards, writer_named
 

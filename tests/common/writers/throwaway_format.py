@@ -13,8 +13,7 @@ import json
 
 import numpy as np
 
-from common.params import NoParams
-from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
+from mlm_pipeline.plugin import NoParams, OutputFile, ShardFile, TaskOutput, Writer
 
 NAME = "jsonl-test"
 SUFFIX = ".records.jsonl"

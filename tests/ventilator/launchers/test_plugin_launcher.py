@@ -19,9 +19,7 @@ PLUGIN = textwrap.dedent('''
     import os
     from dataclasses import dataclass
 
-    from common.params import param
-    from ventilator.launchers.local import LocalLauncher
-    from ventilator.publishers import BacklogPublisher
+    from mlm_pipeline.plugin import BacklogPublisher, LocalLauncher, param
 
 
     @dataclass(frozen=True)

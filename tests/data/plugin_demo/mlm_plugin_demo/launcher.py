@@ -2,7 +2,7 @@
 
 import sys
 
-from ventilator.launchers.local import LocalLauncher
+from mlm_pipeline.plugin import LocalLauncher
 
 
 class AnnouncingLauncher(LocalLauncher):

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.objectives.base import Batch, Feature, Objective, Ragged
-from common.params import param
+from mlm_pipeline.plugin import Batch, Feature, Objective, Ragged, param
 
 
 @dataclass(frozen=True)

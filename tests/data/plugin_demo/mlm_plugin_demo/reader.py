@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.params import param
-from common.readers.base import ByteRangeReader, Document, decode_utf8
-from common.readers.scanning import first_line_start_at_or_after
+from mlm_pipeline.plugin import ByteRangeReader, Document, decode_utf8, first_line_start_at_or_after, param
 
 
 @dataclass(frozen=True)

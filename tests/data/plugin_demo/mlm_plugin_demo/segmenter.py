@@ -2,8 +2,7 @@
 
 from dataclasses import dataclass
 
-from common.params import param
-from common.segmenters.base import Segmenter
+from mlm_pipeline.plugin import Segmenter, param
 
 
 @dataclass(frozen=True)

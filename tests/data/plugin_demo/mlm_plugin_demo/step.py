@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.params import param
-from common.steps.base import Step
+from mlm_pipeline.plugin import Step, param
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A storage backend from a plugin: ``demo://PATH`` is a local directory that workers read by byte range
 themselves, as they read an object store (found by its URI scheme, entry-point group mlm_pipeline.storage)."""
 
-from common.storage import LocalStorage
+from mlm_pipeline.plugin import LocalStorage
 
 
 class DemoStorage(LocalStorage):

@@ -1,7 +1,6 @@
 """A word segmenter: every Han character is a word of its own."""
 
-from common.params import NoParams
-from common.word_segmenters.base import WordSegmenter
+from mlm_pipeline.plugin import NoParams, WordSegmenter
 
 
 class CharacterWords(WordSegmenter):

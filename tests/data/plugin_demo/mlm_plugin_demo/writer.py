@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 
-from common.objectives.base import Ragged
-from common.writers.base import OutputFile, TaskOutput, Writer
+from mlm_pipeline.plugin import OutputFile, Ragged, TaskOutput, Writer
 
 SUFFIX = ".demo.jsonl"
 
@@ -33,7 +32,7 @@ class _Output(TaskOutput):
 
 class JsonLinesWriter(Writer):
     name = "demo-jsonl"
-    from common.params import NoParams as Params
+    from mlm_pipeline.plugin import NoParams as Params
     suffixes = (SUFFIX,)
 
     def open(self, output, stem):

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 import orjson
 
-from common.outputs import split_of
+from common.output.files import split_of
 from common.storage import LocalStorage
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ WITHOUT_EARLIER_TASKS = "signature_tasks_skipped"
 def _side_splits() -> frozenset[str]:
     """The splits of the steps' sides.  Lines written before protocol 5 counted a side's documents, tokens and
     records under its split but not its files (the held-out side's, marked by the step's old flag: see
-    ``common.outputs.split_of``): those are counted from the line's files."""
+    ``common.output.files.split_of``): those are counted from the line's files."""
     from common.steps import sides
 
     return frozenset(side.split for side in sides())
@@ -126,7 +126,7 @@ def shard_files(entry: dict) -> list[dict]:
     output root), records, sha256 and bytes, and ``split`` for a file of
     another side than training (a step's ``Side``: the held-out side's
     ``holdout/part-*``; older lines carry the step's own mark:
-    :func:`common.outputs.split_of`)."""
+    :func:`common.output.files.split_of`)."""
     return entry.get("shards") or []
 
 

@@ -67,7 +67,7 @@ def describe(config, totals: dict, complete: bool) -> dict:
     writer_class = writer_named(config.writer.name)
     writer_params = writer_class.make_params(config.writer.params)
     features = writer_class.stored_features(writer_params, objective.features, special)
-    # Every parameter, the opt-in switches the job does not record (common/params.py) included.
+    # Every parameter, the opt-in switches the job does not record (common/job/params.py) included.
     objective_params = dataclasses.asdict(objective.params)
     writer_fields = dataclasses.asdict(writer_params)
     segment = config.step("segment")
@@ -167,7 +167,7 @@ def _steps_with_sections() -> set[str]:
 
 def _changed_steps(old: list, new: list) -> list[str]:
     """The steps' parameters that differ (the word segmenter's, a plugin step's), and steps added or gone."""
-    from common.params import flag_of
+    from common.job.params import flag_of
     from common.steps import step_named
 
     def by_name(steps: list) -> dict[str, dict]:
@@ -199,7 +199,7 @@ def changed_options(old: dict, new: dict) -> list[str]:
     the options that set it with both values: ``--dupe-factor 10 → 5``.  The input files' versions are not
     in the description: an empty list with differing job ids (and both descriptions listing their steps) means
     the corpus changed."""
-    from common.params import flag_of
+    from common.job.params import flag_of
     from common.steps import described_steps
 
     described = {step.name: step for step in described_steps()}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from common.envelope import Count
+from common.wire.envelope import Count
 
 #: What the sink writes last, saying whether every task's output is in (``complete``).
 SUMMARY_NAME = "summary.json"
@@ -26,7 +26,7 @@ class ShardFile:
     """One written file, as the manifest lists it (name relative to the output root)."""
 
     name: str
-    records: Count  # checked at decode when a peer sends it (common/envelope.py)
+    records: Count  # checked at decode when a peer sends it (common/wire/envelope.py)
     sha256: str
     bytes: Count
     #: Which side of the output the file is on: "" the training side, else the name of the split that made

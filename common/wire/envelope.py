@@ -6,7 +6,7 @@ a string naming a known type) before anything looks inside, so a hostile but
 well-formed frame (a type that is a list, a map, a float, None or bytes; a
 version that is not an int; deep nesting; ext types) is one error of the
 caller's own type, never a TypeError in the caller's loop.  The pipeline's
-protocol (common/protocol.py) and the loader's (loader/messages.py) both
+protocol (common/wire/protocol.py) and the loader's (loader/messages.py) both
 encode and decode their frames here (:func:`encode`, :func:`decode`: every
 field checked against its dataclass's type hints); neither knows the other's
 messages.
@@ -63,7 +63,7 @@ WallClock = typing.Annotated[float, Range(0.0, 1e11)]
 
 @dataclass(frozen=True)
 class Codec:
-    """A protocol's frames, as a role's inbox (common/inbox.py) reads and answers them: ``decode`` raises
+    """A protocol's frames, as a role's inbox (common/wire/inbox.py) reads and answers them: ``decode`` raises
     ``error`` for anything but a checked message of it."""
 
     decode: Callable[[bytes], object]
@@ -74,25 +74,25 @@ class Codec:
 def open_envelope(frame: bytes, version: int, types: dict[str, type], error: type[Exception]) -> tuple[type, dict]:
     """(the message class, its fields) of ``frame``; raises ``error`` for anything else."""
     try:
-        payload = msgpack.unpackb(frame, raw=False, strict_map_key=True)
+        body = msgpack.unpackb(frame, raw=False, strict_map_key=True)
     except Exception as problem:  # msgpack raises several unrelated types (and StackError for deep nesting)
         raise error(f"not msgpack: {problem}") from None
-    if not isinstance(payload, dict):
+    if not isinstance(body, dict):
         raise error("message is not a map")
-    got = payload.pop("v", None)
+    got = body.pop("v", None)
     if type(got) is not int or got != version:
         raise error(f"protocol version {_short(got)}, expected {version}")
-    name = payload.pop("t", None)
+    name = body.pop("t", None)
     cls = types.get(name) if type(name) is str else None
     if cls is None:
         raise error(f"unknown message type {_short(name)}")
-    return cls, payload
+    return cls, body
 
 
-def checked(convert, payload: dict, cls: type, error: type[Exception]):
-    """``convert(payload)``; any failure but the protocol's own error becomes one, naming the type."""
+def checked(convert, body: dict, cls: type, error: type[Exception]):
+    """``convert(body)``; any failure but the protocol's own error becomes one, naming the type."""
     try:
-        return convert(payload)
+        return convert(body)
     except error:
         raise
     except Exception as problem:  # a field the converter did not foresee: never the caller's crash
@@ -110,19 +110,19 @@ def _short(value) -> str:
 
 def encode(message, version: int) -> bytes:
     """``message`` (a dataclass) as one frame: ``v``, ``t`` (its class's name), then its fields."""
-    payload = {"v": version, "t": type(message).__name__}
-    payload.update(_fields(message))
+    body = {"v": version, "t": type(message).__name__}
+    body.update(_fields(message))
     # msgpack packs maps, lists and scalars itself and asks ``default`` only for nested messages: a
     # sink's hello of 5,000 done tasks is one C call, not 5,000 Python ones.
-    return msgpack.packb(payload, use_bin_type=True, default=_fields)
+    return msgpack.packb(body, use_bin_type=True, default=_fields)
 
 
 def decode(frame: bytes, version: int, types: dict[str, type], error: type[Exception]):
     """The message in ``frame``, every field checked against its type hint (nested messages, lists
     and maps included), so a receiving loop never meets a wrongly typed value deep inside a message
     it has already started acting on; raises ``error`` for anything else."""
-    cls, payload = open_envelope(frame, version, types, error)
-    return checked(converter(cls, cls.__name__, error), payload, cls, error)
+    cls, body = open_envelope(frame, version, types, error)
+    return checked(converter(cls, cls.__name__, error), body, cls, error)
 
 
 # Decoding is hot (the sink decodes tens of thousands of acknowledgements a

@@ -5,7 +5,7 @@ so by default paragraphs are cut into sentences with Bling Fire, a
 finite-state splitter that runs at ~17 MB/s on this corpus (rule-based
 pysbd was ~100x slower; see docs/design.md).  BERT's own text format already
 has one sentence per line, so there lines are kept as they are.  In Chinese
-and Japanese text, Bling Fire's cuts are corrected (common/cjk_sentences.py):
+and Japanese text, Bling Fire's cuts are corrected (common/segmenters/cjk_sentences.py):
 closing quotes stay with their sentence, and ；and … end one too.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import enum
 import itertools
 
-from common.cjk_sentences import adjust_starts
-from common.sentence_offsets import sentence_starts
+from common.segmenters.cjk_sentences import adjust_starts
+from common.segmenters.sentence_offsets import sentence_starts
 
 #: Segments longer than this are cut at whitespace: a segment is useful only
 #: up to max_seq_length tokens, and one giant line would otherwise make the

@@ -25,8 +25,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from common.manifest import read_entries, shard_files
-from common.outputs import TRAIN, split_of
+from common.output.files import TRAIN, split_of
+from common.output.manifest import read_entries, shard_files
 
 CARD_NAME = "README.md"
 #: Hugging Face's size_categories tags, by upper bound of the number of records.
@@ -112,8 +112,8 @@ def file_columns(info: dict) -> list[tuple[str, dict]]:
 
 
 def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
-    """The card's text from the output's dataset_info (common/dataset_info.py) and its files' sides; ``reading``:
-    how to read a format 🤗 datasets cannot (its writer's ``reading``), "" for Parquet."""
+    """The card's text from the output's dataset_info (common/describe/dataset_info.py) and its files' sides;
+    ``reading``: how to read a format 🤗 datasets cannot (its writer's ``reading``), "" for Parquet."""
     binned = bool(info.get("format_params", {}).get("bin_size"))
     objective = info["objective"]
     tokenizer = info["tokenizer"]
@@ -226,7 +226,7 @@ def _step_lines(info: dict) -> list[str]:
 
 
 def write_card(output, config, reading: str = "") -> None:
-    from common import dataset_info
+    from common.describe import dataset_info
 
     info = dataset_info.read(output) or dataset_info.describe(config, {}, complete=False)
     suffixes = tuple(info.get("file_suffixes") or (".parquet",))

@@ -15,12 +15,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from common import envelope
-from common.envelope import Count, Seconds
-from common.params import Component, ParamValue
-from common.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
+from common.job.params import Component, ParamValue
 from common.steps import FLOW, job_steps, step_named
 from common.steps import steps as known_steps
+from common.wire import envelope
+from common.wire.envelope import Count, Seconds
+from common.wire.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
 
 
 def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
@@ -104,7 +104,7 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         if not self.steps:
-            raise ValueError("a job needs its steps (common.config.standard_steps)")
+            raise ValueError("a job needs its steps (common.job.config.standard_steps)")
 
     def step(self, name: str) -> Component | None:
         """The job's step ``name`` (its parameters), or None when the job has no such step."""
@@ -122,8 +122,8 @@ class JobConfig:
         """Every behaviour version above 1 the job runs with: its steps' (and their variants'), its reader's,
         objective's and writer's.  A variant whose plugin is not installed here counts as version 1 (this
         process cannot run the job anyway, and says so)."""
+        from common.job.params import PluginError
         from common.objectives import objective_named
-        from common.params import PluginError
         from common.readers import reader_named
         from common.writers import writer_named
 

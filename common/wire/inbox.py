@@ -2,10 +2,10 @@
 
 Each role's server (ventilator, sink, loader) builds its tables once, when it is made: message type ->
 bound method.  What comes in goes one way for all of them: the frame is decoded by the protocol's
-:class:`Codec` (every field checked, common/envelope.py); a frame that does not decode, a message type the
+:class:`Codec` (every field checked, common/wire/envelope.py); a frame that does not decode, a message type the
 table has no handler for, or a message a handler finds hostile past its types (it raises the codec's error)
-is counted and logged by :class:`~common.transport.DroppedMessages` and dropped, never the server's end.
-No protocol is imported here: the pipeline's (common/protocol.py) and the loader's (loader/messages.py)
+is counted and logged by :class:`~common.wire.transport.DroppedMessages` and dropped, never the server's end.
+No protocol is imported here: the pipeline's (common/wire/protocol.py) and the loader's (loader/messages.py)
 each give their codec.
 
 :func:`serving` is a server's socket facing its peers, set up and closed one way (its context, CURVE's
@@ -24,9 +24,9 @@ from typing import TypeVar, cast
 
 import zmq
 
-from common.envelope import Codec
-from common.security import Curve
-from common.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
+from common.wire.envelope import Codec
+from common.wire.security import Curve
+from common.wire.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
 
 M = TypeVar("M")
 

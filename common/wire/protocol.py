@@ -16,7 +16,7 @@ Sockets (see README, "Sockets"):
   worker  PUSH   --> sink PULL (--sink-port):  TaskAck
 
 The wire knows no job: a Welcome carries the job as an :data:`EncodedJob`,
-which the job layer encodes and decodes (common/config.py: ``JobConfig.welcome``,
+which the job layer encodes and decodes (common/job/config.py: ``JobConfig.welcome``,
 ``JobConfig.from_welcome``), and the job's id as the ventilator computed it
 (:data:`JobId`, checked for its form here): no other role computes it again.
 Nothing here imports the job's domain (tests/common/test_layering.py).
@@ -27,12 +27,12 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from common import envelope
-from common.envelope import Codec, Count, Matches, Seconds, WallClock
-from common.outputs import ShardFile
+from common.output.files import ShardFile
+from common.wire import envelope
+from common.wire.envelope import Codec, Count, Matches, Seconds, WallClock
 
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
-from common.transport import MAX_INBOUND_BYTES  # noqa: F401
+from common.wire.transport import MAX_INBOUND_BYTES  # noqa: F401
 
 PROTOCOL_VERSION = 7  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
 #                       6: SinkClosed, numbers checked against declared ranges;
@@ -256,12 +256,12 @@ def decode(frame: bytes):
     """The message in ``frame``; raises ProtocolError for anything else.
 
     Every field is checked against its type hint, nested messages and maps
-    included (common/envelope.py: the loader's protocol uses the same codec),
+    included (common/wire/envelope.py: the loader's protocol uses the same codec),
     so the receiving loop never meets a wrongly typed value deep inside a
     message it has already started acting on.
     """
     return envelope.decode(frame, PROTOCOL_VERSION, MESSAGE_TYPES, ProtocolError)
 
 
-#: How the roles' inboxes (common/inbox.py) read and answer this protocol's frames.
+#: How the roles' inboxes (common/wire/inbox.py) read and answer this protocol's frames.
 CODEC = Codec(decode, encode, ProtocolError)
