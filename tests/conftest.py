@@ -41,7 +41,7 @@ SLOW_TESTS: tuple[str, ...] = (
 
 
 #: The packages the roles' processes import.
-PACKAGES = ("common", "ventilator", "worker", "sink", "loader", "report", "bench", "tests")
+PACKAGES = ("mlm_pipeline", "common", "ventilator", "worker", "sink", "loader", "report", "bench", "tests")
 
 
 def pytest_configure(config):
