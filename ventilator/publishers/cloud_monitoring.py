@@ -16,9 +16,6 @@ Every call is made by the publisher's one thread, the last one too, so close() i
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,9 +23,7 @@ from datetime import UTC, datetime
 import click
 
 from common.job.params import param
-from ventilator.publishers.base import Backlog, BacklogPublisher
-
-log = logging.getLogger("ventilator")
+from ventilator.publishers.base import Backlog, PeriodicPublisher
 
 DEFAULT_ENDPOINT = "https://monitoring.googleapis.com"
 DEFAULT_PREFIX = "custom.googleapis.com/mlm-pipeline"
@@ -92,11 +87,14 @@ def time_series(backlog: Backlog, options: CloudMonitoringOptions, at: datetime)
         for name, value in _values(backlog).items()]}
 
 
-class CloudMonitoringPublisher(BacklogPublisher):
-    """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
+class CloudMonitoringPublisher(PeriodicPublisher):
+    """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive,
+    waiting for Google's spacing between two points of a series."""
 
     name = "cloud-monitoring"
     Params = CloudMonitoringParams
+    label = "cloud monitoring"
+    last_word = "job_active=0"
 
     @staticmethod
     def options_of(params: CloudMonitoringParams) -> CloudMonitoringOptions:
@@ -104,18 +102,17 @@ class CloudMonitoringPublisher(BacklogPublisher):
 
     def __init__(self, params: CloudMonitoringParams | None, observe: Callable[[], Backlog],
                  options: CloudMonitoringOptions | None = None):
-        super().__init__(params, observe)
         if options is None:
             assert params is not None, "a publisher needs its params or its options"
             options = self.options_of(params)
+        super().__init__(params, observe, interval_seconds=options.interval_seconds,
+                         close_seconds=options.close_seconds, spacing_seconds=options.min_spacing_seconds)
         self.options = options
-        self.published = 0
-        self._thread = threading.Thread(target=self._run, name="cloud-monitoring", daemon=True)
-        self._stopped = threading.Event()
-        self._failing = False
         self._session = None  # made on the first publication: finding credentials may ask the metadata server
-        self._last_accepted = float("-inf")  # time.monotonic() of the last point Monitoring took
-        self._last_word = False  # the job_active=0 point was taken
+
+    @property
+    def destination(self) -> str:
+        return f"project {self.options.project}"
 
     def _authorized_session(self):
         if self._session is None:
@@ -126,58 +123,19 @@ class CloudMonitoringPublisher(BacklogPublisher):
             self._session = AuthorizedSession(credentials)
         return self._session
 
-    def publish(self, backlog: Backlog) -> bool:
+    def failures(self) -> tuple[type[BaseException], ...]:
         import google.auth.exceptions
         import requests
 
+        # google-auth does not wrap every malformed answer (a token without a field)
+        return (google.auth.exceptions.GoogleAuthError, requests.RequestException, LookupError, TypeError,
+                ValueError)
+
+    def send(self, backlog: Backlog) -> None:
+        import requests
+
         url = f"{self.options.endpoint.rstrip('/')}/v3/projects/{self.options.project}/timeSeries"
-        try:
-            session = self._authorized_session()
-            at = time.monotonic()
-            response = session.post(url, json=time_series(backlog, self.options, datetime.now(UTC)),
-                                    timeout=self.options.request_seconds)
-            if response.status_code != 200:
-                raise requests.HTTPError(f"{response.status_code} {response.text[:300]}")
-        except (google.auth.exceptions.GoogleAuthError, requests.RequestException, LookupError, TypeError,
-                ValueError) as error:  # google-auth does not wrap every malformed answer (a token without a field)
-            if not self._failing:
-                log.warning("cloud monitoring: cannot publish the backlog to project %s: %s (trying again every "
-                            "%.0fs)", self.options.project, error, self.options.interval_seconds)
-            self._failing = True
-            return False
-        if self._failing:
-            log.info("cloud monitoring: publishing again")
-        self._failing = False
-        self.published += 1
-        self._last_accepted = at
-        return True
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        """Every publication from this one thread (one session, points in order), the last word included."""
-        while not self._stopped.is_set():
-            self.publish(self.observe())
-            self._stopped.wait(self.options.interval_seconds)
-        # Monitoring refuses a point too close to the series' last one: a job ending just after a tick waits.
-        wait = self._last_accepted + self.options.min_spacing_seconds + 0.1 - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        last = self.observe()
-        self._last_word = self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
-
-    def close(self) -> None:
-        """Stop, and say the job is no longer active (backlog 0: the group scales to its minimum).  Bounded: an
-        API that does not answer costs the ventilator ``close_seconds`` (beyond Google's spacing), not a hang."""
-        self._stopped.set()
-        if self._thread.ident is None:  # never started: the last word only
-            self._thread.start()
-        self._thread.join(timeout=self.options.min_spacing_seconds + self.options.close_seconds)
-        if self._last_word:
-            log.info("cloud monitoring: %d backlog publications to project %s, the last one job_active=0",
-                     self.published, self.options.project)
-        else:
-            log.warning("cloud monitoring: the last publication to project %s (backlog 0, job_active 0) %s; the "
-                        "group scales on the last value it has", self.options.project,
-                        "got no answer in time" if self._thread.is_alive() else "failed")
+        response = self._authorized_session().post(url, json=time_series(backlog, self.options, datetime.now(UTC)),
+                                                   timeout=self.options.request_seconds)
+        if response.status_code != 200:
+            raise requests.HTTPError(f"{response.status_code} {response.text[:300]}")

@@ -13,17 +13,13 @@ is logged and retried on the next tick: the job never waits for CloudWatch.
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import click
 
 from common.job.params import param
-from ventilator.publishers.base import Backlog, BacklogPublisher
-
-log = logging.getLogger("ventilator")
+from ventilator.publishers.base import Backlog, PeriodicPublisher
 
 
 @dataclass(frozen=True)
@@ -54,11 +50,13 @@ def metric_data(backlog: Backlog) -> list[dict]:
     return [{"MetricName": name, "Value": float(value), "Unit": "Count"} for name, value in values.items()]
 
 
-class CloudWatchPublisher(BacklogPublisher):
+class CloudWatchPublisher(PeriodicPublisher):
     """Every ``interval_seconds``: observe() and publish; close() publishes the last observation as inactive."""
 
     name = "cloudwatch"
     Params = CloudWatchParams
+    label = "cloudwatch"
+    last_word = "JobActive=0"
 
     @classmethod
     def enabled(cls, params: object) -> bool:
@@ -70,49 +68,22 @@ class CloudWatchPublisher(BacklogPublisher):
 
     def __init__(self, params: CloudWatchParams | None, observe: Callable[[], Backlog],
                  options: CloudWatchOptions | None = None):
-        super().__init__(params, observe)
         if options is None:
             assert params is not None, "a publisher needs its params or its options"
             options = self.options_of(params)
+        super().__init__(params, observe, interval_seconds=options.interval_seconds)
         self.options = options
-        self.published = 0
-        self._thread = threading.Thread(target=self._run, name="cloudwatch", daemon=True)
-        self._stopped = threading.Event()
-        self._failing = False
         import boto3  # only when asked for
         self._client = boto3.client("cloudwatch", region_name=self.options.region or None)
 
-    def publish(self, backlog: Backlog) -> bool:
+    @property
+    def destination(self) -> str:
+        return self.options.namespace
+
+    def failures(self) -> tuple[type[BaseException], ...]:
         from botocore.exceptions import BotoCoreError, ClientError
         from botocore.parsers import ResponseParserError  # an answer botocore cannot parse: not a BotoCoreError
-        try:
-            self._client.put_metric_data(Namespace=self.options.namespace, MetricData=metric_data(backlog))
-        except (BotoCoreError, ClientError, ResponseParserError) as error:
-            if not self._failing:
-                log.warning("cloudwatch: cannot publish the backlog to %s: %s (trying again every %.0fs)",
-                            self.options.namespace, error, self.options.interval_seconds)
-            self._failing = True
-            return False
-        if self._failing:
-            log.info("cloudwatch: publishing again")
-        self._failing = False
-        self.published += 1
-        return True
+        return (BotoCoreError, ClientError, ResponseParserError)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self.publish(self.observe())
-            self._stopped.wait(self.options.interval_seconds)
-
-    def close(self) -> None:
-        """Stop, and say the job is no longer active (the group scales to its minimum)."""
-        self._stopped.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-        last = self.observe()
-        self.publish(Backlog(last.pending, last.leased, 0, 0, active=False))
-        log.info("cloudwatch: %d backlog publications to %s, the last one JobActive=0", self.published,
-                 self.options.namespace)
+    def send(self, backlog: Backlog) -> None:
+        self._client.put_metric_data(Namespace=self.options.namespace, MetricData=metric_data(backlog))
