@@ -15,9 +15,31 @@
 
 /* ------------------------------------------------------------------------------------------------ buffers */
 
+/* a * b for two counts, or -1 when either is negative or the product does not fit a Py_ssize_t: every size the
+ * kernels compute from the caller's counts goes through this, so none wraps around to a small one. */
+static Py_ssize_t product(Py_ssize_t a, Py_ssize_t b) {
+    if (a < 0 || b < 0 || (b != 0 && a > PY_SSIZE_T_MAX / b)) return -1;
+    return a * b;
+}
+
+/* rows * width cells into *cells; a ValueError for negative counts or a product that overflows. */
+static int check_shape(Py_ssize_t rows, Py_ssize_t width, Py_ssize_t *cells) {
+    *cells = product(rows, width);
+    if (*cells < 0) {
+        PyErr_Format(PyExc_ValueError, "a shape of (%zd, %zd) is not one the kernels take", rows, width);
+        return 0;
+    }
+    return 1;
+}
+
 static int check_len(Py_buffer *buffer, Py_ssize_t items, Py_ssize_t item_size, const char *name) {
-    if (buffer->len < items * item_size) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, buffer->len, items * item_size);
+    Py_ssize_t needed = product(items, item_size);
+    if (needed < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd items is not a count the kernels take", name, items);
+        return 0;
+    }
+    if (buffer->len < needed) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, buffer->len, needed);
         return 0;
     }
     return 1;
@@ -35,8 +57,8 @@ static PyObject *pair_layout(PyObject *self, PyObject *args) {
                           &seq_len))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t cells = rows * width, count = tokens.len / 4;
-    if (!check_len(&a_start, rows, 8, "a_start") || !check_len(&a_length, rows, 8, "a_length") ||
+    Py_ssize_t cells, count = tokens.len / 4;
+    if (!check_shape(rows, width, &cells) || !check_len(&a_start, rows, 8, "a_start") || !check_len(&a_length, rows, 8, "a_length") ||
         !check_len(&b_start, rows, 8, "b_start") || !check_len(&b_length, rows, 8, "b_length") ||
         !check_len(&original, cells, 4, "original") || !check_len(&candidates, cells, 1, "candidates") ||
         !check_len(&input_mask, cells, 4, "input_mask") || !check_len(&segment_ids, cells, 4, "segment_ids") ||
@@ -49,8 +71,9 @@ static PyObject *pair_layout(PyObject *self, PyObject *args) {
         int32_t *segment = (int32_t *)segment_ids.buf + r * width;
         uint8_t *candidate = (uint8_t *)candidates.buf + r * width;
         int64_t a_len = al[r], b_len = bl[r], b_first = a_len + 2, length = b_first + b_len + 1;
-        if (a_len < 0 || b_len < 0 || length > width || as[r] < 0 || bs[r] < 0 || as[r] + a_len > count ||
-            bs[r] + b_len > count) {
+        /* each bound compared on its own (no sum of the caller's numbers can wrap): then length <= width */
+        if (a_len < 0 || b_len < 0 || a_len > width || b_len > width - a_len || a_len + b_len + 3 > width ||
+            as[r] < 0 || bs[r] < 0 || as[r] > count - a_len || bs[r] > count - b_len) {
             PyErr_SetString(PyExc_ValueError, "an instance outside the tokens or the sequence length");
             goto done;
         }
@@ -89,8 +112,8 @@ static PyObject *select_tokens(PyObject *self, PyObject *args) {
     Py_ssize_t rows, width;
     if (!PyArg_ParseTuple(args, "y*y*y*nnw*", &candidates, &budget, &draws, &rows, &width, &selected)) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t cells = rows * width, total = 0;
-    if (!check_len(&candidates, cells, 1, "candidates") || !check_len(&budget, rows, 8, "budget") ||
+    Py_ssize_t cells, total = 0;
+    if (!check_shape(rows, width, &cells) || !check_len(&candidates, cells, 1, "candidates") || !check_len(&budget, rows, 8, "budget") ||
         !check_len(&draws, cells, 8, "draws") || !check_len(&selected, cells, 1, "selected"))
         goto done;
     for (Py_ssize_t r = 0; r < rows; r++) {
@@ -126,8 +149,8 @@ static PyObject *apply_masks(PyObject *self, PyObject *args) {
                           &predictions, &count, &mask_id, &input_ids, &positions, &ids, &weights))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t cells = rows * width, slots = rows * predictions, k = 0;
-    if (!check_len(&selected, cells, 1, "selected") || !check_len(&replace, count, 8, "replace") ||
+    Py_ssize_t cells, slots, k = 0;
+    if (!check_shape(rows, width, &cells) || !check_shape(rows, predictions, &slots) || !check_len(&selected, cells, 1, "selected") || !check_len(&replace, count, 8, "replace") ||
         !check_len(&keep, count, 8, "keep") || !check_len(&words, count, 8, "words") ||
         !check_len(&input_ids, cells, 4, "input_ids") || !check_len(&positions, slots, 4, "positions") ||
         !check_len(&ids, slots, 4, "ids") || !check_len(&weights, slots, 4, "weights"))
@@ -307,6 +330,10 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    if (count == 0) {  /* an Example has a feature; rows without one would be a loop bounded by nothing */
+        PyErr_SetString(PyExc_ValueError, "records need at least one feature");
+        goto done;
+    }
     for (; parsed < count; parsed++) {
         FeatureSpec *f = &features[parsed];
         int code;
@@ -319,13 +346,17 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "a feature needs a key below 128 bytes and values int32, int64 or float32");
             goto done;
         }
-        if (!check_len(&f->values, rows * f->width, code == 'q' ? 8 : 4, "values")) {
+        Py_ssize_t cells;
+        if (!check_shape(rows, f->width, &cells) || !check_len(&f->values, cells, code == 'q' ? 8 : 4, "values")) {
             PyBuffer_Release(&f->values);
             goto done;
         }
     }
     /* First pass: every row's packed sizes, then the records' total. */
-    packed = PyMem_Malloc((size_t)(rows * count + 1) * sizeof(Py_ssize_t));
+    /* rows * count sizes are allocated before any loop over the rows, so the rows are bounded by memory */
+    Py_ssize_t sizes;
+    if (!check_shape(rows, count, &sizes)) goto done;
+    packed = PyMem_Calloc((size_t)(sizes ? sizes : 1), sizeof(Py_ssize_t));  /* NULL if the product overflows */
     if (packed == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -343,7 +374,12 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
             Py_ssize_t entry = 2 + features[i].key_length + 1 + varint_size((uint64_t)feature) + feature;
             features_length += 1 + varint_size((uint64_t)entry) + entry;
         }
-        total += 16 + 1 + varint_size((uint64_t)features_length) + features_length;
+        Py_ssize_t record = 16 + 1 + varint_size((uint64_t)features_length) + features_length;
+        if (total > PY_SSIZE_T_MAX - record) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        total += record;
     }
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result == NULL) goto done;

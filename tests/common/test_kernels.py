@@ -201,3 +201,49 @@ def test_the_plan_kernel_refuses_a_table_it_cannot_walk():
         BUILT.plan_instances(state, segments, np.array([0, 2, 7], dtype=np.int64), 3, 2, 125, 0.1, False, *out)
     assert BUILT.plan_instances(state, segments, np.array([0, 2, 3], dtype=np.int64), 3, 2, 125, 0.1, False,
                                 *out) >= 2
+
+
+def _layout_outputs(rows: int, width: int) -> list[np.ndarray]:
+    return [np.zeros((rows, width), np.int32), np.zeros((rows, width), bool), np.zeros((rows, width), np.int32),
+            np.zeros((rows, width), np.int32), np.zeros(rows, np.int32)]
+
+
+def test_the_kernels_refuse_sizes_that_wrap_around():
+    """Every count and size the kernels take is checked without overflow: rows * width that wraps to 0 bytes, a
+    negative count, a start near 2**63 that wraps past the token table are one-line ValueErrors (they read and
+    wrote outside the arrays: a segfault, or 4 bytes before the tokens read silently)."""
+    assert BUILT is not None
+    empty = {dtype: np.zeros(0, dtype) for dtype in (np.uint8, np.int64, np.float64, np.int32, np.float32)}
+    with pytest.raises(ValueError):  # 2**61 * 8 cells: 2**64 bytes, 0 after the wrap
+        BUILT.select_tokens(empty[np.uint8], empty[np.int64], empty[np.float64], 2**61, 8, empty[np.uint8])
+    with pytest.raises(ValueError):
+        BUILT.select_tokens(empty[np.uint8], empty[np.int64], empty[np.float64], -1, 8, empty[np.uint8])
+    with pytest.raises(ValueError):
+        BUILT.apply_masks(empty[np.uint8], empty[np.float64], empty[np.float64], empty[np.int64], 2**61, 8, 0, 0, 103,
+                          empty[np.int32], empty[np.int32], empty[np.int32], empty[np.float32])
+    with pytest.raises(MemoryError):  # 2**61 rows of no values: the sizes table's length wrapped to one slot
+        BUILT.encode_records([(b"x", "i", empty[np.int32], 0)], 2**61)
+    with pytest.raises(ValueError):
+        BUILT.encode_records([(b"x", "i", empty[np.int32], 3)], -1)
+    with pytest.raises(ValueError):
+        BUILT.encode_records([(b"x", "q", empty[np.int64], 2**61)], 2)
+    with pytest.raises(ValueError, match="at least one feature"):  # 2**61 rows of no features: a loop, no memory
+        BUILT.encode_records([], 2**61)
+    tokens = np.arange(10, dtype=np.int32)
+    one = np.ones(1, np.int64)
+    for a_start, a_length, b_start, b_length in ((2**63 - 1, 1, 0, 1), (0, 1, 2, 2**63 - 2), (-1, 1, 0, 1),
+                                                 (0, 2**63 - 1, 0, 1), (0, 1, 0, -1), (9, 2, 0, 1)):
+        columns = [one * a_start, one * a_length, one * b_start, one * b_length]
+        with pytest.raises(ValueError, match="outside the tokens or the sequence length"):
+            BUILT.pair_layout(tokens, *columns, 1, 8, 1, 2, 0, *_layout_outputs(1, 8))
+    with pytest.raises(ValueError):
+        BUILT.pair_layout(tokens, one, one, one, one, 2**61, 8, 1, 2, 0, *_layout_outputs(1, 8))
+    state = np.array(__import__("random").Random(1).getstate()[1], dtype=np.int64)
+    out = [empty[np.int64]] * 4 + [empty[np.uint8]]
+    with pytest.raises(ValueError):
+        BUILT.plan_instances(state, np.zeros(1, np.int64), np.zeros(1, np.int64), 2**61, 0, 125, 0.1, False, *out)
+    # What fits is still taken: the edges of the checks.
+    columns = [one * 9, one * 1, one * 0, one * 4]
+    original, *_ = outputs = _layout_outputs(1, 8)
+    BUILT.pair_layout(tokens, *columns, 1, 8, 1, 2, 0, *outputs)
+    assert original.tolist() == [[1, 9, 2, 0, 1, 2, 3, 2]]
