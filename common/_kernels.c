@@ -8,6 +8,9 @@
  * Arrays arrive as buffers (numpy arrays, C-contiguous, of the dtypes common/kernels.py checks); every size is
  * checked here again, so a wrong call raises ValueError instead of touching memory it does not own.
  */
+#if !defined(__GNUC__) && !defined(__clang__)
+#error "common/_kernels.c needs GCC or Clang (__builtin_clzll, __builtin_popcount); the numpy code runs without it"
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -48,7 +51,7 @@ static int check_len(Py_buffer *buffer, Py_ssize_t items, Py_ssize_t item_size, 
 /* ------------------------------------------------------------------------------------------------ layout */
 
 /* common.objectives.bert.lay_out_pairs without word starts: [CLS] A [SEP] B [SEP], zero-padded. */
-static PyObject *pair_layout(PyObject *self, PyObject *args) {
+static PyObject *pair_layout(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer tokens, a_start, a_length, b_start, b_length, original, candidates, input_mask, segment_ids, seq_len;
     Py_ssize_t rows, width;
     int cls, sep, pad;
@@ -107,7 +110,7 @@ done:
 
 /* common.objectives.masking.select_tokens: selection sampling over each row's candidates with the caller's
  * (rows, width) uniform draws; returns how many positions were selected. */
-static PyObject *select_tokens(PyObject *self, PyObject *args) {
+static PyObject *select_tokens(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer candidates, budget, draws, selected;
     Py_ssize_t rows, width;
     if (!PyArg_ParseTuple(args, "y*y*y*nnw*", &candidates, &budget, &draws, &rows, &width, &selected)) return NULL;
@@ -141,7 +144,7 @@ done:
 
 /* common.objectives.masking.apply_masks after its draws: 80% [MASK], 10% kept, 10% a random id, and the
  * positions in increasing order with their original ids.  input_ids arrives as a copy of the original ids. */
-static PyObject *apply_masks(PyObject *self, PyObject *args) {
+static PyObject *apply_masks(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer selected, replace, keep, words, input_ids, positions, ids, weights;
     Py_ssize_t rows, width, predictions, count;
     long long mask_id;
@@ -202,7 +205,7 @@ static uint32_t crc32c_soft(const uint8_t *data, size_t size) {
     while (size >= 8) {
         uint64_t word;
         memcpy(&word, data, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
         word = __builtin_bswap64(word);
 #endif
         word ^= crc;
@@ -274,7 +277,7 @@ static inline uint8_t *put_varint_stored(uint8_t *out, uint32_t value) {
     Py_ssize_t size = varint_size(value);
     uint32_t word = (value & 0x7Fu) | ((value << 1) & 0x7F00u) | ((value << 2) & 0x7F0000u) |
                     ((value << 3) & 0x7F000000u) | (0x00808080u >> (8 * (4 - size)));
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     word = __builtin_bswap32(word);
 #endif
     memcpy(out, &word, 4);
@@ -315,8 +318,9 @@ static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
 }
 
 /* common.writers.tfrecord.encode_records: the TFRecord-framed tf.train.Example of every row.  features is a
- * sequence of (key, code, values, width); values a C-contiguous (rows, width) buffer of code's type. */
-static PyObject *encode_records(PyObject *self, PyObject *args) {
+ * sequence of (key, code, values, width); values a C-contiguous (rows, width) buffer of code's type, native ints
+ * and little-endian floats (the bytes a record holds). */
+static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *specs;
     Py_ssize_t rows;
     if (!PyArg_ParseTuple(args, "On", &specs, &rows)) return NULL;
@@ -417,14 +421,8 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
             out = put_varint(out, (uint64_t)list);
             *out++ = 0x0A;
             out = put_varint(out, (uint64_t)p);
-            if (f->code == 'f') {
-                const uint8_t *source = (const uint8_t *)f->values.buf + r * f->width * 4;
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-                for (Py_ssize_t c = 0; c < f->width; c++)
-                    for (int b = 0; b < 4; b++) out[4 * c + b] = source[4 * c + 3 - b];
-#else
-                memcpy(out, source, (size_t)p);
-#endif
+            if (f->code == 'f') {  /* little-endian float32 bytes already (common/writers/tfrecord.py: "<f4") */
+                memcpy(out, (const uint8_t *)f->values.buf + r * f->width * 4, (size_t)p);
                 out += p;
             } else if (p == f->width) {  /* every value below 128: one byte each */
                 for (Py_ssize_t c = 0; c < f->width; c++) out[c] = (uint8_t)value_at(f, r * f->width + c);
@@ -525,7 +523,7 @@ static int64_t bisect_left(const int64_t *a, int64_t x, int64_t lo, int64_t hi) 
 /* common.objectives.bert.plan_instances: one dupe pass over every document.  state: the 625 words of a
  * Random's getstate()[1]; returns the number of instances written to the five output arrays (each holding at
  * least one slot per segment), and state becomes the Random's state after the plan. */
-static PyObject *plan_instances(PyObject *self, PyObject *args) {
+static PyObject *plan_instances(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer state, segments, documents, a_start, a_length, b_start, b_length, random_next;
     Py_ssize_t num_segments, num_documents;
     long long max_num_tokens;
@@ -640,7 +638,7 @@ done:
 
 /* ------------------------------------------------------------------------------------------------ module */
 
-static PyObject *crc32c_masked(PyObject *self, PyObject *args) {
+static PyObject *crc32c_masked(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
     uint32_t crc = masked_crc(data.buf, (size_t)data.len);
