@@ -63,7 +63,7 @@ def drifts(measured: dict[str, float], recorded: dict[str, float], tolerance: fl
     return out
 
 
-#: Why a run without the compiled kernels is neither judged as a regression nor recorded.
+#: What the guard and --record-ratios say where the compiled kernels are not in use.
 NO_KERNELS = ("common/_kernels.c is not in use here (not built: no C compiler at install, or a checkout without "
               "`pip install -e .` / `python setup.py build_ext --inplace`; or MLM_PIPELINE_NUMPY_KERNELS is set), "
               "and the ratios were recorded with it: the build and write stages run numpy, several "

@@ -99,7 +99,7 @@ def test_the_band_is_a_factor_each_way_and_small_stages_are_bounded_above():
 
 def test_without_the_compiled_kernels_the_guard_says_build_them_not_re_record(monkeypatch):
     """The ratios are recorded with common/_kernels.c; where it is not in use (no C compiler at install,
-    MLM_PIPELINE_NUMPY_KERNELS=1) the build stage is ~3x dearer.  The guard still fails (CI must notice a
+    MLM_PIPELINE_NUMPY_KERNELS=1) the build stage is several times dearer.  The guard still fails (CI must notice a
     build that lost the kernels), but says why, and recording such a run is refused."""
     from bench import ratios
     from common import kernels

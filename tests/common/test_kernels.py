@@ -247,3 +247,27 @@ def test_the_kernels_refuse_sizes_that_wrap_around():
     original, *_ = outputs = _layout_outputs(1, 8)
     BUILT.pair_layout(tokens, *columns, 1, 8, 1, 2, 0, *outputs)
     assert original.tolist() == [[1, 9, 2, 0, 1, 2, 3, 2]]
+
+
+def test_a_kernels_file_that_does_not_load_is_one_warning_line_and_numpy(tmp_path, monkeypatch, caplog):
+    """Not built: numpy, said in the status the worker logs.  Built but broken (another Python's build, a
+    truncated file): numpy too, never a traceback, and one warning line saying why, since that install meant to
+    have them.  MLM_PIPELINE_NUMPY_KERNELS: numpy, said so."""
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    (tmp_path / f"broken_kernels_for_test{suffix}").write_bytes(b"not an ELF file")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(kernels.FORCE_NUMPY, raising=False)
+    with caplog.at_level("WARNING", logger="common.kernels"):
+        module, status = kernels._load("broken_kernels_for_test")
+    assert module is None and "was built but does not load" in status
+    assert [record.getMessage() for record in caplog.records] == [f"kernels: {status}"]
+    assert "\n" not in status
+    caplog.clear()
+    assert kernels._load("no_such_kernels_module_here") == (None, "numpy (common/_kernels.c is not built here)")
+    assert not caplog.records  # an install without a compiler chose numpy: said in the status, not warned
+    monkeypatch.setenv(kernels.FORCE_NUMPY, "1")
+    assert kernels._load() == (None, f"numpy ({kernels.FORCE_NUMPY}=1)")
+    monkeypatch.delenv(kernels.FORCE_NUMPY)
+    module, status = kernels._load()
+    assert module is BUILT and status == "compiled"
