@@ -5,8 +5,9 @@
  * module when it was built (pip install .) and MLM_PIPELINE_NUMPY_KERNELS is not set, the numpy code otherwise.
  * The byte matrix (tests/test_byte_matrix.py) and tests/common/test_kernels.py hold the two paths byte-identical.
  *
- * Arrays arrive as buffers (numpy arrays, C-contiguous, of the dtypes common/kernels.py checks); every size is
- * checked here again, so a wrong call raises ValueError instead of touching memory it does not own.
+ * Arrays arrive as buffers (numpy arrays made C-contiguous and aligned, of the dtypes each caller gives with
+ * np.require); every count, size (without overflow), range and alignment is checked here again, so a wrong call
+ * raises ValueError instead of touching memory it does not own.
  */
 #if !defined(__GNUC__) && !defined(__clang__)
 #error "common/_kernels.c needs GCC or Clang (__builtin_clzll, __builtin_popcount); the numpy code runs without it"
@@ -43,6 +44,11 @@ static int check_len(Py_buffer *buffer, Py_ssize_t items, Py_ssize_t item_size, 
     }
     if (buffer->len < needed) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, buffer->len, needed);
+        return 0;
+    }
+    /* read through a pointer of its type: an unaligned one is undefined (a SIGBUS where the CPU requires it) */
+    if ((uintptr_t)buffer->buf % (uintptr_t)item_size != 0) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to its %zd-byte items", name, item_size);
         return 0;
     }
     return 1;

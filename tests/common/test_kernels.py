@@ -271,3 +271,32 @@ def test_a_kernels_file_that_does_not_load_is_one_warning_line_and_numpy(tmp_pat
     monkeypatch.delenv(kernels.FORCE_NUMPY)
     module, status = kernels._load()
     assert module is BUILT and status == "compiled"
+
+
+def unaligned(values: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``values`` one byte off its type's alignment (as np.frombuffer at an offset makes)."""
+    raw = bytearray(values.nbytes + 1)
+    out = np.frombuffer(raw, dtype=values.dtype, offset=1, count=values.size).reshape(values.shape)
+    out[...] = values
+    assert not out.flags.aligned and out.flags.c_contiguous
+    return out
+
+
+def test_unaligned_arrays_are_refused_by_the_kernels_and_realigned_by_their_callers():
+    """C reads an int32 or a double through a pointer of its type: one off its alignment is undefined behaviour
+    (UBSan reports it; SIGBUS where the CPU requires alignment).  The kernels refuse it; the Python callers hand
+    over aligned arrays (np.ascontiguousarray keeps an unaligned one as it is), so the bytes are the same."""
+    assert BUILT is not None
+    values = np.arange(4 * 30, dtype=np.int32).reshape(4, 30) * 1000
+    with pytest.raises(ValueError, match="aligned"):
+        BUILT.encode_records([(b"x", "i", unaligned(values), 30)], 4)
+    assert encode_records({"x": unaligned(values)}) == encode_records({"x": values})
+    special = SpecialIds(cls=101, sep=102, mask=103, pad=0, unk=100, vocab_size=30522, starts_word=np.ones(30522, dtype=bool))
+    tokens = np.arange(50, dtype=np.int32)
+    plan = InstancePlan(np.array([0, 10]), np.array([5, 3]), np.array([20, 30]), np.array([4, 6]), np.zeros(2, bool))
+    np.testing.assert_array_equal(lay_out_pairs(unaligned(tokens), plan, 16, special).original,
+                                  lay_out_pairs(tokens, plan, 16, special).original)
+    candidates = np.ones((2, 16), dtype=bool)
+    budget = np.array([3, 4], dtype=np.int64)
+    np.testing.assert_array_equal(select_tokens(candidates, unaligned(budget), np.random.default_rng(1)),
+                                  select_tokens(candidates, budget, np.random.default_rng(1)))
