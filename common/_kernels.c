@@ -330,9 +330,10 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *specs;
     Py_ssize_t rows;
     if (!PyArg_ParseTuple(args, "On", &specs, &rows)) return NULL;
-    PyObject *sequence = PySequence_Fast(specs, "features must be a sequence");
+    /* a tuple of our own: the keys' bytes stay alive (held by it) whatever the caller's list does meanwhile */
+    PyObject *sequence = PySequence_Tuple(specs);
     if (sequence == NULL) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(sequence), parsed = 0;
+    Py_ssize_t count = PyTuple_GET_SIZE(sequence), parsed = 0;
     PyObject *result = NULL;
     Py_ssize_t *packed = NULL;
     FeatureSpec *features = PyMem_Calloc((size_t)(count ? count : 1), sizeof(FeatureSpec));
@@ -347,7 +348,12 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     for (; parsed < count; parsed++) {
         FeatureSpec *f = &features[parsed];
         int code;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(sequence, parsed), "y#Cy*n", &f->key, &f->key_length, &code,
+        PyObject *spec = PyTuple_GET_ITEM(sequence, parsed);
+        if (!PyTuple_Check(spec)) {
+            PyErr_SetString(PyExc_TypeError, "a feature is a (key, code, values, width) tuple");
+            goto done;
+        }
+        if (!PyArg_ParseTuple(spec, "y#Cy*n", &f->key, &f->key_length, &code,
                               &f->values, &f->width))
             goto done;
         f->code = (char)code;

@@ -300,3 +300,17 @@ def test_unaligned_arrays_are_refused_by_the_kernels_and_realigned_by_their_call
     budget = np.array([3, 4], dtype=np.int64)
     np.testing.assert_array_equal(select_tokens(candidates, unaligned(budget), np.random.default_rng(1)),
                                   select_tokens(candidates, budget, np.random.default_rng(1)))
+
+
+def test_the_encoder_refuses_a_feature_that_is_not_a_tuple_with_a_type_error():
+    """A spec that is not a (key, code, values, width) tuple is the caller's TypeError (it was a SystemError from
+    the argument parser); what was acquired before it is released."""
+    assert BUILT is not None
+    values = np.zeros((2, 3), dtype=np.int32)
+    references = sys.getrefcount(values)
+    for spec in (5, [b"x", "i", values, 3], (b"x", "i")):
+        with pytest.raises(TypeError):
+            BUILT.encode_records([(b"k", "i", values, 3), spec], 2)
+    assert sys.getrefcount(values) == references
+    with pytest.raises(TypeError):
+        BUILT.encode_records(iter([(b"k", "i", values, 3)]).__next__, 2)
