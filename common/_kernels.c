@@ -304,7 +304,7 @@ static inline int64_t value_at(const FeatureSpec *f, Py_ssize_t index) {
 /* Bytes of one feature's packed values in one row; -1 for a value a varint here cannot take. */
 static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
     if (f->code == 'f') return 4 * f->width;
-    if (f->code == 'i') {
+    if (f->code == 'i' && f->width < ((Py_ssize_t)1 << 28)) {  /* extra <= 4 * width fits an int32 */
         const int32_t *values = (const int32_t *)f->values.buf + row * f->width;
         int32_t low = 0, extra = 0;
         for (Py_ssize_t c = 0; c < f->width; c++) {  /* comparisons only: the compiler vectorizes this loop */

@@ -103,6 +103,8 @@ def apply_masks(original: np.ndarray, selected: np.ndarray, max_predictions: int
                 rng: np.random.Generator) -> MaskedLM:
     """80% [MASK], 10% the original token, 10% a random vocabulary id, at
     the selected positions; positions listed in increasing order (BERT sorts them)."""
+    if selected.shape != original.shape:
+        raise ValueError(f"selected positions of shape {selected.shape} for ids of shape {original.shape}")
     n = len(original)
     kernel = kernels.compiled
     if kernel is not None and original.dtype == np.int32 and original.ndim == 2 and selected.dtype == bool:

@@ -314,3 +314,17 @@ def test_the_encoder_refuses_a_feature_that_is_not_a_tuple_with_a_type_error():
     assert sys.getrefcount(values) == references
     with pytest.raises(TypeError):
         BUILT.encode_records(iter([(b"k", "i", values, 3)]).__next__, 2)
+
+
+def test_apply_masks_refuses_a_selection_of_another_shape(numpy_path):
+    """The kernel reads ``selected`` as the ids' (rows, width): a wider one was read row-shifted (other positions
+    masked, silently) where numpy raised.  Both paths refuse it before any draw."""
+    original = np.arange(12, dtype=np.int32).reshape(3, 4)
+    selected = np.zeros((3, 5), dtype=bool)
+    selected[:, 4] = True
+    for on in (False, True):
+        numpy_path(on)
+        rng = np.random.default_rng(1)
+        with pytest.raises(ValueError, match="selected positions of shape"):
+            apply_masks(original, selected, 5, 103, 30522, rng)
+        assert rng.random() == np.random.default_rng(1).random()
