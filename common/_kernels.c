@@ -79,13 +79,14 @@ static PyObject *pair_layout(PyObject *Py_UNUSED(self), PyObject *args) {
         int32_t *out = (int32_t *)original.buf + r * width, *mask = (int32_t *)input_mask.buf + r * width;
         int32_t *segment = (int32_t *)segment_ids.buf + r * width;
         uint8_t *candidate = (uint8_t *)candidates.buf + r * width;
-        int64_t a_len = al[r], b_len = bl[r], b_first = a_len + 2, length = b_first + b_len + 1;
+        int64_t a_len = al[r], b_len = bl[r];
         /* each bound compared on its own (no sum of the caller's numbers can wrap): then length <= width */
-        if (a_len < 0 || b_len < 0 || a_len > width || b_len > width - a_len || a_len + b_len + 3 > width ||
+        if (a_len < 0 || b_len < 0 || a_len > width || b_len > width - a_len || a_len + b_len > width - 3 ||
             as[r] < 0 || bs[r] < 0 || as[r] > count - a_len || bs[r] > count - b_len) {
             PyErr_SetString(PyExc_ValueError, "an instance outside the tokens or the sequence length");
             goto done;
         }
+        int64_t b_first = a_len + 2, length = b_first + b_len + 1;
         out[0] = cls;
         candidate[0] = 0;
         memcpy(out + 1, token + as[r], (size_t)a_len * 4);
