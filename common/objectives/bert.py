@@ -303,7 +303,8 @@ def _lay_out_pairs_compiled(kernel, tokens: np.ndarray, plan: InstancePlan, max_
     input_mask = np.empty((rows, max_seq_length), dtype=np.int32)
     segment_ids = np.empty((rows, max_seq_length), dtype=np.int32)
     sequence_length = np.empty(rows, dtype=np.int32)
-    columns = [np.require(column, np.int64, "CA") for column in (plan.a_start, plan.a_length, plan.b_start, plan.b_length)]
+    columns = [np.require(column, np.int64, "CA")
+               for column in (plan.a_start, plan.a_length, plan.b_start, plan.b_length)]
     kernel.pair_layout(np.require(tokens, np.int32, "CA"), *columns, rows, max_seq_length, special.cls, special.sep,
                        special.pad, original, candidates, input_mask, segment_ids, sequence_length)
     return PairLayout(original, candidates, input_mask, segment_ids, sequence_length)
