@@ -328,3 +328,20 @@ def test_apply_masks_refuses_a_selection_of_another_shape(numpy_path):
         with pytest.raises(ValueError, match="selected positions of shape"):
             apply_masks(original, selected, 5, 103, 30522, rng)
         assert rng.random() == np.random.default_rng(1).random()
+
+
+def test_a_plan_the_kernel_refuses_leaves_the_random_where_it_was():
+    """The Random is set from C's state only after the whole plan succeeded: a refusal half-way (a document
+    without segments after 30 good ones) raises and leaves it untouched, so nothing downstream draws from a
+    state no Python loop would have reached."""
+    import random
+
+    from common.objectives.bert import BertParams, plan_instances
+    from common.objectives.documents import TokenizedDocuments
+    good = TokenizedDocuments.from_lists([[[1] * 40, [2] * 40]] * 30)
+    broken = TokenizedDocuments(good.tokens, good.segment_offsets, [*good.document_offsets, good.num_segments])
+    rng = random.Random(4)
+    before = rng.getstate()
+    with pytest.raises(ValueError, match="a document without segments"):
+        plan_instances(broken, BertParams(), rng)
+    assert rng.getstate() == before
