@@ -674,5 +674,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_kernels",
 PyMODINIT_FUNC PyInit__kernels(void) {
     crc_init();
     if (has_hard_crc()) crc32c_of = crc32c_hard;
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+#ifdef KERNELS_SOURCE_SHA256  /* setup.py: the sha256 of this file, checked by common/kernels.py */
+    if (created != NULL && PyModule_AddStringConstant(created, "SOURCE_SHA256", KERNELS_SOURCE_SHA256) < 0)
+        Py_CLEAR(created);
+#endif
+    return created;
 }

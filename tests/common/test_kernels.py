@@ -345,3 +345,23 @@ def test_a_plan_the_kernel_refuses_leaves_the_random_where_it_was():
     with pytest.raises(ValueError, match="a document without segments"):
         plan_instances(broken, BertParams(), rng)
     assert rng.getstate() == before
+
+
+def test_a_build_of_another_version_of_the_source_is_not_used(tmp_path, monkeypatch, caplog):
+    """An in-place build (`python setup.py build_ext --inplace`, `pip install -e .`) is not redone when
+    common/_kernels.c changes: a stale module would run the old C on the new callers' arguments.  The module
+    carries the sha256 of the source it was built from; one that differs from the source beside it is not used
+    (one warning line: rebuild), and the build here is of this source."""
+    assert BUILT is not None
+    assert BUILT.SOURCE_SHA256 == __import__("hashlib").sha256(kernels.SOURCE.read_bytes()).hexdigest(), (
+        "common/_kernels.c changed since it was built here: `python setup.py build_ext --inplace`")
+    edited = tmp_path / "_kernels.c"
+    edited.write_bytes(kernels.SOURCE.read_bytes() + b"/* edited */\n")
+    monkeypatch.setattr(kernels, "SOURCE", edited)
+    monkeypatch.delenv(kernels.FORCE_NUMPY, raising=False)
+    with caplog.at_level("WARNING", logger="common.kernels"):
+        module, status = kernels._load()
+    assert module is None and "changed since it was built" in status and "build_ext --inplace" in status
+    assert [record.getMessage() for record in caplog.records] == [f"kernels: {status}"]
+    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "absent.c")  # an install without the source: not checked
+    assert kernels._load() == (BUILT, "compiled")
