@@ -63,7 +63,22 @@ def drifts(measured: dict[str, float], recorded: dict[str, float], tolerance: fl
     return out
 
 
+#: What the guard and --record-ratios say where the compiled kernels are not in use.
+NO_KERNELS = ("common/_kernels.c is not in use here (not built: no C compiler at install, or a checkout without "
+              "`pip install -e .` / `python setup.py build_ext --inplace`; or MLM_PIPELINE_NUMPY_KERNELS is set), "
+              "and the ratios were recorded with it: the build and write stages run numpy, several "
+              "times dearer (docs/benchmarks.md, \"Compiled kernels\")")
+
+
+class RecordRefused(RuntimeError):
+    """A run that cannot stand as the record (one without the compiled kernels)."""
+
+
 def failure_message(found: list[Drift]) -> str:
+    from common import kernels
+    if kernels.compiled is None:
+        return (f"worker stage cost moved against its reference: {NO_KERNELS}.  Build them; do not re-record.\n  "
+                + "\n  ".join(map(str, found)))
     return ("worker stage cost moved against its reference (bench/ratios.py; tolerance "
             f"{TOLERANCE:g}x):\n  " + "\n  ".join(map(str, found)) +
             f"\nIf the change is deliberate, re-record with: {RECORD_COMMAND}")
@@ -74,6 +89,9 @@ def load(path: Path = RECORDED) -> dict[str, float]:
 
 
 def save(ratios: dict[str, float], how: str, path: Path = RECORDED) -> None:
+    from common import kernels
+    if kernels.compiled is None:
+        raise RecordRefused(f"not recorded: {NO_KERNELS}")
     document = {"command": RECORD_COMMAND, "recorded": how,
                 "ratios": {name: round(value, 4) for name, value in sorted(ratios.items())}}
     path.write_text(json.dumps(document, indent=1) + "\n")

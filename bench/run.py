@@ -1475,6 +1475,12 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
     if record_ratios and (not quick or "worker" not in sections or repeats or scale):
         raise click.BadParameter("records the quick run's figures, as the suite measures them: use it with --quick "
                                  "and the worker section, without --repeats or --scale", param_hint="--record-ratios")
+    if record_ratios:
+        from bench import ratios
+        from common import kernels
+
+        if kernels.compiled is None:
+            raise click.BadParameter(f"not recorded: {ratios.NO_KERNELS}", param_hint="--record-ratios")
     if not WIKI.is_dir() or not VOCAB.is_file():
         raise click.ClickException(f"needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent")
     settings = Settings.make(quick, repeats, scale)

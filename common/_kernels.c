@@ -5,9 +5,13 @@
  * module when it was built (pip install .) and MLM_PIPELINE_NUMPY_KERNELS is not set, the numpy code otherwise.
  * The byte matrix (tests/test_byte_matrix.py) and tests/common/test_kernels.py hold the two paths byte-identical.
  *
- * Arrays arrive as buffers (numpy arrays, C-contiguous, of the dtypes common/kernels.py checks); every size is
- * checked here again, so a wrong call raises ValueError instead of touching memory it does not own.
+ * Arrays arrive as buffers (numpy arrays made C-contiguous and aligned, of the dtypes each caller gives with
+ * np.require); every count, size (without overflow), range and alignment is checked here again, so a wrong call
+ * raises ValueError instead of touching memory it does not own.
  */
+#if !defined(__GNUC__) && !defined(__clang__)
+#error "common/_kernels.c needs GCC or Clang (__builtin_clzll, __builtin_popcount); the numpy code runs without it"
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -15,9 +19,36 @@
 
 /* ------------------------------------------------------------------------------------------------ buffers */
 
+/* a * b for two counts, or -1 when either is negative or the product does not fit a Py_ssize_t: every size the
+ * kernels compute from the caller's counts goes through this, so none wraps around to a small one. */
+static Py_ssize_t product(Py_ssize_t a, Py_ssize_t b) {
+    if (a < 0 || b < 0 || (b != 0 && a > PY_SSIZE_T_MAX / b)) return -1;
+    return a * b;
+}
+
+/* rows * width cells into *cells; a ValueError for negative counts or a product that overflows. */
+static int check_shape(Py_ssize_t rows, Py_ssize_t width, Py_ssize_t *cells) {
+    *cells = product(rows, width);
+    if (*cells < 0) {
+        PyErr_Format(PyExc_ValueError, "a shape of (%zd, %zd) is not one the kernels take", rows, width);
+        return 0;
+    }
+    return 1;
+}
+
 static int check_len(Py_buffer *buffer, Py_ssize_t items, Py_ssize_t item_size, const char *name) {
-    if (buffer->len < items * item_size) {
-        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, buffer->len, items * item_size);
+    Py_ssize_t needed = product(items, item_size);
+    if (needed < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd items is not a count the kernels take", name, items);
+        return 0;
+    }
+    if (buffer->len < needed) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zd needed", name, buffer->len, needed);
+        return 0;
+    }
+    /* read through a pointer of its type: an unaligned one is undefined (a SIGBUS where the CPU requires it) */
+    if ((uintptr_t)buffer->buf % (uintptr_t)item_size != 0) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to its %zd-byte items", name, item_size);
         return 0;
     }
     return 1;
@@ -26,7 +57,7 @@ static int check_len(Py_buffer *buffer, Py_ssize_t items, Py_ssize_t item_size, 
 /* ------------------------------------------------------------------------------------------------ layout */
 
 /* common.objectives.bert.lay_out_pairs without word starts: [CLS] A [SEP] B [SEP], zero-padded. */
-static PyObject *pair_layout(PyObject *self, PyObject *args) {
+static PyObject *pair_layout(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer tokens, a_start, a_length, b_start, b_length, original, candidates, input_mask, segment_ids, seq_len;
     Py_ssize_t rows, width;
     int cls, sep, pad;
@@ -35,8 +66,8 @@ static PyObject *pair_layout(PyObject *self, PyObject *args) {
                           &seq_len))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t cells = rows * width, count = tokens.len / 4;
-    if (!check_len(&a_start, rows, 8, "a_start") || !check_len(&a_length, rows, 8, "a_length") ||
+    Py_ssize_t cells, count = tokens.len / 4;
+    if (!check_shape(rows, width, &cells) || !check_len(&a_start, rows, 8, "a_start") || !check_len(&a_length, rows, 8, "a_length") ||
         !check_len(&b_start, rows, 8, "b_start") || !check_len(&b_length, rows, 8, "b_length") ||
         !check_len(&original, cells, 4, "original") || !check_len(&candidates, cells, 1, "candidates") ||
         !check_len(&input_mask, cells, 4, "input_mask") || !check_len(&segment_ids, cells, 4, "segment_ids") ||
@@ -48,12 +79,14 @@ static PyObject *pair_layout(PyObject *self, PyObject *args) {
         int32_t *out = (int32_t *)original.buf + r * width, *mask = (int32_t *)input_mask.buf + r * width;
         int32_t *segment = (int32_t *)segment_ids.buf + r * width;
         uint8_t *candidate = (uint8_t *)candidates.buf + r * width;
-        int64_t a_len = al[r], b_len = bl[r], b_first = a_len + 2, length = b_first + b_len + 1;
-        if (a_len < 0 || b_len < 0 || length > width || as[r] < 0 || bs[r] < 0 || as[r] + a_len > count ||
-            bs[r] + b_len > count) {
+        int64_t a_len = al[r], b_len = bl[r];
+        /* each bound compared on its own (no sum of the caller's numbers can wrap): then length <= width */
+        if (a_len < 0 || b_len < 0 || a_len > width || b_len > width - a_len || a_len + b_len > width - 3 ||
+            as[r] < 0 || bs[r] < 0 || as[r] > count - a_len || bs[r] > count - b_len) {
             PyErr_SetString(PyExc_ValueError, "an instance outside the tokens or the sequence length");
             goto done;
         }
+        int64_t b_first = a_len + 2, length = b_first + b_len + 1;
         out[0] = cls;
         candidate[0] = 0;
         memcpy(out + 1, token + as[r], (size_t)a_len * 4);
@@ -84,13 +117,13 @@ done:
 
 /* common.objectives.masking.select_tokens: selection sampling over each row's candidates with the caller's
  * (rows, width) uniform draws; returns how many positions were selected. */
-static PyObject *select_tokens(PyObject *self, PyObject *args) {
+static PyObject *select_tokens(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer candidates, budget, draws, selected;
     Py_ssize_t rows, width;
     if (!PyArg_ParseTuple(args, "y*y*y*nnw*", &candidates, &budget, &draws, &rows, &width, &selected)) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t cells = rows * width, total = 0;
-    if (!check_len(&candidates, cells, 1, "candidates") || !check_len(&budget, rows, 8, "budget") ||
+    Py_ssize_t cells, total = 0;
+    if (!check_shape(rows, width, &cells) || !check_len(&candidates, cells, 1, "candidates") || !check_len(&budget, rows, 8, "budget") ||
         !check_len(&draws, cells, 8, "draws") || !check_len(&selected, cells, 1, "selected"))
         goto done;
     for (Py_ssize_t r = 0; r < rows; r++) {
@@ -118,7 +151,7 @@ done:
 
 /* common.objectives.masking.apply_masks after its draws: 80% [MASK], 10% kept, 10% a random id, and the
  * positions in increasing order with their original ids.  input_ids arrives as a copy of the original ids. */
-static PyObject *apply_masks(PyObject *self, PyObject *args) {
+static PyObject *apply_masks(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer selected, replace, keep, words, input_ids, positions, ids, weights;
     Py_ssize_t rows, width, predictions, count;
     long long mask_id;
@@ -126,8 +159,8 @@ static PyObject *apply_masks(PyObject *self, PyObject *args) {
                           &predictions, &count, &mask_id, &input_ids, &positions, &ids, &weights))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t cells = rows * width, slots = rows * predictions, k = 0;
-    if (!check_len(&selected, cells, 1, "selected") || !check_len(&replace, count, 8, "replace") ||
+    Py_ssize_t cells, slots, k = 0;
+    if (!check_shape(rows, width, &cells) || !check_shape(rows, predictions, &slots) || !check_len(&selected, cells, 1, "selected") || !check_len(&replace, count, 8, "replace") ||
         !check_len(&keep, count, 8, "keep") || !check_len(&words, count, 8, "words") ||
         !check_len(&input_ids, cells, 4, "input_ids") || !check_len(&positions, slots, 4, "positions") ||
         !check_len(&ids, slots, 4, "ids") || !check_len(&weights, slots, 4, "weights"))
@@ -179,7 +212,7 @@ static uint32_t crc32c_soft(const uint8_t *data, size_t size) {
     while (size >= 8) {
         uint64_t word;
         memcpy(&word, data, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
         word = __builtin_bswap64(word);
 #endif
         word ^= crc;
@@ -251,7 +284,7 @@ static inline uint8_t *put_varint_stored(uint8_t *out, uint32_t value) {
     Py_ssize_t size = varint_size(value);
     uint32_t word = (value & 0x7Fu) | ((value << 1) & 0x7F00u) | ((value << 2) & 0x7F0000u) |
                     ((value << 3) & 0x7F000000u) | (0x00808080u >> (8 * (4 - size)));
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     word = __builtin_bswap32(word);
 #endif
     memcpy(out, &word, 4);
@@ -272,7 +305,7 @@ static inline int64_t value_at(const FeatureSpec *f, Py_ssize_t index) {
 /* Bytes of one feature's packed values in one row; -1 for a value a varint here cannot take. */
 static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
     if (f->code == 'f') return 4 * f->width;
-    if (f->code == 'i') {
+    if (f->code == 'i' && f->width < ((Py_ssize_t)1 << 28)) {  /* extra <= 4 * width fits an int32 */
         const int32_t *values = (const int32_t *)f->values.buf + row * f->width;
         int32_t low = 0, extra = 0;
         for (Py_ssize_t c = 0; c < f->width; c++) {  /* comparisons only: the compiler vectorizes this loop */
@@ -292,14 +325,16 @@ static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
 }
 
 /* common.writers.tfrecord.encode_records: the TFRecord-framed tf.train.Example of every row.  features is a
- * sequence of (key, code, values, width); values a C-contiguous (rows, width) buffer of code's type. */
-static PyObject *encode_records(PyObject *self, PyObject *args) {
+ * sequence of (key, code, values, width); values a C-contiguous (rows, width) buffer of code's type, native ints
+ * and little-endian floats (the bytes a record holds). */
+static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *specs;
     Py_ssize_t rows;
     if (!PyArg_ParseTuple(args, "On", &specs, &rows)) return NULL;
-    PyObject *sequence = PySequence_Fast(specs, "features must be a sequence");
+    /* a tuple of our own: the keys' bytes stay alive (held by it) whatever the caller's list does meanwhile */
+    PyObject *sequence = PySequence_Tuple(specs);
     if (sequence == NULL) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(sequence), parsed = 0;
+    Py_ssize_t count = PyTuple_GET_SIZE(sequence), parsed = 0;
     PyObject *result = NULL;
     Py_ssize_t *packed = NULL;
     FeatureSpec *features = PyMem_Calloc((size_t)(count ? count : 1), sizeof(FeatureSpec));
@@ -307,10 +342,19 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    if (count == 0) {  /* an Example has a feature; rows without one would be a loop bounded by nothing */
+        PyErr_SetString(PyExc_ValueError, "records need at least one feature");
+        goto done;
+    }
     for (; parsed < count; parsed++) {
         FeatureSpec *f = &features[parsed];
         int code;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(sequence, parsed), "y#Cy*n", &f->key, &f->key_length, &code,
+        PyObject *spec = PyTuple_GET_ITEM(sequence, parsed);
+        if (!PyTuple_Check(spec)) {
+            PyErr_SetString(PyExc_TypeError, "a feature is a (key, code, values, width) tuple");
+            goto done;
+        }
+        if (!PyArg_ParseTuple(spec, "y#Cy*n", &f->key, &f->key_length, &code,
                               &f->values, &f->width))
             goto done;
         f->code = (char)code;
@@ -319,13 +363,17 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "a feature needs a key below 128 bytes and values int32, int64 or float32");
             goto done;
         }
-        if (!check_len(&f->values, rows * f->width, code == 'q' ? 8 : 4, "values")) {
+        Py_ssize_t cells;
+        if (!check_shape(rows, f->width, &cells) || !check_len(&f->values, cells, code == 'q' ? 8 : 4, "values")) {
             PyBuffer_Release(&f->values);
             goto done;
         }
     }
     /* First pass: every row's packed sizes, then the records' total. */
-    packed = PyMem_Malloc((size_t)(rows * count + 1) * sizeof(Py_ssize_t));
+    /* rows * count sizes are allocated before any loop over the rows, so the rows are bounded by memory */
+    Py_ssize_t sizes;
+    if (!check_shape(rows, count, &sizes)) goto done;
+    packed = PyMem_Calloc((size_t)(sizes ? sizes : 1), sizeof(Py_ssize_t));  /* NULL if the product overflows */
     if (packed == NULL) {
         PyErr_NoMemory();
         goto done;
@@ -343,7 +391,12 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
             Py_ssize_t entry = 2 + features[i].key_length + 1 + varint_size((uint64_t)feature) + feature;
             features_length += 1 + varint_size((uint64_t)entry) + entry;
         }
-        total += 16 + 1 + varint_size((uint64_t)features_length) + features_length;
+        Py_ssize_t record = 16 + 1 + varint_size((uint64_t)features_length) + features_length;
+        if (total > PY_SSIZE_T_MAX - record) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        total += record;
     }
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result == NULL) goto done;
@@ -381,14 +434,8 @@ static PyObject *encode_records(PyObject *self, PyObject *args) {
             out = put_varint(out, (uint64_t)list);
             *out++ = 0x0A;
             out = put_varint(out, (uint64_t)p);
-            if (f->code == 'f') {
-                const uint8_t *source = (const uint8_t *)f->values.buf + r * f->width * 4;
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-                for (Py_ssize_t c = 0; c < f->width; c++)
-                    for (int b = 0; b < 4; b++) out[4 * c + b] = source[4 * c + 3 - b];
-#else
-                memcpy(out, source, (size_t)p);
-#endif
+            if (f->code == 'f') {  /* little-endian float32 bytes already (common/writers/tfrecord.py: "<f4") */
+                memcpy(out, (const uint8_t *)f->values.buf + r * f->width * 4, (size_t)p);
                 out += p;
             } else if (p == f->width) {  /* every value below 128: one byte each */
                 for (Py_ssize_t c = 0; c < f->width; c++) out[c] = (uint8_t)value_at(f, r * f->width + c);
@@ -489,7 +536,7 @@ static int64_t bisect_left(const int64_t *a, int64_t x, int64_t lo, int64_t hi) 
 /* common.objectives.bert.plan_instances: one dupe pass over every document.  state: the 625 words of a
  * Random's getstate()[1]; returns the number of instances written to the five output arrays (each holding at
  * least one slot per segment), and state becomes the Random's state after the plan. */
-static PyObject *plan_instances(PyObject *self, PyObject *args) {
+static PyObject *plan_instances(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer state, segments, documents, a_start, a_length, b_start, b_length, random_next;
     Py_ssize_t num_segments, num_documents;
     long long max_num_tokens;
@@ -604,7 +651,7 @@ done:
 
 /* ------------------------------------------------------------------------------------------------ module */
 
-static PyObject *crc32c_masked(PyObject *self, PyObject *args) {
+static PyObject *crc32c_masked(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
     uint32_t crc = masked_crc(data.buf, (size_t)data.len);
@@ -627,5 +674,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_kernels",
 PyMODINIT_FUNC PyInit__kernels(void) {
     crc_init();
     if (has_hard_crc()) crc32c_of = crc32c_hard;
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+#ifdef KERNELS_SOURCE_SHA256  /* setup.py: the sha256 of this file, checked by common/kernels.py */
+    if (created != NULL && PyModule_AddStringConstant(created, "SOURCE_SHA256", KERNELS_SOURCE_SHA256) < 0)
+        Py_CLEAR(created);
+#endif
+    return created;
 }

@@ -9,22 +9,53 @@ optional in setup.py) or ``MLM_PIPELINE_NUMPY_KERNELS=1`` runs numpy.  Both give
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
+import logging
 import os
+from pathlib import Path
 from types import ModuleType
+
+log = logging.getLogger(__name__)
 
 #: Set to 1 to run the numpy code even where the kernels were built (to compare, or to rule them out).
 FORCE_NUMPY = "MLM_PIPELINE_NUMPY_KERNELS"
+#: The C source; a module built from another version of it is not used (setup.py compiles its sha256 in).
+SOURCE = Path(__file__).with_name("_kernels.c")
+REBUILD = "`pip install -e .` or `python setup.py build_ext --inplace`"
 
 
-def _load() -> ModuleType | None:
-    if os.environ.get(FORCE_NUMPY, "") not in ("", "0"):
-        return None
+def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
+    """The extension module (or None) and a one-line status.  Not built is an ordinary install (no C compiler):
+    the status says so.  Built but not loadable (another interpreter's build, a damaged file) or built from
+    another version of the source beside it (an in-place build not redone) was meant to be there: one warning
+    line with the reason, never a traceback, and numpy runs."""
+    forced = os.environ.get(FORCE_NUMPY, "")
+    if forced not in ("", "0"):
+        return None, f"numpy ({FORCE_NUMPY}={forced})"
     try:
-        from common import _kernels  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _kernels
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return None, "numpy (common/_kernels.c is not built here)"
+    try:
+        module = importlib.import_module(name)
+    except ImportError as error:
+        reason = " ".join(str(error).split())
+        status = f"numpy (common/_kernels.c was built but does not load: {reason})"
+        log.warning("kernels: %s", status)
+        return None, status
+    if SOURCE.is_file() and getattr(module, "SOURCE_SHA256", None) != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
+        status = f"numpy (common/_kernels.c changed since it was built: rebuild with {REBUILD})"
+        log.warning("kernels: %s", status)
+        return None, status
+    return module, "compiled"
 
 
+compiled: ModuleType | None
+#: What this process runs, for the worker's log: "compiled", or "numpy (why)".
+status: str
 #: The extension module, or None: read at each call, so a test may set it to None to run the numpy path.
-compiled: ModuleType | None = _load()
+compiled, status = _load()

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,19 @@ def test_the_band_is_a_factor_each_way_and_small_stages_are_bounded_above():
     assert [d.key for d in drifts({"a": 1.0, "tiny": FLOOR * TOLERANCE * 1.01}, recorded)] == ["tiny"]
     assert [d.key for d in drifts({"a": float("nan")}, recorded)] == ["a"]
     assert not drifts({"unrecorded": 50.0}, recorded)  # measured only: nothing to compare with
+
+
+def test_without_the_compiled_kernels_the_guard_says_build_them_not_re_record(monkeypatch):
+    """The ratios are recorded with common/_kernels.c; where it is not in use (no C compiler at install,
+    MLM_PIPELINE_NUMPY_KERNELS=1) the build stage is several times dearer.  The guard still fails (CI must notice a
+    build that lost the kernels), but says why, and recording such a run is refused."""
+    from bench import ratios
+    from common import kernels
+    recorded = load()
+    found = drifts(dict(recorded, ratio_fast10_build=recorded["ratio_fast10_build"] * 3.5), recorded)
+    assert "common/_kernels.c" not in failure_message(found) or kernels.compiled is None
+    monkeypatch.setattr(kernels, "compiled", None)
+    message = failure_message(found)
+    assert "common/_kernels.c is not in use here" in message and "do not re-record" in message
+    with pytest.raises(ratios.RecordRefused, match="common/_kernels.c"):
+        ratios.save({"ratio_fast10_build": 1.0}, "now", path=Path("/nonexistent/never-written.json"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
+from common import kernels
 from common.job.config import JobConfig
 from common.job.tasks import EarlierTaskFileError, Task
 from common.readers.content import is_permanent
@@ -367,8 +368,8 @@ class WorkerProcess:
             log.error("%s: %s; its tasks fail here", self.worker_id, reason)
             log.debug("%s", traceback.format_exc())
             return _Job(config, None, None, "", "", reason)
-        log.info("%s: job %s, writing to %s, acknowledging to %s", self.worker_id, job_id,
-                 config.output_uri, sink_endpoint)
+        log.info("%s: job %s, writing to %s, acknowledging to %s; kernels: %s", self.worker_id, job_id,
+                 config.output_uri, sink_endpoint, kernels.status)
         return _Job(config, processor, input_storage, sink_endpoint, job_id)
 
     def _sink_socket(self, sink_endpoint: str) -> zmq.Socket:

@@ -134,7 +134,8 @@ def _plan_instances_compiled(kernel, documents: TokenizedDocuments, max_num_toke
     slots = documents.num_segments
     columns = [np.empty(slots, dtype=np.int64) for _ in range(4)]
     random_next = np.empty(slots, dtype=bool)
-    made = kernel.plan_instances(state, segment_offsets, document_offsets, slots, documents.num_documents,
+    made = kernel.plan_instances(state, np.require(segment_offsets, np.int64, "CA"),
+                                 np.require(document_offsets, np.int64, "CA"), slots, documents.num_documents,
                                  max_num_tokens, short_seq_prob, sentence_order, *columns, random_next)
     rng.setstate((version, tuple(state.tolist()), gauss_next))
     a_start, a_length, b_start, b_length = (column[:made] for column in columns)
@@ -302,9 +303,9 @@ def _lay_out_pairs_compiled(kernel, tokens: np.ndarray, plan: InstancePlan, max_
     input_mask = np.empty((rows, max_seq_length), dtype=np.int32)
     segment_ids = np.empty((rows, max_seq_length), dtype=np.int32)
     sequence_length = np.empty(rows, dtype=np.int32)
-    columns = [np.ascontiguousarray(column, dtype=np.int64)
+    columns = [np.require(column, np.int64, "CA")
                for column in (plan.a_start, plan.a_length, plan.b_start, plan.b_length)]
-    kernel.pair_layout(np.ascontiguousarray(tokens), *columns, rows, max_seq_length, special.cls, special.sep,
+    kernel.pair_layout(np.require(tokens, np.int32, "CA"), *columns, rows, max_seq_length, special.cls, special.sep,
                        special.pad, original, candidates, input_mask, segment_ids, sequence_length)
     return PairLayout(original, candidates, input_mask, segment_ids, sequence_length)
 

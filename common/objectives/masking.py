@@ -32,7 +32,7 @@ def select_tokens(candidates: np.ndarray, budget: np.ndarray, rng: np.random.Gen
     if kernel is not None and candidates.dtype == bool:
         draws = rng.random((n, length))
         selected = np.empty((n, length), dtype=bool)
-        kernel.select_tokens(np.ascontiguousarray(candidates), np.ascontiguousarray(budget, dtype=np.int64), draws,
+        kernel.select_tokens(np.require(candidates, bool, "C"), np.require(budget, np.int64, "CA"), draws,
                              n, length, selected)
         return selected
     need = budget.astype(np.int64).copy()
@@ -103,6 +103,8 @@ def apply_masks(original: np.ndarray, selected: np.ndarray, max_predictions: int
                 rng: np.random.Generator) -> MaskedLM:
     """80% [MASK], 10% the original token, 10% a random vocabulary id, at
     the selected positions; positions listed in increasing order (BERT sorts them)."""
+    if selected.shape != original.shape:
+        raise ValueError(f"selected positions of shape {selected.shape} for ids of shape {original.shape}")
     n = len(original)
     kernel = kernels.compiled
     if kernel is not None and original.dtype == np.int32 and original.ndim == 2 and selected.dtype == bool:
@@ -133,7 +135,7 @@ def _apply_masks_compiled(kernel, original: np.ndarray, selected: np.ndarray, ma
                           vocab_size: int, rng: np.random.Generator) -> MaskedLM:
     """:func:`apply_masks` with the same draws, the per-position work in C (common/kernels.py)."""
     n, length = original.shape
-    selected = np.ascontiguousarray(selected)
+    selected = np.require(selected, bool, "C")
     count = int(np.count_nonzero(selected))
     replace_draw = np.ascontiguousarray(rng.random(count), dtype=np.float64)
     keep_draw = np.ascontiguousarray(rng.random(count), dtype=np.float64)

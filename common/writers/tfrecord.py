@@ -235,11 +235,11 @@ def _kernel_specs(features: dict[str, np.ndarray], rows: int) -> list[tuple[byte
         if values.ndim != 2 or len(values) != rows or len(key_bytes) > 127:
             return None
         if values.dtype.kind == "f":
-            specs.append((key_bytes, "f", np.ascontiguousarray(values, dtype="<f4"), values.shape[1]))
+            specs.append((key_bytes, "f", np.require(values, "<f4", "CA"), values.shape[1]))
         elif values.dtype.kind in "biu" and values.dtype.itemsize <= 4 and values.dtype != np.uint32:
-            specs.append((key_bytes, "i", np.ascontiguousarray(values, dtype=np.int32), values.shape[1]))
+            specs.append((key_bytes, "i", np.require(values, np.int32, "CA"), values.shape[1]))
         elif values.dtype.kind in "iu" and values.dtype.itemsize <= 8 and values.dtype != np.uint64:
-            specs.append((key_bytes, "q", np.ascontiguousarray(values, dtype=np.int64), values.shape[1]))
+            specs.append((key_bytes, "q", np.require(values, np.int64, "CA"), values.shape[1]))
         else:
             return None
     return specs

@@ -35,8 +35,8 @@ def numpy_path(monkeypatch):
 
 
 def test_the_kernels_are_built():
-    assert BUILT is not None, ("common/_kernels.c is not built here: `pip install -e .` (or `python setup.py "
-                               "build_ext --inplace`) builds it; without a C compiler the numpy code runs")
+    assert BUILT is not None, (f"kernels: {kernels.status}; `pip install -e .` (or `python setup.py build_ext "
+                               "--inplace`) builds them; without a C compiler the numpy code runs")
 
 
 def both(numpy_path, function):
@@ -201,3 +201,167 @@ def test_the_plan_kernel_refuses_a_table_it_cannot_walk():
         BUILT.plan_instances(state, segments, np.array([0, 2, 7], dtype=np.int64), 3, 2, 125, 0.1, False, *out)
     assert BUILT.plan_instances(state, segments, np.array([0, 2, 3], dtype=np.int64), 3, 2, 125, 0.1, False,
                                 *out) >= 2
+
+
+def _layout_outputs(rows: int, width: int) -> list[np.ndarray]:
+    return [np.zeros((rows, width), np.int32), np.zeros((rows, width), bool), np.zeros((rows, width), np.int32),
+            np.zeros((rows, width), np.int32), np.zeros(rows, np.int32)]
+
+
+def test_the_kernels_refuse_sizes_that_wrap_around():
+    """Every count and size the kernels take is checked without overflow: rows * width that wraps to 0 bytes, a
+    negative count, a start near 2**63 that wraps past the token table are one-line ValueErrors (they read and
+    wrote outside the arrays: a segfault, or 4 bytes before the tokens read silently)."""
+    assert BUILT is not None
+    empty = {dtype: np.zeros(0, dtype) for dtype in (np.uint8, np.int64, np.float64, np.int32, np.float32)}
+    with pytest.raises(ValueError):  # 2**61 * 8 cells: 2**64 bytes, 0 after the wrap
+        BUILT.select_tokens(empty[np.uint8], empty[np.int64], empty[np.float64], 2**61, 8, empty[np.uint8])
+    with pytest.raises(ValueError):
+        BUILT.select_tokens(empty[np.uint8], empty[np.int64], empty[np.float64], -1, 8, empty[np.uint8])
+    with pytest.raises(ValueError):
+        BUILT.apply_masks(empty[np.uint8], empty[np.float64], empty[np.float64], empty[np.int64], 2**61, 8, 0, 0, 103,
+                          empty[np.int32], empty[np.int32], empty[np.int32], empty[np.float32])
+    with pytest.raises(MemoryError):  # 2**61 rows of no values: the sizes table's length wrapped to one slot
+        BUILT.encode_records([(b"x", "i", empty[np.int32], 0)], 2**61)
+    with pytest.raises(ValueError):
+        BUILT.encode_records([(b"x", "i", empty[np.int32], 3)], -1)
+    with pytest.raises(ValueError):
+        BUILT.encode_records([(b"x", "q", empty[np.int64], 2**61)], 2)
+    with pytest.raises(ValueError, match="at least one feature"):  # 2**61 rows of no features: a loop, no memory
+        BUILT.encode_records([], 2**61)
+    tokens = np.arange(10, dtype=np.int32)
+    one = np.ones(1, np.int64)
+    for a_start, a_length, b_start, b_length in ((2**63 - 1, 1, 0, 1), (0, 1, 2, 2**63 - 2), (-1, 1, 0, 1),
+                                                 (0, 2**63 - 1, 0, 1), (0, 1, 0, -1), (9, 2, 0, 1)):
+        columns = [one * a_start, one * a_length, one * b_start, one * b_length]
+        with pytest.raises(ValueError, match="outside the tokens or the sequence length"):
+            BUILT.pair_layout(tokens, *columns, 1, 8, 1, 2, 0, *_layout_outputs(1, 8))
+    with pytest.raises(ValueError):
+        BUILT.pair_layout(tokens, one, one, one, one, 2**61, 8, 1, 2, 0, *_layout_outputs(1, 8))
+    state = np.array(__import__("random").Random(1).getstate()[1], dtype=np.int64)
+    out = [empty[np.int64]] * 4 + [empty[np.uint8]]
+    with pytest.raises(ValueError):
+        BUILT.plan_instances(state, np.zeros(1, np.int64), np.zeros(1, np.int64), 2**61, 0, 125, 0.1, False, *out)
+    # What fits is still taken: the edges of the checks.
+    columns = [one * 9, one * 1, one * 0, one * 4]
+    original, *_ = outputs = _layout_outputs(1, 8)
+    BUILT.pair_layout(tokens, *columns, 1, 8, 1, 2, 0, *outputs)
+    assert original.tolist() == [[1, 9, 2, 0, 1, 2, 3, 2]]
+
+
+def test_a_kernels_file_that_does_not_load_is_one_warning_line_and_numpy(tmp_path, monkeypatch, caplog):
+    """Not built: numpy, said in the status the worker logs.  Built but broken (another Python's build, a
+    truncated file): numpy too, never a traceback, and one warning line saying why, since that install meant to
+    have them.  MLM_PIPELINE_NUMPY_KERNELS: numpy, said so."""
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    (tmp_path / f"broken_kernels_for_test{suffix}").write_bytes(b"not an ELF file")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(kernels.FORCE_NUMPY, raising=False)
+    with caplog.at_level("WARNING", logger="common.kernels"):
+        module, status = kernels._load("broken_kernels_for_test")
+    assert module is None and "was built but does not load" in status
+    assert [record.getMessage() for record in caplog.records] == [f"kernels: {status}"]
+    assert "\n" not in status
+    caplog.clear()
+    assert kernels._load("no_such_kernels_module_here") == (None, "numpy (common/_kernels.c is not built here)")
+    assert not caplog.records  # an install without a compiler chose numpy: said in the status, not warned
+    monkeypatch.setenv(kernels.FORCE_NUMPY, "1")
+    assert kernels._load() == (None, f"numpy ({kernels.FORCE_NUMPY}=1)")
+    monkeypatch.delenv(kernels.FORCE_NUMPY)
+    module, status = kernels._load()
+    assert module is BUILT and status == "compiled"
+
+
+def unaligned(values: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``values`` one byte off its type's alignment (as np.frombuffer at an offset makes)."""
+    raw = bytearray(values.nbytes + 1)
+    out = np.frombuffer(raw, dtype=values.dtype, offset=1, count=values.size).reshape(values.shape)
+    out[...] = values
+    assert not out.flags.aligned and out.flags.c_contiguous
+    return out
+
+
+def test_unaligned_arrays_are_refused_by_the_kernels_and_realigned_by_their_callers():
+    """C reads an int32 or a double through a pointer of its type: one off its alignment is undefined behaviour
+    (UBSan reports it; SIGBUS where the CPU requires alignment).  The kernels refuse it; the Python callers hand
+    over aligned arrays (np.ascontiguousarray keeps an unaligned one as it is), so the bytes are the same."""
+    assert BUILT is not None
+    values = np.arange(4 * 30, dtype=np.int32).reshape(4, 30) * 1000
+    with pytest.raises(ValueError, match="aligned"):
+        BUILT.encode_records([(b"x", "i", unaligned(values), 30)], 4)
+    assert encode_records({"x": unaligned(values)}) == encode_records({"x": values})
+    special = SpecialIds(cls=101, sep=102, mask=103, pad=0, unk=100, vocab_size=30522, starts_word=np.ones(30522, dtype=bool))
+    tokens = np.arange(50, dtype=np.int32)
+    plan = InstancePlan(np.array([0, 10]), np.array([5, 3]), np.array([20, 30]), np.array([4, 6]), np.zeros(2, bool))
+    np.testing.assert_array_equal(lay_out_pairs(unaligned(tokens), plan, 16, special).original,
+                                  lay_out_pairs(tokens, plan, 16, special).original)
+    candidates = np.ones((2, 16), dtype=bool)
+    budget = np.array([3, 4], dtype=np.int64)
+    np.testing.assert_array_equal(select_tokens(candidates, unaligned(budget), np.random.default_rng(1)),
+                                  select_tokens(candidates, budget, np.random.default_rng(1)))
+
+
+def test_the_encoder_refuses_a_feature_that_is_not_a_tuple_with_a_type_error():
+    """A spec that is not a (key, code, values, width) tuple is the caller's TypeError (it was a SystemError from
+    the argument parser); what was acquired before it is released."""
+    assert BUILT is not None
+    values = np.zeros((2, 3), dtype=np.int32)
+    references = sys.getrefcount(values)
+    for spec in (5, [b"x", "i", values, 3], (b"x", "i")):
+        with pytest.raises(TypeError):
+            BUILT.encode_records([(b"k", "i", values, 3), spec], 2)
+    assert sys.getrefcount(values) == references
+    with pytest.raises(TypeError):
+        BUILT.encode_records(iter([(b"k", "i", values, 3)]).__next__, 2)
+
+
+def test_apply_masks_refuses_a_selection_of_another_shape(numpy_path):
+    """The kernel reads ``selected`` as the ids' (rows, width): a wider one was read row-shifted (other positions
+    masked, silently) where numpy raised.  Both paths refuse it before any draw."""
+    original = np.arange(12, dtype=np.int32).reshape(3, 4)
+    selected = np.zeros((3, 5), dtype=bool)
+    selected[:, 4] = True
+    for on in (False, True):
+        numpy_path(on)
+        rng = np.random.default_rng(1)
+        with pytest.raises(ValueError, match="selected positions of shape"):
+            apply_masks(original, selected, 5, 103, 30522, rng)
+        assert rng.random() == np.random.default_rng(1).random()
+
+
+def test_a_plan_the_kernel_refuses_leaves_the_random_where_it_was():
+    """The Random is set from C's state only after the whole plan succeeded: a refusal half-way (a document
+    without segments after 30 good ones) raises and leaves it untouched, so nothing downstream draws from a
+    state no Python loop would have reached."""
+    import random
+
+    from common.objectives.bert import BertParams, plan_instances
+    from common.objectives.documents import TokenizedDocuments
+    good = TokenizedDocuments.from_lists([[[1] * 40, [2] * 40]] * 30)
+    broken = TokenizedDocuments(good.tokens, good.segment_offsets, [*good.document_offsets, good.num_segments])
+    rng = random.Random(4)
+    before = rng.getstate()
+    with pytest.raises(ValueError, match="a document without segments"):
+        plan_instances(broken, BertParams(), rng)
+    assert rng.getstate() == before
+
+
+def test_a_build_of_another_version_of_the_source_is_not_used(tmp_path, monkeypatch, caplog):
+    """An in-place build (`python setup.py build_ext --inplace`, `pip install -e .`) is not redone when
+    common/_kernels.c changes: a stale module would run the old C on the new callers' arguments.  The module
+    carries the sha256 of the source it was built from; one that differs from the source beside it is not used
+    (one warning line: rebuild), and the build here is of this source."""
+    assert BUILT is not None
+    assert BUILT.SOURCE_SHA256 == __import__("hashlib").sha256(kernels.SOURCE.read_bytes()).hexdigest(), (
+        "common/_kernels.c changed since it was built here: `python setup.py build_ext --inplace`")
+    edited = tmp_path / "_kernels.c"
+    edited.write_bytes(kernels.SOURCE.read_bytes() + b"/* edited */\n")
+    monkeypatch.setattr(kernels, "SOURCE", edited)
+    monkeypatch.delenv(kernels.FORCE_NUMPY, raising=False)
+    with caplog.at_level("WARNING", logger="common.kernels"):
+        module, status = kernels._load()
+    assert module is None and "changed since it was built" in status and "build_ext --inplace" in status
+    assert [record.getMessage() for record in caplog.records] == [f"kernels: {status}"]
+    monkeypatch.setattr(kernels, "SOURCE", tmp_path / "absent.c")  # an install without the source: not checked
+    assert kernels._load() == (BUILT, "compiled")

@@ -1,0 +1,150 @@
+"""Each compiled kernel against the code it replaces on generated inputs (hypothesis): shapes from empty to
+wide, edge values, seeds, dupe passes on one Random, and the random streams left where the numpy/Python code
+leaves them.  Derandomized, so CI sees the same examples each run; tests/common/test_kernels.py holds the
+fixed cases and the refusals."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from common import kernels
+from common.objectives.bert import BertParams, InstancePlan, lay_out_pairs, plan_instances
+from common.objectives.documents import TokenizedDocuments
+from common.objectives.masking import apply_masks, select_tokens
+from common.tokenization.vocabulary import SpecialIds
+from common.writers.tfrecord import encode_records
+
+BUILT = kernels.compiled
+pytestmark = pytest.mark.skipif(BUILT is None, reason="common/_kernels.c is not built (test_kernels.py says so)")
+CHECKS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def both(monkeypatch, function):
+    """``function()`` with the kernels, then with the numpy/Python code."""
+    monkeypatch.setattr(kernels, "compiled", BUILT)
+    compiled = function()
+    monkeypatch.setattr(kernels, "compiled", None)
+    fallback = function()
+    monkeypatch.setattr(kernels, "compiled", BUILT)
+    return compiled, fallback
+
+
+def assert_arrays_equal(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(got) == len(expected)
+    for index, (a, b) in enumerate(zip(got, expected)):
+        assert a.dtype == b.dtype and a.shape == b.shape, index
+        np.testing.assert_array_equal(a, b, err_msg=str(index))
+
+
+documents_strategy = st.lists(st.lists(st.integers(1, 300), min_size=1, max_size=12), min_size=1, max_size=25)
+
+
+@CHECKS
+@given(documents=documents_strategy, max_seq_length=st.sampled_from([5, 6, 9, 40, 128, 512]),
+       short_seq_prob=st.sampled_from([0.0, 0.1, 0.5, 1.0]), seed=st.integers(0, 2**64),
+       advance=st.integers(0, 700), gauss=st.booleans(), dupe_factor=st.integers(1, 3),
+       sentence_order=st.booleans())
+def test_the_plan_is_pythons(monkeypatch, documents, max_seq_length, short_seq_prob, seed, advance, gauss,
+                             dupe_factor, sentence_order):
+    """Same instances and the Random in the same state, from a Random at any point of its 624-word block (and
+    with a pending gauss), over several dupe passes on one Random."""
+    table = TokenizedDocuments.from_lists([[[7] * length for length in document] for document in documents])
+    params = BertParams(max_seq_length=max_seq_length, short_seq_prob=short_seq_prob)
+
+    def run():
+        rng = random.Random(seed)
+        for _ in range(advance):
+            rng.getrandbits(32)
+        if gauss:
+            rng.gauss(0, 1)
+        passes = [plan_instances(table, params, rng, sentence_order) for _ in range(dupe_factor)]
+        return [column for plan in passes for column in vars(plan).values()], rng.getstate()
+
+    (compiled, compiled_state), (python, python_state) = both(monkeypatch, run)
+    assert compiled_state == python_state
+    assert_arrays_equal(compiled, python)
+
+
+SPECIAL = SpecialIds(cls=101, sep=102, mask=103, pad=0, unk=100, vocab_size=30522,
+                     starts_word=np.ones(30522, dtype=bool))
+
+
+@CHECKS
+@given(data=st.data(), rows=st.integers(0, 20), max_seq_length=st.sampled_from([3, 4, 8, 33, 128]))
+def test_the_pair_layout_is_numpys(monkeypatch, data, rows, max_seq_length):
+    tokens = np.asarray(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=1, max_size=300)), np.int32)
+    room = min(max_seq_length - 3, len(tokens))
+    a_length = np.asarray([data.draw(st.integers(0, room)) for _ in range(rows)], np.int64)
+    b_length = np.asarray([data.draw(st.integers(0, room - int(a))) for a in a_length], np.int64)
+    a_start = np.asarray([data.draw(st.integers(0, len(tokens) - int(a))) for a in a_length], np.int64)
+    b_start = np.asarray([data.draw(st.integers(0, len(tokens) - int(b))) for b in b_length], np.int64)
+    plan = InstancePlan(a_start, a_length, b_start, b_length, np.zeros(rows, dtype=bool))
+
+    def run():
+        layout = lay_out_pairs(tokens, plan, max_seq_length, SPECIAL)
+        return [layout.original, layout.candidates, layout.input_mask, layout.segment_ids,
+                layout.sequence_length.astype(np.int32)]
+
+    compiled, fallback = both(monkeypatch, run)
+    assert_arrays_equal(compiled, fallback)
+
+
+@CHECKS
+@given(data=st.data(), rows=st.integers(0, 30), width=st.integers(0, 70), seed=st.integers(0, 2**32))
+def test_selection_and_masks_are_numpys(monkeypatch, data, rows, width, seed):
+    """select_tokens with any budget (none, fewer or more than the candidates), then apply_masks with ids of
+    every int32 value and a vocabulary past int32, and the Generator left in the same place."""
+    shape = (rows, width)
+    generator = np.random.default_rng(seed + 1)
+    candidates = generator.random(shape) < data.draw(st.sampled_from([0.0, 0.3, 0.9, 1.0]))
+    budget = generator.integers(0, width + 2, rows, endpoint=True)
+    original = generator.integers(-2**31, 2**31, shape, dtype=np.int32)
+    mask_id = data.draw(st.integers(0, 2**31 - 1))
+    vocab_size = data.draw(st.sampled_from([1, 2, 30522, 2**31 - 1]))
+    spare_slots = data.draw(st.integers(0, 3))
+
+    def run():
+        rng = np.random.default_rng(seed)
+        selected = select_tokens(candidates, budget, rng)
+        predictions = int(selected.sum(axis=1).max(initial=0)) + spare_slots
+        masked = apply_masks(original, selected, predictions, mask_id, vocab_size, rng)
+        return [selected, masked.input_ids, masked.masked_lm_positions, masked.masked_lm_ids,
+                masked.masked_lm_weights, rng.random(2)]
+
+    compiled, fallback = both(monkeypatch, run)
+    assert_arrays_equal(compiled, fallback)
+
+
+feature_dtypes = st.sampled_from([np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64, np.uint32,
+                                  np.float32, np.float64, np.bool_])
+
+
+@CHECKS
+@given(data=st.data(), rows=st.integers(1, 12), dtypes=st.lists(feature_dtypes, min_size=1, max_size=5))
+def test_the_encoder_is_numpys(monkeypatch, data, rows, dtypes):
+    """Every varint width (int64 up to 2**35 - 1), floats including NaN and infinities, widths from 0 to past a
+    one-byte length, keys up to 127 bytes."""
+    edges = np.array([0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**31 - 1, 2**35 - 1])
+    generator = np.random.default_rng(data.draw(st.integers(0, 2**32)))
+    features = {}
+    for index, dtype in enumerate(dtypes):
+        shape = (rows, data.draw(st.sampled_from([0, 1, 3, 17, 130])))
+        if np.dtype(dtype).kind == "f":
+            values = generator.normal(size=shape) * 10.0 ** generator.integers(-40, 40, shape)
+            values[generator.random(shape) < 0.1] = generator.choice([np.nan, np.inf, -np.inf, -0.0])
+        elif dtype is np.bool_:
+            values = generator.random(shape) < 0.5
+        else:
+            top = min(int(np.iinfo(dtype).max), 2**35 - 1)
+            values = np.where(generator.random(shape) < 0.5, generator.choice(edges[edges <= top], shape),
+                              generator.integers(0, top, shape, endpoint=True))
+        key = f"{index}:" + "k" * data.draw(st.sampled_from([0, 5, 120]))
+        features[key] = values.astype(dtype)
+    compiled, fallback = both(monkeypatch, lambda: encode_records(features))
+    assert compiled == fallback
