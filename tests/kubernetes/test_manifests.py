@@ -382,7 +382,7 @@ def test_dockerfile_builds_the_package_from_what_it_copies(tmp_path):
     build = tmp_path / "src"
     for source in sources:
         if (REPO / source).is_dir():
-            shutil.copytree(REPO / source, build / source, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(REPO / source, build / source, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
         else:
             build.mkdir(exist_ok=True)
             shutil.copy(REPO / source, build / source)
@@ -395,6 +395,8 @@ def test_dockerfile_builds_the_package_from_what_it_copies(tmp_path):
         names = archive.namelist()
         entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert packages == {n.split("/")[0] for n in names if n.endswith(".py")}
+    assert any(n.startswith("common/_kernels") and n.endswith(".so") for n in names), "the kernels were not compiled"
+    assert "**/*.so" in ignored  # a checkout's in-place build never reaches the image
     for template in pods(RENDERS["base"]).values():
         for container in template["spec"]["containers"]:
             assert re.search(rf"^{container['command'][0]} = ", entry_points, re.MULTILINE)

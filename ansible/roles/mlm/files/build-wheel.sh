@@ -3,7 +3,7 @@
 # print its path. Used by init.yaml (mlm_install_source=checkout) on the
 # controller. The checkout is copied first (without .git and build leftovers)
 # so it is never written to, and SOURCE_DATE_EPOCH makes the same source give
-# the same bytes: the wheel is replaced only when its content changed, so a
+# the same bytes (the C extension's paths mapped too): the wheel is replaced only when its content changed, so a
 # second init.yaml run copies and installs nothing.
 set -euo pipefail
 [[ $# -eq 2 ]] || { echo "usage: $0 CHECKOUT OUTDIR" >&2; exit 2; }
@@ -20,6 +20,8 @@ tar -C "$src" \
     -cf - . | tar -C "$stage/" -xf - --no-same-owner
 mkdir -p "$stage/.wheel"
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-315532800}
+# The compiled kernels (setup.py) would carry the stage's random path in their debug information.
+export CFLAGS="${CFLAGS:-} -ffile-prefix-map=$stage=."
 args=(--no-deps --quiet --wheel-dir "$stage/.wheel")
 # Reuse the controller's setuptools/wheel when it has them (no download).
 if "$py" -c 'import setuptools, wheel' 2>/dev/null; then args+=(--no-build-isolation); fi
