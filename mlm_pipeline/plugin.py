@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ventilator.launchers.base import Launcher, LaunchError, Role
     from ventilator.launchers.local import LocalLauncher
     from ventilator.publishers import publisher_named, publishers
-    from ventilator.publishers.base import Backlog, BacklogPublisher
+    from ventilator.publishers.base import Backlog, BacklogPublisher, PublisherError
 
 #: Each public name and the internal module that defines it (the only place a move must be followed).
 _WHERE: dict[str, str] = {
@@ -76,14 +76,15 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("LaunchError", "Launcher", "Role"), "ventilator.launchers.base"),
     "LocalLauncher": "ventilator.launchers.local",
     **dict.fromkeys(("launcher_named", "launchers"), "ventilator.launchers"),
-    **dict.fromkeys(("Backlog", "BacklogPublisher"), "ventilator.publishers.base"),
+    **dict.fromkeys(("Backlog", "BacklogPublisher", "PublisherError"), "ventilator.publishers.base"),
     **dict.fromkeys(("publisher_named", "publishers"), "ventilator.publishers"),
 }
 
 #: The same names as ``_WHERE`` (tests/test_layout.py holds them equal).
 __all__ = ["Backend", "Backlog", "BacklogPublisher", "Batch", "ByteRangeReader", "Document", "Feature",
            "JobContext", "JobPlan", "LaunchError", "Launcher", "LocalLauncher", "LocalStorage", "NoParams",
-           "Objective", "OutputFile", "ParamValue", "ParseReport", "Part", "Ragged", "Reader", "RetryPolicy",
+           "Objective", "OutputFile", "ParamValue", "ParseReport", "Part", "PublisherError", "Ragged", "Reader",
+           "RetryPolicy",
            "Role", "Segmenter", "ShardFile", "StageResult", "Step", "Storage", "StorageError", "TaskOutput",
            "TaskRun", "TaskStats", "TokenizedDocuments", "VersionChanged", "When", "WordSegmenter", "Writer",
            "backends", "decode_utf8", "derive_seed", "first_line_start_at_or_after", "launcher_named", "launchers",

@@ -101,6 +101,25 @@ def test_the_command_refuses_them_in_one_line_before_any_work(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_publisher_that_cannot_publish_is_one_line_before_any_work(tmp_path, monkeypatch):
+    """--cloudwatch-namespace without a region anywhere (flag, AWS_DEFAULT_REGION, ~/.aws/config) was botocore's
+    traceback after the sink and the workers had started; now the publisher's ``check``, before any work."""
+    from click.testing import CliRunner
+
+    from ventilator.cli import main
+
+    for key in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    result = CliRunner().invoke(main, ["--data", str(tmp_path / "none"), "--output", str(tmp_path / "out"),
+                                       "--cloudwatch-namespace", "ns"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "ventilator: error: --cloudwatch-namespace: no AWS region to publish to: give --cloudwatch-region, or set "
+        "AWS_DEFAULT_REGION"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_sink_and_the_workers_get_their_settings_from_it_through_their_own_command_lines():
     config = parse([*REQUIRED, "--vport", "6000", "--sink-port", "6001", "--bind-host", "127.0.0.1",
                     "--state-dir", "/tmp/state", "--sink-metrics-port", "0", "--instance-hourly-price", "0.5",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import click
 
 from common.job.params import param
-from ventilator.publishers.base import Backlog, BacklogPublisher
+from ventilator.publishers.base import Backlog, BacklogPublisher, PublisherError
 
 log = logging.getLogger("ventilator")
 
@@ -63,6 +63,17 @@ class CloudWatchPublisher(BacklogPublisher):
     @classmethod
     def enabled(cls, params: object) -> bool:
         return isinstance(params, CloudWatchParams) and bool(params.namespace)
+
+    @classmethod
+    def check(cls, params: object) -> None:
+        """A region, from --cloudwatch-region or boto3's chain: botocore refuses a client without one."""
+        if not cls.enabled(params) or not isinstance(params, CloudWatchParams) or params.region:
+            return
+        import boto3  # only when asked for
+
+        if boto3.session.Session().region_name is None:
+            raise PublisherError("--cloudwatch-namespace: no AWS region to publish to: give --cloudwatch-region, "
+                                 "or set AWS_DEFAULT_REGION")
 
     @staticmethod
     def options_of(params: CloudWatchParams) -> CloudWatchOptions:
