@@ -459,6 +459,8 @@ def step_flags() -> list[StepFlag]:
     steps, or a step and the run's options, declare one flag."""
     made: list[StepFlag] = []
     taken = {f.name: "the ventilator's own options" for f in option_fields(RunConfig)}
+    for axis, specs in axis_specs():  # a variant's flag: named here, not as click's "declared twice"
+        taken.update({spec.name: f"{', '.join(map(repr, spec.defaults))} ({axis.section})" for spec in specs})
     for step_name, step_class in steps().items():
         if not step_class.has_switch():
             continue

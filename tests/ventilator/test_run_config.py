@@ -212,6 +212,27 @@ def test_two_plugin_variants_declaring_one_flag_are_refused_naming_both(monkeypa
         parse(REQUIRED)
 
 
+def test_a_step_flag_that_is_a_variants_is_refused_naming_both(monkeypatch):
+    """A plugin step switched on by its own flag, with another flag an objective or a publisher has: refused
+    (click would let one win), naming the step and the variants, not "declared twice (--x and --x)"."""
+    from common.job.params import param
+    from common.steps import Step, steps
+    from ventilator import run_config
+
+    for flag, owner in [("--max-seq-length", "'albert', 'bert', 'electra', 'roberta', 'tokens' (Objective)"),
+                        ("--cloudwatch-region", "'cloudwatch' (Metrics and autoscaling)")]:
+        params = dataclasses.make_dataclass("CensusParams", [
+            ("on", bool, param(False, "On.", flag="--census")), ("length", int, param(3, "A length.", flag=flag))],
+            frozen=True)
+        census = type("Census", (Step,), {"name": "census", "Params": params, "after": "read",
+                                          "enabled": classmethod(lambda cls, p: p.on), "run": lambda self, run: None,
+                                          "__module__": "plugin"})
+        monkeypatch.setattr(run_config, "steps", lambda census=census: {**steps(), "census": census})
+        with pytest.raises(run_config.VariantsError) as refused:
+            parse(REQUIRED)
+        assert refused.value.message == f"{flag} is declared by step census and {owner}: one flag each"
+
+
 def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path):
     """run_config.py found every variant (and exited on a broken plugin) when imported: now the options are made
     when the command is first used, and the broken plugin is its one-line error then."""
