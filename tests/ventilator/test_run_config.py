@@ -233,6 +233,19 @@ def test_a_step_flag_that_is_a_variants_is_refused_naming_both(monkeypatch):
         assert refused.value.message == f"{flag} is declared by step census and {owner}: one flag each"
 
 
+def test_adding_a_step_that_has_its_own_switch_names_its_flags():
+    """--add-step holdout was "'holdout' is not one of ." (no step is added that way unless a plugin brings
+    one): now the step's own flags, which switch it on."""
+    import click
+
+    for step, flags in [("holdout", "--holdout-fraction, --holdout-seed"), ("dedup", "--dedup, --minhash-")]:
+        with pytest.raises(click.BadParameter, match=f"^{step} is switched on by its own flags \\({flags}"):
+            parse([*REQUIRED, "--add-step", step])
+    with pytest.raises(click.BadParameter, match="^no step 'nothing': --add-step takes a step that does not say "
+                                                 "when it is on \\(none is installed\\)$"):
+        parse([*REQUIRED, "--add-step", "nothing"])
+
+
 def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path):
     """run_config.py found every variant (and exited on a broken plugin) when imported: now the options are made
     when the command is first used, and the broken plugin is its one-line error then."""
