@@ -9,7 +9,8 @@ import sys
 import click
 
 from common import logs
-from common.job.cli_settings import SectionedCommand
+from common.job.cli_settings import DeferredCommand, PluginFailure
+from common.job.params import PluginError
 from common.storage import StorageError
 from common.wire.security import Curve, SecurityError
 from common.wire.transport import ListenError
@@ -107,12 +108,20 @@ def _split_help() -> str:
     return f"The side to serve: the training side{', or ' + named if named else ''} for evaluation."
 
 
-@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
+def _output_options(command):
+    """``--data`` and ``--split``, made when the command is first used (:class:`DeferredCommand`): the sides
+    are the steps' (installed plugins' too), so importing the loader finds no step, and a plugin that cannot
+    be loaded is the command's one line, ``--help`` included."""
+    command = click.option("--split", type=click.Choice(splits()), default="train", show_envvar=True,
+                           help=_split_help())(command)
+    return click.option("--data", required=True, metavar="OUT", show_envvar=True,
+                        help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), "
+                             "read through its manifest.")(command)
+
+
+@click.command(cls=DeferredCommand, options=_output_options,
+               context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
                                  "help_option_names": ["-h", "--help"]})
-@click.option("--data", required=True, metavar="OUT", show_envvar=True,
-              help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), read "
-                   "through its manifest.")
-@click.option("--split", type=click.Choice(splits()), default="train", show_envvar=True, help=_split_help())
 @click.option("--allow-partial", is_flag=True, show_envvar=True,
               help="Serve an output whose job has not finished (no summary.json, or tasks quarantined): what is "
                    "in its manifest so far.")
@@ -213,3 +222,5 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
         sys.exit(server.run())
     except (DatasetError, StorageError, SecurityError, ListenError) as error:
         raise click.ClickException(str(error)) from None
+    except PluginError as error:
+        raise PluginFailure(str(error)) from None

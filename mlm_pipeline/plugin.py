@@ -29,7 +29,18 @@ if TYPE_CHECKING:
     from common.segmenters import segmenter_named, segmenters
     from common.segmenters.base import Segmenter
     from common.steps import step_named, steps
-    from common.steps.base import JobContext, JobPlan, Part, StageResult, Step, TaskRun, TaskStats
+    from common.steps.base import (
+        InfoSection,
+        JobContext,
+        JobPlan,
+        Part,
+        ReportSection,
+        Side,
+        StageResult,
+        Step,
+        TaskRun,
+        TaskStats,
+    )
     from common.storage import backends, open_storage
     from common.storage.base import Backend, RetryPolicy, Storage, StorageError, VersionChanged
     from common.storage.local import LocalStorage
@@ -41,7 +52,7 @@ if TYPE_CHECKING:
     from ventilator.launchers.base import Launcher, LaunchError, Role
     from ventilator.launchers.local import LocalLauncher
     from ventilator.publishers import publisher_named, publishers
-    from ventilator.publishers.base import Backlog, BacklogPublisher
+    from ventilator.publishers.base import Backlog, BacklogPublisher, PublisherError
 
 #: Each public name and the internal module that defines it (the only place a move must be followed).
 _WHERE: dict[str, str] = {
@@ -50,6 +61,8 @@ _WHERE: dict[str, str] = {
     # steps (``--add-step NAME``; ``after`` names the step it follows)
     **dict.fromkeys(("JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats"),
                     "common.steps.base"),
+    # a step's side of the output and its sections of dataset_info.json and mlm-report (``Describes``)
+    **dict.fromkeys(("InfoSection", "ReportSection", "Side"), "common.steps.base"),
     **dict.fromkeys(("step_named", "steps"), "common.steps"),
     # input formats
     **dict.fromkeys(("ByteRangeReader", "Document", "ParseReport", "Reader", "decode_utf8"), "common.readers.base"),
@@ -76,19 +89,19 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("LaunchError", "Launcher", "Role"), "ventilator.launchers.base"),
     "LocalLauncher": "ventilator.launchers.local",
     **dict.fromkeys(("launcher_named", "launchers"), "ventilator.launchers"),
-    **dict.fromkeys(("Backlog", "BacklogPublisher"), "ventilator.publishers.base"),
+    **dict.fromkeys(("Backlog", "BacklogPublisher", "PublisherError"), "ventilator.publishers.base"),
     **dict.fromkeys(("publisher_named", "publishers"), "ventilator.publishers"),
 }
 
 #: The same names as ``_WHERE`` (tests/test_layout.py holds them equal).
-__all__ = ["Backend", "Backlog", "BacklogPublisher", "Batch", "ByteRangeReader", "Document", "Feature",
+__all__ = ["Backend", "Backlog", "BacklogPublisher", "Batch", "ByteRangeReader", "Document", "Feature", "InfoSection",
            "JobContext", "JobPlan", "LaunchError", "Launcher", "LocalLauncher", "LocalStorage", "NoParams",
-           "Objective", "OutputFile", "ParamValue", "ParseReport", "Part", "Ragged", "Reader", "RetryPolicy",
-           "Role", "Segmenter", "ShardFile", "StageResult", "Step", "Storage", "StorageError", "TaskOutput",
-           "TaskRun", "TaskStats", "TokenizedDocuments", "VersionChanged", "When", "WordSegmenter", "Writer",
-           "backends", "decode_utf8", "derive_seed", "first_line_start_at_or_after", "launcher_named", "launchers",
-           "objective_named", "objectives", "open_storage", "param", "publisher_named", "publishers",
-           "reader_named", "readers", "segmenter_named", "segmenters", "step_named", "steps",
+           "Objective", "OutputFile", "ParamValue", "ParseReport", "Part", "PublisherError", "Ragged", "Reader",
+           "ReportSection", "RetryPolicy", "Role", "Segmenter", "ShardFile", "Side", "StageResult", "Step", "Storage",
+           "StorageError", "TaskOutput", "TaskRun", "TaskStats", "TokenizedDocuments", "VersionChanged", "When",
+           "WordSegmenter", "Writer", "backends", "decode_utf8", "derive_seed", "first_line_start_at_or_after",
+           "launcher_named", "launchers", "objective_named", "objectives", "open_storage", "param", "publisher_named",
+           "publishers", "reader_named", "readers", "segmenter_named", "segmenters", "step_named", "steps",
            "word_segmenter_named", "word_segmenters", "writer_named", "writers"]
 
 

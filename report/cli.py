@@ -12,6 +12,7 @@ import sys
 import click
 
 from common import logs
+from common.job.params import PluginError
 from common.job.tasks import parse_size
 from common.storage import StorageError, open_storage
 from report.build import REPORT_DIRECTORY, build_report
@@ -70,7 +71,7 @@ def main(output: str, s3_endpoint_url: str, sample: int, input_sample: int, verb
     logs.configure(verbose)
     try:
         report = write_report(output, s3_endpoint_url, sample, input_sample)
-    except (StorageError, OSError) as error:
+    except (StorageError, OSError, PluginError) as error:
         click.echo(f"mlm-report: error: {error}", err=True)
         sys.exit(1)
     except ImportError as error:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import click
 
 from common.describe import dataset_info
+from common.job.params import PluginError
 from common.job.tasks import FINISH
 from common.output.files import check_finished, split_of
 from common.output.manifest import read_published, shard_files, stage_files
@@ -191,7 +192,7 @@ def main(output: str, s3_endpoint_url: str) -> None:
     """
     try:
         result = verify_output(open_storage(output, s3_endpoint_url or None))
-    except StorageError as error:
+    except (StorageError, PluginError) as error:
         click.echo(f"mlm-verify: error: {error}", err=True)
         sys.exit(1)
     for problem in result.problems:

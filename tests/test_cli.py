@@ -1,11 +1,16 @@
 """Cross-cutting: the command-line conventions every role (ventilator, worker, sink, loader, mlm-train-vocab) keeps."""
 
+import os
+import subprocess
+import sys
+
 import click
 import pytest
 
 from common.tokenization.training import main as train_vocab
 from loader.cli import main as loader
 from sink.cli import main as sink
+from tests.support.helpers import REPO
 from ventilator.cli import main as ventilator
 from worker.cli import main as worker
 
@@ -79,3 +84,34 @@ def test_two_variants_giving_one_option_two_types_are_refused_naming_both(monkey
     refused.value.show()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mlm-ventilator: error: --masked-lm-prob is declared float by 'bert'")
+
+
+#: A step plugin that cannot be imported: the loader, mlm-report and mlm-verify ask the steps for their sides
+#: since the steps describe themselves, and it reached them as a traceback (the loader's at import, --help too).
+BROKEN_STEP = ("entry point broken = broken_step:Step (group mlm_pipeline.steps, from broken 1.0) cannot be loaded: "
+               "RuntimeError: boom at import")
+
+
+@pytest.fixture(scope="module")
+def broken_env(tmp_path_factory):
+    """An environment whose installed plugin's step raises when imported."""
+    site = tmp_path_factory.mktemp("site")
+    info = site / "broken-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[mlm_pipeline.steps]\nbroken = broken_step:Step\n")
+    (site / "broken_step.py").write_text("raise RuntimeError('boom at import')\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+
+
+@pytest.mark.parametrize("argv", [["loader", "--help"], ["loader", "--data", "{out}"], ["report", "{out}"],
+                                  ["sink.verify", "{out}"]], ids=lambda argv: " ".join(argv))
+def test_a_broken_step_plugin_is_one_line_not_a_traceback(broken_env, tmp_path, argv):
+    (tmp_path / "manifest.jsonl").write_text("")
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / "dataset_info.json").write_text('{"complete": true, "records": 0, "files": 0, "features": {}}')
+    ran = subprocess.run([sys.executable, "-m", *[arg.format(out=tmp_path) for arg in argv]], capture_output=True,
+                         text=True, env=broken_env, timeout=120)
+    assert ran.returncode == 1
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith(f"error: {BROKEN_STEP}"), ran.stderr

@@ -146,3 +146,14 @@ def test_the_plugin_packages_of_the_tests_import_only_the_public_api():
     for path in plugins:
         roots = {name.split(".")[0] for name in imported(path)}
         assert roots <= {"mlm_pipeline"}, f"{path.relative_to(REPO)} imports {sorted(imported(path))}"
+
+
+def test_a_plugin_step_with_a_side_needs_only_the_public_api(tmp_path):
+    """A step that adds a side and its sections (docs/design.md, "How a step describes itself") declares them
+    with ``Side``, ``InfoSection`` and ``ReportSection``: tests/common/steps/test_describe.py's plugin step
+    imports them, as a plugin's author would, from the public API alone."""
+    from tests.common.steps.test_describe import PLUGIN
+
+    source = tmp_path / "demo_validation.py"
+    source.write_text(PLUGIN)
+    assert {name.split(".")[0] for name in imported(source)} <= {"mlm_pipeline"}, sorted(imported(source))

@@ -19,6 +19,7 @@ from common.wire.transport import ListenError
 from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named
+from ventilator.publishers.base import PublisherError
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
 from ventilator.server import VentilatorServer
 
@@ -61,13 +62,15 @@ def run(config: RunConfig) -> int:
         launcher_class = launcher_named(config.fleet.launcher)
         launcher = launcher_class(launcher_class.make_params(config.fleet.launcher_params),
                                   Fleet(workers=config.fleet.workers))
+        publisher_class = publisher_named(config.metrics.backlog_publisher)
+        publisher_class.check(publisher_class.make_params(config.metrics.publisher_params))
         run_config = dataclasses.replace(config, command=command_line())
         checked = validate(run_config)
         job_config = identify(run_config, checked)
         _check_sendable(job_config)
         lock = lock_output(run_config, job_config)  # one run per output, from before anything is written to it
         job = plan(run_config, checked, job_config)
-    except (LaunchError, JobError) as error:
+    except (LaunchError, PublisherError, JobError) as error:
         if lock is not None:
             lock.release()
         click.echo(f"ventilator: error: {error}", err=True)

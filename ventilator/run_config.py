@@ -72,6 +72,24 @@ def _choice(variants: Callable[[], Mapping[str, object]], *also: str) -> Deferre
     return Deferred(lambda: click.Choice([*also, *sorted(variants())]))
 
 
+class AddableStep(click.Choice):
+    """--add-step's type: a step that does not say when it is on; one that does is refused naming the flags
+    that switch it on (holdout's, dedup's), and with none installed the refusal says so."""
+
+    def __init__(self) -> None:
+        super().__init__(sorted(addable_steps()))
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in self.choices:
+            return value
+        step = steps().get(value)
+        if step is not None and step.has_switch():
+            flags = [f.metadata["flag"] for f in dataclasses.fields(step.Params) if f.metadata.get("flag")]
+            self.fail(f"{value} is switched on by its own flags ({', '.join(flags)}), not --add-step", param, ctx)
+        known = ", ".join(map(repr, self.choices)) or "none is installed"
+        self.fail(f"no step {value!r}: --add-step takes a step that does not say when it is on ({known})", param, ctx)
+
+
 def addable_steps() -> dict:
     """The steps a user may add to a job (``--add-step``): those that do not say when they are on themselves."""
     return {name: step for name, step in steps().items() if not step.has_switch() and step.after is not None}
@@ -129,7 +147,7 @@ class JobSettings:
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=_choice(addable_steps), multiple=True, default=(),
+        "--add-step", type=Deferred(AddableStep), multiple=True, default=(),
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
@@ -459,6 +477,8 @@ def step_flags() -> list[StepFlag]:
     steps, or a step and the run's options, declare one flag."""
     made: list[StepFlag] = []
     taken = {f.name: "the ventilator's own options" for f in option_fields(RunConfig)}
+    for axis, specs in axis_specs():  # a variant's flag: named here, not as click's "declared twice"
+        taken.update({spec.name: f"{', '.join(map(repr, spec.defaults))} ({axis.section})" for spec in specs})
     for step_name, step_class in steps().items():
         if not step_class.has_switch():
             continue

@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from common.job.params import PluginError
+
 _KEY = "click_option"
 _MISSING = dataclasses.MISSING
 
@@ -114,6 +116,18 @@ class Deferred:
         self.make = make
 
 
+class PluginFailure(click.ClickException):
+    """An installed plugin cannot be loaded (:class:`common.job.params.PluginError`): one line naming it, the
+    command's failure status, whichever command asked (the ventilator, the loader, mlm-report)."""
+
+    exit_code = 1
+
+    def show(self, file: typing.IO[Any] | None = None) -> None:
+        context = click.get_current_context(silent=True)
+        name = context.find_root().info_name if context is not None else None
+        click.echo(f"{name or 'mlm-pipeline'}: error: {self.message}", err=True)
+
+
 class DeferredCommand(SectionedCommand):
     """A command whose options are made on first use (parsing, --help, a look at ``params``), by ``options``
     (a decorator that adds them, as :func:`add_options` does): importing its module finds no variant and
@@ -133,7 +147,10 @@ class DeferredCommand(SectionedCommand):
 
             def holder() -> None: ...
 
-            add(holder)
+            try:
+                add(holder)
+            except PluginError as error:  # a plugin that cannot be loaded: the command's one line, --help too
+                raise PluginFailure(str(error)) from None
             self._params = [*reversed(getattr(holder, "__click_params__", [])), *self._params]
         return self._params
 

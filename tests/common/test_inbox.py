@@ -31,6 +31,31 @@ def drawn_frames(version: int, types: dict[str, type]) -> list[bytes]:
     return drawn_values(frame, COUNT)
 
 
+def typed_frames(version: int, kinds: list[type], count: int = 6) -> list[bytes]:
+    """``count`` well-typed frames of each of ``kinds`` (the types a table handles): the fuzz above draws
+    among every type, so a handler could go unreached; these reach each one (those that decode)."""
+    return [frame for kind in kinds for frame in drawn_values(_well_typed(kind, in_range=True).map(
+        lambda fields, kind=kind: msgpack.packb({**fields, "v": version, "t": kind.__name__}, use_bin_type=True)),
+        count)]
+
+
+def recording(*tables) -> set[str]:
+    """The names of the message types whose handler in ``tables`` was called (filled as they are)."""
+    reached: set[str] = set()
+    for table in tables:
+        for kind, handler in list(table._table.items()):
+            def called(message, sender, handler=handler, name=kind.__name__):
+                reached.add(name)
+                handler(message, sender)
+
+            table._table[kind] = called
+    return reached
+
+
+def handled(*tables) -> set[str]:
+    return {kind.__name__ for table in tables for kind in table._table}
+
+
 def decodes(decode, error, frame: bytes) -> bool:
     try:
         decode(frame)
@@ -54,6 +79,7 @@ def sockets():
         made.extend((server, peer))
         return server, peer
 
+    pair.made = made  # type: ignore[attr-defined]  # a test's other sockets, closed here even if it fails
     yield pair
     for each in made:
         each.close(linger=0)
@@ -69,7 +95,7 @@ def test_the_ventilator_tables_take_hostile_frames_from_workers_and_the_sink(job
     router, worker = sockets(zmq.ROUTER, zmq.DEALER, b"worker-1")
     sink = router.context.socket(zmq.DEALER)
     sink.setsockopt(zmq.IDENTITY, b"sink-1")
-    sink.setsockopt(zmq.LINGER, 0)
+    sockets.made.append(sink)
     sink.connect(router.getsockopt_string(zmq.LAST_ENDPOINT))
 
     def through(peer: zmq.Socket, frame: bytes) -> None:
@@ -79,23 +105,28 @@ def test_the_ventilator_tables_take_hostile_frames_from_workers_and_the_sink(job
     for name, peer in (("worker-1", worker), ("sink-1", sink)):
         through(peer, protocol.encode(protocol.Hello(name, "host", 1, name.split("-")[0])))
         assert protocol.decode(peer.recv()).job_id == job.config.job_id  # welcomed: its table is its role's
-    frames = drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES)
+    tables = (server._by_role["worker"], server._by_role["sink"])
+    reached = recording(*tables)
+    sent = [(worker if number % 2 else sink, frame)
+            for number, frame in enumerate(drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES))]
+    for peer, table in zip((worker, sink), tables):  # and each table's own types, from its role
+        sent += [(peer, frame) for frame in typed_frames(protocol.PROTOCOL_VERSION, sorted(
+            table._table, key=lambda kind: kind.__name__))]
     decoded = 0
-    for number, frame in enumerate(frames):
+    for peer, frame in sent:
         dropped = server.dropped.total
-        through(worker if number % 2 else sink, frame)
+        through(peer, frame)
         if not decodes(protocol.decode, protocol.ProtocolError, frame):
             assert server.dropped.total == dropped + 1
         else:
             decoded += 1
-    assert decoded > 0  # some reached the tables
-    assert server.dropped.total >= len(frames) // 2
+    assert reached == handled(*tables)  # every handler of both tables, not only their types' decoding
+    assert server.dropped.total >= COUNT // 2
     worker.send(protocol.encode(protocol.Hello("worker-2", "host", 2, "worker")))
     server._receive(router, router.recv_multipart())
     while True:  # the replies to the fuzz, then the Welcome of a real Hello
         if isinstance(protocol.decode(worker.recv()), protocol.Welcome):
             break
-    sink.close(linger=0)
 
 
 def test_the_sink_tables_take_hostile_frames_from_its_ventilator_and_on_its_ack_socket(tmp_path, sockets):
@@ -107,7 +138,10 @@ def test_the_sink_tables_take_hostile_frames_from_its_ventilator_and_on_its_ack_
     server._pull, server._dealer = pull, dealer
     dealer.send(b"hello")  # the ROUTER learns the sink's identity
     identity, _ = ventilator.recv_multipart()
+    reached = recording(server._from_ventilator, server._on_ack_socket)
+    kinds = [kind for table in (server._from_ventilator, server._on_ack_socket) for kind in table._table]
     frames = drawn_frames(protocol.PROTOCOL_VERSION, protocol.MESSAGE_TYPES)
+    frames += typed_frames(protocol.PROTOCOL_VERSION, sorted(kinds, key=lambda kind: kind.__name__))
     acks = decoded = 0
     for frame in frames:
         dropped = server.dropped.total
@@ -122,7 +156,7 @@ def test_the_sink_tables_take_hostile_frames_from_its_ventilator_and_on_its_ack_
             assert server.dropped.total == dropped + 2
         else:
             decoded += 1
-    assert decoded > 0
+    assert reached == handled(server._from_ventilator, server._on_ack_socket)
     push.send(protocol.encode(protocol.TaskAck("t", "0123456789abcdef", "w", "s", 0, 1, "v", [], 0,
                                                protocol.AckStats())))
     assert [ack.task_id for ack in server._drain_acks(pull)] == ["t"]
@@ -137,7 +171,9 @@ def test_the_loader_table_takes_hostile_frames_from_ranks(loader_dataset, socket
     storage, shards = open_dataset(str(loader_dataset))
     server = LoaderServer(storage, shards, ServingParams(batch_size=8, seed=1, window=100), ServerOptions())
     router, rank = sockets(zmq.ROUTER, zmq.DEALER, b"rank-0")
+    reached = recording(server._handlers)
     frames = drawn_frames(messages.VERSION, messages.TYPES)
+    frames += typed_frames(messages.VERSION, sorted(server._handlers._table, key=lambda kind: kind.__name__))
     decoded = 0
     for frame in frames:
         dropped = server.dropped.total
@@ -147,7 +183,7 @@ def test_the_loader_table_takes_hostile_frames_from_ranks(loader_dataset, socket
             assert server.dropped.total == dropped + 1
         else:
             decoded += 1
-    assert decoded > 0
+    assert reached == handled(server._handlers)
     rank.send(messages.encode(messages.StatusRequest()))
     server._receive(router, router.recv_multipart())
     replies = []

@@ -229,27 +229,37 @@ _hostile_floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
 _hostile_ints = st.one_of(st.integers(-2**63, 2**64 - 1), st.sampled_from([2**64 - 1, -2**63, -1, 2**53 + 1, 0, 3]))
 
 
-def _well_typed(hint, depth: int = 0):
+def _well_typed(hint, depth: int = 0, in_range: bool = False):
     """Values msgpack carries that match ``hint``'s type (not its range): what a hostile but well-formed peer
-    sends."""
+    sends.  ``in_range``: every annotated value of its declared form or range, and floats finite (tests/common/
+    test_inbox.py: frames that decode, whatever else they hold, to reach each handler behind the codec)."""
     origin = typing.get_origin(hint)
     if isinstance(hint, typing.NewType):  # an opaque value (the Welcome's job): its plain type
-        return _well_typed(hint.__supertype__, depth)
+        return _well_typed(hint.__supertype__, depth, in_range)
     if origin is typing.Annotated:
-        return _well_typed(hint.__origin__, depth)
+        from common.wire.envelope import Matches, Range
+
+        declared = [st.from_regex(item.pattern, fullmatch=True) if isinstance(item, Matches)
+                    else st.integers(int(item.low), int(item.high)) if hint.__origin__ is int
+                    else st.floats(item.low, item.high) for item in hint.__metadata__
+                    if isinstance(item, (Matches, Range))]
+        return st.one_of(*declared) if in_range and declared else _well_typed(hint.__origin__, depth, in_range)
     if origin in (typing.Union, UnionType):
-        return st.one_of(*[_well_typed(option, depth) for option in typing.get_args(hint)])
+        return st.one_of(*[_well_typed(option, depth, in_range) for option in typing.get_args(hint)])
     if dataclasses.is_dataclass(hint):
         hints = typing.get_type_hints(hint, include_extras=True)
-        return st.fixed_dictionaries({f.name: _well_typed(hints[f.name], depth + 1) for f in dataclasses.fields(hint)})
+        return st.fixed_dictionaries({f.name: _well_typed(hints[f.name], depth + 1, in_range)
+                                      for f in dataclasses.fields(hint)})
     if origin in (list, tuple):
-        return st.lists(_well_typed(typing.get_args(hint)[0], depth + 1), max_size=3)
+        return st.lists(_well_typed(typing.get_args(hint)[0], depth + 1, in_range), max_size=3)
     if origin is dict:
         key, value = typing.get_args(hint)
-        return st.dictionaries(_well_typed(key, depth + 1), _well_typed(value, depth + 1), max_size=3)
-    return {int: _hostile_ints, float: _hostile_floats, str: st.text(max_size=8), bool: st.booleans(),
+        return st.dictionaries(_well_typed(key, depth + 1, in_range), _well_typed(value, depth + 1, in_range),
+                               max_size=3)
+    floats = st.floats(-1e12, 1e12) if in_range else _hostile_floats
+    return {int: _hostile_ints, float: floats, str: st.text(max_size=8), bool: st.booleans(),
             bytes: st.binary(max_size=8), type(None): st.none(), list: st.lists(_hostile_ints, max_size=3),
-            dict: st.dictionaries(st.text(max_size=4), _hostile_floats, max_size=2)}[hint]
+            dict: st.dictionaries(st.text(max_size=4), floats, max_size=2)}[hint]
 
 
 def _numbers(value, hint=None):

@@ -101,6 +101,25 @@ def test_the_command_refuses_them_in_one_line_before_any_work(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_publisher_that_cannot_publish_is_one_line_before_any_work(tmp_path, monkeypatch):
+    """--cloudwatch-namespace without a region anywhere (flag, AWS_DEFAULT_REGION, ~/.aws/config) was botocore's
+    traceback after the sink and the workers had started; now the publisher's ``check``, before any work."""
+    from click.testing import CliRunner
+
+    from ventilator.cli import main
+
+    for key in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    result = CliRunner().invoke(main, ["--data", str(tmp_path / "none"), "--output", str(tmp_path / "out"),
+                                       "--cloudwatch-namespace", "ns"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "ventilator: error: --cloudwatch-namespace: no AWS region to publish to: give --cloudwatch-region, or set "
+        "AWS_DEFAULT_REGION"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_sink_and_the_workers_get_their_settings_from_it_through_their_own_command_lines():
     config = parse([*REQUIRED, "--vport", "6000", "--sink-port", "6001", "--bind-host", "127.0.0.1",
                     "--state-dir", "/tmp/state", "--sink-metrics-port", "0", "--instance-hourly-price", "0.5",
@@ -191,6 +210,40 @@ def test_two_plugin_variants_declaring_one_flag_are_refused_naming_both(monkeypa
     with pytest.raises(run_config.VariantsError, match="^--workers is the ventilator's own option and a parameter "
                                                       "of 'o' "):
         parse(REQUIRED)
+
+
+def test_a_step_flag_that_is_a_variants_is_refused_naming_both(monkeypatch):
+    """A plugin step switched on by its own flag, with another flag an objective or a publisher has: refused
+    (click would let one win), naming the step and the variants, not "declared twice (--x and --x)"."""
+    from common.job.params import param
+    from common.steps import Step, steps
+    from ventilator import run_config
+
+    for flag, owner in [("--max-seq-length", "'albert', 'bert', 'electra', 'roberta', 'tokens' (Objective)"),
+                        ("--cloudwatch-region", "'cloudwatch' (Metrics and autoscaling)")]:
+        params = dataclasses.make_dataclass("CensusParams", [
+            ("on", bool, param(False, "On.", flag="--census")), ("length", int, param(3, "A length.", flag=flag))],
+            frozen=True)
+        census = type("Census", (Step,), {"name": "census", "Params": params, "after": "read",
+                                          "enabled": classmethod(lambda cls, p: p.on), "run": lambda self, run: None,
+                                          "__module__": "plugin"})
+        monkeypatch.setattr(run_config, "steps", lambda census=census: {**steps(), "census": census})
+        with pytest.raises(run_config.VariantsError) as refused:
+            parse(REQUIRED)
+        assert refused.value.message == f"{flag} is declared by step census and {owner}: one flag each"
+
+
+def test_adding_a_step_that_has_its_own_switch_names_its_flags():
+    """--add-step holdout was "'holdout' is not one of ." (no step is added that way unless a plugin brings
+    one): now the step's own flags, which switch it on."""
+    import click
+
+    for step, flags in [("holdout", "--holdout-fraction, --holdout-seed"), ("dedup", "--dedup, --minhash-")]:
+        with pytest.raises(click.BadParameter, match=f"^{step} is switched on by its own flags \\({flags}"):
+            parse([*REQUIRED, "--add-step", step])
+    with pytest.raises(click.BadParameter, match="^no step 'nothing': --add-step takes a step that does not say "
+                                                 "when it is on \\(none is installed\\)$"):
+        parse([*REQUIRED, "--add-step", "nothing"])
 
 
 def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path):

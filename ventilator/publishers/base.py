@@ -38,6 +38,10 @@ class Backlog:
         return self.pending + self.leased
 
 
+class PublisherError(Exception):
+    """The publisher cannot publish from what it was given (no region, no project): one line, before any work."""
+
+
 class BacklogPublisher(Configurable, ABC):
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
@@ -51,6 +55,11 @@ class BacklogPublisher(Configurable, ABC):
     def enabled(cls, params: object) -> bool:
         """Whether this run asked for it (its options are given): otherwise nothing is published."""
         return True
+
+    @classmethod
+    def check(cls, params: object) -> None:
+        """PublisherError (one line) if it could not publish with these params: called before any work, so
+        what it would find out only when made (after the sink and the workers started) is refused first."""
 
     @abstractmethod
     def start(self) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import click
 
 from common.job.params import param
-from ventilator.publishers.base import Backlog, PeriodicPublisher
+from ventilator.publishers.base import Backlog, PeriodicPublisher, PublisherError
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,17 @@ class CloudWatchPublisher(PeriodicPublisher):
     @classmethod
     def enabled(cls, params: object) -> bool:
         return isinstance(params, CloudWatchParams) and bool(params.namespace)
+
+    @classmethod
+    def check(cls, params: object) -> None:
+        """A region, from --cloudwatch-region or boto3's chain: botocore refuses a client without one."""
+        if not cls.enabled(params) or not isinstance(params, CloudWatchParams) or params.region:
+            return
+        import boto3  # only when asked for
+
+        if boto3.session.Session().region_name is None:
+            raise PublisherError("--cloudwatch-namespace: no AWS region to publish to: give --cloudwatch-region, "
+                                 "or set AWS_DEFAULT_REGION")
 
     @staticmethod
     def options_of(params: CloudWatchParams) -> CloudWatchOptions:

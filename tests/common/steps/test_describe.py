@@ -39,8 +39,7 @@ PLUGIN = textwrap.dedent('''
     """A plugin step: every ``demo_every``-th training document goes to a side of its own, "dev"."""
     from dataclasses import dataclass
 
-    from common.job.params import param
-    from common.steps.base import InfoSection, Part, ReportSection, Side, Step
+    from mlm_pipeline.plugin import InfoSection, Part, ReportSection, Side, Step, param
 
     SIDE = Side("dev", "dev", label="development", flag="--add-step demo-validation")
 
