@@ -494,11 +494,11 @@ def step_flags() -> list[StepFlag]:
                 raise ParamClash(f"{flag} is declared by step {step_name} and {taken[name]}: one flag each")
             taken[name] = f"step {step_name}"
             hint = hints[f.name]
+            settings = {"type": None if hint is bool else hint, "default": f.default, "show_envvar": True,
+                        "help": f.metadata.get("help", ""), **f.metadata.get("cli", {})}  # cli: a range, a choice
             option = click.option(
                 f"{flag}/--no-{flag[2:]}" if hint is bool else flag, name, cls=SectionedOption, section=section,
-                section_after=getattr(params_class, "section_after", ""),
-                type=None if hint is bool else (f.metadata.get("option_type") or hint), default=f.default,
-                show_envvar=True, help=f.metadata.get("help", ""))
+                section_after=getattr(params_class, "section_after", ""), **settings)
             made.append(StepFlag(step_name, f.name, name, option))
     return made
 

@@ -48,13 +48,12 @@ class When:
 
 
 def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa: A002 (click's word)
-          when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None,
-          option_type: Any = None) -> Any:
+          when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
     A step that says when it is on (``Step.enabled``) makes its fields that name their ``flag`` its own options,
-    with their defaults as they are (a feature's flags: ``--holdout-fraction``); ``option_type`` is then the
-    click type the option checks the value with (a range, a choice), the field's type otherwise.
+    with their defaults as they are (a feature's flags: ``--holdout-fraction``), checked by the field's type or
+    by ``cli``'s ``type`` (a range, a choice).
 
     ``opt_in``: a switch added to a variant after jobs were run with it (its default is "off" for good).  Left
     at its default, it is not recorded in the job, so adding it changes no existing job's id (a resume of an
@@ -64,7 +63,7 @@ def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa
     (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``), for an axis
     whose flags show their own default (the launchers' and publishers')."""
     return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when,
-                                            "shared": shared, "cli": dict(cli or {}), "option_type": option_type})
+                                            "shared": shared, "cli": dict(cli or {})})
 
 
 def idle_fields(params) -> list[dataclasses.Field]:

@@ -93,7 +93,7 @@ class HoldoutParams:
     fraction: float = param(0.0, "Hold out this fraction of the documents (by a hash of their id, or text, and "
                                  "--holdout-seed) into OUT/holdout/, with its own shards; none of them is in a "
                                  "training instance. 0: off.", flag="--holdout-fraction",
-                            option_type=click.FloatRange(0, 1, max_open=True))
+                            cli={"type": click.FloatRange(0, 1, max_open=True)})
     seed: int = param(DEFAULT_SEED, "Which documents --holdout-fraction holds out (not --random-seed: outputs made "
                                     "with other objectives or seeds hold out the same ones).", flag="--holdout-seed")
 

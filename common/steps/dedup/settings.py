@@ -45,22 +45,22 @@ class DedupSettings:
     section_after: ClassVar[str] = "Tokenizer"  # the heading it follows
     mode: str = param("off", "Remove duplicate documents across the whole corpus before the normal pass: exact (same "
                              "normalised text) or minhash (also near-duplicates). See docs/dedup.md.",
-                      flag="--dedup", option_type=click.Choice(MODES))
+                      flag="--dedup", cli={"type": click.Choice(MODES)})
     ngram: int = param(5, "Words per shingle (--dedup minhash).", flag="--minhash-ngram",
-                       option_type=click.IntRange(min=1))
+                       cli={"type": click.IntRange(min=1)})
     #: MinHash permutations (= bands * rows when both are given)
     perm: int = param(112, "MinHash permutations (--dedup minhash).", flag="--minhash-perm",
-                      option_type=click.IntRange(1, 1024))
+                      cli={"type": click.IntRange(1, 1024)})
     threshold: float = param(0.8, "Jaccard similarity the LSH bands and rows are chosen for, as datasketch does "
                                   "(--dedup minhash).", flag="--minhash-threshold")
     #: 0: derived from threshold and perm
     bands: int = param(0, "LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.  [default: "
-                          "derived]", flag="--minhash-bands", option_type=click.IntRange(min=0))
+                          "derived]", flag="--minhash-bands", cli={"type": click.IntRange(min=0)})
     rows: int = param(0, "Rows (permutations) per LSH band, with --minhash-bands.  [default: derived]",
-                      flag="--minhash-rows", option_type=click.IntRange(min=0))
+                      flag="--minhash-rows", cli={"type": click.IntRange(min=0)})
     #: bucket tasks; 0: one per 256 MiB of input (at least 1, at most 1024)
     partitions: int = param(0, "Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of input]",
-                            flag="--dedup-partitions", option_type=click.IntRange(0, 65535))
+                            flag="--dedup-partitions", cli={"type": click.IntRange(0, 65535)})
     seed: int = param(1, "of the MinHash permutations (no flag: fixed)")
 
     @property
