@@ -8,6 +8,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from common.job.params import Component, NoParams
 from common.steps.base import Step, TaskRun
 from common.tokenization import han_words
@@ -27,8 +29,8 @@ class WordsParams:
 class WordEncoding:
     """A part's pieces with their words, as the tokenize step encodes them."""
 
-    words: Any  # han_words.PieceWords
-    table: Any  # the tokenizer's Han tokens (han_words.han_token_table)
+    words: han_words.PieceWords
+    table: np.ndarray  # the tokenizer's Han tokens (han_words.han_token_table)
 
     def encode(self, vocabulary):
         return han_words.encode_with_words(vocabulary, self.words, self.table)
