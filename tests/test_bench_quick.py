@@ -27,7 +27,7 @@ def test_quick_benchmark_reports_every_row(tmp_path):
     need_shared()
     markdown = tmp_path / "bench.md"
     measured = tmp_path / "ratios.json"
-    # ~25 s on a quiet machine, 4-6 minutes when other work shares the 2 cores: the limit only stops a hang
+    # ~2-3 minutes on a quiet machine, 4-6 when other work shares the 2 cores: the limit only stops a hang
     result = subprocess.run([sys.executable, "-m", "bench.run", "--quick", "--markdown", str(markdown),
                              "--ratios", str(measured)], cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
