@@ -39,6 +39,8 @@ QUARANTINE_BATCH = 100
 QUARANTINE_ERROR_CHARS = 1000
 #: How long, after Shutdown, the sink may take to publish the manifest, dataset_info.json and summary.json.
 SINK_CLOSE_SECONDS = 600.0
+#: A ventilator without a sink this long says so (then once a minute): it hands out nothing until one comes.
+NO_SINK_WARNING_SECONDS = 30.0
 
 
 @dataclass
@@ -100,6 +102,8 @@ class VentilatorServer:
         self.should_stop = should_stop
         self.peers_gone = peers_gone
         self._started = time.monotonic()
+        self._serving_since = self._started  # from when the task table is built (_loop)
+        self._warned_no_sink = 0.0  # when the last "no sink" warning was logged
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
@@ -176,6 +180,7 @@ class VentilatorServer:
         return built[0]
 
     def _loop(self, router: zmq.Socket) -> RunResult:
+        self._serving_since = time.monotonic()
         early, self._early = self._early, []
         for identity, message in early:  # in arrival order, before anything newer
             self._handle(router, identity, message)
@@ -532,6 +537,12 @@ class VentilatorServer:
 
     def _report(self, now: float) -> None:
         d = self.dispatcher
+        waited = now - self._serving_since
+        if not self.sink_ready and waited > NO_SINK_WARNING_SECONDS and now - self._warned_no_sink > 60:
+            # Silence here looked like a hang: a ventilator restarted after its job ended (the sink gone) waited on.
+            log.warning("no sink has said which tasks are done in %.0f s: no task is handed out until one does "
+                        "(is the sink running, and can it reach this ventilator?)", waited)
+            self._warned_no_sink = now
         done = d.counts[State.DONE]
         elapsed = max(now - self._started, 1e-9)
         done_now = done - self._done_at_start

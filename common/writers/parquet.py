@@ -361,11 +361,11 @@ class ParquetWriter(Writer):
         """By the features' names: a file with Hugging Face's names has them mapped back, and its ``labels``
         checked against ``masked_lm_*`` (ValueError if they disagree) and dropped."""
         try:
-            # On this thread: the bytes are in memory, and Arrow's thread pools, once started, can abort a short
-            # process at its exit ("terminate called without an active exception", apache/arrow#34314): mlm-verify
-            # died so after a correct verdict.  Readers wanting parallelism read several files at once.
-            table = pq.read_table(io.BytesIO(data), use_threads=False, pre_buffer=False,
-                                  page_checksum_verification=True)
+            # On this thread, and through ParquetFile.read, not read_table: read_table starts one of Arrow's thread
+            # pools even with use_threads=False, and a pool once started can abort a short process at its exit
+            # ("terminate called without an active exception", apache/arrow#34314): mlm-verify died so after a
+            # correct verdict.  Readers wanting parallelism read several files at once.
+            table = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True).read(use_threads=False)
         except (pa.ArrowInvalid, OSError) as error:
             raise ValueError(f"not a readable Parquet file: {error}") from None
         hf = (table.schema.metadata or {}).get(NAMING_KEY) == b"hf"

@@ -276,11 +276,17 @@ def test_s3_endpoint_down_for_10_seconds(clean, s3, tmp_path):
 
 
 @pytest.mark.gcs
+@pytest.mark.timeout(1200)  # above the waits' sum (300 + 420 + 180): a failure says why with the logs
 def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path):
     """Corpus and output on gs:// (the GCS emulator) behind a proxy answering every 5th request 429 or 503: a
-    worker killed -9 and replaced, the emulator down for 5 s, the ventilator killed -9 and restarted (it
-    resumes from the manifest on gs://, the objects' generations unchanged): the same shards as a clean local
-    run, none lost or doubled."""
+    worker killed -9 and replaced, the ventilator killed -9, the emulator down for 5 s, the ventilator
+    restarted (it resumes from the sink's books, the objects' generations unchanged): the same shards as a
+    clean local run, none lost or doubled.
+
+    The ventilator is killed right after the third task is recorded, before the outage: with it gone no task
+    is handed out, so the job cannot finish before its restart.  (Killed after the outage, it once found the
+    job finished: the sink, stalled by the outage, had recorded every task at once and exited, and the
+    restarted ventilator waited for a sink that was gone.)"""
     from tests.common.test_storage_gcs import GCS_ERRORS
     from tests.support.faulty_proxy import FaultyProxy
 
@@ -293,23 +299,24 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
             # generous timeouts: every fifth request fails, and the machine may be loaded
             c.wait_for_progress(3, timeout=300)
             c.kill(c.live_workers()[0])
+            c.kill(c.ventilator)
             c.start_worker()
-            gcs.gateway("stop")  # and the store itself gone for 5 s
+            gcs.gateway("stop")  # and the store itself gone for 5 s, under the worker and the sink
             try:
                 time.sleep(5)
             finally:
                 gcs.gateway("start")
-            c.wait_for_progress(6, timeout=300)
-            c.kill(c.ventilator)
-            time.sleep(1)
             c.start_ventilator()  # the same command
-            assert c.wait(timeout=600) == 0, c.tail()
+            assert c.wait(timeout=420) == 0, c.tail()
+        except BaseException:
+            print(c.tail(120))  # a hang stopped by pytest-timeout shows every role's log too
+            raise
         finally:
             c.close()
         assert proxy.failed >= 10 and "retrying" in c.log_text()
     restarted = [log for log in c.logs if log.name.startswith("ventilator")][1].read_text()
     done_at_start = re.search(r"ready: (\d+) of \d+ tasks already done", restarted)
-    assert done_at_start and int(done_at_start.group(1)) >= 6, "the restarted ventilator resumed from gs://"
+    assert done_at_start and 3 <= int(done_at_start.group(1)) < 32, "the restarted ventilator resumed mid-job"
     (tmp_path / "download").mkdir()
     gcs.download_prefix(bucket, "run", tmp_path / "download")
     records = assert_same_as_clean(tmp_path / "download", clean)

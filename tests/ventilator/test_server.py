@@ -192,3 +192,28 @@ def test_the_sink_hears_each_worker_hosts_span_before_shutdown(job, served):
     assert spans["host-a"][0] == pytest.approx(booted, abs=0.01), "booted during the job: billed from its boot"
     assert spans["host-a"][1] == pytest.approx(last_a, abs=0.5) and spans["host-a"][1] >= spans["host-a"][0] + 0.3
     assert hello_b - 0.01 <= spans["host-b"][0] <= spans["host-b"][1], "up before the job: billed from its Hello"
+
+
+def test_a_ventilator_without_a_sink_says_so_once_a_minute(served, caplog):
+    """A ventilator restarted after its job ended (the sink gone) hands out nothing and waited in silence, its
+    progress line saying only "0 workers": past NO_SINK_WARNING_SECONDS it warns, then once a minute."""
+    from ventilator.server import NO_SINK_WARNING_SECONDS
+
+    server, _peer, _results, _thread = served
+    deadline = time.monotonic() + 60
+    while server._dispatcher is None:  # its task table built: serving
+        assert time.monotonic() < deadline, "the ventilator never started serving"
+        time.sleep(0.05)
+    start = server._serving_since
+    with caplog.at_level("WARNING", logger="ventilator.server"):
+        server._report(start + NO_SINK_WARNING_SECONDS - 1)
+        assert "no sink" not in caplog.text, "warned before the sink had time to come"
+        for seconds in range(int(NO_SINK_WARNING_SECONDS) + 1, int(NO_SINK_WARNING_SECONDS) + 131, 2):
+            server._report(start + seconds)
+    warnings = [r.getMessage() for r in caplog.records if "no sink has said" in r.getMessage()]
+    assert len(warnings) == 3, warnings  # at 31 s, then more than a minute after the last: 93 s, 155 s
+    server.sink_ready = True
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ventilator.server"):
+        server._report(start + 1000)
+    assert "no sink" not in caplog.text
