@@ -320,7 +320,7 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
     (tmp_path / "download").mkdir()
     gcs.download_prefix(bucket, "run", tmp_path / "download")
     records = assert_same_as_clean(tmp_path / "download", clean)
-    figure(f"gs:// corpus and output, every 5th request 429/503, kill -9 worker, store down 5 s, kill -9 ventilator: {proxy.failed} "
+    figure(f"gs:// corpus and output, every 5th request 429/503, kill -9 worker and ventilator, store down 5 s: {proxy.failed} "
            f"failed requests retried, {records} records, 0 lost, 0 duplicated")
 
 
