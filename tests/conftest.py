@@ -2,7 +2,7 @@ import pytest
 
 from tests.support import gcs_server, s3_server
 
-#: The longest files (minutes each, on 2 cores), started first: the suite runs on two xdist workers with
+#: The longest files (minutes each, on 2 cores), started first: the suite runs on three xdist workers with
 #: --dist loadfile --no-loadscope-reorder (setup.cfg), which hands out files in collection order, so a long file
 #: met last would run alone at the end.  (Without --no-loadscope-reorder xdist orders files by their number of
 #: tests, and the longest file, of two tests, started last: the suite took 26 minutes instead of 20.)
