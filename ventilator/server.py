@@ -10,6 +10,7 @@ manifest already holds, so a restarted run does not redo finished work.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -102,8 +103,8 @@ class VentilatorServer:
         self.should_stop = should_stop
         self.peers_gone = peers_gone
         self._started = time.monotonic()
-        self._serving_since = self._started  # from when the task table is built (_loop)
-        self._warned_no_sink = 0.0  # when the last "no sink" warning was logged
+        self._serving_since = self._started  # from when the task table is built
+        self._warned_no_sink = -math.inf  # when the last "no sink" warning was logged
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
@@ -127,7 +128,9 @@ class VentilatorServer:
         metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
-            self._dispatcher = self._build_while_greeting(router)
+            dispatcher = self._build_while_greeting(router)
+            self._serving_since = time.monotonic()
+            self._dispatcher = dispatcher
             if self.options.metrics_port is not None:  # up before the line that says the ventilator is
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
@@ -180,7 +183,6 @@ class VentilatorServer:
         return built[0]
 
     def _loop(self, router: zmq.Socket) -> RunResult:
-        self._serving_since = time.monotonic()
         early, self._early = self._early, []
         for identity, message in early:  # in arrival order, before anything newer
             self._handle(router, identity, message)
@@ -209,6 +211,7 @@ class VentilatorServer:
             now = time.monotonic()
             if now - last_housekeeping > 0.5:
                 self._expire(router, now)
+                self._warn_without_sink(now)
                 last_housekeeping = now
             self._dispatch(router, now)
             if now - last_report > self.options.report_seconds:
@@ -535,14 +538,23 @@ class VentilatorServer:
         left = self.dispatcher.total - self.dispatcher.counts[State.DONE]
         return f"interrupted with {left} of {self.dispatcher.total} tasks not done; run the same command to resume"
 
-    def _report(self, now: float) -> None:
-        d = self.dispatcher
+    def _warn_without_sink(self, now: float) -> None:
+        """Said past NO_SINK_WARNING_SECONDS, then once a minute: silence here looked like a hang (a ventilator
+        restarted after its job ended, the sink gone, printed "0 workers" forever)."""
         waited = now - self._serving_since
-        if not self.sink_ready and waited > NO_SINK_WARNING_SECONDS and now - self._warned_no_sink > 60:
-            # Silence here looked like a hang: a ventilator restarted after its job ended (the sink gone) waited on.
+        if self.sink_ready or waited <= NO_SINK_WARNING_SECONDS or now - self._warned_no_sink <= 60:
+            return
+        self._warned_no_sink = now
+        joined = [peer for peer in self.peers.values() if peer.role == "sink"]
+        if joined:  # a sink resuming a large job reads its manifest and lists the output first
+            log.warning("sink %s joined %.0f s ago and has not yet said which tasks are done: no task is handed "
+                        "out until it does", joined[-1].name, now - joined[-1].welcomed)
+        else:
             log.warning("no sink has said which tasks are done in %.0f s: no task is handed out until one does "
                         "(is the sink running, and can it reach this ventilator?)", waited)
-            self._warned_no_sink = now
+
+    def _report(self, now: float) -> None:
+        d = self.dispatcher
         done = d.counts[State.DONE]
         elapsed = max(now - self._started, 1e-9)
         done_now = done - self._done_at_start

@@ -32,7 +32,7 @@ from common.job.tasks import InputFile, Task
 from common.lazy_import import LazyModule
 from common.readers.base import Document, ParseReport, Reader, decode_utf8
 from common.readers.seekable import ReadAtFile
-from common.storage import StorageError
+from common.storage import RangeReader, StorageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,6 +102,18 @@ def _group_offset(metadata: pq.FileMetaData, index: int) -> int:
     return min(offsets) if offsets else 0
 
 
+def _chunks(group: pq.RowGroupMetaData, columns: list[str]) -> list[tuple[int, int]]:
+    """The ``(offset, length)`` of the named columns' chunks in a row group: what reading them reads."""
+    chunks = []
+    for i in range(group.num_columns):
+        column = group.column(i)
+        if column.path_in_schema in columns:
+            start = column.dictionary_page_offset if column.has_dictionary_page else None
+            start = start if start else column.data_page_offset
+            chunks.append((start, column.total_compressed_size))
+    return chunks
+
+
 def _footer_of(metadata: pq.FileMetaData) -> Footer:
     schema = metadata.schema.to_arrow_schema()
     groups = []
@@ -112,14 +124,16 @@ def _footer_of(metadata: pq.FileMetaData) -> Footer:
     return Footer({field.name: field.type for field in schema}, tuple(groups))
 
 
-def _open(storage, path: str, version: str, size: int):
-    """A ParquetFile reading by range through the storage (and the reader to close)."""
+def _open(storage, path: str, version: str, size: int) -> tuple[pq.ParquetFile, ReadAtFile, RangeReader]:
+    """A ParquetFile reading by range through the storage, the file object under it (to read a row group's
+    chunks ahead) and the reader to close."""
     reader = storage.open_reader(path, version)
     try:
+        source = ReadAtFile(reader.read_at, size)
         # Page checksums, where the writer wrote them, are verified: a flipped byte is a counted corrupt row
-        # group, not silently changed text.
-        return pq.ParquetFile(ReadAtFile(reader.read_at, size), pre_buffer=True,
-                              page_checksum_verification=True), reader
+        # group, not silently changed text.  No pre_buffer: its thread pool can abort the process at its exit
+        # (apache/arrow#34314); read() asks the file object to read a row group's chunks ahead instead.
+        return pq.ParquetFile(source, pre_buffer=False, page_checksum_verification=True), source, reader
     except (pa.ArrowException, OSError, ValueError) as error:  # pyarrow's; storage errors pass through
         reader.close()
         raise NotParquet(f"not a Parquet file ({_first_line(error)})") from None
@@ -134,7 +148,7 @@ def _first_line(error: Exception) -> str:
 
 
 def read_footer(storage, f: InputFile) -> Footer:
-    parquet_file, reader = _open(storage, f.path, f.version, f.size)
+    parquet_file, _source, reader = _open(storage, f.path, f.version, f.size)
     try:
         return _footer_of(parquet_file.metadata)
     finally:
@@ -214,7 +228,7 @@ class ParquetReader(Reader):
     # Worker (or the ventilator, shipping) -------------------------------------
     def read(self, storage, task: Task) -> bytes:
         """The text and id columns of the task's row groups, as an Arrow IPC stream."""
-        parquet_file, reader = _open(storage, task.path, task.version, task.size)
+        parquet_file, source, reader = _open(storage, task.path, task.version, task.size)
         skipped = ParseReport()
         tables = []
         try:
@@ -232,6 +246,7 @@ class ParquetReader(Reader):
                     if not text_is_text:
                         skipped.skip("no_text_column" if text_column not in names else "non_string_text", rows)
                     else:
+                        source.prefetch(_chunks(metadata.row_group(index), columns))  # in one request
                         table = self._row_group(parquet_file, index, columns, first_row, skipped)
                         if table is not None:
                             tables.append(table)

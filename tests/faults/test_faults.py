@@ -276,16 +276,17 @@ def test_s3_endpoint_down_for_10_seconds(clean, s3, tmp_path):
 
 
 @pytest.mark.gcs
-@pytest.mark.timeout(1200)  # above the waits' sum (300 + 420 + 180): a failure says why with the logs
+@pytest.mark.timeout(1200)  # above the waits' sum (300 + 120 + 420 + 180): a failure says why with the logs
 def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path):
     """Corpus and output on gs:// (the GCS emulator) behind a proxy answering every 5th request 429 or 503: a
-    worker killed -9 and replaced, the ventilator killed -9, the emulator down for 5 s, the ventilator
-    restarted (it resumes from the sink's books, the objects' generations unchanged): the same shards as a
-    clean local run, none lost or doubled.
+    worker killed -9 and replaced, the ventilator killed -9, the emulator stopped, the ventilator started again
+    into the outage (it retries), the emulator back: the restarted ventilator resumes mid-job from the sink's
+    books, and the shards are a clean local run's, none lost or doubled.
 
-    The ventilator is killed right after the third task is recorded, before the outage: with it gone no task
-    is handed out, so the job cannot finish before its restart.  (Killed after the outage, it once found the
-    job finished: the sink, stalled by the outage, had recorded every task at once and exited, and the
+    The ventilator is killed right after the third task is recorded: with it gone no task is handed out, so
+    the job cannot finish before its restart.  The store stays down until the restarted ventilator has met
+    the outage, so the outage is felt, whatever else was idle then.  (Killed after an outage, the ventilator
+    once found the job done: the sink, stalled by it, had recorded every task at once and exited, and the
     restarted ventilator waited for a sink that was gone.)"""
     from tests.common.test_storage_gcs import GCS_ERRORS
     from tests.support.faulty_proxy import FaultyProxy
@@ -301,12 +302,16 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
             c.kill(c.live_workers()[0])
             c.kill(c.ventilator)
             c.start_worker()
-            gcs.gateway("stop")  # and the store itself gone for 5 s, under the worker and the sink
+            gcs.gateway("stop")
             try:
-                time.sleep(5)
+                c.start_ventilator()  # the same command, into the outage
+                restarted = c.logs[-1]
+                deadline = time.monotonic() + 120  # its retries last ~30 s: the first comes within its start-up
+                while "Connection aborted" not in restarted.read_text():
+                    assert time.monotonic() < deadline and c.ventilator.poll() is None, c.tail()
+                    time.sleep(0.1)
             finally:
                 gcs.gateway("start")
-            c.start_ventilator()  # the same command
             assert c.wait(timeout=420) == 0, c.tail()
         except BaseException:
             print(c.tail(120))  # a hang stopped by pytest-timeout shows every role's log too
@@ -314,13 +319,14 @@ def test_gcs_kill_9_worker_and_ventilator_under_throttling(clean, gcs, tmp_path)
         finally:
             c.close()
         assert proxy.failed >= 10 and "retrying" in c.log_text()
-    restarted = [log for log in c.logs if log.name.startswith("ventilator")][1].read_text()
-    done_at_start = re.search(r"ready: (\d+) of \d+ tasks already done", restarted)
-    assert done_at_start and 3 <= int(done_at_start.group(1)) < 32, "the restarted ventilator resumed mid-job"
+    done_at_start = re.search(r"ready: (\d+) of (\d+) tasks already done", restarted.read_text())
+    assert done_at_start, "the restarted ventilator never heard from the sink"
+    done, total = int(done_at_start.group(1)), int(done_at_start.group(2))
+    assert 3 <= done < total, f"the restarted ventilator resumed {done} of {total} tasks: not mid-job"
     (tmp_path / "download").mkdir()
     gcs.download_prefix(bucket, "run", tmp_path / "download")
     records = assert_same_as_clean(tmp_path / "download", clean)
-    figure(f"gs:// corpus and output, every 5th request 429/503, kill -9 worker and ventilator, store down 5 s: {proxy.failed} "
+    figure(f"gs:// corpus and output, every 5th request 429/503, kill -9 worker and ventilator, restarted into a store outage: {proxy.failed} "
            f"failed requests retried, {records} records, 0 lost, 0 duplicated")
 
 

@@ -196,24 +196,35 @@ def test_the_sink_hears_each_worker_hosts_span_before_shutdown(job, served):
 
 def test_a_ventilator_without_a_sink_says_so_once_a_minute(served, caplog):
     """A ventilator restarted after its job ended (the sink gone) hands out nothing and waited in silence, its
-    progress line saying only "0 workers": past NO_SINK_WARNING_SECONDS it warns, then once a minute."""
+    progress line saying only "0 workers": past NO_SINK_WARNING_SECONDS it warns, then once a minute (checked
+    with the housekeeping, whatever --report-seconds).  A sink that has joined but not yet sent its done list
+    (a large manifest being read) is named instead of being called unreachable."""
     from ventilator.server import NO_SINK_WARNING_SECONDS
 
-    server, _peer, _results, _thread = served
+    server, peer, _results, _thread = served
     deadline = time.monotonic() + 60
-    while server._dispatcher is None:  # its task table built: serving
+    while server._dispatcher is None:  # its task table built: serving since then
         assert time.monotonic() < deadline, "the ventilator never started serving"
         time.sleep(0.05)
     start = server._serving_since
-    with caplog.at_level("WARNING", logger="ventilator.server"):
-        server._report(start + NO_SINK_WARNING_SECONDS - 1)
-        assert "no sink" not in caplog.text, "warned before the sink had time to come"
-        for seconds in range(int(NO_SINK_WARNING_SECONDS) + 1, int(NO_SINK_WARNING_SECONDS) + 131, 2):
-            server._report(start + seconds)
-    warnings = [r.getMessage() for r in caplog.records if "no sink has said" in r.getMessage()]
-    assert len(warnings) == 3, warnings  # at 31 s, then more than a minute after the last: 93 s, 155 s
+
+    def warnings_at(seconds: range) -> list[str]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="ventilator.server"):
+            for second in seconds:
+                server._warn_without_sink(start + second)
+        return [r.getMessage() for r in caplog.records if "tasks are done" in r.getMessage()]
+
+    limit = int(NO_SINK_WARNING_SECONDS)
+    assert warnings_at(range(0, limit)) == [], "warned before the sink had time to come"
+    said = warnings_at(range(limit + 1, limit + 131, 2))
+    assert len(said) == 3 and all("no sink has said" in line for line in said), said  # 31 s, 93 s, 155 s
+
+    sink = peer("sink-slow")
+    sink.send(protocol.Hello(sink.name, "test-host", 1, "sink"))  # joined; its SinkHello (done list) not sent
+    sink.receive(protocol.Welcome)
+    said = warnings_at(range(limit + 200, limit + 201))
+    assert len(said) == 1 and said[0].startswith("sink sink-slow joined"), said
+
     server.sink_ready = True
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="ventilator.server"):
-        server._report(start + 1000)
-    assert "no sink" not in caplog.text
+    assert warnings_at(range(limit + 400, limit + 401)) == []
