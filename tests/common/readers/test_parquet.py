@@ -184,33 +184,22 @@ def test_reading_a_task_starts_none_of_arrows_thread_pools(tmp_path, articles):
     """A pool Arrow starts (pre_buffer's, read_table's) can abort a short process at its exit
     (apache/arrow#34314): mlm-report, mlm-train-vocab and the ventilator read Parquet input too.  In a fresh
     interpreter, reading a task's row groups starts no thread."""
-    import subprocess
-    import sys
-
-    from tests.support.helpers import REPO
+    from tests.support.threads import threads_started
 
     write_parquet(tmp_path / "in" / "a.parquet", {"text": [a.text for a in articles], "id": [a.id for a in articles]},
                   8)
-    script = (
-        "import os, sys\n"
-        "import pyarrow, pyarrow.parquet\n"
+    started, printed = threads_started(
+        "import pyarrow.parquet\n"
         "from common.readers import ParseReport\n"
         "from common.readers.parquet import ParquetReader\n"
         "from common.storage import LocalStorage\n"
-        "names = lambda: [open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')]\n"
-        "count = lambda: sum(name != 'jemalloc_bg_thd' for name in names())  # jemalloc's own: C, joined at exit\n"
         "storage = LocalStorage(sys.argv[1])\n"
-        "reader = ParquetReader(ParquetReader.make_params({}))\n"
-        "before = count()\n"
+        "reader = ParquetReader(ParquetReader.make_params({}))",
         "tasks = list(reader.plan(storage.list_inputs(), 1 << 20, storage))\n"
-        "documents = [d for t in tasks for d in reader.documents(t, reader.read(storage, t), ParseReport())]\n"
-        "print(before, count(), len(documents))\n")
-    shown = subprocess.run([sys.executable, "-c", script, str(tmp_path / "in")], cwd=REPO, capture_output=True,
-                           text=True, timeout=120)
-    assert shown.returncode == 0, shown.stderr
-    before, after, documents = map(int, shown.stdout.split())
-    assert documents == len(articles)
-    assert after == before, "reading Parquet input started threads"
+        "print(sum(1 for t in tasks for _ in reader.documents(t, reader.read(storage, t), ParseReport())))",
+        str(tmp_path / "in"))
+    assert int(printed) == len(articles)
+    assert started == 0, "reading Parquet input started threads"
 
 
 def test_a_file_written_by_datasets_to_parquet(tmp_path, articles):

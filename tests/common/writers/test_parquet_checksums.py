@@ -65,25 +65,12 @@ def test_reading_a_shard_back_starts_none_of_arrows_thread_pools(tmp_path):
     """A pool Arrow starts can abort a short process at its exit (apache/arrow#34314): mlm-verify exited -6 after
     a correct verdict.  Read in a fresh interpreter, a shard's columns come back with no thread started, so no
     pool is left to abort the exit (read_table starts one even with use_threads=False)."""
-    import subprocess
-    import sys
-
-    from tests.support.helpers import REPO
+    from tests.support.threads import threads_started
 
     _, path = _write(tmp_path)
-    script = (
-        "import os, sys\n"
-        "from common.writers import writer_named\n"
-        "names = lambda: [open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')]\n"
-        "count = lambda: sum(name != 'jemalloc_bg_thd' for name in names())  # jemalloc's own: C, joined at exit\n"
-        "data = open(sys.argv[1], 'rb').read()\n"
-        "reader = writer_named('parquet')  # imports pyarrow (and numpy's BLAS threads)\n"
-        "before = count()\n"
-        "columns = reader.read_columns('x.parquet', data, None)\n"
-        "print(before, count(), len(columns['input_ids']))\n")
-    shown = subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO, capture_output=True, text=True,
-                           timeout=120)
-    assert shown.returncode == 0, shown.stderr
-    before, after, rows = map(int, shown.stdout.split())
-    assert rows == 500
-    assert after == before, "reading a Parquet shard started threads"
+    started, printed = threads_started(
+        "from common.writers import writer_named\nreader = writer_named('parquet')  # imports pyarrow",
+        "columns = reader.read_columns('x.parquet', open(sys.argv[1], 'rb').read(), None)\n"
+        "print(len(columns['input_ids']))", str(path))
+    assert printed == "500"
+    assert started == 0, "reading a Parquet shard started threads"
