@@ -11,6 +11,7 @@ import sys
 
 import click
 
+import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
 from common.job.params import PluginError
 from common.job.tasks import parse_size

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
 from common.job.cli_settings import SectionedCommand, add_options, build
 from sink.server import SinkServer

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import click
 
+import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common.describe import dataset_info
 from common.job.params import PluginError
 from common.job.tasks import FINISH

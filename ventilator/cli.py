@@ -9,6 +9,7 @@ import sys
 
 import click
 
+import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
 from common.job.cli_settings import DeferredCommand
 from common.job.config import JobConfig

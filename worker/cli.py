@@ -13,6 +13,7 @@ import time
 
 import click
 
+import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
 from common.job.cli_settings import SectionedCommand, add_options, build
 from worker.gce_metadata import GceMetadata, GceNotices
