@@ -254,7 +254,8 @@ def _rows() -> list[Row]:
         Row("obj_albert_default_vs_ref", "Worker albert at the defaults: speed-up vs the reference at its defaults",
             "{:.1f}×", "≥ 30×", lambda v: v >= 30),
         # The whole job against google-research/bert's script (bench/whole_job.py), issue #33's measure.
-        Row("job_input_mb", "Whole job: corpus (MB; the one-document run's subtracted from both sides)", "{:.2f}"),
+        *[Row(f"job{d}_input_mb", f"Whole job d={d} and its reference: corpus (MB; the one-document run's "
+              "subtracted from both sides)", "{:.2f}") for d in (10, 1)],
         *[Row(f"job{d}_cpu_mb", f"Whole job d={d} (python -m ventilator --workers 1, every process): marginal CPU-s "
               "per input MB", "{:.3f}") for d in (10, 1)],
         *[Row(f"job{d}_ref_cpu_mb", f"google-research/bert create_pretraining_data.py d={d} (compat.v1), same "
@@ -709,8 +710,9 @@ def albert_section(s: Settings, tmp: Path, res: Results, content: bytes, vocabul
 
 def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     """The whole job (every process) of each recipe and its own reference script, marginal CPU per MB on the same
-    ~6 MB (3 copies of the sample; quick: the cut sample), one-document runs subtracted, the two sides
-    alternated, the least of each run over the rounds kept (bench/whole_job.py)."""
+    corpus (d=10: 3 copies of the sample, 6.2 MB; d=1 and ELECTRA: 10 copies, 20.7 MB, ``Recipe.copies``; quick:
+    the cut sample), one-document runs subtracted, the two sides alternated, the least of each run over the rounds
+    kept (bench/whole_job.py)."""
     from bench import whole_job
     from bench.objectives_bench import albert_checkout, electra_checkout
     from bench.worker_bench import documents_of
@@ -719,14 +721,15 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     work = tmp / "job"
     recipes = {recipe.name: recipe for recipe in whole_job.RECIPES}
     fulls = {copies: corpora.replicate(sources, work / f"full{copies}", 1 if s.quick else copies)
-             for copies in sorted({recipe.copies for recipe in recipes.values()})}
+             for copies in sorted({recipe.copies(dupe) for recipe in recipes.values() for dupe in recipe.dupes})}
     one_bytes = corpora.truncated(sources[0][1], 1)
     one = work / "one" / "doc.txt"
     one.parent.mkdir(parents=True)
     one.write_bytes(one_bytes)
-    res.add("job_input_mb", fulls[recipes["bert"].copies].bytes / MB)
+    for dupe in recipes["bert"].dupes:
+        res.add(f"job{dupe}_input_mb", fulls[recipes["bert"].copies(dupe)].bytes / MB)
     checkouts = {"bert": whole_job.bert_checkout(), "albert": albert_checkout(), "electra": electra_checkout()}
-    inputs = {(recipe.reference_input, recipe.copies) for recipe in recipes.values()
+    inputs = {(recipe.reference_input, recipe.copies(dupe)) for recipe in recipes.values() for dupe in recipe.dupes
               if checkouts[recipe.name] is not None}
 
     def texts_of(data: bytes, unit: str) -> list[list[str]]:
@@ -757,7 +760,7 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     def run_reference(recipe: whole_job.Recipe, dupe: int | None, which: str) -> None:
         checkout = checkouts[recipe.name]
-        corpus = work / f"ref-{which}{recipe.copies if which == 'full' else ''}-{recipe.reference_input}.txt"
+        corpus = work / f"ref-{which}{recipe.copies(dupe) if which == 'full' else ''}-{recipe.reference_input}.txt"
         assert checkout is not None
         if recipe.name == "bert":
             cpu = whole_job.reference_cpu(checkout, corpus, work / "ref-run", vocab, dupe or 1)
@@ -775,7 +778,7 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         for recipe in recipes.values():
             with_reference = checkouts[recipe.name] is not None and round_ < 2
             for dupe in recipe.dupes if not s.quick or recipe.name == "bert" else recipe.dupes[-1:]:
-                full = fulls[recipe.copies]
+                full = fulls[recipe.copies(dupe)]
                 log(f"job: round {round_ + 1}, {recipe.name} d={dupe}, {full.bytes / MB:.1f} MB: the job"
                     + (", the reference" if with_reference else "") + ", each then on one document")
                 job(recipe, full.root, dupe, "full")
@@ -794,8 +797,8 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
                 "albert": whole_job.ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
                 "electra": {None: whole_job.ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB}}
     for recipe in recipes.values():
-        megabytes = (fulls[recipe.copies].bytes - len(one_bytes)) / MB
         for dupe in recipe.dupes:
+            megabytes = (fulls[recipe.copies(dupe)].bytes - len(one_bytes)) / MB
             key = prefix(recipe, dupe)
             if f"{key}_full_{exact}" not in least:
                 key_full = f"{prefix(recipe, recipe.dupes[-1])}_full_{exact}"  # quick: the dupe factor it ran
@@ -812,8 +815,8 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
             res.add(f"{key}_cpu_mb", cpu)
             res.add(f"{key}_ref_cpu_mb", script)
             res.add(f"{key}_vs_ref", script / cpu)
-    megabytes = (fulls[recipes["bert"].copies].bytes - len(one_bytes)) / MB
     for dupe in (10, 1):
+        megabytes = (fulls[recipes["bert"].copies(dupe)].bytes - len(one_bytes)) / MB
         for role in whole_job.ROLES:
             res.add(f"job{dupe}_{role}_cpu_mb", (least.get(f"job{dupe}_full_{role}", 0.0)
                                                  - least.get(f"job{dupe}_one_{role}", 0.0)) / megabytes)

@@ -53,14 +53,19 @@ class Recipe:
     flags: tuple[str, ...]
     dupes: tuple[int | None, ...]
     reference_input: str
-    #: Copies of the sample in its corpus: ELECTRA's job costs ~0.03 CPU-s per MB, so its marginal work on 3
-    #: copies (~0.2 CPU-s) is within the fixed cost's swing between runs (~0.5 CPU-s under load); 10 resolve it.
-    copies: int = 3
+
+    @staticmethod
+    def copies(dupe: int | None) -> int:
+        """Copies of the sample in the corpus a dupe factor runs on (None: the recipe has none).  At d=1, and for
+        ELECTRA, a job costs ~0.03-0.09 CPU-s per MB: its marginal work on 3 copies (~0.2-0.5 CPU-s) is within the
+        fixed cost's swing between runs (~0.3-0.5 CPU-s), while 10 copies (20.7 MB) resolve it.  At d=10, 3 copies
+        resolve it and keep the references' runs (~10-30 CPU-s per MB) to minutes."""
+        return 3 if dupe is not None and dupe > 1 else 10
 
 
 RECIPES = (Recipe("bert", (), (10, 1), "sentences"),
            Recipe("albert", ("--objective", "albert"), (10, 1), "sentences"),
-           Recipe("electra", ("--objective", "electra"), (None,), "lines", copies=10))
+           Recipe("electra", ("--objective", "electra"), (None,), "lines"))
 
 #: The job's processes by role (bench.procs.role_of), and the key of the exact total of them all.
 ROLES = ("ventilator", "sink", "worker")
