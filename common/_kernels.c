@@ -1,4 +1,5 @@
-/* Compiled kernels for the per-record work of masked-LM objectives and the TFRecord encoder (issue #33).
+/* Compiled kernels for the per-record work of masked-LM objectives and the TFRecord encoder, and for the
+ * per-sentence cut of a document's text after Bling Fire (issue #33).
  *
  * Each function does exactly what a numpy function of the project does, on the same inputs (the random draws
  * are made by numpy in the caller and passed in, so the streams are unchanged): common/kernels.py chooses this
@@ -649,6 +650,115 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------------ sentences */
+
+/* segments.append([piece]), or segments[-1].append(piece) when ``joins`` and there is a segment: the piece is
+ * text[from:to]. */
+static int put_piece(PyObject *segments, PyObject *text, Py_ssize_t from, Py_ssize_t to, int joins) {
+    PyObject *piece = PyUnicode_Substring(text, from, to);
+    if (piece == NULL) return -1;
+    Py_ssize_t held = PyList_GET_SIZE(segments);
+    int failed;
+    if (joins && held > 0) {
+        failed = PyList_Append(PyList_GET_ITEM(segments, held - 1), piece);
+    } else {
+        PyObject *segment = PyList_New(1);
+        if (segment == NULL) {
+            Py_DECREF(piece);
+            return -1;
+        }
+        PyList_SET_ITEM(segment, 0, piece);  /* steals the reference */
+        Py_INCREF(piece);
+        failed = PyList_Append(segments, segment);
+        Py_DECREF(segment);
+    }
+    Py_DECREF(piece);
+    return failed;
+}
+
+/* common/segmenters/sentences.py's _cut_in_python, step for step (its docstring has the rules): ``text``, the
+ * ``paragraphs`` joined by newlines (checked), cut at the sentence ``starts`` (ints, as sorted by the caller;
+ * any order is read without going outside the text) into a list of segments, each a list of pieces. */
+static PyObject *cut_segments(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *text, *paragraphs, *starts;
+    if (!PyArg_ParseTuple(args, "UO!O!", &text, &PyList_Type, &paragraphs, &PyList_Type, &starts)) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(paragraphs), length = PyUnicode_GET_LENGTH(text);
+    if (count == 0) {
+        PyErr_SetString(PyExc_ValueError, "cut_segments: no paragraph");
+        return NULL;
+    }
+    Py_ssize_t bytes = product(count, (Py_ssize_t)sizeof(Py_ssize_t));
+    Py_ssize_t *ends = bytes < 0 ? NULL : PyMem_Malloc((size_t)bytes);  /* each paragraph's end in the text */
+    if (ends == NULL) return PyErr_NoMemory();
+    Py_ssize_t total = -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *paragraph = PyList_GET_ITEM(paragraphs, i);
+        if (!PyUnicode_Check(paragraph)) {
+            PyMem_Free(ends);
+            PyErr_SetString(PyExc_TypeError, "cut_segments: a paragraph is not a str");
+            return NULL;
+        }
+        total += PyUnicode_GET_LENGTH(paragraph) + 1;
+        if (total > length) break;
+        ends[i] = total;
+    }
+    if (total != length) {
+        PyMem_Free(ends);
+        PyErr_SetString(PyExc_ValueError, "cut_segments: the text is not its paragraphs joined by newlines");
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    PyObject *segments = PyList_New(0);
+    if (segments == NULL) {
+        PyMem_Free(ends);
+        return NULL;
+    }
+    Py_ssize_t index = 0, begin = 0, end = ends[0];
+    int first = 1, opens = 1;  /* the first paragraph always opens a sentence */
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(starts); k++) {
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
+        if (start == -1 && PyErr_Occurred()) goto fail;
+        while (start >= end && index < count) {  /* the paragraph ends before this start: its last piece */
+            if (put_piece(segments, text, begin, end, first && !opens) < 0) goto fail;
+            index++;
+            if (index < count) {
+                begin = end + 1;
+                end = ends[index];
+                first = 1;
+                opens = start <= begin;
+            }
+        }
+        if (start <= begin || index == count) continue;
+        Py_ssize_t stop = start;  /* begin < start < end <= length: the piece's characters are in the text */
+        while (stop > begin && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, stop - 1))) stop--;  /* str.rstrip */
+        if (stop == begin) continue;  /* only whitespace since the last cut: no cut here */
+        int joins = 0;
+        if (first) {
+            first = 0;
+            joins = !opens;
+        }
+        if (put_piece(segments, text, begin, stop, joins) < 0) goto fail;
+        begin = stop;
+    }
+    while (index < count) {
+        if (put_piece(segments, text, begin, end, first && !opens) < 0) goto fail;
+        index++;
+        if (index < count) {
+            begin = end + 1;
+            end = ends[index];
+            first = 1;
+            opens = 0;
+        }
+    }
+    PyMem_Free(ends);
+    return segments;
+fail:
+    PyMem_Free(ends);
+    Py_DECREF(segments);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------------------------------------ module */
 
 static PyObject *crc32c_masked(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -666,6 +776,7 @@ static PyMethodDef methods[] = {
     {"apply_masks", apply_masks, METH_VARARGS, "The 80/10/10 replacement and the prediction features."},
     {"encode_records", encode_records, METH_VARARGS, "TFRecord-framed tf.train.Example records."},
     {"crc32c_masked", crc32c_masked, METH_VARARGS, "TFRecord's masked CRC32C of a buffer."},
+    {"cut_segments", cut_segments, METH_VARARGS, "A document's text cut at its sentence starts, as segments."},
     {NULL, NULL, 0, NULL},
 };
 

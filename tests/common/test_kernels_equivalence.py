@@ -148,3 +148,41 @@ def test_the_encoder_is_numpys(monkeypatch, data, rows, dtypes):
         features[key] = values.astype(dtype)
     compiled, fallback = both(monkeypatch, lambda: encode_records(features))
     assert compiled == fallback
+
+
+#: Paragraph text: ASCII, Unicode whitespace that str.rstrip strips (no-break space, ideographic space, the
+#: separators), characters of every width of CPython's str (Latin-1, BMP CJK, astral emoji).
+paragraph_text = st.text(alphabet=st.sampled_from(list("ab. ?\t") + ["\xa0", "\u3000", "\u2028", "\x1c", "é", "句",
+                                                                      "。", "😀"]), min_size=1, max_size=30)
+
+
+@CHECKS
+@given(data=st.data(), paragraphs=st.lists(paragraph_text.filter(lambda p: "\n" not in p), min_size=1, max_size=6))
+def test_the_sentence_cut_is_pythons(data, paragraphs):
+    """Same segments and pieces for any starts: ascending as the splitter gives them, with repeats, starts on
+    a newline or a paragraph's first character, at or past the end, and negative ones."""
+    from common.segmenters.sentences import _cut_in_python
+
+    text = "\n".join(paragraphs)
+    starts = sorted(data.draw(st.lists(st.integers(-3, len(text) + 3), max_size=12)))
+    expected = _cut_in_python(text, paragraphs, starts)
+    assert BUILT.cut_segments(text, paragraphs, starts) == expected
+    unordered = data.draw(st.permutations(starts))  # never the splitter's, but read inside the text all the same
+    assert BUILT.cut_segments(text, paragraphs, unordered) == _cut_in_python(text, paragraphs, unordered)
+    assert [type(piece) for segment in expected for piece in segment] == [str] * sum(map(len, expected))
+
+
+def test_the_sentence_cut_refuses_paragraphs_that_are_not_its_text():
+    """A wrong call is an exception, never a read outside the text."""
+    with pytest.raises(ValueError, match="not its paragraphs"):
+        BUILT.cut_segments("ab", ["abc"], [1])
+    with pytest.raises(ValueError, match="not its paragraphs"):
+        BUILT.cut_segments("abcdef", ["a", "b"], [4])
+    with pytest.raises(ValueError, match="no paragraph"):
+        BUILT.cut_segments("", [], [])
+    with pytest.raises(TypeError):
+        BUILT.cut_segments("a\nb", ["a", 1], [])
+    with pytest.raises(TypeError):
+        BUILT.cut_segments("ab", ["ab"], [1.0])
+    with pytest.raises(OverflowError):
+        BUILT.cut_segments("ab", ["ab"], [2**70])
