@@ -15,6 +15,7 @@ before and after the normal pass).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -151,6 +152,18 @@ def prepare_job(run: RunConfig) -> Job:
     return plan(run, checked, config)
 
 
+def _refuse_idle_flags(step_class, params) -> None:
+    """ValueError naming the step's own flags given away from their defaults while the step is off: they would
+    do nothing (``--holdout-seed 5`` without ``--holdout-fraction``), and the user meant something by them."""
+    defaults = step_class.make_params({})
+    idle = [f.metadata["flag"] for f in dataclasses.fields(step_class.Params)
+            if f.metadata.get("flag") and getattr(params, f.name) != getattr(defaults, f.name)]
+    if idle:
+        section = getattr(step_class.Params, "section", "") or f"Step {step_class.name}"
+        raise ValueError(f"{', '.join(idle)} {'does' if len(idle) == 1 else 'do'} nothing here: the "
+                         f"{step_class.name} step is off (its options: \"{section}\" in --help)")
+
+
 def validate(run: RunConfig) -> Checked:
     """Every refusal that needs no job id, in one line (JobError): the options, the tokenizer, the inputs
     (listed; only their first bytes read, to detect the format) and the components' parameters."""
@@ -159,7 +172,9 @@ def validate(run: RunConfig) -> Checked:
             step_class = step_named(name)
             if not step_class.has_switch():
                 raise ValueError(f"step {name} is added with --add-step, not by flags of its own")
-            step_class.make_params(dict(given))
+            params = step_class.make_params(dict(given))
+            if not step_class.enabled(params):
+                _refuse_idle_flags(step_class, params)
     except ValueError as error:
         raise JobError(str(error)) from None
     try:

@@ -33,6 +33,11 @@ def _options(corpus, tmp_path, **kwargs) -> RunConfig:
     ({"vocab_file": "/nonexistent/vocab.txt"}, "tokenizer: "),
     ({"added_steps": ("nope",)}, "unknown step 'nope'"),
     ({"added_steps": ("holdout",)}, "--add-step holdout: the job places this step itself"),
+    # A step's own flags, given while its other flags leave it off, would do nothing: said, naming them.
+    ({"steps": {"holdout": {"seed": 5}}}, r'^--holdout-seed does nothing here: the holdout step is off \(its '
+                                          r'options: "Holdout" in --help\)$'),
+    ({"steps": {"dedup": {"mode": "off", "ngram": 3, "partitions": 4}}},
+     "^--minhash-ngram, --dedup-partitions do nothing here: the dedup step is off"),
 ])
 def test_validate_refuses_bad_input_in_one_line_and_writes_nothing(corpus, tmp_path, kwargs, message):
     options = _options(corpus, tmp_path, **kwargs)
@@ -110,3 +115,9 @@ def test_plan_cuts_every_byte_into_tasks_and_puts_dedup_stages_first(corpus, tmp
     stages = [task.stage for task in job.tasks]
     assert stages[:len(normal)] == ["signature"] * len(normal) and stages[-len(normal):] == [""] * len(normal)
     assert (tmp_path / "out").exists()  # the dedup plan: written by plan, the first step that does work
+
+
+def test_a_steps_flags_at_their_defaults_or_with_the_step_on_are_accepted(corpus, tmp_path):
+    validate(_options(corpus, tmp_path, steps={"holdout": {"fraction": 0.0, "seed": 0}, "dedup": {"mode": "off"}}))
+    validate(_options(corpus, tmp_path, steps={"holdout": {"fraction": 0.1, "seed": 5},
+                                               "dedup": {"mode": "minhash", "ngram": 3}}))
