@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from common import logs
 from common.describe import dataset_info
 from common.job.config import JobConfig
 from common.metrics import MetricsServer, counter, gauge
@@ -210,7 +211,8 @@ class SinkServer:
         self._pull, self._dealer = pull, dealer
         send = self._send
         last_heartbeat = 0.0
-        last_report = last_publish = time.monotonic()
+        last_report = last_publish = last_contact = time.monotonic()
+        silence = logs.Reminder(logs.SILENCE_WARNING_SECONDS)  # the ventilator's silence, said
         while self._exit_code is None:
             now = time.monotonic()
             if self.stopping:
@@ -239,8 +241,13 @@ class SinkServer:
                     self._early_acks.extend(acks)
                 else:
                     self._record(acks, send)
-            if dealer in events:
-                self.inbox.receive(dealer, self._from_ventilator)
+            if dealer in events and self.inbox.receive(dealer, self._from_ventilator):
+                last_contact = now
+            if silence.due(now - last_contact, now):
+                log.warning("sink: no message from the ventilator at %s in %.0f s: is it running (and done "
+                            "planning), reachable from here, and of this version (wire protocol %d)?  A ventilator "
+                            "drops the messages of another version, and its log says so", self.options.ventilator,
+                            now - last_contact, protocol.PROTOCOL_VERSION)
         return self._exit_code
 
     def _welcome(self, message: protocol.Welcome, _sender: Sender) -> None:

@@ -10,7 +10,6 @@ manifest already holds, so a restarted run does not redo finished work.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 
 import zmq
 
+from common import logs
 from common.job.tasks import encode_quarantined
 from common.metrics import MetricsServer, counter, gauge
 from common.readers.content import is_permanent
@@ -41,7 +41,7 @@ QUARANTINE_ERROR_CHARS = 1000
 #: How long, after Shutdown, the sink may take to publish the manifest, dataset_info.json and summary.json.
 SINK_CLOSE_SECONDS = 600.0
 #: A ventilator without a sink this long says so (then once a minute): it hands out nothing until one comes.
-NO_SINK_WARNING_SECONDS = 30.0
+NO_SINK_WARNING_SECONDS = logs.SILENCE_WARNING_SECONDS
 
 
 @dataclass
@@ -104,7 +104,7 @@ class VentilatorServer:
         self.peers_gone = peers_gone
         self._started = time.monotonic()
         self._serving_since = self._started  # from when the task table is built
-        self._warned_no_sink = -math.inf  # when the last "no sink" warning was logged
+        self._no_sink = logs.Reminder(NO_SINK_WARNING_SECONDS)  # the "no sink" warning
         self._done_at_start = 0
         self.input_bytes = sum(task.length for task in job.tasks)
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
@@ -542,9 +542,8 @@ class VentilatorServer:
         """Said past NO_SINK_WARNING_SECONDS, then once a minute: silence here looked like a hang (a ventilator
         restarted after its job ended, the sink gone, printed "0 workers" forever)."""
         waited = now - self._serving_since
-        if self.sink_ready or waited <= NO_SINK_WARNING_SECONDS or now - self._warned_no_sink <= 60:
+        if self.sink_ready or not self._no_sink.due(waited, now):
             return
-        self._warned_no_sink = now
         joined = [peer for peer in self.peers.values() if peer.role == "sink"]
         if joined:  # a sink resuming a large job reads its manifest and lists the output first
             log.warning("sink %s joined %.0f s ago and has not yet said which tasks are done: no task is handed "

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from common import kernels
+from common import kernels, logs
 from common.job.config import JobConfig
 from common.job.tasks import EarlierTaskFileError, Task
 from common.readers.content import is_permanent
@@ -236,6 +236,8 @@ class WorkerProcess:
         poller.register(dealer, zmq.POLLIN)
         poller.register(pair, zmq.POLLIN)
         send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
+        # A ventilator not running, not reachable, or of another version (it drops our messages) was a silent wait.
+        silence = logs.Reminder(logs.SILENCE_WARNING_SECONDS)
 
         while True:
             now = time.monotonic()
@@ -259,6 +261,11 @@ class WorkerProcess:
                     self._release_held(send, state)
                     return 0
 
+            if silence.due(now - state.last_contact, now):
+                log.warning("%s: no message from the ventilator at %s in %.0f s: is it running (and done "
+                            "planning), reachable from here, and of this version (wire protocol %d)?  A ventilator "
+                            "drops the messages of another version, and its log says so", self.worker_id,
+                            self.options.ventilator, now - state.last_contact, protocol.PROTOCOL_VERSION)
             idle = self.options.idle_exit_seconds
             if idle is not None:
                 idle = max(idle, 3 * heartbeat_every)  # a live ventilator answers every hello and heartbeat

@@ -145,3 +145,42 @@ def test_the_sink_keeps_the_books_under_the_job_id_its_welcome_carries(tmp_path)
     push.close()
     ventilator.close()
     context.term()
+
+
+def test_a_sink_whose_ventilator_stays_silent_says_so(tmp_path, monkeypatch, caplog):
+    """A sink started before its ventilator, or beside one of another version (which drops its Hello), waited
+    for a Welcome saying nothing.  Past the silence it says so, naming the ventilator and its protocol."""
+    import threading
+    import time
+
+    import zmq
+
+    from common import logs
+    from common.wire import protocol
+    from tests.support.helpers import free_ports
+
+    monkeypatch.setattr(logs, "SILENCE_WARNING_SECONDS", 1.0)
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)  # the ventilator's socket, no ventilator behind it
+    vport = router.bind_to_random_port("tcp://127.0.0.1")
+    (port,) = free_ports(1)
+    server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
+                                    state_dir=str(tmp_path / "state")))
+    thread = threading.Thread(target=server.run, daemon=True)
+    hellos = 0
+    try:
+        with caplog.at_level(logging.WARNING, logger="sink"):
+            thread.start()
+            deadline = time.monotonic() + 60
+            while "no message from the ventilator" not in caplog.text and time.monotonic() < deadline:
+                if router.poll(100):
+                    hellos += protocol.decode(router.recv_multipart()[1]).__class__ is protocol.Hello
+            server.stopping = True
+            thread.join(timeout=30)
+    finally:
+        router.close(linger=0)
+        context.term()
+    assert not thread.is_alive()
+    said = [r.getMessage() for r in caplog.records if "no message from the ventilator" in r.getMessage()]
+    assert len(said) == 1 and f"127.0.0.1:{vport}" in said[0], said
+    assert f"wire protocol {protocol.PROTOCOL_VERSION}" in said[0] and hellos >= 1

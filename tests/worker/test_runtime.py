@@ -184,3 +184,35 @@ def test_a_job_it_cannot_run_fails_its_tasks_in_one_line_and_it_goes_on(job, pee
     peers.receive(protocol.TaskRequest)
     peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))
     assert peers.ack().task_id == tasks[0].task_id
+
+
+def test_a_ventilator_of_another_version_is_said_not_waited_for_in_silence(monkeypatch, caplog):
+    """A ventilator of another wire protocol answers in frames this worker drops: it waited for a Welcome that
+    never came, saying nothing.  Past the silence it says so, naming the ventilator and its own protocol, once
+    (then once a minute), and its idle exit still ends the wait."""
+    from common import logs
+    from common.wire import envelope
+
+    monkeypatch.setattr(logs, "SILENCE_WARNING_SECONDS", 1.0)
+    peers = Peers(free_ports(1)[0])
+    worker = WorkerProcess(WorkerOptions(ventilator=f"127.0.0.1:{peers.vport}", idle_exit_seconds=4.0))
+    exit_code = []
+    thread = threading.Thread(target=lambda: exit_code.append(worker.run()), daemon=True)
+    try:
+        with caplog.at_level("WARNING", logger="worker"):
+            thread.start()
+            deadline = time.monotonic() + 60
+            while thread.is_alive() and time.monotonic() < deadline:
+                if peers.router.poll(100):
+                    identity, _hello = peers.router.recv_multipart()
+                    newer = protocol.Shutdown("speaks a newer protocol")
+                    peers.router.send_multipart([identity, envelope.encode(newer, protocol.PROTOCOL_VERSION + 1)])
+            thread.join(timeout=10)
+    finally:
+        peers.close()
+    assert exit_code == [0]
+    said = [r.getMessage() for r in caplog.records if "no message from the ventilator" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"127.0.0.1:{peers.vport}" in said[0] and f"wire protocol {protocol.PROTOCOL_VERSION}" in said[0]
+    assert worker.dropped.total > 0  # the other version's frames: counted and dropped, not acted on
+
