@@ -34,7 +34,7 @@ from common.readers.content import is_permanent
 from common.storage import Storage, open_storage, remove_stale_spool_files
 from common.tokenization import Vocabulary
 from common.wire import protocol
-from common.wire.inbox import Inbox, on_stop_signals
+from common.wire.inbox import Handlers, Inbox, Sender, on_stop_signals
 from common.wire.security import Curve
 from common.wire.transport import (
     SINK_PORT,
@@ -161,6 +161,7 @@ class _State:
     beats_sent: int = 0  # heartbeats to the current ventilator, and its answers to them (in order)
     beats_answered: int = 0
     drain_mark: int = 0  # the first heartbeat that said "awaiting 0" while draining; answered, nothing more comes
+    exit_now: bool = False  # told to stop (Shutdown) holding nothing
 
 
 def host_booted_at() -> float:
@@ -236,6 +237,8 @@ class WorkerProcess:
         poller.register(dealer, zmq.POLLIN)
         poller.register(pair, zmq.POLLIN)
         send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
+        ventilator = Sender(dealer, b"", protocol.CODEC)
+        from_ventilator = self._from_ventilator(state, send, compute, ventilator_host)
         # A ventilator not running, not reachable, or of another version (it drops our messages) was a silent wait.
         silence = logs.Reminder(logs.SILENCE_WARNING_SECONDS)
 
@@ -303,17 +306,16 @@ class WorkerProcess:
                 if message is None:  # counted and dropped
                     continue
                 state.last_contact = now
-                if self._handle(message, state, send, compute, ventilator_host):
+                self.inbox.deliver(message, ventilator, from_ventilator)
+                if state.exit_now:
                     return 0
 
-    def _handle(self, message, state: _State, send, compute: _Compute, ventilator_host: str) -> bool:
-        """Act on one message from the ventilator; True means exit now."""
-        if isinstance(message, protocol.Welcome):
-            try:
-                config = JobConfig.from_welcome(message)  # with the job id the ventilator computed
-            except protocol.ProtocolError as error:
-                self.dropped.drop(str(error))
-                return False
+    def _from_ventilator(self, state: _State, send, compute: _Compute, ventilator_host: str) -> Handlers:
+        """What this worker does with each message of the ventilator (the table the servers use too): an
+        unexpected one, or one hostile past its types, is counted and dropped.  ``state.exit_now`` says a
+        handler ended the worker."""
+        def welcome(message: protocol.Welcome, _sender: Sender) -> None:
+            config = JobConfig.from_welcome(message)  # a job that does not decode: ProtocolError, dropped
             if state.job is None or state.job.config != config:
                 if state.held:
                     log.warning("%s: a different job while holding tasks; finishing them first", self.worker_id)
@@ -323,24 +325,25 @@ class WorkerProcess:
             state.requested = 0  # a new ventilator knows nothing of our credit
             state.beats_sent = state.beats_answered = state.drain_mark = 0
             state.last_heartbeat = 0.0  # tell it at once which leases we hold
-        elif isinstance(message, protocol.TaskAssignment):
+
+        def assignment(message: protocol.TaskAssignment, _sender: Sender) -> None:
             state.requested = max(0, state.requested - 1)
             try:
                 task = Task.from_wire(message.task)
             except (TypeError, ValueError) as error:
-                self.dropped.drop(f"bad task: {error}")
-                return False
+                raise protocol.ProtocolError(f"bad task: {error}") from None
             if state.job is None or (state.job.job_id, task.task_id) in state.held:
-                return False
+                return
             if self.draining:
                 send(protocol.TaskReturned([task.task_id]))
-                return False
+                return
             if state.job.unusable:
                 send(protocol.TaskFailed(task.task_id, state.job.unusable))
-                return False
+                return
             state.held.add((state.job.job_id, task.task_id))
             compute.inbox.put((state.job, task, message.content))
-        elif isinstance(message, protocol.HeartbeatReply):
+
+        def heartbeat_reply(message: protocol.HeartbeatReply, _sender: Sender) -> None:
             if message.known and message.ventilator_id == state.ventilator_id:
                 state.beats_answered += 1
             if (not message.known or message.ventilator_id != state.ventilator_id) and state.introduced:
@@ -348,14 +351,15 @@ class WorkerProcess:
                          "introducing myself again", self.worker_id)
                 state.introduced = False
                 state.last_hello = 0.0
-        elif isinstance(message, protocol.Shutdown):
+
+        def shutdown(message: protocol.Shutdown, _sender: Sender) -> None:
             log.info("%s: ventilator says: %s", self.worker_id, message.reason)
             self.draining = True
             self._hand_back_queued(send, compute, state)
-            return not state.held
-        else:
-            self.dropped.drop(f"unexpected {type(message).__name__}")
-        return False
+            state.exit_now = not state.held
+
+        return (Handlers("the ventilator").on(protocol.Welcome, welcome).on(protocol.TaskAssignment, assignment)
+                .on(protocol.HeartbeatReply, heartbeat_reply).on(protocol.Shutdown, shutdown))
 
     def _prepare(self, config: JobConfig, ventilator_host: str) -> _Job:
         """The job as this worker runs it; every field of the Welcome is hostile input, so a job it cannot

@@ -32,7 +32,10 @@ def test_the_standard_list_in_its_order():
 
 def test_a_step_is_on_by_its_own_parameters_and_refuses_bad_ones():
     assert "holdout" not in names(standard_steps({"holdout": {"fraction": 0.0, "seed": 5}}))
-    assert "dedup" not in names(standard_steps({"dedup": {"mode": "off", "ngram": 3}}))
+    assert "dedup" not in names(standard_steps({"dedup": {"mode": "off", "partitions": 4}}))
+    # (the ventilator refuses such idle flags before this: ventilator/job.py, tests/ventilator/test_job.py)
+    with pytest.raises(ValueError, match="--minhash-ngram does nothing but with --dedup minhash"):
+        standard_steps({"dedup": {"mode": "off", "ngram": 3}})  # the step's own declaration (When)
     with pytest.raises(ValueError, match="--holdout-fraction must be at least 0 and below 1"):
         standard_steps({"holdout": {"fraction": 1.5}})
     with pytest.raises(ValueError, match="no step named shuffle"):

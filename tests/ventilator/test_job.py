@@ -36,8 +36,12 @@ def _options(corpus, tmp_path, **kwargs) -> RunConfig:
     # A step's own flags, given while its other flags leave it off, would do nothing: said, naming them.
     ({"steps": {"holdout": {"seed": 5}}}, r'^--holdout-seed does nothing here: the holdout step is off \(its '
                                           r'options: "Holdout" in --help\)$'),
-    ({"steps": {"dedup": {"mode": "off", "ngram": 3, "partitions": 4}}},
-     "^--minhash-ngram, --dedup-partitions do nothing here: the dedup step is off"),
+    ({"steps": {"dedup": {"mode": "off", "partitions": 4}}},
+     "^--dedup-partitions does nothing here: the dedup step is off"),
+    # The step's own declaration (common/job/params.py ``When``): MinHash's flags do something only with minhash.
+    ({"steps": {"dedup": {"mode": "exact", "ngram": 3, "threshold": 0.7}}},
+     "^--minhash-ngram, --minhash-threshold do nothing but with --dedup minhash: leave them out$"),
+    ({"steps": {"dedup": {"mode": "off", "ngram": 3}}}, "^--minhash-ngram does nothing but with --dedup minhash"),
 ])
 def test_validate_refuses_bad_input_in_one_line_and_writes_nothing(corpus, tmp_path, kwargs, message):
     options = _options(corpus, tmp_path, **kwargs)

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import click
 
-from common.job.params import param
+from common.job.params import When, param
 from common.steps.dedup.lsh import optimal_bands_rows
 
 #: The stages that run before the normal pass, in order (the normal pass is the stage "").
@@ -34,6 +34,8 @@ def made_without_earlier_tasks(entry: dict) -> bool:
     return bool((entry.get("dedup") or {}).get(SKIPPED_COUNTER))
 
 MODES = ("off", "exact", "minhash")
+#: The MinHash flags do something only with --dedup minhash; elsewhere another value is refused, naming them.
+MINHASH = When(lambda params: params.mode == "minhash", "--dedup minhash")
 
 
 @dataclass(frozen=True)
@@ -47,17 +49,19 @@ class DedupSettings:
                              "normalised text) or minhash (also near-duplicates). See docs/dedup.md.",
                       flag="--dedup", cli={"type": click.Choice(MODES)})
     ngram: int = param(5, "Words per shingle (--dedup minhash).", flag="--minhash-ngram",
-                       cli={"type": click.IntRange(min=1)})
+                       cli={"type": click.IntRange(min=1)}, when=MINHASH)
     #: MinHash permutations (= bands * rows when both are given)
     perm: int = param(112, "MinHash permutations (--dedup minhash).", flag="--minhash-perm",
-                      cli={"type": click.IntRange(1, 1024)})
+                      cli={"type": click.IntRange(1, 1024)}, when=MINHASH)
     threshold: float = param(0.8, "Jaccard similarity the LSH bands and rows are chosen for, as datasketch does "
-                                  "(--dedup minhash).", flag="--minhash-threshold")
+                                  "(--dedup minhash).", flag="--minhash-threshold", when=MINHASH)
     #: 0: derived from threshold and perm
     bands: int = param(0, "LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.  [default: "
-                          "derived]", flag="--minhash-bands", cli={"type": click.IntRange(min=0)})
+                          "derived]", flag="--minhash-bands", cli={"type": click.IntRange(min=0)},
+                    when=MINHASH)
     rows: int = param(0, "Rows (permutations) per LSH band, with --minhash-bands.  [default: derived]",
-                      flag="--minhash-rows", cli={"type": click.IntRange(min=0)})
+                      flag="--minhash-rows", cli={"type": click.IntRange(min=0)},
+                    when=MINHASH)
     #: bucket tasks; 0: one per 256 MiB of input (at least 1, at most 1024)
     partitions: int = param(0, "Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of input]",
                             flag="--dedup-partitions", cli={"type": click.IntRange(0, 65535)})
