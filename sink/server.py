@@ -211,8 +211,11 @@ class SinkServer:
         self._pull, self._dealer = pull, dealer
         send = self._send
         last_heartbeat = 0.0
-        last_report = last_publish = last_contact = time.monotonic()
-        silence = logs.Reminder(logs.SILENCE_WARNING_SECONDS)  # the ventilator's silence, said
+        last_report = last_publish = time.monotonic()
+        # The ventilator's silence, said when a Hello or Heartbeat has had no answer that long (heartbeats may be
+        # minutes apart): not running, unreachable, or of another version (it drops our messages).
+        silence = logs.Reminder(logs.SILENCE_WARNING_SECONDS)
+        asked_at: float | None = None  # when the oldest Hello or Heartbeat not answered since was sent
         while self._exit_code is None:
             now = time.monotonic()
             if self.stopping:
@@ -221,9 +224,11 @@ class SinkServer:
             if not self._introduced and now - self._last_hello > 1.0:
                 send(protocol.Hello(self.sink_id, socket.gethostname(), os.getpid(), "sink"))
                 self._last_hello = now
+                asked_at = now if asked_at is None else asked_at
             if self.config is not None and now - last_heartbeat > heartbeat_every:
                 send(protocol.Heartbeat([]))
                 last_heartbeat = now
+                asked_at = now if asked_at is None else asked_at
             if now - last_report > self.options.report_seconds and self.config is not None:
                 log.info("%s", self.throughput.line(now))
                 last_report = now
@@ -242,12 +247,13 @@ class SinkServer:
                 else:
                     self._record(acks, send)
             if dealer in events and self.inbox.receive(dealer, self._from_ventilator):
-                last_contact = now
-            if silence.due(now - last_contact, now):
-                log.warning("sink: no message from the ventilator at %s in %.0f s: is it running (and done "
+                asked_at = None
+            unanswered = now - asked_at if asked_at is not None else 0.0
+            if silence.due(unanswered, now):
+                log.warning("sink: no answer from the ventilator at %s in %.0f s: is it running (and done "
                             "planning), reachable from here, and of this version (wire protocol %d)?  A ventilator "
                             "drops the messages of another version, and its log says so", self.options.ventilator,
-                            now - last_contact, protocol.PROTOCOL_VERSION)
+                            unanswered, protocol.PROTOCOL_VERSION)
         return self._exit_code
 
     def _welcome(self, message: protocol.Welcome, _sender: Sender) -> None:

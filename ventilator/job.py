@@ -155,9 +155,13 @@ def prepare_job(run: RunConfig) -> Job:
 def _refuse_idle_flags(step_class, params) -> None:
     """ValueError naming the step's own flags given away from their defaults while the step is off: they would
     do nothing (``--holdout-seed 5`` without ``--holdout-fraction``), and the user meant something by them."""
+    def same(a, b) -> bool:
+        return a == b or (a != a and b != b)  # NaN, a plugin's "unset", is its own default
+
     defaults = step_class.make_params({})
-    idle = [f.metadata["flag"] for f in dataclasses.fields(step_class.Params)
-            if f.metadata.get("flag") and getattr(params, f.name) != getattr(defaults, f.name)]
+    # Each flag with its variable (MLM_HOLDOUT_SEED): a value may come from the environment, not the command line.
+    idle = [f"{flag} (or MLM_{flag[2:].replace('-', '_').upper()})" for f in dataclasses.fields(step_class.Params)
+            if (flag := f.metadata.get("flag")) and not same(getattr(params, f.name), getattr(defaults, f.name))]
     if idle:
         section = getattr(step_class.Params, "section", "") or f"Step {step_class.name}"
         raise ValueError(f"{', '.join(idle)} {'does' if len(idle) == 1 else 'do'} nothing here: the "

@@ -158,6 +158,7 @@ class _State:
     last_hello: float = 0.0
     last_heartbeat: float = 0.0
     last_contact: float = field(default_factory=time.monotonic)  # last message from a ventilator
+    asked_at: float | None = None  # when the oldest Hello or Heartbeat no message has answered since was sent
     beats_sent: int = 0  # heartbeats to the current ventilator, and its answers to them (in order)
     beats_answered: int = 0
     drain_mark: int = 0  # the first heartbeat that said "awaiting 0" while draining; answered, nothing more comes
@@ -239,7 +240,9 @@ class WorkerProcess:
         send = lambda message: dealer.send(protocol.encode(message))  # noqa: E731
         ventilator = Sender(dealer, b"", protocol.CODEC)
         from_ventilator = self._from_ventilator(state, send, compute, ventilator_host)
-        # A ventilator not running, not reachable, or of another version (it drops our messages) was a silent wait.
+        # A ventilator not running, not reachable, or of another version (it drops our messages) was a silent wait:
+        # said when a Hello or Heartbeat has had no answer that long (not from the last message: heartbeats may be
+        # minutes apart, and this loop may itself have been busy).
         silence = logs.Reminder(logs.SILENCE_WARNING_SECONDS)
 
         while True:
@@ -264,11 +267,12 @@ class WorkerProcess:
                     self._release_held(send, state)
                     return 0
 
-            if silence.due(now - state.last_contact, now):
-                log.warning("%s: no message from the ventilator at %s in %.0f s: is it running (and done "
+            unanswered = now - state.asked_at if state.asked_at is not None else 0.0
+            if silence.due(unanswered, now):
+                log.warning("%s: no answer from the ventilator at %s in %.0f s: is it running (and done "
                             "planning), reachable from here, and of this version (wire protocol %d)?  A ventilator "
                             "drops the messages of another version, and its log says so", self.worker_id,
-                            self.options.ventilator, now - state.last_contact, protocol.PROTOCOL_VERSION)
+                            self.options.ventilator, unanswered, protocol.PROTOCOL_VERSION)
             idle = self.options.idle_exit_seconds
             if idle is not None:
                 idle = max(idle, 3 * heartbeat_every)  # a live ventilator answers every hello and heartbeat
@@ -279,12 +283,14 @@ class WorkerProcess:
             if not state.introduced and now - state.last_hello > heartbeat_every:
                 send(protocol.Hello(self.worker_id, socket.gethostname(), os.getpid(), "worker", host_booted_at()))
                 state.last_hello = now
+                state.asked_at = now if state.asked_at is None else state.asked_at
             if state.introduced and now - state.last_heartbeat > heartbeat_every:
                 # Only this job's tasks: a task id of an earlier job may name the same range of another job.
                 current = state.job.job_id if state.job else ""
                 send(protocol.Heartbeat(sorted(task_id for job_id, task_id in state.held if job_id == current),
                                         0 if self.draining else state.requested))
                 state.last_heartbeat = now
+                state.asked_at = now if state.asked_at is None else state.asked_at
                 state.beats_sent += 1
                 if self.draining and not state.drain_mark:
                     state.drain_mark = state.beats_sent
@@ -306,6 +312,7 @@ class WorkerProcess:
                 if message is None:  # counted and dropped
                     continue
                 state.last_contact = now
+                state.asked_at = None
                 self.inbox.deliver(message, ventilator, from_ventilator)
                 if state.exit_now:
                     return 0

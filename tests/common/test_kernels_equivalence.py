@@ -165,11 +165,12 @@ def test_the_sentence_cut_is_pythons(data, paragraphs):
 
     text = "\n".join(paragraphs)
     starts = sorted(data.draw(st.lists(st.integers(-3, len(text) + 3), max_size=12)))
-    expected = _cut_in_python(text, paragraphs, starts)
-    assert BUILT.cut_segments(text, paragraphs, starts) == expected
+    got = BUILT.cut_segments(text, paragraphs, starts)
+    assert got == _cut_in_python(text, paragraphs, starts)
+    assert type(got) is list and all(type(segment) is list for segment in got)
+    assert [type(piece) for segment in got for piece in segment] == [str] * sum(map(len, got))
     unordered = data.draw(st.permutations(starts))  # never the splitter's, but read inside the text all the same
     assert BUILT.cut_segments(text, paragraphs, unordered) == _cut_in_python(text, paragraphs, unordered)
-    assert [type(piece) for segment in expected for piece in segment] == [str] * sum(map(len, expected))
 
 
 def test_the_sentence_cut_refuses_paragraphs_that_are_not_its_text():

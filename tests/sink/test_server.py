@@ -172,7 +172,7 @@ def test_a_sink_whose_ventilator_stays_silent_says_so(tmp_path, monkeypatch, cap
         with caplog.at_level(logging.WARNING, logger="sink"):
             thread.start()
             deadline = time.monotonic() + 60
-            while "no message from the ventilator" not in caplog.text and time.monotonic() < deadline:
+            while "no answer from the ventilator" not in caplog.text and time.monotonic() < deadline:
                 if router.poll(100):
                     hellos += protocol.decode(router.recv_multipart()[1]).__class__ is protocol.Hello
             server.stopping = True
@@ -181,6 +181,6 @@ def test_a_sink_whose_ventilator_stays_silent_says_so(tmp_path, monkeypatch, cap
         router.close(linger=0)
         context.term()
     assert not thread.is_alive()
-    said = [r.getMessage() for r in caplog.records if "no message from the ventilator" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "no answer from the ventilator" in r.getMessage()]
     assert len(said) == 1 and f"127.0.0.1:{vport}" in said[0], said
     assert f"wire protocol {protocol.PROTOCOL_VERSION}" in said[0] and hellos >= 1

@@ -211,8 +211,44 @@ def test_a_ventilator_of_another_version_is_said_not_waited_for_in_silence(monke
     finally:
         peers.close()
     assert exit_code == [0]
-    said = [r.getMessage() for r in caplog.records if "no message from the ventilator" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "no answer from the ventilator" in r.getMessage()]
     assert len(said) == 1, said
     assert f"127.0.0.1:{peers.vport}" in said[0] and f"wire protocol {protocol.PROTOCOL_VERSION}" in said[0]
     assert worker.dropped.total > 0  # the other version's frames: counted and dropped, not acted on
 
+
+
+def test_heartbeats_minutes_apart_answered_at_once_are_not_silence(job, monkeypatch, caplog):
+    """A job's --heartbeat-seconds may be far longer than the silence the worker warns after: between two
+    answered heartbeats nothing comes, and that is not a silent ventilator.  Only a Hello or Heartbeat left
+    unanswered is (a reviewer's case: --heartbeat-seconds 45 warned once a minute all job long)."""
+    import dataclasses
+
+    from common import logs
+
+    monkeypatch.setattr(logs, "SILENCE_WARNING_SECONDS", 1.0)
+    config, *_ = job
+    config = dataclasses.replace(config, heartbeat_seconds=3.0)  # three silences between two heartbeats
+    peers = Peers(free_ports(1)[0])
+    worker = WorkerProcess(WorkerOptions(ventilator=f"127.0.0.1:{peers.vport}", credit=1))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    answered = 0
+    try:
+        with caplog.at_level("WARNING", logger="worker"):
+            thread.start()
+            end = time.monotonic() + 8.0
+            while time.monotonic() < end:
+                if peers.router.poll(100):
+                    peers.worker, frame = peers.router.recv_multipart()
+                    message = protocol.decode(frame)
+                    if isinstance(message, protocol.Hello):
+                        peers.send(config.welcome("vent-1"))
+                    elif isinstance(message, protocol.Heartbeat):
+                        peers.send(protocol.HeartbeatReply("vent-1"))
+                        answered += 1
+            peers.send(protocol.Shutdown("the test is over"))
+            thread.join(timeout=30)
+    finally:
+        peers.close()
+    assert answered >= 2  # heartbeats 3 s apart did come and were answered
+    assert not [r for r in caplog.records if "from the ventilator at" in r.getMessage()]
