@@ -716,8 +716,10 @@ static PyObject *cut_segments(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     Py_ssize_t index = 0, begin = 0, end = ends[0];
     int first = 1, opens = 1;  /* the first paragraph always opens a sentence */
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(starts); k++) {
-        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
+    for (Py_ssize_t k = 0; index < count; k++) {
+        /* After the last start, one past every paragraph: the paragraphs left end with their last piece. */
+        int past = k >= PyList_GET_SIZE(starts);
+        Py_ssize_t start = past ? PY_SSIZE_T_MAX : PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
         if (start == -1 && PyErr_Occurred()) goto fail;
         while (start >= end && index < count) {  /* the paragraph ends before this start: its last piece */
             if (put_piece(segments, text, begin, end, first && !opens) < 0) goto fail;
@@ -740,16 +742,6 @@ static PyObject *cut_segments(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         if (put_piece(segments, text, begin, stop, joins) < 0) goto fail;
         begin = stop;
-    }
-    while (index < count) {
-        if (put_piece(segments, text, begin, end, first && !opens) < 0) goto fail;
-        index++;
-        if (index < count) {
-            begin = end + 1;
-            end = ends[index];
-            first = 1;
-            opens = 0;
-        }
     }
     PyMem_Free(ends);
     return segments;

@@ -105,7 +105,7 @@ def _cut_in_python(text: str, paragraphs: list[str], starts: list[int]) -> list[
     count = len(paragraphs)
     index, begin, end = 0, 0, paragraph_ends[0] - 1
     first, opens = True, True  # the first paragraph always opens a sentence
-    for start in starts:
+    for start in itertools.chain(starts, [len(text) + 1]):  # then past every paragraph: the rest end
         while start >= end and index < count:  # the paragraph ends before this start: its last piece
             piece = text[begin:end]
             if first and not opens and segments:
@@ -129,16 +129,6 @@ def _cut_in_python(text: str, paragraphs: list[str], starts: list[int]) -> list[
                 continue
         new_segment([piece])
         begin += len(piece)
-    while index < count:
-        piece = text[begin:end]
-        if first and not opens and segments:
-            segments[-1].append(piece)
-        else:
-            new_segment([piece])
-        index += 1
-        if index < count:
-            begin, end = end + 1, paragraph_ends[index] - 1
-            first, opens = True, False
     return segments
 
 
