@@ -95,12 +95,10 @@ BROKEN_STEP = ("entry point broken = broken_step:Step (group mlm_pipeline.steps,
 @pytest.fixture(scope="module")
 def broken_env(tmp_path_factory):
     """An environment whose installed plugin's step raises when imported."""
-    site = tmp_path_factory.mktemp("site")
-    info = site / "broken-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[mlm_pipeline.steps]\nbroken = broken_step:Step\n")
-    (site / "broken_step.py").write_text("raise RuntimeError('boom at import')\n")
+    from tests.support.plugins import fake_install
+
+    site = fake_install(tmp_path_factory.mktemp("site"), "broken", "[mlm_pipeline.steps]\nbroken = broken_step:Step\n",
+                        {"broken_step": "raise RuntimeError('boom at import')\n"})
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
 
 

@@ -20,6 +20,7 @@ from common.job.params import (
     option_specs,
     param,
 )
+from tests.support.plugins import fake_install
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,10 +174,8 @@ def test_entry_points_are_scanned_once_per_path_and_again_when_it_changes(monkey
     module.write_text("from common.job.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
                       "class Whole(WordSegmenter):\n    name = 'whole-test'\n    Params = NoParams\n\n"
                       "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
-    info = tmp_path / "throwaway_words-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: throwaway-words\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[mlm_pipeline.word_segmenters]\nwhole = throwaway_words\n")
+    fake_install(tmp_path, "throwaway-words", "[mlm_pipeline.word_segmenters]\nwhole = throwaway_words\n",
+                 version="0.1")
 
     scans = []
     import importlib.metadata
@@ -202,10 +201,7 @@ def test_cache_clear_finds_a_plugin_installed_since_into_the_same_path(monkeypat
             "from common.job.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
             "class Late(WordSegmenter):\n    name = 'late-test'\n    Params = NoParams\n\n"
             "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
-        info = tmp_path / "late_words-0.1.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: late-words\nVersion: 0.1\n")
-        (info / "entry_points.txt").write_text("[mlm_pipeline.word_segmenters]\nlate = late_words\n")
+        fake_install(tmp_path, "late-words", "[mlm_pipeline.word_segmenters]\nlate = late_words\n", version="0.1")
         word_segmenters.word_segmenters.cache_clear()
         assert word_segmenters.word_segmenter_named("late-test").__module__ == "late_words"
     finally:

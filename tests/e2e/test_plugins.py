@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.plugins import fake_install
 
 pytestmark = pytest.mark.e2e
 
@@ -129,16 +130,6 @@ def test_a_plugin_step_is_off_until_its_own_flag_turns_it_on(installed, monkeypa
     finally:
         monkeypatch.undo()
         steps.steps.cache_clear()
-
-
-def fake_install(site: Path, name: str, entry_points: str, modules: dict[str, str]) -> None:
-    """What an installer leaves behind: a dist-info with entry_points.txt, and the modules."""
-    info = site / f"{name}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(entry_points)
-    for module, text in modules.items():
-        (site / f"{module}.py").write_text(text)
 
 
 @pytest.mark.parametrize("entry_points,modules,says", [

@@ -254,12 +254,9 @@ def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path)
     import sys
 
     from tests.support.helpers import REPO
+    from tests.support.plugins import fake_install
 
-    site = tmp_path / "site"
-    info = site / "broken-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[mlm_pipeline.publishers]\nbroken = no_such_module:Publisher\n")
+    site = fake_install(tmp_path / "site", "broken", "[mlm_pipeline.publishers]\nbroken = no_such_module:Publisher\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
     imported = subprocess.run([sys.executable, "-c", "import ventilator.cli, ventilator.run_config; print('ok')"],
                               capture_output=True, text=True, env=env, timeout=120)

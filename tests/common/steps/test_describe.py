@@ -32,6 +32,7 @@ from report import build, page
 from sink.server import manifest_entry
 from sink.verify import verify_output
 from tests.support.helpers import REPO
+from tests.support.plugins import fake_install
 from tests.support.run_configs import steps_of
 from worker.pipeline import TaskProcessor
 
@@ -80,13 +81,9 @@ WIKI_TEXT = "".join(f'<doc id="{i}" url="u" title="T{i}">\nT{i}\n\n'
 @pytest.fixture(scope="module")
 def plugin_path(tmp_path_factory):
     """The step's module and its distribution's metadata, as pip would install them."""
-    root = tmp_path_factory.mktemp("plugin")
-    (root / "demo_validation_step.py").write_text(PLUGIN)
-    info = root / "mlm_demo_validation-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mlm-demo-validation\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[mlm_pipeline.steps]\ndemo-validation = demo_validation_step\n")
-    return root
+    return fake_install(tmp_path_factory.mktemp("plugin"), "mlm-demo-validation",
+                        "[mlm_pipeline.steps]\ndemo-validation = demo_validation_step\n",
+                        {"demo_validation_step": PLUGIN}, version="0.1")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from tests.common.writers import throwaway_format
 from tests.support.factories import finished_job, wiki_prefix
 from tests.support.helpers import REPO, VOCAB, manifest
 from tests.support.loader_helpers import LoaderProcess
+from tests.support.plugins import fake_install
 
 pytestmark = pytest.mark.e2e
 
@@ -27,12 +28,8 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def plugin_path(tmp_path_factory):
     """A directory that holds the throwaway format's distribution metadata, as pip would install it."""
-    root = tmp_path_factory.mktemp("plugin")
-    info = root / "mlm_throwaway_format-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mlm-throwaway-format\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(throwaway_format.ENTRY_POINTS)
-    return root
+    return fake_install(tmp_path_factory.mktemp("plugin"), "mlm-throwaway-format", throwaway_format.ENTRY_POINTS,
+                        version="0.1")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from tests.support.helpers import VOCAB, WIKI, manifest, need_shared, run_ventilator
+from tests.support.plugins import fake_install
 
 pytestmark = pytest.mark.e2e
 
@@ -59,12 +60,9 @@ PLUGIN = textwrap.dedent('''
 
 
 def _install(site):
-    (site / "throwaway_seams.py").write_text(PLUGIN)
-    info = site / "throwaway_seams-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: throwaway-seams\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[mlm_pipeline.launchers]\nrecording = throwaway_seams:RecordingLauncher\n"
-                                           "[mlm_pipeline.publishers]\nrecording = throwaway_seams:RecordingPublisher\n")
+    fake_install(site, "throwaway-seams", "[mlm_pipeline.launchers]\nrecording = throwaway_seams:RecordingLauncher\n"
+                 "[mlm_pipeline.publishers]\nrecording = throwaway_seams:RecordingPublisher\n",
+                 {"throwaway_seams": PLUGIN}, version="0.1")
 
 
 def test_a_launcher_and_a_publisher_from_an_installed_package_run_the_job(tmp_path):
