@@ -37,6 +37,12 @@ class NoParams:
     """The parameters of a component that has none."""
 
 
+class ParamsInstance(typing.Protocol):
+    """Any component's parameters: an instance of its ``Params`` dataclass (what ``make_params`` returns)."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
 @dataclass(frozen=True)
 class When:
     """Where a parameter does something: only when ``holds(params)`` is true (masks drawn here, n-grams of

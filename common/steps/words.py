@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from common.job.params import Component, NoParams
+from common.job.params import Component, NoParams, ParamsInstance
 from common.steps.base import Step, TaskRun
 from common.tokenization import han_words
 from common.word_segmenters import NONE, make_word_segmenter, word_segmenter_named
@@ -22,7 +21,7 @@ NAME = "word_segmenter"
 @dataclass(frozen=True)
 class WordsParams:
     word_segmenter: str
-    options: Any  # the segmenter's own Params
+    options: ParamsInstance  # the segmenter's own Params
 
 
 @dataclass
