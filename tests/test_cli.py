@@ -113,3 +113,20 @@ def test_a_broken_step_plugin_is_one_line_not_a_traceback(broken_env, tmp_path, 
     assert ran.returncode == 1
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].endswith(f"error: {BROKEN_STEP}"), ran.stderr
+
+
+def test_a_steps_flag_from_the_environment_with_the_step_off_is_one_line_before_any_work(tmp_path):
+    """MLM_HOLDOUT_SEED set (a fleet's shared environment, say) and no --holdout-fraction: the real command exits
+    1 with one line naming the flag and its variable, and writes nothing."""
+    from tests.support.helpers import VOCAB, WIKI, need_shared
+
+    need_shared()
+    out = tmp_path / "out"
+    ran = subprocess.run([sys.executable, "-m", "ventilator", "--data", str(WIKI), "--output", str(out),
+                          "--vocab-file", str(VOCAB), "--workers", "1", "--state-dir", str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**os.environ, "MLM_HOLDOUT_SEED": "5"})
+    assert ran.returncode == 1, ran.stderr
+    said = [line for line in ran.stderr.splitlines() if "does nothing here" in line]
+    assert len(said) == 1 and "--holdout-seed (or MLM_HOLDOUT_SEED)" in said[0], ran.stderr
+    assert not out.exists()
