@@ -5,10 +5,10 @@ a worker stage's cost moved against its reference measured in the same run (benc
 judged by time.
 
 Inside pytest the run met pytest-timeout's 600 s on a loaded machine: a fixed limit let the machine's load
-decide the verdict.  Here the only limit stops a hang, and it is scaled by the machine's speed measured in this
-run: a fixed piece of work (``calibrate``) is timed before the benchmark, and the budget is ``BUDGET_QUIET``
-times its slowdown against ``CALIBRATION_QUIET`` (what it takes on a quiet machine of this kind), never below
-the quiet budget.
+decide the verdict.  Here the only limit stops a hang, and it runs on a clock scaled by the machine's speed: every
+``POLL`` seconds a fixed piece of work (``calibrate``) is timed, and the wall time since the last poll counts
+divided by its slowdown against ``CALIBRATION_QUIET`` (what it takes on a quiet machine of this kind).  The run
+is a hang when those quiet-equivalent seconds pass ``BUDGET_QUIET``.
 """
 
 from __future__ import annotations
@@ -52,9 +52,36 @@ def calibrate(rounds: int = 5) -> float:
     return statistics.median(times)
 
 
-def budget(calibration: float) -> float:
-    """The hang limit for this run: the quiet budget scaled by how much slower the machine is now."""
-    return BUDGET_QUIET * max(1.0, calibration / CALIBRATION_QUIET)
+#: Seconds between two measures of the machine's speed while the benchmark runs.
+POLL = 10.0
+
+
+def quiet_seconds(wall: float, calibration: float) -> float:
+    """What ``wall`` seconds on a machine that runs ``calibrate`` in ``calibration`` seconds are worth on a quiet
+    one: a loaded machine's seconds count for less, a faster machine's never for more."""
+    return wall / max(1.0, calibration / CALIBRATION_QUIET)
+
+
+def run_scaled(command: list[str], out: Path, budget: float = BUDGET_QUIET, poll: float = POLL) -> int | None:
+    """Run ``command`` with its output in ``out``; its exit status, or None once it has used ``budget``
+    quiet-equivalent seconds (it is then killed)."""
+    used = 0.0
+    with out.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        try:
+            while True:
+                start = time.perf_counter()
+                calibration = calibrate(rounds=1)
+                try:
+                    return process.wait(timeout=poll)
+                except subprocess.TimeoutExpired:
+                    used += quiet_seconds(time.perf_counter() - start, calibration)
+                    if used > budget:
+                        return None
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 @dataclass(frozen=True)
@@ -107,29 +134,25 @@ def problems(table: Table, ratios: dict[str, float]) -> list[str]:
 
 @click.command()
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Keep the run's table and ratios in this directory (default: a temporary one).")
+              help="Keep the run's table, ratios and output in this directory (default: a temporary one).")
 def main(keep: Path | None) -> None:
     """Run the quick benchmark and check it; exit 1 naming each problem."""
-    calibration = calibrate()
-    limit = budget(calibration)
-    print(f"bench.guard: calibration {calibration:.3f} s (quiet {CALIBRATION_QUIET} s): hang limit {limit:.0f} s",
-          flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         where = keep or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        markdown, measured = where / "bench.md", where / "ratios.json"
+        markdown, measured, output = where / "bench.md", where / "ratios.json", where / "output.txt"
         command = [sys.executable, "-m", "bench.run", "--quick", "--markdown", str(markdown), "--ratios", str(measured)]
         start = time.perf_counter()
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=limit)
-        except subprocess.TimeoutExpired:
-            sys.exit(f"bench.guard: the quick benchmark ran past {limit:.0f} s (a hang: it takes ~200 s quiet)")
-        print(result.stdout)
-        if result.returncode != 0:
-            print(result.stderr[-5000:], file=sys.stderr)
-            sys.exit(f"bench.guard: the quick benchmark exited {result.returncode}")
-        found = problems(Table.parse(result.stdout), json.loads(measured.read_text()))
-        if markdown.read_text() not in result.stdout:
+        status = run_scaled(command, output)
+        stdout = output.read_text()
+        print(stdout)
+        if status is None:
+            sys.exit(f"bench.guard: the quick benchmark ran past {BUDGET_QUIET:.0f} s of a quiet machine's time "
+                     "(a hang: it takes ~200 s there)")
+        if status != 0:
+            sys.exit(f"bench.guard: the quick benchmark exited {status}")
+        found = problems(Table.parse(stdout), json.loads(measured.read_text()))
+        if markdown.read_text() not in stdout:
             found.append("the --markdown file differs from the printed table")
     print(f"bench.guard: {time.perf_counter() - start:.0f} s")
     if found:

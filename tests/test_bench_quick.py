@@ -7,11 +7,12 @@ worker stage getting much dearer or cheaper against a reference measured in the 
 ratios, not times, with a band measured under load).
 """
 
+import sys
 from pathlib import Path
 
 import pytest
 
-from bench.guard import BUDGET_QUIET, CALIBRATION_QUIET, Table, budget, calibrate, problems
+from bench.guard import CALIBRATION_QUIET, Table, calibrate, problems, quiet_seconds, run_scaled
 from bench.ratios import FLOOR, RECORD_COMMAND, TOLERANCE, drifts, failure_message, load
 from bench.run import ROWS, STAGE_NAMES, STAGE_ROWS
 
@@ -53,11 +54,19 @@ def test_the_guard_fails_a_stage_out_of_its_band_and_a_ratio_not_measured():
     assert "ratio not measured: ratio_fast10_build" in problems(Table.parse(table_of(a_full_run())), missing)
 
 
-def test_the_hang_limit_scales_with_the_machines_speed_and_never_falls_below_the_quiet_budget():
-    assert budget(CALIBRATION_QUIET) == BUDGET_QUIET
-    assert budget(CALIBRATION_QUIET / 3) == BUDGET_QUIET  # a faster machine keeps the quiet budget
-    assert budget(CALIBRATION_QUIET * 5) == pytest.approx(BUDGET_QUIET * 5)  # load 8-14 on 2 cores: ~5x slower
+def test_a_loaded_machines_seconds_count_for_less_and_a_fast_machines_never_for_more():
+    assert quiet_seconds(10.0, CALIBRATION_QUIET) == 10.0
+    assert quiet_seconds(10.0, CALIBRATION_QUIET / 3) == 10.0
+    assert quiet_seconds(10.0, CALIBRATION_QUIET * 5) == pytest.approx(2.0)  # load 8-14 on 2 cores: ~5x slower
     assert 0 < calibrate(rounds=1) < 60
+
+
+def test_the_scaled_clock_stops_a_hang_and_returns_a_finished_commands_status(tmp_path):
+    out = tmp_path / "out.txt"
+    assert run_scaled([sys.executable, "-c", "print('done'); raise SystemExit(3)"], out, budget=60, poll=0.2) == 3
+    assert out.read_text() == "done\n"
+    hang = [sys.executable, "-c", "import time; time.sleep(600)"]
+    assert run_scaled(hang, out, budget=0.5, poll=0.2) is None  # killed: the call returned long before 600 s
 
 
 def test_steady_rate_is_the_slope_after_start_up():
