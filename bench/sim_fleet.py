@@ -12,7 +12,7 @@ for holds and heartbeats), so thousands fit in one process; the
 acknowledgements of all of them share one PUSH to the sink (the sink takes
 acknowledgements from any connection; a real worker process has its own).
 
-``--vanish-after S --vanish N``: after S seconds, N of them close their
+``--vanish-after S --vanish N``: after S seconds, once N of them hold tasks, N of them close their
 sockets at once, holding their tasks, as hosts lost to a spot reclaim: their
 leases must expire and the tasks go to others, none lost or done twice.
 
@@ -167,8 +167,9 @@ class SimFleet:
             live = [w for w in self.workers if not w.gone]
             if all(w.shutdown for w in live):  # the job ended, or every worker here vanished
                 break
-            if vanish_after is not None and not self.report.vanished and now - started >= vanish_after:
-                self._vanish(vanish)
+            if (vanish_after is not None and not self.report.vanished and now - started >= vanish_after
+                    and sum(1 for w in live if w.held) >= min(vanish, len(live))):
+                self._vanish(vanish)  # not before they hold tasks: on a loaded machine the time alone may come first
             if now - last_hello > 1.0:  # a Hello can be lost before the connection is up
                 for worker in live:
                     if not worker.introduced:
