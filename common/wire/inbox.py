@@ -24,6 +24,7 @@ from typing import TypeVar, cast
 
 import zmq
 
+from common.logs import printable
 from common.wire.envelope import Codec
 from common.wire.security import Curve
 from common.wire.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
@@ -50,8 +51,10 @@ class Sender:
 
     @property
     def name(self) -> str:
-        """The peer's identity as text (a ROUTER's), for the tables that key peers by it."""
-        return self.identity.decode(errors="replace")
+        """The peer's identity as text (a ROUTER's), for the tables that key peers by it and for the log: any
+        bytes (a DEALER that set none has one starting with a NUL) escaped, so distinct identities stay distinct
+        and no control character reaches a log line."""
+        return printable(self.identity)
 
 
 Handler = Callable[[object, Sender], None]
