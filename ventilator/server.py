@@ -266,7 +266,8 @@ class VentilatorServer:
         now, identity = sender.at, sender.identity
         name, host = logs.printable(message.peer_id), logs.printable(message.host)  # a peer's words, for the log
         peer = self.peers.get(identity)
-        if peer is not None and peer.name == name and now - peer.welcomed < self._rewelcome_after:
+        if (peer is not None and (peer.name, peer.role) == (name, message.role)
+                and now - peer.welcomed < self._rewelcome_after):
             # A Hello repeated before our Welcome reached it: that Welcome is on its way (the job's config,
             # the tokenizer included: ~0.5 MB for BERT's).  Answering every repeat made a fleet of
             # thousands joining at once a storm of Welcomes that starved the grants.
