@@ -44,17 +44,6 @@ def route_to(emit_line: Callable[[str], None]) -> None:
     root.addHandler(_LineHandler(emit_line))
 
 
-def printable(value: str | bytes) -> str:
-    """``value`` as a log line can hold it: a peer's ZeroMQ identity (any bytes: a ROUTER names a DEALER that set
-    none with five bytes starting with a NUL) or a name a peer sent.  Every character that is not printable ASCII
-    (or Unicode, in text), and the backslash, is escaped (``\\x00``), so two values never print alike."""
-    if isinstance(value, bytes):
-        return "".join(chr(byte) if 0x20 <= byte < 0x7F and byte != 0x5C else f"\\x{byte:02x}" for byte in value)
-    return "".join(char if char.isprintable() and char != "\\" else
-                   f"\\x{ord(char):02x}" if ord(char) < 0x100 else
-                   f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}" for char in value)
-
-
 #: How long a role waits in silence for a peer before it says so (:class:`Reminder`): the ventilator for a sink,
 #: a worker or the sink for the ventilator.
 SILENCE_WARNING_SECONDS = 30.0

@@ -24,7 +24,6 @@ from common import logs
 from common.describe import dataset_info
 from common.job.config import JobConfig
 from common.job.tasks import task_id_of
-from common.logs import printable
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
 from common.output.files import manifest_file
@@ -45,6 +44,7 @@ from common.wire.transport import (
     make_socket,
     new_identity,
     parse_address,
+    printable,
 )
 from common.writers import writer_named
 from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length

@@ -27,7 +27,7 @@ from common.steps import required_tasks
 from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
-from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen
+from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen, printable
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.job import Job
@@ -264,7 +264,7 @@ class VentilatorServer:
         if message.role not in ("worker", "sink"):
             raise protocol.ProtocolError(f"hello from role {message.role!r}")
         now, identity = sender.at, sender.identity
-        name, host = logs.printable(message.peer_id), logs.printable(message.host)  # a peer's words, for the log
+        name, host = printable(message.peer_id), printable(message.host)  # a peer's words, for the log
         peer = self.peers.get(identity)
         if (peer is not None and (peer.name, peer.role) == (name, message.role)
                 and now - peer.welcomed < self._rewelcome_after):
@@ -357,7 +357,7 @@ class VentilatorServer:
     def _sink_hello(self, message: protocol.SinkHello, sender: Sender) -> None:
         peer = self._the_sink(sender, "SinkHello")
         if message.job_id != self.config.job_id:
-            log.error("sink %s is on job %s, not %s: restart it", peer.name, logs.printable(message.job_id),
+            log.error("sink %s is on job %s, not %s: restart it", peer.name, printable(message.job_id),
                       self.config.job_id)
             return
         self._sink_done.update(message.done)
@@ -404,7 +404,7 @@ class VentilatorServer:
             if now - peer.last_seen > stale_after:
                 silent.append(identity)  # keep its credit, give it nothing now
                 continue
-            entry = self.dispatcher.lease(logs.printable(identity), now)  # as Sender.name spells it
+            entry = self.dispatcher.lease(printable(identity), now)  # as Sender.name spells it
             if entry is None:
                 self.waiting.appendleft(identity)
                 break

@@ -24,10 +24,9 @@ from typing import TypeVar, cast
 
 import zmq
 
-from common.logs import printable
 from common.wire.envelope import Codec
 from common.wire.security import Curve
-from common.wire.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
+from common.wire.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket, printable
 
 M = TypeVar("M")
 
