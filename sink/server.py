@@ -53,6 +53,8 @@ from sink.progress import Throughput
 log = logging.getLogger("sink")
 
 SUMMARY_NAME = "summary.json"
+#: The largest count a message carries (common/wire/envelope.py: Count).
+MAX_COUNT = 2**53
 ACK_BATCH = 1000
 
 
@@ -406,7 +408,9 @@ class SinkServer:
                 documents += ack.stats.documents
             else:
                 self.duplicates += 1
-        send(protocol.TasksDone([ack.task_id for ack in valid], documents))
+        # Each ack's count is within a Count's range, their sum need not be: past it, the ventilator would drop
+        # the whole TasksDone (these tasks then never confirmed).  It is the progress line's figure only.
+        send(protocol.TasksDone([ack.task_id for ack in valid], min(documents, MAX_COUNT)))
 
     def _own_metrics(self):
         """The sink's own families (not the steps')."""
