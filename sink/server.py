@@ -23,6 +23,7 @@ import zmq
 from common import logs
 from common.describe import dataset_info
 from common.job.config import JobConfig
+from common.job.tasks import task_id_of
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
 from common.output.files import manifest_file
@@ -43,6 +44,7 @@ from common.wire.transport import (
     make_socket,
     new_identity,
     parse_address,
+    printable,
 )
 from common.writers import writer_named
 from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length
@@ -51,6 +53,8 @@ from sink.progress import Throughput
 log = logging.getLogger("sink")
 
 SUMMARY_NAME = "summary.json"
+#: The largest count a message carries (common/wire/envelope.py: Count).
+MAX_COUNT = 2**53
 ACK_BATCH = 1000
 
 
@@ -147,12 +151,14 @@ class SinkServer:
         self._from_ventilator = (Handlers("the ventilator").on(protocol.Welcome, self._welcome)
                                  .on(protocol.HeartbeatReply, self._heartbeat_reply)
                                  .on(protocol.TasksQuarantined, self._tasks_quarantined)
-                                 .on(protocol.WorkerHosts, self._worker_hosts).on(protocol.Shutdown, self._shutdown))
+                                 .on(protocol.WorkerHosts, self._worker_hosts).on(protocol.Shutdown, self._shutdown)
+                                 .on(protocol.SinkStandby, self._stand_by))
         self._on_ack_socket = Handlers("a worker's ack socket").on(protocol.TaskAck, self._ack)
         # The loop's state the handlers share: welcomed since our last Hello, when we sent it, the
         # acknowledgements received (before the job: kept until it comes), the status once Shutdown closed
         # the books, the sockets.
         self._introduced = False
+        self._standing_by = False  # told that the job has another sink: this one writes nothing
         self._last_hello = 0.0
         self._acks: list[protocol.TaskAck] = []
         self._early_acks: list[protocol.TaskAck] = []
@@ -264,6 +270,9 @@ class SinkServer:
             return
         config = JobConfig.from_welcome(message)  # a job that does not decode: counted and dropped
         self._introduced = True
+        if self._standing_by:
+            log.warning("sink: the job's sink went silent: this sink takes over its books")
+            self._standing_by = False
         refused = cannot_keep(config)
         if refused:
             raise SinkError(f"cannot keep this job's books: {refused}")
@@ -291,6 +300,23 @@ class SinkServer:
             log.info("sink: the ventilator does not know this sink (it restarted); telling it what is done")
             self._introduced = False
             self._last_hello = 0.0
+
+    def _stand_by(self, message: protocol.SinkStandby, _sender: Sender) -> None:
+        """The ventilator's job has another sink (one job has one sink).  One that never held the books waits,
+        writing nothing, and says Hello each second: it is welcomed once that sink has been silent
+        ``takeover_seconds`` (it died).  One that held them was taken over while silent that long: it stops,
+        publishing nothing (the books are the other sink's now)."""
+        holder = f"{printable(message.sink_id)} on {printable(message.host)}"
+        if self.manifest is not None:
+            log.error("sink: another sink (%s) took over this job's books while this one was silent for %.0f s: "
+                      "stopping, publishing nothing", holder, message.takeover_seconds)
+            self._tell_ventilator = None  # not the job's sink: it has nothing to close
+            self._exit_code = 1
+            return
+        if not self._standing_by:
+            log.warning("sink: standing by, writing nothing: this job's sink is %s (one job has one sink); this "
+                        "one takes over if that one is silent for %.0f s", holder, message.takeover_seconds)
+            self._standing_by = True
 
     def _tasks_quarantined(self, message: protocol.TasksQuarantined, _sender: Sender) -> None:
         self.quarantined.update(message.failures)
@@ -356,7 +382,12 @@ class SinkServer:
         valid = []
         for ack in acks:
             if ack.job_id != self.config.job_id:
-                self.dropped.drop(f"ack for another job ({ack.job_id})")
+                self.dropped.drop(f"ack for another job ({printable(ack.job_id)})")
+                continue
+            if ack.task_id != task_id_of(ack.source, ack.start, ack.end, ack.stage):
+                # Not a task's: every task's id is its range's (common/job/tasks.py).  Listed, it would count in
+                # the totals and summary.json until a later load dropped it.
+                self.dropped.drop("ack whose task id is not its range's")
                 continue
             valid.append(ack)
         if not valid:
@@ -377,7 +408,9 @@ class SinkServer:
                 documents += ack.stats.documents
             else:
                 self.duplicates += 1
-        send(protocol.TasksDone([ack.task_id for ack in valid], documents))
+        # Each ack's count is within a Count's range, their sum need not be: past it, the ventilator would drop
+        # the whole TasksDone (these tasks then never confirmed).  It is the progress line's figure only.
+        send(protocol.TasksDone([ack.task_id for ack in valid], min(documents, MAX_COUNT)))
 
     def _own_metrics(self):
         """The sink's own families (not the steps')."""
@@ -454,6 +487,8 @@ class SinkServer:
         """Publish the manifest and the summary; the exit status (1 if the
         output store would not take them: the journal still holds every line)."""
         if self.manifest is None:
+            if self._standing_by:
+                log.info("sink: %s while this sink stood by: it wrote nothing", reason)
             return 0
         summary = self.summary(reason)
         # What readers check before serving (the loader): the job ended with every task's output in the manifest.

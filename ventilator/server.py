@@ -27,7 +27,7 @@ from common.steps import required_tasks
 from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
-from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen
+from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen, printable
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.job import Job
@@ -40,6 +40,8 @@ QUARANTINE_BATCH = 100
 QUARANTINE_ERROR_CHARS = 1000
 #: How long, after Shutdown, the sink may take to publish the manifest, dataset_info.json and summary.json.
 SINK_CLOSE_SECONDS = 600.0
+#: Sinks told to stand by that are named in the log (each once); more are counted only (hostile peers).
+MAX_STANDBYS_LOGGED = 100
 #: A ventilator without a sink this long says so (then once a minute): it hands out nothing until one comes.
 NO_SINK_WARNING_SECONDS = logs.SILENCE_WARNING_SECONDS
 
@@ -90,7 +92,11 @@ class VentilatorServer:
         self._early: list[tuple[bytes, object]] = []  # messages other than Hellos that came while it was built
         self.peers: dict[bytes, Peer] = {}
         self.waiting: deque[bytes] = deque()  # workers with credit, in arrival order
+        #: The job's sink: the one welcomed, whose books these are.  Another sink stands by (SinkStandby) until
+        #: this one is silent past _stale_after (it died), and its frames are not the job's sink's.
         self.sink: bytes | None = None
+        self._standbys: set[bytes] = set()  # sinks told to stand by (the first MAX_STANDBYS_LOGGED: logged once)
+        self.standby_hellos = 0
         self._sink_done: dict[str, str] = {}  # the sink's manifest, while its SinkHellos arrive
         self.sink_ready = False
         self.sink_closed: str | None = None  # the sink's SinkClosed: None before it, else its error ("" none)
@@ -258,20 +264,58 @@ class VentilatorServer:
         if message.role not in ("worker", "sink"):
             raise protocol.ProtocolError(f"hello from role {message.role!r}")
         now, identity = sender.at, sender.identity
+        name, host = printable(message.peer_id), printable(message.host)  # a peer's words, for the log
         peer = self.peers.get(identity)
-        if peer is not None and peer.name == message.peer_id and now - peer.welcomed < self._rewelcome_after:
+        if (peer is not None and (peer.name, peer.role) == (name, message.role)
+                and now - peer.welcomed < self._rewelcome_after):
             # A Hello repeated before our Welcome reached it: that Welcome is on its way (the job's config,
             # the tokenizer included: ~0.5 MB for BERT's).  Answering every repeat made a fleet of
             # thousands joining at once a storm of Welcomes that starved the grants.
             self.repeated_hellos += 1
             return
-        self.peers[identity] = Peer(identity, message.role, message.peer_id, now, host=message.host, welcomed=now)
+        if message.role == "sink" and self._stands_by(sender, name, host):
+            return
+        if identity == self.sink and message.role != "sink":
+            self.sink = None  # the job's sink's identity now says it is a worker: no longer the sink
+        self.peers[identity] = Peer(identity, message.role, name, now, host=host, welcomed=now)
         if message.role == "sink":
-            self._sink_done = {}  # its SinkHellos follow
+            self.sink = identity  # the job's sink from now on: its SinkHellos follow
+            self._sink_done = {}
+            self._standbys.discard(identity)
         else:
             self.hosts.joined(message.host, message.booted_at)
         sender.socket.send_multipart([identity, self._welcome])
-        log.debug("%s %s joined from %s", message.role, message.peer_id, message.host)
+        log.debug("%s %s joined from %s", message.role, name, host)
+
+    def _stands_by(self, sender: Sender, name: str, host: str) -> bool:
+        """Whether the sink saying Hello as ``sender`` must stand by (told so: SinkStandby): the job has another
+        sink, heard from within _stale_after.  Two sinks on one job each wrote summary.json and dataset_info.json
+        from their own view of the manifest.  Past that silence the job's sink is taken for dead (killed, its
+        host gone): it is forgotten (any frame it sends later is a stranger's, and it hears it is unknown) and
+        this one takes over."""
+        current = self.peers.get(self.sink) if self.sink is not None else None
+        if current is None or current.role != "sink" or current.identity == sender.identity:
+            return False
+        silent = sender.at - current.last_seen
+        if silent > self._stale_after:
+            log.warning("sink %s (%s) silent for %.0f s: sink %s (%s) takes over the job's books", current.name,
+                        current.host, silent, name, host)
+            del self.peers[current.identity]
+            return False
+        self.standby_hellos += 1
+        if sender.identity not in self._standbys and len(self._standbys) < MAX_STANDBYS_LOGGED:
+            self._standbys.add(sender.identity)
+            log.warning("sink %s (%s) stands by, writing nothing: sink %s (%s) keeps this job's books; one job has "
+                        "one sink (it takes over if that one is silent for %.0f s)", name, host, current.name,
+                        current.host, self._stale_after)
+        sender.reply(protocol.SinkStandby(current.name, current.host, self._stale_after))
+        return True
+
+    def _the_sink(self, sender: Sender, kind: str) -> Peer:
+        """The job's sink, which sent ``kind``; a ProtocolError (counted and dropped) if another peer did."""
+        if sender.identity != self.sink:
+            raise protocol.ProtocolError(f"{kind} from {sender.name}, not the job's sink")
+        return self.peers[sender.identity]
 
     def _heartbeat(self, message: protocol.Heartbeat, sender: Sender) -> None:
         peer = self.peers[sender.identity]
@@ -311,11 +355,11 @@ class VentilatorServer:
         self.dispatcher.returned(sender.name, message.task_ids)
 
     def _sink_hello(self, message: protocol.SinkHello, sender: Sender) -> None:
-        peer = self.peers[sender.identity]
+        peer = self._the_sink(sender, "SinkHello")
         if message.job_id != self.config.job_id:
-            log.error("sink %s is on job %s, not %s: restart it", peer.name, message.job_id, self.config.job_id)
+            log.error("sink %s is on job %s, not %s: restart it", peer.name, printable(message.job_id),
+                      self.config.job_id)
             return
-        self.sink = peer.identity
         self._sink_done.update(message.done)
         if not message.last:
             return
@@ -335,14 +379,16 @@ class VentilatorServer:
                      self.dispatcher.total)
         self.sink_ready = True
 
-    def _tasks_done(self, message: protocol.TasksDone, _sender: Sender) -> None:
+    def _tasks_done(self, message: protocol.TasksDone, sender: Sender) -> None:
+        self._the_sink(sender, "TasksDone")
         self.dispatcher.mark_done(message.task_ids)
         self.documents_done += message.documents
 
     def _sink_said_closed(self, message: protocol.SinkClosed, sender: Sender) -> None:
+        peer = self._the_sink(sender, "SinkClosed")  # a stray one (another peer's) must not end the job
         self.sink_closed = message.error
         if message.error:
-            log.error("sink %s: %s", self.peers[sender.identity].name, message.error)
+            log.error("sink %s: %s", peer.name, message.error)
 
     # Work ---------------------------------------------------------------
     def _dispatch(self, router: zmq.Socket, now: float) -> None:
@@ -358,7 +404,7 @@ class VentilatorServer:
             if now - peer.last_seen > stale_after:
                 silent.append(identity)  # keep its credit, give it nothing now
                 continue
-            entry = self.dispatcher.lease(identity.decode(errors="replace"), now)
+            entry = self.dispatcher.lease(printable(identity), now)  # as Sender.name spells it
             if entry is None:
                 self.waiting.appendleft(identity)
                 break
@@ -529,6 +575,8 @@ class VentilatorServer:
                     self.worker_count)
         yield gauge("mlm_ventilator_sink_ready", "1 once the sink has said which tasks are done.",
                     int(self.sink_ready))
+        yield counter("mlm_ventilator_standby_hellos", "Hellos of sinks told to stand by: the job has its sink "
+                      "(one job has one sink).", self.standby_hellos)
         yield counter("mlm_ventilator_repeated_hellos", "Hellos repeated before our Welcome arrived, not answered "
                       "again (a fleet joining at once).", self.repeated_hellos)
         yield counter("mlm_ventilator_dropped_messages", "Malformed or unexpected messages dropped.",

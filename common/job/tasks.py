@@ -56,6 +56,18 @@ class InputFile:
     version: str
 
 
+def task_key(path: str, start: int, end: int, stage: str = "") -> str:
+    """A task's name: its range of its file, and its stage (only a stage's task carries one)."""
+    where = f"{path}@{start}-{end}"
+    return f"{stage}:{where}" if stage else where
+
+
+def task_id_of(path: str, start: int, end: int, stage: str = "") -> str:
+    """The id of the task over this range (``Task.task_id``): what its acknowledgement, which names the range,
+    must carry (the sink drops one that does not: a forged or garbled frame)."""
+    return hashlib.sha256(task_key(path, start, end, stage).encode()).hexdigest()[:20]
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     path: str
@@ -74,12 +86,11 @@ class Task:
     task_id: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "task_id", hashlib.sha256(self.key.encode()).hexdigest()[:20])
+        object.__setattr__(self, "task_id", task_id_of(self.path, self.start, self.end, self.stage))
 
     @property
     def key(self) -> str:
-        where = f"{self.path}@{self.start}-{self.end}"
-        return f"{self.stage}:{where}" if self.stage else where
+        return task_key(self.path, self.start, self.end, self.stage)
 
     @property
     def shard_stem(self) -> str:

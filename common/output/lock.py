@@ -18,10 +18,19 @@ Taking over is itself exclusive: the taker first creates ``.mlm-pipeline.lock.ta
 only then writes its own.  A holder that was only paused past its lease finds that marker (or another
 token in the lock) at its next renewal, and its run stops with an error instead of going on beside the
 new one (for at most one renewal period both may run: a pause longer than the lease is a broken host).
+
+A marker names its taker as a lock does.  A taker that died mid-takeover (killed, or its write of the lock
+failed and it exited) leaves it behind; judged as a holder is (its process gone, or its lease expired), it
+is passed: the next taker creates the marker that follows it, named after the marker and its dead taker
+(``...takeover-<holder's token>-<sha256>``).  Every taker that finds the same dead one goes for the same next
+name, so that step is exclusive too, and a live taker's marker still turns every other taker away (the
+message names the file).  The winner removes the markers it passed once its lock is written; a taker whose
+write fails removes its own.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -39,6 +48,8 @@ LEASE_SECONDS = 60.0
 RENEW_SECONDS = 15.0
 #: How long past its expiry another host's lock is still respected (clocks of two hosts differ).
 SKEW_SECONDS = 30.0
+#: Markers of takers that died mid-takeover passed in one takeover, at most (more is another fault: refused).
+MAX_DEAD_TAKERS = 8
 
 
 class OutputLocked(Exception):
@@ -159,19 +170,56 @@ class OutputLock:
                     f"--output {where} is in use by another run ({holder.describe()}, its lease renewed until "
                     f"{time.strftime('%H:%M:%S', time.localtime(holder.expires))}): wait for it to end or stop "
                     f"it; a holder that died is taken over once its lease expires")
-            marker = f"{LOCK_NAME}.takeover-{holder.token}"
-            if not self.storage.create_if_absent(marker, me.encode()):
-                raise OutputLocked(f"--output {where}: another run is taking over the lock of a dead run "
-                                   f"({holder.describe()}) at this moment")
+            marker, passed = self._takeover_marker(holder, me)
             if self.storage.get_bytes(LOCK_NAME) != data:  # renewed or released meanwhile: judge again
                 self.storage.remove(marker)
                 continue
-            self.storage.put_bytes(LOCK_NAME, me.encode())
-            self.storage.remove(marker)
+            try:
+                self.storage.put_bytes(LOCK_NAME, me.encode())
+            except BaseException:
+                self.storage.remove(marker)  # left behind, it would turn every later run away
+                raise
+            for name in [marker, *passed]:
+                self.storage.remove(name)
             log.warning("output %s: took over the lock of %s (%s)", where, holder.describe(), why)
             self.holder = me
             return
         raise OutputLocked(f"--output {where}: its lock changed hands five times while this run tried to take it")
+
+    def _takeover_marker(self, holder: Holder, me: Holder) -> tuple[str, list[str]]:
+        """The takeover marker of ``holder`` this run created, and the markers of dead takers it passed on the
+        way; OutputLocked when a live run is taking over (naming its marker, to remove if no run is)."""
+        where = self.storage.uri("").rstrip("/")
+        marker = f"{LOCK_NAME}.takeover-{holder.token}"
+        passed: list[str] = []
+        for _attempt in range(4 * MAX_DEAD_TAKERS):
+            if len(passed) > MAX_DEAD_TAKERS:
+                break
+            if self.storage.create_if_absent(marker, me.encode()):
+                return marker, passed
+            found = self.storage.get_bytes(marker)
+            if found is None:
+                continue  # removed meanwhile (its taker is done, or gave up): try the same name again
+            try:
+                taker = Holder.decode(found)
+            except ValueError as error:
+                raise OutputLocked(f"--output {where}: {self.storage.uri(marker)} is not a takeover marker "
+                                   f"mlm-pipeline can read ({error}); remove it if no run uses this output") from None
+            if taker.token == me.token:  # our own create, whose answer was lost and retried
+                return marker, passed
+            dead = taker.gone(self.clock())
+            if dead is None:
+                raise OutputLocked(f"--output {where}: another run ({taker.describe()}) is taking over the lock of a "
+                                   f"dead run ({holder.describe()}) at this moment; if no run is, remove "
+                                   f"{self.storage.uri(marker)}")
+            log.warning("output %s: passing %s, left by a run that died taking over the lock (%s, %s)", where,
+                        self.storage.uri(marker), taker.describe(), dead)
+            passed.append(marker)
+            step = hashlib.sha256(f"{marker}\n{taker.token}".encode()).hexdigest()[:16]
+            marker = f"{LOCK_NAME}.takeover-{holder.token}-{step}"
+        raise OutputLocked(f"--output {where}: {len(passed)} runs died taking over its lock, or its takeover markers "
+                           f"keep changing; remove the files "
+                           f"{self.storage.uri(LOCK_NAME)}.takeover-* if no run uses this output")
 
     def renew(self) -> bool:
         """Push the expiry on; False (and ``lost`` says why) if the lock is no longer ours."""
@@ -186,9 +234,10 @@ class OutputLock:
             self.lost = (f"the lock of --output {self.storage.uri('')} was taken by another run "
                          f"({current.describe() if current else 'the lock file is gone'})")
             return False
-        if self.storage.get_bytes(f"{LOCK_NAME}.takeover-{self.holder.token}") is not None:
-            self.lost = f"another run is taking over the lock of --output {self.storage.uri('')} (this run's lease " \
-                        "had expired)"
+        marker = f"{LOCK_NAME}.takeover-{self.holder.token}"
+        if self.storage.get_bytes(marker) is not None:
+            self.lost = (f"another run is taking over the lock of --output {self.storage.uri('')} (this run's lease "
+                         f"had expired; its marker: {self.storage.uri(marker)})")
             return False
         self.holder = self._me(self.holder.token, self.holder.started)
         self.storage.put_bytes(LOCK_NAME, self.holder.encode())

@@ -26,7 +26,7 @@ import zmq
 
 from common.wire.envelope import Codec
 from common.wire.security import Curve
-from common.wire.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket
+from common.wire.transport import MAX_INBOUND_BYTES, DroppedMessages, make_socket, printable
 
 M = TypeVar("M")
 
@@ -50,8 +50,10 @@ class Sender:
 
     @property
     def name(self) -> str:
-        """The peer's identity as text (a ROUTER's), for the tables that key peers by it."""
-        return self.identity.decode(errors="replace")
+        """The peer's identity as text (a ROUTER's), for the tables that key peers by it and for the log: any
+        bytes (a DEALER that set none has one starting with a NUL) escaped, so distinct identities stay distinct
+        and no control character reaches a log line."""
+        return printable(self.identity)
 
 
 Handler = Callable[[object, Sender], None]

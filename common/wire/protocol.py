@@ -12,7 +12,7 @@ Sockets (see README, "Sockets"):
           Heartbeat, TaskFinished, TaskFailed, TaskReturned  /  Welcome,
           TaskAssignment, HeartbeatReply, Shutdown
   sink    DEALER --> ventilator ROUTER:  Hello, SinkHello, TasksDone,
-          Heartbeat, SinkClosed  /  Welcome, TasksQuarantined, HeartbeatReply, Shutdown
+          Heartbeat, SinkClosed  /  Welcome, SinkStandby, TasksQuarantined, HeartbeatReply, Shutdown
   worker  PUSH   --> sink PULL (--sink-port):  TaskAck
 
 The wire knows no job: a Welcome carries the job as an :data:`EncodedJob`,
@@ -237,9 +237,22 @@ class SinkClosed:
     error: str = ""
 
 
+@dataclass
+class SinkStandby:
+    """Ventilator to a sink it does not welcome: the job has its sink (``sink_id``, on ``host``), heard from
+    within the last ``takeover_seconds``.  One job has one sink: this one writes nothing, and is welcomed once
+    that sink has been silent that long (it died).  A sink that held the job's books hears this after another
+    took them over (it was silent that long): it stops writing."""
+
+    sink_id: str
+    host: str
+    takeover_seconds: Seconds
+
+
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Hello, SinkHello, Welcome, TaskRequest, TaskAssignment, Heartbeat, HeartbeatReply,
-    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown, SinkClosed)}
+    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown, SinkClosed,
+    SinkStandby)}
 
 Message = typing.Union[tuple(MESSAGE_TYPES.values())]  # noqa: UP007 - built from the table, no `|` spelling
 

@@ -68,6 +68,17 @@ def listen(sock: zmq.Socket, host: str, port: int) -> None:
         raise ListenError(f"cannot listen on {host or '*'}:{port}: {error}") from None
 
 
+def printable(value: str | bytes) -> str:
+    """``value`` as a log line can hold it: a peer's ZeroMQ identity (any bytes: a ROUTER names a DEALER that set
+    none with five bytes starting with a NUL) or a name a peer sent.  Every character that is not printable ASCII
+    (or Unicode, in text), and the backslash, is escaped (``\\x00``), so two values never print alike."""
+    if isinstance(value, bytes):
+        return "".join(chr(byte) if 0x20 <= byte < 0x7F and byte != 0x5C else f"\\x{byte:02x}" for byte in value)
+    return "".join(char if char.isprintable() and char != "\\" else
+                   f"\\x{ord(char):02x}" if ord(char) < 0x100 else
+                   f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}" for char in value)
+
+
 def new_identity(role: str) -> str:
     """A readable, unique name for this process: role, host, pid, random."""
     return f"{role}-{_socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"

@@ -191,3 +191,21 @@ def test_the_loader_table_takes_hostile_frames_from_ranks(loader_dataset, socket
         replies.append(messages.decode(rank.recv()))
     reply = replies[-1]
     assert isinstance(reply, messages.Status) and reply.dropped == server.dropped.total >= len(frames) // 2
+
+
+from hypothesis import given  # noqa: E402
+
+
+@given(st.one_of(st.binary(max_size=8), st.text(max_size=8)), st.one_of(st.binary(max_size=8), st.text(max_size=8)))
+def test_a_peers_identity_or_name_prints_without_control_characters_and_stays_distinct(first, second):
+    """A DEALER without an identity is named by the ROUTER with a NUL first; a Hello's names are anyone's.  In
+    the log (and the tables keyed by ``Sender.name``) each prints with no control character, and two identities
+    never print alike."""
+    from common.wire.transport import printable
+
+    for value in (first, second):
+        shown = printable(value)
+        assert shown.isprintable() and "\x00" not in shown
+    if type(first) is type(second) and first != second:
+        assert printable(first) != printable(second)
+    assert printable(b"\x00k\x8bEg") == "\\x00k\\x8bEg"

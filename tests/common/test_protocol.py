@@ -36,6 +36,7 @@ def test_round_trip_every_message_type():
         protocol.WorkerHosts({"host": [1.7e9, 1.7e9 + 60]}),
         protocol.Shutdown("done"),
         protocol.SinkClosed("unknown output format 'demo-jsonl'"),
+        protocol.SinkStandby("sink-a", "host", 6.5),
     ]
     assert {type(s).__name__ for s in samples} == set(protocol.MESSAGE_TYPES)
     for message in samples:

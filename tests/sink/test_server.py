@@ -2,6 +2,7 @@
 
 import logging
 
+from common.job.tasks import task_id_of
 from common.output.manifest import Manifest
 from common.storage import LocalStorage, StorageError
 from sink.server import SinkOptions, SinkServer
@@ -51,8 +52,9 @@ def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
     server.manifest = Manifest(server.output, server.config.job_id, str(tmp_path / "state"))
     server.manifest.load()
     (out / "a.tfrecord").write_bytes(b"shard")
-    ack = protocol.TaskAck("a", server.config.job_id, "w", "src", 0, 1, "v", [ShardFile("a.tfrecord", 1, "0", 5)], 1,
-                           protocol.AckStats())
+    task = task_id_of("src", 0, 1)  # an acknowledgement names its task's range: the id is the range's
+    ack = protocol.TaskAck(task, server.config.job_id, "w", "src", 0, 1, "v", [ShardFile("a.tfrecord", 1, "0", 5)],
+                           1, protocol.AckStats())
     sent = []
     real = server.manifest._handle
 
@@ -71,7 +73,7 @@ def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
     assert sent == [] and server.unrecorded == 1 and "could not write 1 acknowledgement" in caplog.text
     assert (out / "manifest.jsonl").read_bytes() == b""  # the partial line was cut back
     server._record([ack], sent.append)  # the disk takes writes again: the redone task's ack is recorded
-    assert [m.task_ids for m in sent] == [["a"]]
+    assert [m.task_ids for m in sent] == [[task]]
     assert server._finish("all tasks done", job_over=True) == 0
     assert json.loads((out / "summary.json").read_text())["tasks"] == 1
     server.manifest.close()
@@ -126,15 +128,18 @@ def test_the_sink_keeps_the_books_under_the_job_id_its_welcome_carries(tmp_path)
     push = context.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     push.connect(f"tcp://127.0.0.1:{port}")
-    for task, job_id in (("computed", config.job_id), ("carried", carried)):
-        push.send(protocol.encode(protocol.TaskAck(task, job_id, "w", "src", 0, 1, "v", [], 0, protocol.AckStats())))
-    assert receive(protocol.TasksDone)[1].task_ids == ["carried"]
+    ranges = {"computed": ("src", 0, 1), "carried": ("src", 1, 2)}
+    task = {name: task_id_of(*where) for name, where in ranges.items()}
+    for name, job_id in (("computed", config.job_id), ("carried", carried)):
+        push.send(protocol.encode(protocol.TaskAck(task[name], job_id, "w", *ranges[name], "v", [], 0,
+                                                   protocol.AckStats())))
+    assert receive(protocol.TasksDone)[1].task_ids == [task["carried"]]
     ventilator.send_multipart([identity, protocol.encode(protocol.Shutdown("done"))])
     assert receive(protocol.SinkClosed)[1].error == ""
     thread.join(30)
     assert status == [0]
     lines = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
-    assert [(line["task"], line["job"]) for line in lines] == [("carried", carried)]
+    assert [(line["task"], line["job"]) for line in lines] == [(task["carried"], carried)]
     assert json.loads((out / "summary.json").read_text())["job"] == carried
 
     # Resuming this output under another id: its manifest is another job's, refused before any task.

@@ -129,3 +129,101 @@ def test_a_second_run_on_one_output_is_refused_and_a_killed_ones_output_resumes(
     assert third.returncode == 0, third.stderr[-3000:]
     assert "took over the lock" in third.stderr and "its process is gone" in third.stderr
     assert not (output / LOCK_NAME).exists()
+
+
+# A takeover marker left behind (its taker killed mid-takeover, or its write of the lock failed) made every later
+# run say "taking over ... at this moment" forever, naming no file.  On every store the lock runs on.
+
+def _dead_process(storage) -> dict:
+    """Holder fields of a process of this host that has ended (its pid's start time is not the one recorded)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = OutputLock(storage, "job-x")._me("x", 0.0)
+    return {"host": mine.host, "pid": dead.pid, "process": mine.process.rsplit("/", 1)[0] + "/1"}
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3), pytest.param("gcs", marks=pytest.mark.gcs)])
+def store(request, tmp_path, monkeypatch):
+    """An output on each store the lock is made on: a local directory, S3 (radosgw), GCS (the emulator)."""
+    if request.param == "local":
+        return LocalStorage(str(tmp_path / "out"))
+    server = request.getfixturevalue(request.param)
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    bucket = server.new_bucket("lock")
+    if request.param == "s3":
+        return S3Storage(f"s3://{bucket}/out", server.endpoint_url)
+    from common.storage import open_storage
+
+    return open_storage(f"gs://{bucket}/out")
+
+
+def _markers(storage) -> list[str]:
+    return [name for name in storage.list_outputs() if ".takeover-" in name]
+
+
+def test_a_marker_left_by_a_taker_that_died_is_passed_and_cleared(store):
+    dead_holder = _foreign(store, **_dead_process(store))
+    dead_taker = dataclasses.replace(dead_holder, token="taker-1", **_dead_process(store))
+    store.put_bytes(f"{LOCK_NAME}.takeover-{dead_holder.token}", dead_taker.encode())
+    taker = OutputLock(store, "job-a")
+    taker.acquire()
+    assert Holder.decode(store.get_bytes(LOCK_NAME)).token == taker.holder.token
+    assert _markers(store) == []
+    taker.release()
+
+
+def test_a_live_takers_marker_turns_others_away_naming_the_file(store):
+    """A marker whose taker runs (here: this process) still makes the takeover exclusive, also one link down the
+    chain of dead takers; the message names the file to remove if no run is taking over."""
+    dead_holder = _foreign(store, **_dead_process(store))
+    first = f"{LOCK_NAME}.takeover-{dead_holder.token}"
+    store.put_bytes(first, dataclasses.replace(dead_holder, token="taker-1", **_dead_process(store)).encode())
+    live = OutputLock(store, "job-a")
+    marker, passed = live._takeover_marker(dead_holder, live._me("live-taker", time.time()))
+    assert passed == [first] and marker != first
+    with pytest.raises(OutputLocked) as refused:
+        OutputLock(store, "job-b").acquire()
+    message = str(refused.value)
+    assert "\n" not in message and "at this moment" in message and f"remove {store.uri(marker)}" in message
+    store.remove(marker)  # the live taker gave up: the next run takes over
+    OutputLock(store, "job-b").acquire()
+    assert _markers(store) == []
+
+
+def test_a_failed_write_of_the_lock_leaves_no_marker(tmp_path):
+    class LockWriteFails(LocalStorage):
+        fail = False
+
+        def put_bytes(self, name, data):
+            if name == LOCK_NAME and self.fail:
+                self.fail = False
+                raise OSError("No space left on device")
+            super().put_bytes(name, data)
+
+    storage = LockWriteFails(str(tmp_path))
+    _foreign(storage, expires=time.time() - 3600)
+    storage.fail = True  # the next write of the lock: the taker's
+    with pytest.raises(OSError):
+        OutputLock(storage, "job-a").acquire()
+    assert _markers(storage) == []
+    OutputLock(storage, "job-a").acquire()
+
+
+@pytest.mark.e2e
+def test_a_run_after_one_killed_mid_takeover_runs_the_job(tmp_path):
+    """Through the command line: an output holding a dead run's lock and the marker of a run killed while taking
+    it over is run to its end by the same command, and no marker is left."""
+    need_shared()
+    corpus = small_corpus(tmp_path / "corpus", size=20_000)
+    output = tmp_path / "out"
+    storage = LocalStorage(str(output))
+    dead_holder = _foreign(storage, **_dead_process(storage))
+    storage.put_bytes(f"{LOCK_NAME}.takeover-{dead_holder.token}",
+                      dataclasses.replace(dead_holder, token="taker-1", **_dead_process(storage)).encode())
+    run = run_ventilator(corpus, output, "--vocab-file", str(VOCAB), "--dupe-factor", "1", "--task-size", "24K",
+                         "--workers", "1", timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "left by a run that died taking over the lock" in run.stderr
+    assert not [path for path in output.iterdir() if ".takeover-" in path.name]
+    assert not (output / LOCK_NAME).exists()
