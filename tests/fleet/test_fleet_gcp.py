@@ -73,7 +73,7 @@ def rendered(tmp_path_factory):
     shutil.copytree(STARTUP_DIR, work / "startup", ignore=shutil.ignore_patterns(".terraform*", "tests"))
     variables = {"fleet_name": "zh-electra", "project": "my-project", "package_spec": "mlm-pipeline[gcs]==0.1.0",
                  "bucket_name": "my-corpora", "bucket_prefix": "zhwiki/run1", "ventilator_address": "10.20.0.2",
-                 "vocab_file": "gs://my-corpora/zhwiki/vocab.txt",
+                 "vocab_file": "gs://my-corpora/zhwiki/run1/vocab.txt",
                  "job_args": ["--objective", "electra", "--word-segmenter", "jieba", "--word-starts"]}
     (work / "main.tf").write_text('variable "v" {\n  type = any\n}\nmodule "m" {\n  source = "./startup"\n'
                                   + "".join(f"  {k} = var.v.{k}\n" for k in variables)
@@ -256,9 +256,10 @@ def test_the_install_outlasts_a_package_index_not_answering_yet(tmp_path, failur
     calls = tmp_path / "pip-calls"
     pip = opt / "venv" / "bin" / "pip"
     pip.write_text(f'#!/bin/bash\necho "$@" >> {calls}\n[ "$(wc -l < {calls})" -gt {failures} ]\n')
+    (opt / "venv" / "bin" / "python").write_text("#!/bin/bash\nexit 0\n")
     for name, body in {"id": "exit 0", "python3": "exit 0", "useradd": "exit 0", "sleep": "exit 0"}.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-    for path in [pip, *bin_dir.iterdir()]:
+    for path in [pip, opt / "venv" / "bin" / "python", *bin_dir.iterdir()]:
         path.chmod(0o755)
     script = _render((STARTUP_DIR / "templates" / "install.sh.tftpl").read_text(),
                      {"user": "mlm", "install_dir": str(opt), "venv": str(opt / "venv"),
