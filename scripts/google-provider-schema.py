@@ -108,7 +108,8 @@ def schema(repo: str, tag: str) -> dict:
     return {
         "format_version": "1.0",
         "source": {"repository": "https://github.com/hashicorp/terraform-provider-google", "tag": tag,
-                   "commit": commit, "made_by": "scripts/google-provider-schema.py",
+                   "commit": commit, "license": "MPL-2.0 (the provider's repository, its documentation included)",
+                   "made_by": "scripts/google-provider-schema.py",
                    "from": "website/docs/{r,d}/*.html.markdown: every documented argument and attribute, "
                            "[Beta] ones left out"},
         "provider_schemas": {"registry.terraform.io/hashicorp/google": {
