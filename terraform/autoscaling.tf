@@ -153,7 +153,13 @@ resource "aws_autoscaling_group" "worker" {
     }
     precondition {
       condition     = !local.autoscale || (var.package_spec != null && local.start_workers_on_boot)
-      error_message = "autoscale = true: the instances the group starts must install and start their workers on their own. Set package_spec (a pip requirement they can install: a version on your index, a git URL, or a wheel in your bucket, see docs/fleet.md) and leave start_workers_on_boot unset or true; or set autoscale = false for a fixed group set up by Ansible."
+      error_message = "autoscale = true: the instances the group starts must install and start their workers on their own. Set package_spec (a pip requirement they can install: a version on your index, a git URL, or the release's sdist URL, see docs/fleet.md) and leave start_workers_on_boot unset or true; or set autoscale = false for a fixed group set up by Ansible."
+    }
+    # The compiled kernels make the package's wheels platform-specific: a wheel of another architecture is
+    # refused by pip on every instance the group starts (the sdist builds on each, docs/fleet.md).
+    precondition {
+      condition     = !endswith(coalesce(var.package_spec, "-"), ".whl") || endswith(coalesce(var.package_spec, "-"), "-none-any.whl") || endswith(coalesce(var.package_spec, "-"), local.arch.worker == "arm64" ? "_aarch64.whl" : "_x86_64.whl")
+      error_message = "package_spec is a wheel for another platform than the workers' (${local.arch.worker}): pip refuses it there. Give the release's sdist (mlm_pipeline-X.Y.Z.tar.gz), which each instance builds, or a wheel of their architecture and Python."
     }
     precondition {
       condition     = length(local.types_disagreeing) == 0

@@ -377,7 +377,7 @@ variable "worker_processes" {
 }
 
 variable "package_spec" {
-  description = "pip requirement that cloud-init installs into /opt/mlm/venv (e.g. \"git+https://github.com/ORG/mlm-pipeline.git@v0.1.0\" or a wheel URL, e.g. one in your bucket); null = leave it to ansible init.yaml, which only a fixed group (autoscale = false) can wait for: autoscale = true refuses null."
+  description = "pip requirement that cloud-init installs into /opt/mlm/venv (e.g. \"git+https://github.com/ORG/mlm-pipeline.git@v0.1.0\" or the URL of the release's sdist, which each instance builds; a wheel only of the workers' architecture and Python); null = leave it to ansible init.yaml, which only a fixed group (autoscale = false) can wait for: autoscale = true refuses null."
   type        = string
   default     = null
 }

@@ -248,10 +248,12 @@ resource "google_compute_region_instance_group_manager" "workers" {
   }
 
   # A new template (a new package_spec) replaces VMs a few at a time; each drains through its shutdown script.
+  # Proactive redistribution stays on: the API allows NONE only for groups no autoscaler scales, and
+  # docs/fleet.md cites where. A regional group's fixed surge and unavailability are 0 or at least its zones.
   update_policy {
     type                         = "PROACTIVE"
     minimal_action               = "REPLACE"
-    instance_redistribution_type = "NONE"
+    instance_redistribution_type = "PROACTIVE"
     max_surge_fixed              = length(local.zones)
     max_unavailable_fixed        = length(local.zones)
   }

@@ -22,7 +22,7 @@ variable "fleet_name" {
 
 variable "package_spec" {
   type        = string
-  description = "What pip installs on every VM, pinned ('mlm-pipeline[gcs]==0.1.0', or a gs:// wheel): the startup script installs it at boot, so an update needs no new image."
+  description = "What every VM installs at boot, pinned: the release's sdist (or a wheel of the VMs' platform) below the job's prefix in the bucket, 'gs://BUCKET/PREFIX/dist/mlm_pipeline-0.1.0.tar.gz', or a pin on your own index. An update needs no new image."
 }
 
 variable "bucket_name" {

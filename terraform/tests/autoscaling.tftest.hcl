@@ -337,6 +337,41 @@ run "instance_types_of_another_architecture_are_refused" {
   expect_failures = [aws_autoscaling_group.worker]
 }
 
+run "a_wheel_of_another_architecture_is_refused" {
+  command = plan
+  variables {
+    package_spec = "https://example.com/mlm_pipeline-0.1.0-cp312-cp312-linux_x86_64.whl"
+  }
+  override_data {
+    target = data.aws_ec2_instance_type.worker
+    values = { default_vcpus = 8, supported_architectures = ["arm64"] }
+  }
+  override_data {
+    target = data.aws_ec2_instance_type.worker_types
+    values = { default_vcpus = 8, supported_architectures = ["arm64"] }
+  }
+  expect_failures = [aws_autoscaling_group.worker]
+}
+
+run "the_sdist_installs_on_any_architecture" {
+  command = plan
+  variables {
+    package_spec = "https://example.com/mlm_pipeline-0.1.0.tar.gz"
+  }
+  override_data {
+    target = data.aws_ec2_instance_type.worker
+    values = { default_vcpus = 8, supported_architectures = ["arm64"] }
+  }
+  override_data {
+    target = data.aws_ec2_instance_type.worker_types
+    values = { default_vcpus = 8, supported_architectures = ["arm64"] }
+  }
+  assert {
+    condition     = contains(yamldecode(module.fleet.worker_user_data).packages, "gcc")
+    error_message = "the instances get a compiler for the kernels"
+  }
+}
+
 run "more_zones_than_the_vpc_holds_are_refused" {
   command = plan
   variables {

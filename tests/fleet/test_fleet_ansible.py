@@ -259,3 +259,32 @@ def test_procctl_once_does_not_rerun_a_completed_job(state):
     retry = procctl(state, "start", "failed", "--once", "--", "sh", "-c", "exit 5")
     assert retry.stdout.startswith("started"), "a failed job is started again"
     procctl(state, "wait", "failed", "--timeout", "10")
+
+
+def test_the_controller_ships_source_not_a_wheel_of_its_own_platform(tmp_path):
+    """The compiled kernels make a wheel specific to the platform that built it: a controller that is not the
+    hosts' (here one whose Python calls itself macOS on arm64) makes a wheel that pip on this Linux host refuses.
+    build-sdist.sh, which init.yaml runs on the controller, makes the same bytes on either platform: source,
+    which each host builds (tests/fleet/test_fleet_netns.py installs it from such a controller)."""
+    script = ANSIBLE_DIR / "roles" / "mlm" / "files" / "build-sdist.sh"
+    foreign = {**os.environ, "_PYTHON_HOST_PLATFORM": "macosx-11.0-arm64", "PYTHON": sys.executable}
+    native = {**os.environ, "PYTHON": sys.executable}
+    built = {}
+    for name, env in (("foreign", foreign), ("native", native)):
+        proc = subprocess.run(["bash", str(script), str(ANSIBLE_DIR.parent), str(tmp_path / name)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        built[name] = Path(proc.stdout.strip().splitlines()[-1])
+    assert built["foreign"].name == built["native"].name and built["foreign"].name.endswith(".tar.gz")
+    assert built["foreign"].read_bytes() == built["native"].read_bytes(), "the sdist depends on the controller"
+
+    # What the controller used to ship: a wheel of the same source, built where the playbook runs.
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                           "--wheel-dir", str(tmp_path / "wheel"), str(built["foreign"])], env=foreign,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    assert wheel.name.endswith("-macosx_11_0_arm64.whl"), wheel.name
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
+                           "--ignore-installed", str(wheel)], env=native, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "is not a supported wheel on this platform" in proc.stderr, proc.stderr

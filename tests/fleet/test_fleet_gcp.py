@@ -20,6 +20,7 @@ import yaml
 
 from tests.fleet.fleethelpers import ANSIBLE_DIR, TERRAFORM_DIR, run_terraform, terraform_binary
 from tests.fleet.test_fleet_terraform import blocks, load_dir
+from tests.support.helpers import REPO
 
 hcl2 = pytest.importorskip("hcl2", reason="python-hcl2 is not installed (pip install -r tests/fleet/requirements.txt)")
 
@@ -63,7 +64,99 @@ def test_startup_module_terraform_test(tmp_path):
 
 def test_validate_needs_the_google_provider():
     pytest.skip("terraform validate of terraform/gcp needs the hashicorp/google provider from the Terraform "
-                "registry, which this machine cannot reach; its wiring is checked with python-hcl2 here")
+                "registry, which this machine cannot reach; test_every_attribute_is_in_the_providers_schema checks "
+                "the attributes against the provider's documented schema instead")
+
+
+#: Schemas of the google provider at both ends of terraform/gcp's version range, made from the provider's own
+#: documentation at each release tag by scripts/google-provider-schema.py (the file says which commit).
+PROVIDER_SCHEMAS = sorted((REPO / "tests" / "data").glob("google-provider-schema-*.json"))
+#: Terraform's own arguments of every resource, not the provider's.
+META_ARGUMENTS = {"count", "for_each", "depends_on", "provider", "lifecycle", "provisioner", "connection"}
+
+
+def _schema_problems(body: dict, block: dict, where: str) -> list[str]:
+    """Every argument and nested block of ``body`` that ``block`` (a providers-schema block) does not have."""
+    problems = []
+    for key, value in body.items():
+        if key in META_ARGUMENTS or key.startswith("__"):
+            continue
+        if key in block["block_types"]:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, dict):
+                    problems += _schema_problems(item, block["block_types"][key]["block"], f"{where}.{key}")
+        elif key not in block["attributes"]:
+            problems.append(f"{where}.{key}")
+    return problems
+
+
+def _provider_schema_problems(root: dict, schema: dict) -> list[str]:
+    google = schema["provider_schemas"]["registry.terraform.io/hashicorp/google"]
+    kinds = {"resource": google["resource_schemas"], "data": google["data_source_schemas"]}
+    problems = []
+    for kind, schemas in kinds.items():
+        for address, body in blocks(root, kind).items():
+            kind_type = address.split(".")[0]
+            if kind_type not in schemas:
+                problems.append(f"{kind} {kind_type}: not in the schema file")
+                continue
+            problems += _schema_problems(body, schemas[kind_type]["block"], f"{kind}.{address}")
+    # Attributes read from other resources (google_service_account.worker.email, ....id, data....names).
+    import re
+
+    for data, kind_type, _name, attribute in set(re.findall(r"\b(data\.)?(google_[a-z0-9_]+)\.([a-z0-9_-]+)\.([a-z0-9_]+)",
+                                                           json.dumps(root))):
+        found = kinds["data" if data else "resource"].get(kind_type)
+        if found is None or (attribute not in found["block"]["attributes"]
+                             and attribute not in found["block"]["block_types"]):
+            problems.append(f"{data}{kind_type}.*.{attribute}: read, but not in the schema")
+    return problems
+
+
+@pytest.mark.parametrize("schema_path", PROVIDER_SCHEMAS, ids=lambda p: p.stem)
+def test_every_attribute_is_in_the_providers_schema(root, schema_path):
+    """What `terraform validate` would check of the names: every resource and data source terraform/gcp declares,
+    every argument and nested block in it, and every attribute read from one, exists in the google provider's
+    schema at each end of the version range versions.tf admits."""
+    schema = json.loads(schema_path.read_text())
+    version = schema["source"]["tag"].lstrip("v")
+    constraint = load_dir(GCP_DIR)["terraform"][0]["required_providers"][0]["google"]["version"]
+    assert f">= {version}" in constraint or f"< {int(version.split('.')[0]) + 1}.0.0" in constraint, \
+        f"{schema_path.name} describes {version}, not an end of {constraint}"
+    assert not _provider_schema_problems(root, schema)
+
+
+def test_the_schema_check_finds_what_the_provider_lacks(root):
+    """The check above fails on a misspelt argument, an argument in the wrong block, a beta-only argument
+    (google-beta's, not google's) and an attribute no resource has."""
+    import copy
+
+    schema = json.loads(PROVIDER_SCHEMAS[0].read_text())
+    broken = copy.deepcopy(root)
+    autoscaler = blocks(broken, "resource")["google_compute_region_autoscaler.workers"]
+    _one(_one(autoscaler["autoscaling_policy"])["metric"])["utilization_target_typo"] = 1
+    group = blocks(broken, "resource")["google_compute_region_instance_group_manager.workers"]
+    _one(group["update_policy"])["single_instance_assignment"] = 1
+    template = blocks(broken, "resource")["google_compute_instance_template.worker"]
+    template["partner_metadata"] = {}  # google-beta only at 6.0.0
+    broken["output"].append({"x": {"value": "${google_service_account.worker.no_such_attribute}"}})
+    assert sorted(_provider_schema_problems(broken, schema)) == [
+        "google_service_account.*.no_such_attribute: read, but not in the schema",
+        "resource.google_compute_instance_template.worker.partner_metadata",
+        "resource.google_compute_region_autoscaler.workers.autoscaling_policy.metric.utilization_target_typo",
+        "resource.google_compute_region_instance_group_manager.workers.update_policy.single_instance_assignment",
+    ]
+
+
+def test_the_autoscaled_regional_group_keeps_proactive_redistribution(resources):
+    """Compute Engine allows instance_redistribution_type NONE only for a group no autoscaler scales (the API's
+    InstanceGroupManagerUpdatePolicy.instanceRedistributionType, docs/fleet.md): this group has an autoscaler."""
+    group = resources["google_compute_region_instance_group_manager.workers"]
+    autoscaled = [body for body in resources.values()
+                  if body.get("target") == "${google_compute_region_instance_group_manager.workers.id}"]
+    assert autoscaled, "no autoscaler targets the group"
+    assert _one(group["update_policy"])["instance_redistribution_type"] == "PROACTIVE"
+    assert group.get("distribution_policy_target_shape", "EVEN") == "EVEN", "proactive redistribution keeps EVEN"
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +166,7 @@ def rendered(tmp_path_factory):
     shutil.copytree(STARTUP_DIR, work / "startup", ignore=shutil.ignore_patterns(".terraform*", "tests"))
     variables = {"fleet_name": "zh-electra", "project": "my-project", "package_spec": "mlm-pipeline[gcs]==0.1.0",
                  "bucket_name": "my-corpora", "bucket_prefix": "zhwiki/run1", "ventilator_address": "10.20.0.2",
-                 "vocab_file": "gs://my-corpora/zhwiki/vocab.txt",
+                 "vocab_file": "gs://my-corpora/zhwiki/run1/vocab.txt",
                  "job_args": ["--objective", "electra", "--word-segmenter", "jieba", "--word-starts"]}
     (work / "main.tf").write_text('variable "v" {\n  type = any\n}\nmodule "m" {\n  source = "./startup"\n'
                                   + "".join(f"  {k} = var.v.{k}\n" for k in variables)
@@ -256,9 +349,10 @@ def test_the_install_outlasts_a_package_index_not_answering_yet(tmp_path, failur
     calls = tmp_path / "pip-calls"
     pip = opt / "venv" / "bin" / "pip"
     pip.write_text(f'#!/bin/bash\necho "$@" >> {calls}\n[ "$(wc -l < {calls})" -gt {failures} ]\n')
+    (opt / "venv" / "bin" / "python").write_text("#!/bin/bash\nexit 0\n")
     for name, body in {"id": "exit 0", "python3": "exit 0", "useradd": "exit 0", "sleep": "exit 0"}.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-    for path in [pip, *bin_dir.iterdir()]:
+    for path in [pip, opt / "venv" / "bin" / "python", *bin_dir.iterdir()]:
         path.chmod(0o755)
     script = _render((STARTUP_DIR / "templates" / "install.sh.tftpl").read_text(),
                      {"user": "mlm", "install_dir": str(opt), "venv": str(opt / "venv"),

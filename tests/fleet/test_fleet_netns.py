@@ -35,6 +35,10 @@ from tests.support.tf_reader import read_examples
 pytestmark = pytest.mark.fleet
 
 MAX_SEQ_LENGTH = 128
+#: The controller's platform in this test: another OS and architecture than the hosts'.
+FOREIGN_PLATFORM = "macosx-11.0-arm64"
+#: The worker host without a C compiler.
+NO_COMPILER = 2
 MAX_PREDICTIONS = 20
 HOSTS = 4
 
@@ -76,13 +80,23 @@ class Ansible:
         self.env = ansible_env(tmp)
         self.log = tmp / "ansible.log"
         self.vars = tmp / "job-vars.yml"
+        purelib = sysconfig.get_paths()["purelib"]
         job = {
             "mlm_python": sys.executable,
-            # The hosts share this machine's filesystem: reuse its dependencies
-            # (tensorflow-free; pyzmq, tokenizers, ...) instead of downloading them.
-            "mlm_venv_site_packages": True,
-            "mlm_pip_extra_args": "--no-deps",
-            "mlm_wheel_dir": str(tmp / "wheels"),
+            # The hosts share this machine's filesystem: reuse its dependencies (tensorflow-free; pyzmq,
+            # tokenizers, ...) instead of downloading them, and its setuptools to build the sdist (no index
+            # here). As a plain directory on sys.path, not the venv's system site-packages: those hold the
+            # editable install of /work/main, whose import hook would lend a host without a build of its own the
+            # controller's common._kernels.
+            "mlm_venv_site_packages": False,
+            "mlm_venv_extra_site_dirs": [purelib],
+            "mlm_pip_extra_args": "--no-deps --no-build-isolation",
+            "mlm_sdist_dir": str(tmp / "sdist"),
+            "mlm_build_pythonpath": purelib,
+            # One worker host has no C compiler: it runs the numpy code.
+            "mlm_build_env_host": {fleet.hosts[NO_COMPILER].name: {"CC": "false"}},
+            "mlm_build_env": "{{ {'PYTHONPATH': mlm_build_pythonpath}"
+                             " | combine(mlm_build_env_host[inventory_hostname] | default({})) }}",
             "mlm_data": str(CORPUS),
             "mlm_output": str(fleet.dir + "/out"),
             "mlm_vocab_file": str(VOCAB),
@@ -92,9 +106,13 @@ class Ansible:
             "mlm_job_args": {"dupe-factor": 1, "task-size": "256K", "max-seq-length": MAX_SEQ_LENGTH,
                              "max-predictions-per-seq": MAX_PREDICTIONS, "random-seed": 12345},
         }
-        if sys.prefix != sys.base_prefix:  # running in a venv: its site-packages hold the dependencies
-            job["mlm_venv_extra_site_dirs"] = [sysconfig.get_paths()["purelib"]]
         self.vars.write_text(yaml.safe_dump(job))
+        # The controller's platform is not the hosts': the controller's Python calls itself macOS on arm64
+        # (sysconfig.get_platform(), which names the wheels it builds), the hosts (over ssh, their own
+        # environment) are this machine, Linux.
+        self.env["_PYTHON_HOST_PLATFORM"] = FOREIGN_PLATFORM
+
+    last_output = ""
 
     def play(self, playbook: str, *extra: str, timeout: float = 300) -> dict[str, dict[str, int]]:
         argv = [ansible_tool("ansible-playbook"), "-i", self.fleet.inventory_path, "-e", f"@{self.vars}",
@@ -105,6 +123,7 @@ class Ansible:
             log.write(f"\n===== {' '.join(argv[1:])} ({time.monotonic() - started:.1f}s, rc {proc.returncode})\n")
             log.write(proc.stdout + proc.stderr)
         assert proc.returncode == 0, f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}\n{self.logs()}"
+        self.last_output = proc.stdout
         counts = recap(proc.stdout)
         assert counts, proc.stdout
         assert all(c["unreachable"] == 0 and c["failed"] == 0 for c in counts.values()), proc.stdout
@@ -137,9 +156,21 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
     counts = ansible.play("ping.yaml")
     assert {h.name for h in fleet.hosts} <= set(counts)
 
-    # Install from the local checkout; the second run changes nothing.
+    # Install from the local checkout, from a controller whose platform is not the hosts': each host builds the
+    # source distribution itself, with its compiler; one host has none (CC=false) and runs the numpy code.
+    # The second run changes nothing.
+    no_compiler = fleet.hosts[NO_COMPILER]
     first = ansible.play("init.yaml")
     assert all(first[h.name]["changed"] > 0 for h in fleet.hosts)
+    kernels = dict(re.findall(r'ok: \[(\S+)\] => \{\s*"msg": "kernels: ([^"]*)"', ansible.last_output))
+    assert kernels == {h.name: ("numpy (common/_kernels.c is not built here)" if h is no_compiler else "compiled")
+                       for h in fleet.hosts}, kernels
+    (sdist,) = (tmp_path / "sdist").iterdir()
+    assert sdist.name.endswith(".tar.gz"), "the controller ships source, not a wheel of its own platform"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")  # the hosts' own: this machine's, not the controller's
+    for host in fleet.hosts:
+        built = sorted(p.name for p in Path(host.dir, "venv").glob("lib/python*/site-packages/common/_kernels*"))
+        assert built == (["_kernels.c"] if host is no_compiler else ["_kernels.c", f"_kernels{suffix}"]), built
     assert _changed(ansible.play("init.yaml")) == {}, "init.yaml is not idempotent"
 
     # Workers start (no ventilator yet: they wait for it); the second run changes nothing.
@@ -182,6 +213,9 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
     assert "interruption watch: spot-interruption" in drained_log, drained_log[-3000:]
     assert re.search(r"drained, exiting|released 1 task\(s\) unfinished", drained_log), drained_log[-3000:]
     assert _status(drained, "worker@1")["exit_code"] == 0
+    for host in workers:  # each worker ran what its host built
+        log = Path(host.dir, "state", "procs", "worker@1.log").read_text()
+        assert ("kernels: numpy" if host is no_compiler else "kernels: compiled") in log, log[-3000:]
     assert "lease expired" not in Path(ventilator.dir, "state", "procs", "ventilator.log").read_text()
     # The finished job is not started again by a second run (-e mlm_rerun=true would).
     assert _changed(ansible.play("ventilating.yaml", *longer)) == {}, "ventilating.yaml restarted a finished job"
@@ -193,8 +227,8 @@ def test_fleet_job_over_ssh(fleet, tmp_path):
                  "-e", f"mlm_install_dir={workers[-1].dir}/pinned",
                  # --ignore-installed: with system site-packages pip would take this machine's own
                  # mlm-pipeline as "already satisfied" and install nothing into the new venv.
-                 "-e", f"mlm_pip_extra_args='--no-deps --ignore-installed --no-index "
-                       f"--find-links {tmp_path / 'wheels'}'")
+                 "-e", f"mlm_pip_extra_args='--no-deps --no-build-isolation --ignore-installed --no-index "
+                       f"--find-links {tmp_path / 'sdist'}'")
     pinned = Path(workers[-1].dir, "pinned", "venv", "bin", "mlm-worker")
     assert pinned.exists()
 

@@ -131,7 +131,9 @@ locals {
 
   base_cloud_config = {
     package_update = true
-    packages       = ["python3", "python3-venv", "python3-pip"]
+    # gcc and the headers build the compiled kernels when pip builds the package from source on the instance
+    # (an sdist, a git URL); without them the numpy code runs, several times slower at dupe factor 10.
+    packages = ["python3", "python3-venv", "python3-pip", "python3-dev", "gcc"]
     users = [
       "default",
       {

@@ -91,7 +91,7 @@ variable "bucket_prefix" {
 }
 
 variable "package_spec" {
-  description = "pip requirement installed by cloud-init (a version pin, a git URL, a wheel URL); null = install nothing at boot (use ansible init.yaml)."
+  description = "pip requirement installed by cloud-init (a version pin, a git URL, an sdist URL); null = install nothing at boot (use ansible init.yaml)."
   type        = string
   default     = null
 }

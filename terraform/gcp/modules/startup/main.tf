@@ -3,11 +3,12 @@
 # to the instance template's metadata.
 
 locals {
-  venv        = "${var.install_dir}/venv"
-  output_uri  = "gs://${var.bucket_name}/${trim(var.bucket_prefix, "/")}/out"
-  data_uri    = "gs://${var.bucket_name}/${trim(var.bucket_prefix, "/")}/corpus"
-  vserver     = coalesce(var.ventilator_address, "127.0.0.1")
-  metric_type = "custom.googleapis.com/mlm-pipeline/${var.fleet_name}/backlog"
+  venv           = "${var.install_dir}/venv"
+  job_prefix_uri = "gs://${var.bucket_name}/${trim(var.bucket_prefix, "/")}/"
+  output_uri     = "gs://${var.bucket_name}/${trim(var.bucket_prefix, "/")}/out"
+  data_uri       = "gs://${var.bucket_name}/${trim(var.bucket_prefix, "/")}/corpus"
+  vserver        = coalesce(var.ventilator_address, "127.0.0.1")
+  metric_type    = "custom.googleapis.com/mlm-pipeline/${var.fleet_name}/backlog"
   # The ventilator unit's StateDirectory: the sink journals the output's manifest there (--state-dir).
   state_directory = "mlm-pipeline"
   # A vocabulary in the bucket is copied onto the ventilator VM first (the ventilator reads a local file).

@@ -29,6 +29,10 @@ output "ventilator_command" {
 
 output "worker_startup_script" {
   value = local.worker_startup_script
+  precondition {
+    condition     = !startswith(var.package_spec, "gs://") || startswith(var.package_spec, local.job_prefix_uri)
+    error_message = "package_spec in the bucket must be below the job's prefix (${local.job_prefix_uri}): the VMs' service accounts may read nothing else."
+  }
 }
 
 output "worker_shutdown_script" {
@@ -37,4 +41,8 @@ output "worker_shutdown_script" {
 
 output "ventilator_startup_script" {
   value = local.ventilator_startup_script
+  precondition {
+    condition     = !local.vocab_in_bucket || startswith(coalesce(var.vocab_file, "-"), local.job_prefix_uri)
+    error_message = "vocab_file in the bucket must be below the job's prefix (${local.job_prefix_uri}): the ventilator's service account may read nothing else."
+  }
 }

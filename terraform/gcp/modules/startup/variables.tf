@@ -14,10 +14,10 @@ variable "project" {
 
 variable "package_spec" {
   type        = string
-  description = "What pip installs on every VM, pinned: 'mlm-pipeline[gcs]==0.1.0', or a wheel in the bucket ('gs://...whl' is copied first)."
+  description = "What pip installs on every VM, pinned: the release's source distribution in the job's bucket ('gs://BUCKET/PREFIX/dist/mlm_pipeline-0.1.0.tar.gz', copied first, built on the VM), a wheel of the VMs' own platform there, or a pin on your package index ('mlm-pipeline[gcs,gcp]==0.1.0')."
   validation {
-    condition     = can(regex("==[0-9]", var.package_spec)) || can(regex("\\.whl$", var.package_spec))
-    error_message = "package_spec must pin a version (name==X.Y.Z) or name a wheel file: a VM started later must install what the others run."
+    condition     = can(regex("==[0-9]", var.package_spec)) || can(regex("\\.(whl|tar\\.gz)$", var.package_spec))
+    error_message = "package_spec must pin a version (name==X.Y.Z) or name a file of the release (.tar.gz or .whl): a VM started later must install what the others run."
   }
 }
 

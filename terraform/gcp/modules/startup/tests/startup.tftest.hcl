@@ -59,26 +59,46 @@ run "an_unpinned_package_is_refused" {
   expect_failures = [var.package_spec]
 }
 
-run "a_wheel_in_the_bucket_is_copied_first" {
+run "the_release_in_the_bucket_is_copied_first_and_built_on_the_vm" {
   command = apply
   variables {
-    package_spec = "gs://my-corpora/wheels/mlm_pipeline-0.1.0-py3-none-any.whl"
+    package_spec = "gs://my-corpora/zhwiki/run1/dist/mlm_pipeline-0.1.0.tar.gz"
   }
   assert {
-    condition     = strcontains(output.worker_startup_script, "gcloud storage cp \"$spec\" /opt/mlm-pipeline/")
-    error_message = "a gs:// wheel is copied onto the VM before pip installs it"
+    condition     = strcontains(output.worker_startup_script, "retry gs_copy \"$spec\" /opt/mlm-pipeline\n") && strcontains(output.worker_startup_script, "spec=\"mlm-pipeline[gcs,gcp] @ file:///opt/mlm-pipeline/$${spec##*/}\"")
+    error_message = "a gs:// release is copied onto the VM, then installed with the fleet's extras"
   }
+  assert {
+    condition     = strcontains(output.worker_startup_script, "python3-dev gcc")
+    error_message = "the VM gets a compiler for the kernels"
+  }
+}
+
+run "a_release_outside_the_jobs_prefix_is_refused" {
+  command = plan
+  variables {
+    package_spec = "gs://my-corpora/wheels/mlm_pipeline-0.1.0.tar.gz"
+  }
+  expect_failures = [output.worker_startup_script]
 }
 
 run "a_vocabulary_in_the_bucket_is_copied_for_the_ventilator" {
   command = apply
   variables {
-    vocab_file = "gs://my-corpora/zhwiki/vocab.txt"
+    vocab_file = "gs://my-corpora/zhwiki/run1/vocab.txt"
   }
   assert {
-    condition     = strcontains(output.ventilator_startup_script, "gcloud storage cp 'gs://my-corpora/zhwiki/vocab.txt' /opt/mlm-pipeline/") && strcontains(output.ventilator_command, "--vocab-file /opt/mlm-pipeline/vocab.txt")
-    error_message = "the ventilator reads a local copy of a gs:// vocabulary"
+    condition     = strcontains(output.ventilator_startup_script, "retry gs_copy 'gs://my-corpora/zhwiki/run1/vocab.txt' /opt/mlm-pipeline\n") && strcontains(output.ventilator_command, "--vocab-file /opt/mlm-pipeline/vocab.txt")
+    error_message = "the ventilator reads a local copy of a gs:// vocabulary, copied with retries"
   }
+}
+
+run "a_vocabulary_outside_the_jobs_prefix_is_refused" {
+  command = plan
+  variables {
+    vocab_file = "gs://my-corpora/vocab.txt"
+  }
+  expect_failures = [output.ventilator_startup_script]
 }
 
 run "an_argument_that_needs_quoting_is_refused" {
