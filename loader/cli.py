@@ -10,7 +10,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import DeferredCommand, PluginFailure
+from common.job.cli_settings import DeferredCommand, PluginFailure, command_settings
 from common.job.params import PluginError
 from common.storage import StorageError
 from common.wire.security import Curve, SecurityError
@@ -120,9 +120,7 @@ def _output_options(command):
                              "read through its manifest.")(command)
 
 
-@click.command(cls=DeferredCommand, options=_output_options,
-               context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=DeferredCommand, options=_output_options, context_settings=command_settings("loader"))
 @click.option("--allow-partial", is_flag=True, show_envvar=True,
               help="Serve an output whose job has not finished (no summary.json, or tasks quarantined): what is "
                    "in its manifest so far.")

@@ -13,6 +13,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
+from common.job.cli_settings import SectionedCommand, command_settings
 from common.job.params import PluginError
 from common.job.tasks import parse_size
 from common.storage import StorageError, open_storage
@@ -53,8 +54,7 @@ def unread_input(report: dict) -> str:
     return skipped if skipped.startswith("the input ") else ""
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"],
-                                 "show_default": True})
+@click.command(cls=SectionedCommand, context_settings=command_settings("report"))
 @click.argument("output", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX")
 @click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
 @click.option("--sample", default="64M", callback=_size, show_envvar=True,

@@ -11,7 +11,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import DeferredCommand
+from common.job.cli_settings import DeferredCommand, command_settings, naming_variables
 from common.job.config import JobConfig
 from common.output.lock import OutputLock
 from common.version import command_line
@@ -33,9 +33,7 @@ EXIT_INTERRUPTED = 130
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_QUARANTINED", "main", "run"]
 
 
-@click.command(cls=DeferredCommand, options=run_options,
-               context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=DeferredCommand, options=run_options, context_settings=command_settings("ventilator"))
 def main(**values) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
@@ -50,7 +48,7 @@ def main(**values) -> None:
     try:
         config = from_values(values)
     except ConfigError as error:
-        click.echo(f"ventilator: error: {error}", err=True)
+        click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(run(config))
 
@@ -74,7 +72,7 @@ def run(config: RunConfig) -> int:
     except (LaunchError, PublisherError, JobError) as error:
         if lock is not None:
             lock.release()
-        click.echo(f"ventilator: error: {error}", err=True)
+        click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
         return EXIT_FAILED
     try:
         return _run(config, job, launcher, lock)

@@ -27,6 +27,7 @@ from common.job.cli_settings import (
     SectionedOption,
     add_options,
     build,
+    command_settings,
     option,
     option_fields,
     option_flags,
@@ -114,7 +115,7 @@ class InputSettings:
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
     corpus_format: str = option("--format", type=_choice(readers, "auto"),
-                                default="auto", envvar="MLM_FORMAT", show_envvar=True,
+                                default="auto", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
     task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
                             callback=_size, show_envvar=True,
@@ -212,7 +213,7 @@ class SinkGroup:
     """The sink: one started elsewhere (``sink_address``), or the one this command starts and its settings."""
     section: ClassVar[str] = "Sink"  # its heading in --help
 
-    sink_address: str = option("--sink", default="", metavar="HOST:PORT", envvar="MLM_SINK", show_envvar=True,
+    sink_address: str = option("--sink", default="", metavar="HOST:PORT", show_envvar=True,
                                help="Use a sink started elsewhere (python -m sink); without it, a local sink is "
                                     "started.")
     sink_port: int = option("--sink-port", type=int, default=SinkSettings.port, show_envvar=True,
@@ -557,7 +558,7 @@ def parse(argv: list[str]) -> RunConfig:
     """The RunConfig a command line (and the MLM_* variables) gives, as ``python -m ventilator`` builds it."""
     built: list[RunConfig] = []
 
-    @click.command(cls=DeferredCommand, options=run_options, context_settings={"auto_envvar_prefix": "MLM"})
+    @click.command(cls=DeferredCommand, options=run_options, context_settings=command_settings("ventilator"))
     def command(**values):
         built.append(from_values(values))
 

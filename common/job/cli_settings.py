@@ -11,11 +11,15 @@ to another (the ventilator starting the sink and the workers) without a second l
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import click
+
+from click.core import ParameterSource
 
 from common.job.params import PluginError
 
@@ -74,10 +78,119 @@ class SectionedOption(click.Option):
         self.section_after = section_after
 
 
+#: The range of every integer option: what every wire message, JSON reader and numpy array can hold.  A larger
+#: value is refused when it is parsed, one line naming its flag, not as a traceback where it is first encoded.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
+def env_prefix(command: str) -> str:
+    """The one rule for a command's variables: ``MLM_``, the command's name, ``_``, the option's flag
+    (``mlm-loader --data``: ``MLM_LOADER_DATA``), so no role reads another's variable."""
+    return "MLM_" + command.upper().replace("-", "_")
+
+
+def command_settings(command: str, **more: Any) -> dict[str, Any]:
+    """click's ``context_settings`` for the command ``command`` (``ventilator``, ``loader``, ``train-vocab``):
+    its variables' prefix (:func:`env_prefix`), ``-h``, defaults shown."""
+    return {"auto_envvar_prefix": env_prefix(command), "show_default": True,
+            "help_option_names": ["-h", "--help"], **more}
+
+
+def _long_flag(param: click.Parameter) -> str:
+    return next((flag for flag in param.opts if flag.startswith("--")), param.opts[0])
+
+
+class _Int64(click.types.IntParamType):
+    """An integer option's type where it had no range: any int64."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return _in_int64(self, super().convert(value, param, ctx), param, ctx)
+
+
+class _Int64Range(click.IntRange):
+    """An integer option's range, within int64 (shown in --help as it was declared)."""
+
+    def __init__(self, declared: click.IntRange):
+        super().__init__(declared.min, declared.max, min_open=declared.min_open, max_open=declared.max_open,
+                         clamp=declared.clamp)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(_in_int64(self, click.INT.convert(value, param, ctx), param, ctx), param, ctx)
+
+
+def _in_int64(kind: click.ParamType, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        kind.fail(f"{value} is out of range: an integer option takes {INT_MIN} to {INT_MAX}", param, ctx)
+    return value
+
+
+def _settle(param: click.Parameter, prefix: str | None) -> None:
+    """What every option of every command has, whoever declared it: its variable by :func:`env_prefix`'s rule
+    (from its flag), and an integer's int64 range."""
+    if isinstance(param, click.Option) and param.envvar is None and param.allow_from_autoenv and prefix:
+        param.envvar = f"{prefix}_{_long_flag(param).lstrip('-').upper().replace('-', '_')}"
+    if isinstance(param.type, click.IntRange) and not isinstance(param.type, _Int64Range):
+        param.type = _Int64Range(param.type)
+    elif type(param.type) is click.types.IntParamType:
+        param.type = _Int64()
+
+
+def variable_of(ctx: click.Context, param: click.Parameter) -> str | None:
+    """The variable ``param``'s value came from, or None (the command line, a default)."""
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        return None
+    envvar = param.envvar
+    names = [envvar] if isinstance(envvar, str) else list(envvar or [])
+    return next((name for name in names if name in os.environ), names[0] if names else None)
+
+
+def naming_variables(message: str, ctx: click.Context | None = None) -> str:
+    """``message`` with each flag whose value came from an environment variable followed by that variable
+    (``--dupe-factor (from MLM_VENTILATOR_DUPE_FACTOR)``): a refusal a variable caused names it."""
+    ctx = ctx if ctx is not None else click.get_current_context(silent=True)
+    if ctx is None:
+        return message
+    for param in ctx.command.get_params(ctx):
+        variable = variable_of(ctx, param)
+        if variable is None or variable in message:
+            continue
+        for flag in [*param.opts, *param.secondary_opts]:
+            pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
+            if pattern.search(message):
+                message = pattern.sub(lambda match: f"{match.group(0)} (from {variable})", message, count=1)
+                break
+    return message
+
+
 class SectionedCommand(click.Command):
     """``--help`` with the options under their sections' headings, in the order the sections first appear
     (a settings group's ``section``, or the one an option was given), instead of one flat list; a section whose
-    options name the heading it follows (``section_after``) is shown right after that one."""
+    options name the heading it follows (``section_after``) is shown right after that one.
+
+    Every command of the project is one: its options get their variables by one rule and integers their
+    range (:func:`_settle`), and a refusal a variable caused names the variable (:func:`naming_variables`)."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:
+            _settle(param, ctx.auto_envvar_prefix)
+        return params
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.BadParameter as error:
+            variable = variable_of(ctx, error.param) if error.param is not None else None
+            if variable is not None and error.param_hint is None:
+                error.param_hint = f"'{_long_flag(error.param)}' (from {variable})"  # type: ignore[union-attr]
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as error:
+            error.message = naming_variables(error.message, ctx)
+            raise
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
@@ -228,12 +341,12 @@ def to_argv(settings) -> list[str]:
     return argv
 
 
-def parse(settings_class: type, argv: list[str], env_prefix: str = "MLM"):
-    """The settings a command line (and the environment's ``env_prefix``_ variables) gives, as the role's
-    own command would build them."""
+def parse(settings_class: type, argv: list[str], command: str | None = None):
+    """The settings a command line (and the environment's variables of ``command``, :func:`env_prefix`) gives,
+    as the role's own command would build them."""
     built = []
 
-    @click.command(context_settings={"auto_envvar_prefix": env_prefix})
+    @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": env_prefix(command) if command else None})
     @add_options(settings_class)
     def command(**values):
         built.append(build(settings_class, values))

@@ -47,16 +47,19 @@ def test_it_is_frozen():
 
 
 def test_environment_variables_set_options_as_flags_do(monkeypatch):
-    monkeypatch.setenv("MLM_DATA", "from-env")
-    monkeypatch.setenv("MLM_TASK_SIZE", "256K")
-    monkeypatch.setenv("MLM_FORMAT", "jsonl")
-    monkeypatch.setenv("MLM_SINK", "sinkhost:7000")
-    monkeypatch.setenv("MLM_DUPE_FACTOR", "4")
+    monkeypatch.setenv("MLM_VENTILATOR_DATA", "from-env")
+    monkeypatch.setenv("MLM_VENTILATOR_TASK_SIZE", "256K")
+    monkeypatch.setenv("MLM_VENTILATOR_FORMAT", "jsonl")
+    monkeypatch.setenv("MLM_VENTILATOR_SINK", "sinkhost:7000")
+    monkeypatch.setenv("MLM_VENTILATOR_DUPE_FACTOR", "4")
+    monkeypatch.setenv("MLM_LOADER_DATA", "the loader's")  # another role's: not read here
+    monkeypatch.setenv("MLM_SINK_PORT", "1")  # the sink's --port, not the ventilator's --sink-port
     config = parse(["--output", "out"])
     assert config.input.data == "from-env"
     assert config.input.task_size == 256 * 1024
     assert config.input.corpus_format == "jsonl"
     assert config.sink.sink_address == "sinkhost:7000" and not config.sink.starts_sink
+    assert config.sink.sink_port == SinkSettings.port
     assert config.job.params == {"dupe_factor": 4}
 
 
