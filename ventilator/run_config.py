@@ -25,6 +25,7 @@ from common.job.cli_settings import (
     Deferred,
     DeferredCommand,
     SectionedOption,
+    Size,
     add_options,
     build,
     command_settings,
@@ -96,13 +97,6 @@ def addable_steps() -> dict:
     return {name: step for name, step in steps().items() if not step.has_switch() and step.after is not None}
 
 
-def _size(_ctx, _param, value):
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
 def _token(role: str, example: str) -> Any:
     return option(f"--{role}-token", default=None, show_envvar=True,
                   help=f"The {example} where the tokenizer does not say.  [default: the tokenizer's]")
@@ -118,7 +112,7 @@ class InputSettings:
                                 default="auto", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
     task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
-                            callback=_size, show_envvar=True,
+                            type=Size(), show_envvar=True,
                             help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
     shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True,
                              help="Workers can read --data themselves (same path): send byte ranges, not content. "

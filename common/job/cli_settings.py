@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import click
-
 from click.core import ParameterSource
 
 from common.job.params import PluginError
@@ -124,6 +123,21 @@ def _in_int64(kind: click.ParamType, value: Any, param: click.Parameter | None, 
     return value
 
 
+class Size(click.ParamType):
+    """A byte count as users write it (8M, 256K, 1g or a number: :func:`common.job.tasks.parse_size`), an int64."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from common.job.tasks import parse_size
+
+        try:
+            size = parse_size(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+        return _in_int64(self, size, param, ctx)
+
+
 def _settle(param: click.Parameter, prefix: str | None) -> None:
     """What every option of every command has, whoever declared it: its variable by :func:`env_prefix`'s rule
     (from its flag), and an integer's int64 range."""
@@ -157,7 +171,7 @@ def naming_variables(message: str, ctx: click.Context | None = None) -> str:
         for flag in [*param.opts, *param.secondary_opts]:
             pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
             if pattern.search(message):
-                message = pattern.sub(lambda match: f"{match.group(0)} (from {variable})", message, count=1)
+                message = pattern.sub(f"{flag} (from {variable})".replace("\\", "\\\\"), message, count=1)
                 break
     return message
 
@@ -346,7 +360,9 @@ def parse(settings_class: type, argv: list[str], command: str | None = None):
     as the role's own command would build them."""
     built = []
 
-    @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": env_prefix(command) if command else None})
+    prefix = env_prefix(command) if command else None
+
+    @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": prefix})
     @add_options(settings_class)
     def command(**values):
         built.append(build(settings_class, values))
