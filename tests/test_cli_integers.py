@@ -82,3 +82,33 @@ def test_the_ventilator_refuses_a_huge_integer_in_one_line_through_its_command_l
     errors = [line for line in ran.stderr.splitlines() if "rror" in line]
     assert len(errors) == 1 and flag in errors[0] and "out of range" in errors[0], ran.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("objective, length", [("bert", 8193), ("albert", 100_000), ("electra", 8193),
+                                               ("roberta", 2**40), ("tokens", 2**31)])
+def test_a_max_seq_length_the_records_cannot_hold_is_one_line_before_any_work(objective, length, tmp_path):
+    """A length no worker can allocate (every instance padded to it: MemoryError in every task, or the workers
+    OOM-killed) is refused by the command, naming the bound, and nothing is written."""
+    from tests.support.helpers import VOCAB, WIKI, need_shared
+
+    need_shared()
+    out = tmp_path / "out"
+    ran = subprocess.run([sys.executable, "-m", "ventilator", "--data", str(WIKI), "--output", str(out),
+                          "--vocab-file", str(VOCAB), "--objective", objective, "--max-seq-length", str(length),
+                          "--workers", "1", "--state-dir", str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={key: value for key, value in os.environ.items() if not key.startswith("MLM_")})
+    assert ran.returncode == 1, ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if "error" in line]  # beside the INFO lines
+    most = "2,147,483,647" if objective == "tokens" else "8,192"
+    assert len(errors) == 1 and f"--max-seq-length {length} is too long: at most {most}" in errors[0], ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert not out.exists()
+
+
+def test_the_bounds_themselves_are_taken():
+    from common.objectives import objective_named
+
+    for name in ("bert", "albert", "electra", "roberta"):
+        assert objective_named(name).make_params({"max_seq_length": 8192}).max_seq_length == 8192
+    assert objective_named("tokens").make_params({"max_seq_length": 2**31 - 1}).max_seq_length == 2**31 - 1
