@@ -140,3 +140,26 @@ def test_a_steps_flag_from_the_environment_with_the_step_off_is_one_line_before_
     said = [line for line in ran.stderr.splitlines() if "does nothing here" in line]
     assert len(said) == 1 and "--holdout-seed (from MLM_VENTILATOR_HOLDOUT_SEED)" in said[0], ran.stderr
     assert not out.exists()
+
+
+def test_a_refusal_a_variable_caused_names_it_and_another_roles_variable_is_not_read(tmp_path):
+    """MLM_DUPE_FACTOR, which a fleet's shared environment once set for the ventilator, refused every
+    --objective tokens job without naming itself.  Now each command reads only its own variables
+    (MLM_VENTILATOR_*), and the refusal one causes names it."""
+    from tests.support.helpers import VOCAB, WIKI, need_shared
+
+    need_shared()
+    base = {key: value for key, value in os.environ.items() if not key.startswith("MLM_")}
+    argv = [sys.executable, "-m", "ventilator", "--data", str(WIKI), "--output", str(tmp_path / "out"), "--vocab-file",
+            str(VOCAB), "--objective", "tokens", "--state-dir", str(tmp_path / "state")]
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**base, "MLM_VENTILATOR_DUPE_FACTOR": "10"})
+    errors = [line for line in ran.stderr.splitlines() if "error" in line]
+    assert ran.returncode == 1 and len(errors) == 1, ran.stderr
+    assert "--dupe-factor (from MLM_VENTILATOR_DUPE_FACTOR) does not apply to --objective tokens" in errors[0]
+    # The old shared name is no command's: only the (deliberately too long) length is refused.
+    ran = subprocess.run([*argv, "--max-seq-length", str(2**31)], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**base, "MLM_DUPE_FACTOR": "10", "MLM_DATA": "/nowhere"})
+    errors = [line for line in ran.stderr.splitlines() if "error" in line]
+    assert ran.returncode == 1 and len(errors) == 1 and "--max-seq-length" in errors[0], ran.stderr
+    assert "dupe" not in ran.stderr.lower() and not (tmp_path / "out").exists()
