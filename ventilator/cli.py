@@ -14,14 +14,13 @@ from common import logs
 from common.job.cli_settings import DeferredCommand, command_settings, naming_variables
 from common.job.config import JobConfig
 from common.output.lock import OutputLock
-from common.version import command_line
 from common.wire import protocol
 from common.wire.transport import ListenError
 from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named
 from ventilator.publishers.base import PublisherError
-from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
+from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, data_command, from_values, run_options
 from ventilator.server import VentilatorServer
 
 log = logging.getLogger("ventilator")
@@ -63,7 +62,7 @@ def run(config: RunConfig) -> int:
                                   Fleet(workers=config.fleet.workers))
         publisher_class = publisher_named(config.metrics.backlog_publisher)
         publisher_class.check(publisher_class.make_params(config.metrics.publisher_params))
-        run_config = dataclasses.replace(config, command=command_line())
+        run_config = dataclasses.replace(config, command=data_command(config))
         checked = validate(run_config)
         job_config = identify(run_config, checked)
         _check_sendable(job_config)

@@ -29,6 +29,7 @@ from common.job.cli_settings import (
     add_options,
     build,
     command_settings,
+    data_argv,
     option,
     option_fields,
     option_flags,
@@ -105,7 +106,9 @@ def _token(role: str, example: str) -> Any:
 @dataclass(frozen=True)
 class InputSettings:
     section: ClassVar[str] = "Input"  # its heading in --help
-    data: str = option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
+    decides_data: ClassVar[bool] = True  # its options are the dataset card's command (cli_settings.data_argv)
+    data: str = option("--data", required=True, type=click.Path(), metavar="DIR|FILE|s3://BUCKET/PREFIX",
+                       show_envvar=True,
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
     corpus_format: str = option("--format", type=_choice(readers, "auto"),
@@ -114,17 +117,19 @@ class InputSettings:
     task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
                             type=Size(), show_envvar=True,
                             help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
-    shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True,
+    shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True, decides_data=False,
                              help="Workers can read --data themselves (same path): send byte ranges, not content. "
                                   "Implied for s3:// data.")
-    s3_endpoint_url: str = option("--s3-endpoint-url", default="", show_envvar=True,
+    s3_endpoint_url: str = option("--s3-endpoint-url", default="", show_envvar=True, decides_data=False,
                                   help="For S3-compatible stores (credentials from the standard AWS chain).")
 
 
 @dataclass(frozen=True)
 class JobSettings:
     section: ClassVar[str] = "Job"  # its heading in --help
+    decides_data: ClassVar[bool] = True  # and its axes' parameters and steps' flags (data_command)
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
+                         decides_data=False,
                          help="Where shards and manifest.jsonl go.")
     objective: str = option("--objective", type=_choice(objectives), default="bert",
                             show_envvar=True, help="What the documents become (see the README's objectives table).")
@@ -156,6 +161,7 @@ class JobSettings:
 @dataclass(frozen=True)
 class TokenizerSettings:
     section: ClassVar[str] = "Tokenizer"  # its heading in --help
+    decides_data: ClassVar[bool] = True
     vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=None,
                                     show_envvar=True, help="BERT vocab.txt (e.g. bert-base-uncased's). Or use "
                                                            "--tokenizer.")
@@ -546,6 +552,36 @@ def from_values(values: dict[str, Any]) -> RunConfig:
             steps_given.setdefault(flag.step, {})[flag.field] = values.pop(flag.name)
     config = _variant_params(build(RunConfig, values), values)
     return dataclasses.replace(config, job=dataclasses.replace(config.job, steps=steps_given))
+
+
+def data_command(config: RunConfig) -> str:
+    """The command that makes this job's data, as its dataset card and dataset_info.json show it: the options
+    that decide the data (the groups' and options' ``decides_data``, the job's axes' parameters given, the steps'
+    flags away from their defaults), paths by their last part; not --output, ports, --workers or local
+    directories, so every fleet that makes the same data shows the same command."""
+    import math
+    import shlex
+
+    argv = ["python", "-m", "ventilator", *data_argv(config)]
+    flags = {spec.field_name: spec.flag for axis, specs in axis_specs() if axis.choice is None for spec in specs}
+    for name, value in config.job.params.items():
+        argv += _flag_argv(flags[name], value)
+    own = {(flag.step, flag.field): "--" + flag.name.replace("_", "-") for flag in step_flags()}
+    for step_name, given in config.job.steps.items():
+        defaults = {f.name: f.default for f in dataclasses.fields(steps()[step_name].Params)}
+        for field_name, value in given.items():
+            default = defaults.get(field_name)
+            same = value == default or (isinstance(value, float) and isinstance(default, float)
+                                        and math.isnan(value) and math.isnan(default))
+            if not same and (step_name, field_name) in own:
+                argv += _flag_argv(own[step_name, field_name], value)
+    return shlex.join(argv)
+
+
+def _flag_argv(flag: str, value: ParamValue) -> list[str]:
+    if isinstance(value, bool):
+        return [flag if value else f"--no-{flag[2:]}"]
+    return [flag, str(value)]
 
 
 def parse(argv: list[str]) -> RunConfig:

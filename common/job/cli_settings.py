@@ -23,16 +23,19 @@ from click.core import ParameterSource
 from common.job.params import PluginError
 
 _KEY = "click_option"
+_DECIDES_DATA = "decides_data"
 _MISSING = dataclasses.MISSING
 
 
 def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, always_written: bool = False,
-           **click_kwargs) -> Any:
+           decides_data: bool | None = None, **click_kwargs) -> Any:
     """A field that is the option ``decls`` (click's declarations, without the parameter name: the field's
     name is that).  ``default`` is the one source of the default; ``cli_default`` only where the command line
     shows it otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default,
-    which depends on the host (a worker's --processes: this host's cores, not the receiving one's)."""
-    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written)}
+    which depends on the host (a worker's --processes: this host's cores, not the receiving one's).
+    ``decides_data``: whether the option's value changes the data made (:func:`data_argv`), where it is not
+    its group's ``decides_data`` (a class attribute; False if absent)."""
+    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written), _DECIDES_DATA: decides_data}
     if default is _MISSING:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -337,21 +340,56 @@ def to_argv(settings) -> list[str]:
             if dataclasses.is_dataclass(value):
                 argv += to_argv(value)
             continue
-        decls, click_kwargs, _, always_written = f.metadata[_KEY]
-        if value is None or (f.default is not _MISSING and value == f.default and not always_written):
+        argv += _field_argv(f, value)
+    return argv
+
+
+def _field_argv(f: dataclasses.Field, value: Any) -> list[str]:
+    """One option's part of :func:`to_argv` (nothing at its default)."""
+    decls, click_kwargs, _, always_written = f.metadata[_KEY]
+    if value is None or (f.default is not _MISSING and value == f.default and not always_written):
+        return []
+    flags = [decl for decl in decls if decl.startswith("--")]
+    if click_kwargs.get("count"):
+        short = next((decl for decl in decls if not decl.startswith("--")), flags[0])
+        return [short] * int(value)
+    if "/" in flags[0]:
+        on, off = (part.strip() for part in flags[0].split("/"))
+        return [on if value else off]
+    if click_kwargs.get("is_flag"):
+        return [flags[0]] if value else []
+    if click_kwargs.get("multiple"):
+        return [part for item in value for part in (flags[0], str(item))]
+    return [flags[0], str(value)]
+
+
+def path_name(value: str) -> str:
+    """A path or URI as a dataset card shows it: its last part (``/home/me/corpus/wiki/``: ``wiki``;
+    ``s3://bucket/out``: ``out``), so no machine's layout is published and two fleets show one name."""
+    if "://" in value:
+        return value.rstrip("/").rsplit("/", 1)[-1] or value
+    return os.path.basename(os.path.normpath(os.path.abspath(value)))
+
+
+def data_argv(settings, decides: bool = False) -> list[str]:
+    """The options of ``settings`` that decide the data (an option's own ``decides_data``, else its group's),
+    at other than their defaults, each path (a ``click.Path`` option) as :func:`path_name` shows it: the
+    command a dataset card shows, the same for every fleet and machine that makes the same data."""
+    argv: list[str] = []
+    decides = getattr(type(settings), "decides_data", decides)
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if _KEY not in f.metadata:
+            if dataclasses.is_dataclass(value):
+                argv += data_argv(value, decides)
             continue
-        flags = [decl for decl in decls if decl.startswith("--")]
-        if click_kwargs.get("count"):
-            short = next((decl for decl in decls if not decl.startswith("--")), flags[0])
-            argv += [short] * int(value)
-        elif "/" in flags[0]:
-            on, off = (part.strip() for part in flags[0].split("/"))
-            argv.append(on if value else off)
-        elif click_kwargs.get("is_flag"):
-            if value:
-                argv.append(flags[0])
-        else:
-            argv += [flags[0], str(value)]
+        own = f.metadata.get(_DECIDES_DATA)
+        if not (decides if own is None else own):
+            continue
+        part = _field_argv(f, value)
+        if len(part) == 2 and isinstance(f.metadata[_KEY][1].get("type"), click.Path):
+            part = [part[0], path_name(part[1])]
+        argv += part
     return argv
 
 

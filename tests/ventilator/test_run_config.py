@@ -270,3 +270,16 @@ def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path)
     assert ran.stderr.strip().splitlines() == [
         "mlm-ventilator: error: entry point broken = no_such_module:Publisher (group mlm_pipeline.publishers, from "
         "broken 1.0) cannot be loaded: ModuleNotFoundError: No module named 'no_such_module'"]
+
+
+def test_the_cards_command_is_the_options_that_decide_the_data_from_their_declarations():
+    from ventilator.run_config import data_command
+
+    config = parse(["--data", "/home/me/corpus/wiki/", "--output", "/tmp/out", "--vocab-file", "/x/y/vocab.txt",
+                    "--workers", "3", "--vport", "6000", "--shared-fs", "--s3-endpoint-url", "http://127.0.0.1:9",
+                    "--task-size", "1M", "--objective", "albert", "--max-seq-length", "64", "--no-gzip",
+                    "--holdout-fraction", "0.1", "--metrics-port", "9999", "--lease-seconds", "30", "-v"])
+    assert data_command(config) == ("python -m ventilator --data wiki --task-size 1048576 --objective albert "
+                                    "--vocab-file vocab.txt --max-seq-length 64 --no-gzip --holdout-fraction 0.1")
+    assert data_command(parse(["--data", "s3://bucket/corpus/", "--output", "s3://bucket/out"])) == \
+        "python -m ventilator --data corpus"
