@@ -197,16 +197,17 @@ class SectionedCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.BadParameter as error:
-            variable = variable_of(ctx, error.param) if error.param is not None else None
-            if variable is not None and error.param_hint is None:
-                error.param_hint = f"'{_long_flag(error.param)}' (from {variable})"  # type: ignore[union-attr]
+            param = error.param
+            variable = variable_of(ctx, param) if param is not None else None
+            if param is not None and variable is not None and error.param_hint is None:
+                error.param_hint = f"'{_long_flag(param)}' (from {variable})"
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.ClickException as error:
-            error.message = naming_variables(error.message, ctx)
+            vars(error)["message"] = naming_variables(error.message, ctx)  # click declares it Final
             raise
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -397,13 +398,12 @@ def parse(settings_class: type, argv: list[str], command: str | None = None):
     """The settings a command line (and the environment's variables of ``command``, :func:`env_prefix`) gives,
     as the role's own command would build them."""
     built = []
-
     prefix = env_prefix(command) if command else None
 
     @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": prefix})
     @add_options(settings_class)
-    def command(**values):
+    def settings_command(**values):
         built.append(build(settings_class, values))
 
-    command.main(argv, standalone_mode=False)
+    settings_command.main(argv, standalone_mode=False)
     return built[0]
