@@ -215,7 +215,7 @@ class SectionedCommand(click.Command):
         follows: dict[str, str] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is not None:
+            if record is not None and not isinstance(param, click.Argument):  # as click's own: options only
                 section = getattr(param, "section", "") or OTHER_SECTION
                 sections.setdefault(section, []).append(record)
                 if getattr(param, "section_after", ""):
