@@ -157,9 +157,16 @@ def test_a_refusal_a_variable_caused_names_it_and_another_roles_variable_is_not_
     errors = [line for line in ran.stderr.splitlines() if "error" in line]
     assert ran.returncode == 1 and len(errors) == 1, ran.stderr
     assert "--dupe-factor (from MLM_VENTILATOR_DUPE_FACTOR) does not apply to --objective tokens" in errors[0]
-    # The old shared name is no command's: only the (deliberately too long) length is refused.
+    # Another command's variable is not read: only the (deliberately too long) length is refused.
     ran = subprocess.run([*argv, "--max-seq-length", str(2**31)], capture_output=True, text=True, timeout=120,
-                         cwd=REPO, env={**base, "MLM_DUPE_FACTOR": "10", "MLM_DATA": "/nowhere"})
+                         cwd=REPO, env={**base, "MLM_LOADER_DATA": "/nowhere", "MLM_SINK_PORT": "1",
+                                        "MLM_WORKER_CREDIT": "oops"})
     errors = [line for line in ran.stderr.splitlines() if "error" in line]
     assert ran.returncode == 1 and len(errors) == 1 and "--max-seq-length" in errors[0], ran.stderr
-    assert "dupe" not in ran.stderr.lower() and not (tmp_path / "out").exists()
+    # The name every role once shared is no command's: left set, it is named, not silently ignored.
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**base, "MLM_DUPE_FACTOR": "10"})
+    errors = [line for line in ran.stderr.splitlines() if "rror" in line]
+    assert ran.returncode == 2 and len(errors) == 1, ran.stderr
+    assert "MLM_DUPE_FACTOR (this command's --dupe-factor is MLM_VENTILATOR_DUPE_FACTOR)" in errors[0]
+    assert not (tmp_path / "out").exists()

@@ -91,6 +91,23 @@ def env_prefix(command: str) -> str:
     return "MLM_" + command.upper().replace("-", "_")
 
 
+#: The commands whose variables :func:`env_prefix` names (the console scripts' names, without ``mlm-``).
+COMMANDS = ("ventilator", "worker", "sink", "loader", "report", "verify", "train-vocab")
+
+
+def stale_variables(ctx: click.Context, params: list[click.Parameter]) -> list[str]:
+    """The variables set under the name every command once shared (``MLM_DUPE_FACTOR``) for an option of this
+    one that no command reads now: each would be silently ignored, and the job made otherwise than meant."""
+    owned = tuple(env_prefix(command) + "_" for command in COMMANDS)
+    stale = []
+    for param in params:
+        if isinstance(param, click.Option) and param.opts[-1].startswith("--") and isinstance(param.envvar, str):
+            old = "MLM_" + _long_flag(param).lstrip("-").upper().replace("-", "_")
+            if old != param.envvar and os.environ.get(old) and not old.startswith(owned):
+                stale.append(f"{old} (this command's {_long_flag(param)} is {param.envvar})")
+    return stale
+
+
 def command_settings(command: str, **more: Any) -> dict[str, Any]:
     """click's ``context_settings`` for the command ``command`` (``ventilator``, ``loader``, ``train-vocab``):
     its variables' prefix (:func:`env_prefix`), ``-h``, defaults shown."""
@@ -204,6 +221,10 @@ class SectionedCommand(click.Command):
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
+        stale = stale_variables(ctx, self.get_params(ctx))
+        if stale:
+            raise click.UsageError(f"{'; '.join(stale)}: no command reads {'it' if len(stale) == 1 else 'them'} "
+                                   "now (each reads its own: MLM_, its name, the flag): rename or unset", ctx)
         try:
             return super().invoke(ctx)
         except click.ClickException as error:

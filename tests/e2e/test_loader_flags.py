@@ -53,12 +53,20 @@ def test_a_refusal_names_the_variable_that_gave_the_value(tokens_output):
     assert "--masked-lm-prob (from MLM_LOADER_MASKED_LM_PROB) does nothing here" in said
 
 
+def test_a_variable_of_the_name_every_role_once_shared_is_refused_naming_it(tokens_output):
+    """MLM_MAX_PREDICTIONS_PER_SEQ, set for the ventilator, once made the loader refuse without naming it; the
+    shared names are no command's now, and one left set is named rather than silently ignored."""
+    said = refusal(tokens_output, "--batch-tokens", "65536", env={"MLM_MAX_PREDICTIONS_PER_SEQ": "20"})
+    assert "MLM_MAX_PREDICTIONS_PER_SEQ (this command's --max-predictions-per-seq is " \
+           "MLM_LOADER_MAX_PREDICTIONS_PER_SEQ)" in said
+
+
 def test_another_roles_variables_are_not_the_loaders(tokens_output):
-    """MLM_DATA (the ventilator's corpus, once read as the loader's output too) and the ventilator's
-    MLM_VENTILATOR_MAX_PREDICTIONS_PER_SEQ (a fleet's shared environment) leave the loader alone."""
+    """The ventilator's MLM_VENTILATOR_DATA (its corpus) and MLM_VENTILATOR_MAX_PREDICTIONS_PER_SEQ, in a
+    fleet's shared environment, leave the loader alone."""
     server = LoaderProcess(tokens_output, "--batch-tokens", "65536",
-                           env={**CLEAN, "MLM_DATA": "/nowhere", "MLM_VENTILATOR_DATA": "/nowhere",
-                                "MLM_MAX_PREDICTIONS_PER_SEQ": "20", "MLM_VENTILATOR_MAX_PREDICTIONS_PER_SEQ": "20"})
+                           env={**CLEAN, "MLM_VENTILATOR_DATA": "/nowhere",
+                                "MLM_VENTILATOR_MAX_PREDICTIONS_PER_SEQ": "20"})
     try:
         from loader.client import LoaderClient
 
