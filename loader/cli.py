@@ -10,7 +10,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import DeferredCommand, PluginFailure
+from common.job.cli_settings import DeferredCommand, PluginFailure, command_settings
 from common.job.params import PluginError
 from common.storage import StorageError
 from common.wire.security import Curve, SecurityError
@@ -101,6 +101,42 @@ def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
     return dataclasses.replace(tokens, masking=masking, pad_id=specials.get("pad", tokens.pad_id))
 
 
+def refuse_idle_flags(ctx: click.Context, batch_tokens: int | None, dynamic_masking: bool) -> None:
+    """UsageError naming each option given (on the command line or by its variable) that does nothing with the
+    rest, as the ventilator refuses a step's flags while the step is off: a flag accepted and ignored would have
+    the trainer believe it took (--masked-lm-prob without --dynamic-masking: the output's own masks, or none)."""
+    from click.core import ParameterSource
+
+    idle: dict[str, str] = {}
+    if batch_tokens is not None:
+        idle["batch_size"] = "--batch-tokens sizes each batch"
+    if not dynamic_masking:
+        for name in ("masked_lm_prob", "max_predictions_per_seq", "mask_id", "vocab_size"):
+            idle[name] = "--dynamic-masking is off (the records are served with the masks they were written with)"
+    given = [(f"--{name.replace('_', '-')}", why) for name, why in idle.items()
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+    if given:
+        raise click.UsageError("; ".join(f"{flag} does nothing here: {why}" for flag, why in given))
+
+
+def check_batchable(storage, batch_tokens: int | None) -> None:
+    """UsageError if the output's records vary in length (--objective tokens, say: dataset_info.json says so)
+    and no --batch-tokens is given: fixed-size batches cannot hold them, whatever the shards' health."""
+    from common.describe import dataset_info
+
+    if batch_tokens is not None:
+        return
+    try:
+        info = dataset_info.read(storage)
+    except ValueError:
+        return  # the shards' reader says what is wrong
+    shape = ((info or {}).get("features", {}).get("input_ids") or {}).get("shape") or []
+    if shape and shape[0] is None:
+        raise click.UsageError(f"--data {storage.uri('')} holds records of varying length (its input_ids, as "
+                               f"{dataset_info.DATASET_INFO} says): serve them with --batch-tokens N, token-budget "
+                               "batches (docs/loader.md)")
+
+
 def _split_help() -> str:
     """``--split``'s help, naming each step's side (``Step.sides``) and what makes it."""
     from common.steps import sides
@@ -120,9 +156,7 @@ def _output_options(command):
                              "read through its manifest.")(command)
 
 
-@click.command(cls=DeferredCommand, options=_output_options,
-               context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=DeferredCommand, options=_output_options, context_settings=command_settings("loader"))
 @click.option("--allow-partial", is_flag=True, show_envvar=True,
               help="Serve an output whose job has not finished (no summary.json, or tasks quarantined): what is "
                    "in its manifest so far.")
@@ -186,6 +220,7 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     an order that depends only on --seed and the epoch.  See docs/loader.md.
     """
     logs.configure(verbose)
+    refuse_idle_flags(click.get_current_context(), batch_tokens, dynamic_masking)
     masking = None
     if whole_word_mask and not dynamic_masking:
         raise click.UsageError("--whole-word-mask is for --dynamic-masking")
@@ -213,6 +248,7 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     try:
         curve = Curve(curve_dir) if curve_dir else None
         storage, shards = open_dataset(data, s3_endpoint_url, split=split, allow_partial=allow_partial)
+        check_batchable(storage, batch_tokens)
         if tokens is not None and not (vocab_file or tokenizer):
             tokens = with_recorded_specials(tokens, storage)
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,

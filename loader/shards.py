@@ -215,7 +215,8 @@ def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train"
 
         side = side_named(split)
         if side is not None:
-            raise DatasetError(f"--data {uri}: no {side.label} side (the job was run without {side.flag})")
+            raise DatasetError(f"--data {uri}: the {side.label} side is empty: the manifest lists no {side.label} "
+                               f"record (a job makes them with {side.flag})")
         raise DatasetError(f"--data {uri}: the manifest lists no records")
     check_shards_present(storage, uri, ShardList.listed(entries, split))
     return storage, shards

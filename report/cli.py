@@ -13,20 +13,13 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
+from common.job.cli_settings import SectionedCommand, Size, command_settings
 from common.job.params import PluginError
-from common.job.tasks import parse_size
 from common.storage import StorageError, open_storage
 from report.build import REPORT_DIRECTORY, build_report
 
 PAGE_NAME = f"{REPORT_DIRECTORY}/index.html"
 JSON_NAME = f"{REPORT_DIRECTORY}/report.json"
-
-
-def _size(_ctx, _param, value):
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
 
 
 def write_report(output: str, s3_endpoint_url: str = "", sample: int = 64 << 20, input_sample: int = 1 << 20) -> dict:
@@ -53,14 +46,13 @@ def unread_input(report: dict) -> str:
     return skipped if skipped.startswith("the input ") else ""
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM", "help_option_names": ["-h", "--help"],
-                                 "show_default": True})
+@click.command(cls=SectionedCommand, context_settings=command_settings("report"))
 @click.argument("output", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX")
 @click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
-@click.option("--sample", default="64M", callback=_size, show_envvar=True,
+@click.option("--sample", default="64M", type=Size(), show_envvar=True,
               help="Bytes of shards to read (whole files, spread over the output; a quarter more for the held-out "
                    "side). The manifest's counts are exact whatever it is.")
-@click.option("--input-sample", default="1M", callback=_size, show_envvar=True,
+@click.option("--input-sample", default="1M", type=Size(), show_envvar=True,
               help="Bytes of the job's input to tokenize again for [UNK] by script and the text behind it; 0: skip.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(output: str, s3_endpoint_url: str, sample: int, input_sample: int, verbose: int) -> None:

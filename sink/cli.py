@@ -8,13 +8,12 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import SectionedCommand, add_options, build
+from common.job.cli_settings import SectionedCommand, add_options, build, command_settings
 from sink.server import SinkServer
 from sink.settings import SinkSettings
 
 
-@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=SectionedCommand, context_settings=command_settings("sink"))
 @add_options(SinkSettings)
 def main(**values) -> None:
     """Collect workers' acknowledgements into OUT/manifest.jsonl.

@@ -9,26 +9,36 @@ import pytest
 
 from common.tokenization.training import main as train_vocab
 from loader.cli import main as loader
+from report.cli import main as report
 from sink.cli import main as sink
+from sink.verify import main as verify
 from tests.support.helpers import REPO
 from ventilator.cli import main as ventilator
 from worker.cli import main as worker
 
 
-def _envvar(command: click.Command, option: click.Option) -> str:
-    prefix = command.context_settings.get("auto_envvar_prefix", "")
-    return option.envvar or f"{prefix}_{option.name.upper()}"
+@pytest.mark.parametrize("command, prefix", [(ventilator, "MLM_VENTILATOR"), (worker, "MLM_WORKER"),
+                                             (sink, "MLM_SINK"), (loader, "MLM_LOADER"), (report, "MLM_REPORT"),
+                                             (verify, "MLM_VERIFY"), (train_vocab, "MLM_TRAIN_VOCAB")])
+def test_every_option_reads_the_variable_named_after_its_command_and_flag(command, prefix):
+    """docs/cli.md: every option can be set by MLM_, its command's name and its flag (mlm-loader --data:
+    MLM_LOADER_DATA), so no two roles read one variable."""
+    context = click.Context(command, auto_envvar_prefix=command.context_settings["auto_envvar_prefix"])
+    options = [param for param in command.get_params(context) if isinstance(param, click.Option)]
+    assert len(options) > 1
+    for option in options:
+        name = next(flag for flag in option.opts if flag.startswith("--")).lstrip("-").replace("-", "_").upper()
+        assert option.envvar == f"{prefix}_{name}", option.opts
 
 
-@pytest.mark.parametrize("command, prefix", [(ventilator, "MLM"), (worker, "MLM"), (sink, "MLM"),
-                                             (loader, "MLM"), (train_vocab, "MLM_VOCAB")])
-def test_every_option_reads_the_variable_named_after_it(command, prefix):
-    """README: every option can be set by MLM_ + its name (--sink: MLM_SINK)."""
-    for option in command.params:
-        if not isinstance(option, click.Option):
-            continue
-        name = max(option.opts, key=len).lstrip("-").replace("-", "_").upper()
-        assert _envvar(command, option) == f"{prefix}_{name}", option.opts
+def test_no_two_commands_read_one_variable():
+    read: dict[str, str] = {}
+    for command in (ventilator, worker, sink, loader, report, verify, train_vocab):
+        context = click.Context(command, auto_envvar_prefix=command.context_settings["auto_envvar_prefix"])
+        for param in command.get_params(context):
+            if isinstance(param, click.Option) and param.envvar:
+                other = read.setdefault(param.envvar, command.name)
+                assert other == command.name, (param.envvar, other, command.name)
 
 
 def test_train_vocab_reads_every_input_format(tmp_path):
@@ -116,8 +126,8 @@ def test_a_broken_step_plugin_is_one_line_not_a_traceback(broken_env, tmp_path, 
 
 
 def test_a_steps_flag_from_the_environment_with_the_step_off_is_one_line_before_any_work(tmp_path):
-    """MLM_HOLDOUT_SEED set (a fleet's shared environment, say) and no --holdout-fraction: the real command exits
-    1 with one line naming the flag and its variable, and writes nothing."""
+    """MLM_VENTILATOR_HOLDOUT_SEED set (a fleet's shared environment, say) and no --holdout-fraction: the real
+    command exits 1 with one line naming the flag and its variable, and writes nothing."""
     from tests.support.helpers import VOCAB, WIKI, need_shared
 
     need_shared()
@@ -125,8 +135,38 @@ def test_a_steps_flag_from_the_environment_with_the_step_off_is_one_line_before_
     ran = subprocess.run([sys.executable, "-m", "ventilator", "--data", str(WIKI), "--output", str(out),
                           "--vocab-file", str(VOCAB), "--workers", "1", "--state-dir", str(tmp_path / "state")],
                          capture_output=True, text=True, timeout=120, cwd=REPO,
-                         env={**os.environ, "MLM_HOLDOUT_SEED": "5"})
+                         env={**os.environ, "MLM_VENTILATOR_HOLDOUT_SEED": "5"})
     assert ran.returncode == 1, ran.stderr
     said = [line for line in ran.stderr.splitlines() if "does nothing here" in line]
-    assert len(said) == 1 and "--holdout-seed (or MLM_HOLDOUT_SEED)" in said[0], ran.stderr
+    assert len(said) == 1 and "--holdout-seed (from MLM_VENTILATOR_HOLDOUT_SEED)" in said[0], ran.stderr
     assert not out.exists()
+
+
+def test_a_refusal_a_variable_caused_names_it_and_another_roles_variable_is_not_read(tmp_path):
+    """MLM_DUPE_FACTOR, which a fleet's shared environment once set for the ventilator, refused every
+    --objective tokens job without naming itself.  Now each command reads only its own variables
+    (MLM_VENTILATOR_*), and the refusal one causes names it."""
+    from tests.support.helpers import VOCAB, WIKI, need_shared
+
+    need_shared()
+    base = {key: value for key, value in os.environ.items() if not key.startswith("MLM_")}
+    argv = [sys.executable, "-m", "ventilator", "--data", str(WIKI), "--output", str(tmp_path / "out"), "--vocab-file",
+            str(VOCAB), "--objective", "tokens", "--state-dir", str(tmp_path / "state")]
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**base, "MLM_VENTILATOR_DUPE_FACTOR": "10"})
+    errors = [line for line in ran.stderr.splitlines() if "error" in line]
+    assert ran.returncode == 1 and len(errors) == 1, ran.stderr
+    assert "--dupe-factor (from MLM_VENTILATOR_DUPE_FACTOR) does not apply to --objective tokens" in errors[0]
+    # Another command's variable is not read: only the (deliberately too long) length is refused.
+    ran = subprocess.run([*argv, "--max-seq-length", str(2**31)], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**base, "MLM_LOADER_DATA": "/nowhere", "MLM_SINK_PORT": "1",
+                                        "MLM_WORKER_CREDIT": "oops"})
+    errors = [line for line in ran.stderr.splitlines() if "error" in line]
+    assert ran.returncode == 1 and len(errors) == 1 and "--max-seq-length" in errors[0], ran.stderr
+    # The name every role once shared is no command's: left set, it is named, not silently ignored.
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env={**base, "MLM_DUPE_FACTOR": "10"})
+    errors = [line for line in ran.stderr.splitlines() if "rror" in line]
+    assert ran.returncode == 2 and len(errors) == 1, ran.stderr
+    assert "MLM_DUPE_FACTOR (this command's --dupe-factor is MLM_VENTILATOR_DUPE_FACTOR)" in errors[0]
+    assert not (tmp_path / "out").exists()

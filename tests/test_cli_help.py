@@ -51,7 +51,7 @@ def test_variants_options_show_their_env_var_and_defaults():
     for spec in specs:
         flag = f"--no-{spec.flag[2:]}" if spec.type is bool else spec.flag
         text = now[flag]["text"]
-        assert f"[env var: MLM_{spec.name.upper()}]" in text, flag
+        assert f"[env var: MLM_VENTILATOR_{spec.name.upper()}]" in text, flag
         assert " ".join(defaults_text(spec).split()) in text.replace("- ", "-"), flag
 
 

@@ -11,17 +11,16 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import DeferredCommand
+from common.job.cli_settings import DeferredCommand, command_settings, naming_variables
 from common.job.config import JobConfig
 from common.output.lock import OutputLock
-from common.version import command_line
 from common.wire import protocol
 from common.wire.transport import ListenError
 from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
 from ventilator.publishers import publisher_named
 from ventilator.publishers.base import PublisherError
-from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, from_values, run_options
+from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, data_command, from_values, run_options
 from ventilator.server import VentilatorServer
 
 log = logging.getLogger("ventilator")
@@ -33,9 +32,7 @@ EXIT_INTERRUPTED = 130
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_QUARANTINED", "main", "run"]
 
 
-@click.command(cls=DeferredCommand, options=run_options,
-               context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=DeferredCommand, options=run_options, context_settings=command_settings("ventilator"))
 def main(**values) -> None:
     """Cut a corpus into tasks and hand them to workers over ZeroMQ.
 
@@ -50,7 +47,7 @@ def main(**values) -> None:
     try:
         config = from_values(values)
     except ConfigError as error:
-        click.echo(f"ventilator: error: {error}", err=True)
+        click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
         sys.exit(EXIT_FAILED)
     sys.exit(run(config))
 
@@ -65,7 +62,7 @@ def run(config: RunConfig) -> int:
                                   Fleet(workers=config.fleet.workers))
         publisher_class = publisher_named(config.metrics.backlog_publisher)
         publisher_class.check(publisher_class.make_params(config.metrics.publisher_params))
-        run_config = dataclasses.replace(config, command=command_line())
+        run_config = dataclasses.replace(config, command=data_command(config))
         checked = validate(run_config)
         job_config = identify(run_config, checked)
         _check_sendable(job_config)
@@ -74,7 +71,7 @@ def run(config: RunConfig) -> int:
     except (LaunchError, PublisherError, JobError) as error:
         if lock is not None:
             lock.release()
-        click.echo(f"ventilator: error: {error}", err=True)
+        click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
         return EXIT_FAILED
     try:
         return _run(config, job, launcher, lock)

@@ -159,8 +159,8 @@ def _refuse_idle_flags(step_class, params) -> None:
         return a == b or (a != a and b != b)  # NaN, a plugin's "unset", is its own default
 
     defaults = step_class.make_params({})
-    # Each flag with its variable (MLM_HOLDOUT_SEED): a value may come from the environment, not the command line.
-    idle = [f"{flag} (or MLM_{flag[2:].replace('-', '_').upper()})" for f in dataclasses.fields(step_class.Params)
+    # A value from the environment: the command names its variable (common.job.cli_settings.naming_variables).
+    idle = [flag for f in dataclasses.fields(step_class.Params)
             if (flag := f.metadata.get("flag")) and not same(getattr(params, f.name), getattr(defaults, f.name))]
     if idle:
         section = getattr(step_class.Params, "section", "") or f"Step {step_class.name}"

@@ -25,8 +25,11 @@ from common.job.cli_settings import (
     Deferred,
     DeferredCommand,
     SectionedOption,
+    Size,
     add_options,
     build,
+    command_settings,
+    data_argv,
     option,
     option_fields,
     option_flags,
@@ -95,13 +98,6 @@ def addable_steps() -> dict:
     return {name: step for name, step in steps().items() if not step.has_switch() and step.after is not None}
 
 
-def _size(_ctx, _param, value):
-    try:
-        return parse_size(value)
-    except ValueError as error:
-        raise click.BadParameter(str(error)) from None
-
-
 def _token(role: str, example: str) -> Any:
     return option(f"--{role}-token", default=None, show_envvar=True,
                   help=f"The {example} where the tokenizer does not say.  [default: the tokenizer's]")
@@ -110,26 +106,30 @@ def _token(role: str, example: str) -> Any:
 @dataclass(frozen=True)
 class InputSettings:
     section: ClassVar[str] = "Input"  # its heading in --help
-    data: str = option("--data", required=True, metavar="DIR|FILE|s3://BUCKET/PREFIX", show_envvar=True,
+    decides_data: ClassVar[bool] = True  # its options are the dataset card's command (cli_settings.data_argv)
+    data: str = option("--data", required=True, type=click.Path(), metavar="DIR|FILE|s3://BUCKET/PREFIX",
+                       show_envvar=True,
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
     corpus_format: str = option("--format", type=_choice(readers, "auto"),
-                                default="auto", envvar="MLM_FORMAT", show_envvar=True,
+                                default="auto", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
     task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
-                            callback=_size, show_envvar=True,
+                            type=Size(), show_envvar=True,
                             help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
-    shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True,
+    shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True, decides_data=False,
                              help="Workers can read --data themselves (same path): send byte ranges, not content. "
                                   "Implied for s3:// data.")
-    s3_endpoint_url: str = option("--s3-endpoint-url", default="", show_envvar=True,
+    s3_endpoint_url: str = option("--s3-endpoint-url", default="", show_envvar=True, decides_data=False,
                                   help="For S3-compatible stores (credentials from the standard AWS chain).")
 
 
 @dataclass(frozen=True)
 class JobSettings:
     section: ClassVar[str] = "Job"  # its heading in --help
+    decides_data: ClassVar[bool] = True  # and its axes' parameters and steps' flags (data_command)
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
+                         decides_data=False,
                          help="Where shards and manifest.jsonl go.")
     objective: str = option("--objective", type=_choice(objectives), default="bert",
                             show_envvar=True, help="What the documents become (see the README's objectives table).")
@@ -161,6 +161,7 @@ class JobSettings:
 @dataclass(frozen=True)
 class TokenizerSettings:
     section: ClassVar[str] = "Tokenizer"  # its heading in --help
+    decides_data: ClassVar[bool] = True
     vocab_file: str | None = option("--vocab-file", type=click.Path(dir_okay=False), default=None,
                                     show_envvar=True, help="BERT vocab.txt (e.g. bert-base-uncased's). Or use "
                                                            "--tokenizer.")
@@ -212,7 +213,7 @@ class SinkGroup:
     """The sink: one started elsewhere (``sink_address``), or the one this command starts and its settings."""
     section: ClassVar[str] = "Sink"  # its heading in --help
 
-    sink_address: str = option("--sink", default="", metavar="HOST:PORT", envvar="MLM_SINK", show_envvar=True,
+    sink_address: str = option("--sink", default="", metavar="HOST:PORT", show_envvar=True,
                                help="Use a sink started elsewhere (python -m sink); without it, a local sink is "
                                     "started.")
     sink_port: int = option("--sink-port", type=int, default=SinkSettings.port, show_envvar=True,
@@ -553,11 +554,41 @@ def from_values(values: dict[str, Any]) -> RunConfig:
     return dataclasses.replace(config, job=dataclasses.replace(config.job, steps=steps_given))
 
 
+def data_command(config: RunConfig) -> str:
+    """The command that makes this job's data, as its dataset card and dataset_info.json show it: the options
+    that decide the data (the groups' and options' ``decides_data``, the job's axes' parameters given, the steps'
+    flags away from their defaults), paths by their last part; not --output, ports, --workers or local
+    directories, so every fleet that makes the same data shows the same command."""
+    import math
+    import shlex
+
+    argv = ["python", "-m", "ventilator", *data_argv(config)]
+    flags = {spec.field_name: spec.flag for axis, specs in axis_specs() if axis.choice is None for spec in specs}
+    for name, value in config.job.params.items():
+        argv += _flag_argv(flags[name], value)
+    own = {(flag.step, flag.field): "--" + flag.name.replace("_", "-") for flag in step_flags()}
+    for step_name, given in config.job.steps.items():
+        defaults = {f.name: f.default for f in dataclasses.fields(steps()[step_name].Params)}
+        for field_name, value in given.items():
+            default = defaults.get(field_name)
+            same = value == default or (isinstance(value, float) and isinstance(default, float)
+                                        and math.isnan(value) and math.isnan(default))
+            if not same and (step_name, field_name) in own:
+                argv += _flag_argv(own[step_name, field_name], value)
+    return shlex.join(argv)
+
+
+def _flag_argv(flag: str, value: ParamValue) -> list[str]:
+    if isinstance(value, bool):
+        return [flag if value else f"--no-{flag[2:]}"]
+    return [flag, str(value)]
+
+
 def parse(argv: list[str]) -> RunConfig:
     """The RunConfig a command line (and the MLM_* variables) gives, as ``python -m ventilator`` builds it."""
     built: list[RunConfig] = []
 
-    @click.command(cls=DeferredCommand, options=run_options, context_settings={"auto_envvar_prefix": "MLM"})
+    @click.command(cls=DeferredCommand, options=run_options, context_settings=command_settings("ventilator"))
     def command(**values):
         built.append(from_values(values))
 

@@ -15,7 +15,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import SectionedCommand, add_options, build
+from common.job.cli_settings import SectionedCommand, add_options, build, command_settings, naming_variables
 from worker.gce_metadata import GceMetadata, GceNotices
 from worker.interruption import (
     DEFAULT_NOTICE_DRAIN_SECONDS,
@@ -153,8 +153,7 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
     return 0
 
 
-@click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": "MLM", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=SectionedCommand, context_settings=command_settings("worker"))
 @add_options(WorkerSettings)
 def main(**values) -> None:
     """Process tasks from a ventilator into TFRecord shards.
@@ -170,7 +169,7 @@ def main(**values) -> None:
     try:
         settings = build(WorkerSettings, values)
     except SettingsError as error:
-        click.echo(f"worker: error: {error}", err=True)
+        click.echo(f"worker: error: {naming_variables(str(error))}", err=True)
         sys.exit(2)
     sys.exit(run(settings))
 

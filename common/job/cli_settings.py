@@ -11,25 +11,31 @@ to another (the ventilator starting the sink and the workers) without a second l
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from common.job.params import PluginError
 
 _KEY = "click_option"
+_DECIDES_DATA = "decides_data"
 _MISSING = dataclasses.MISSING
 
 
 def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, always_written: bool = False,
-           **click_kwargs) -> Any:
+           decides_data: bool | None = None, **click_kwargs) -> Any:
     """A field that is the option ``decls`` (click's declarations, without the parameter name: the field's
     name is that).  ``default`` is the one source of the default; ``cli_default`` only where the command line
     shows it otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default,
-    which depends on the host (a worker's --processes: this host's cores, not the receiving one's)."""
-    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written)}
+    which depends on the host (a worker's --processes: this host's cores, not the receiving one's).
+    ``decides_data``: whether the option's value changes the data made (:func:`data_argv`), where it is not
+    its group's ``decides_data`` (a class attribute; False if absent)."""
+    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written), _DECIDES_DATA: decides_data}
     if default is _MISSING:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -74,17 +80,163 @@ class SectionedOption(click.Option):
         self.section_after = section_after
 
 
+#: The range of every integer option: what every wire message, JSON reader and numpy array can hold.  A larger
+#: value is refused when it is parsed, one line naming its flag, not as a traceback where it is first encoded.
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+
+def env_prefix(command: str) -> str:
+    """The one rule for a command's variables: ``MLM_``, the command's name, ``_``, the option's flag
+    (``mlm-loader --data``: ``MLM_LOADER_DATA``), so no role reads another's variable."""
+    return "MLM_" + command.upper().replace("-", "_")
+
+
+#: The commands whose variables :func:`env_prefix` names (the console scripts' names, without ``mlm-``).
+COMMANDS = ("ventilator", "worker", "sink", "loader", "report", "verify", "train-vocab")
+
+
+def stale_variables(ctx: click.Context, params: list[click.Parameter]) -> list[str]:
+    """The variables set under the name every command once shared (``MLM_DUPE_FACTOR``) for an option of this
+    one that no command reads now: each would be silently ignored, and the job made otherwise than meant."""
+    owned = tuple(env_prefix(command) + "_" for command in COMMANDS)
+    stale = []
+    for param in params:
+        if isinstance(param, click.Option) and param.opts[-1].startswith("--") and isinstance(param.envvar, str):
+            old = "MLM_" + _long_flag(param).lstrip("-").upper().replace("-", "_")
+            if old != param.envvar and os.environ.get(old) and not old.startswith(owned):
+                stale.append(f"{old} (this command's {_long_flag(param)} is {param.envvar})")
+    return stale
+
+
+def command_settings(command: str, **more: Any) -> dict[str, Any]:
+    """click's ``context_settings`` for the command ``command`` (``ventilator``, ``loader``, ``train-vocab``):
+    its variables' prefix (:func:`env_prefix`), ``-h``, defaults shown."""
+    return {"auto_envvar_prefix": env_prefix(command), "show_default": True,
+            "help_option_names": ["-h", "--help"], **more}
+
+
+def _long_flag(param: click.Parameter) -> str:
+    return next((flag for flag in param.opts if flag.startswith("--")), param.opts[0])
+
+
+class _Int64(click.types.IntParamType):
+    """An integer option's type where it had no range: any int64."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return _in_int64(self, super().convert(value, param, ctx), param, ctx)
+
+
+class _Int64Range(click.IntRange):
+    """An integer option's range, within int64 (shown in --help as it was declared)."""
+
+    def __init__(self, declared: click.IntRange):
+        super().__init__(declared.min, declared.max, min_open=declared.min_open, max_open=declared.max_open,
+                         clamp=declared.clamp)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(_in_int64(self, click.INT.convert(value, param, ctx), param, ctx), param, ctx)
+
+
+def _in_int64(kind: click.ParamType, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        kind.fail(f"{value} is out of range: an integer option takes {INT_MIN} to {INT_MAX}", param, ctx)
+    return value
+
+
+class Size(click.ParamType):
+    """A byte count as users write it (8M, 256K, 1g or a number: :func:`common.job.tasks.parse_size`), an int64."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from common.job.tasks import parse_size
+
+        try:
+            size = parse_size(value)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+        return _in_int64(self, size, param, ctx)
+
+
+def _settle(param: click.Parameter, prefix: str | None) -> None:
+    """What every option of every command has, whoever declared it: its variable by :func:`env_prefix`'s rule
+    (from its flag), and an integer's int64 range."""
+    if isinstance(param, click.Option) and param.envvar is None and param.allow_from_autoenv and prefix:
+        param.envvar = f"{prefix}_{_long_flag(param).lstrip('-').upper().replace('-', '_')}"
+    if isinstance(param.type, click.IntRange) and not isinstance(param.type, _Int64Range):
+        param.type = _Int64Range(param.type)
+    elif type(param.type) is click.types.IntParamType:
+        param.type = _Int64()
+
+
+def variable_of(ctx: click.Context, param: click.Parameter) -> str | None:
+    """The variable ``param``'s value came from, or None (the command line, a default)."""
+    if ctx.get_parameter_source(param.name or "") is not ParameterSource.ENVIRONMENT:
+        return None
+    envvar = param.envvar
+    names = [envvar] if isinstance(envvar, str) else list(envvar or [])
+    return next((name for name in names if name in os.environ), names[0] if names else None)
+
+
+def naming_variables(message: str, ctx: click.Context | None = None) -> str:
+    """``message`` with each flag whose value came from an environment variable followed by that variable
+    (``--dupe-factor (from MLM_VENTILATOR_DUPE_FACTOR)``): a refusal a variable caused names it."""
+    ctx = ctx if ctx is not None else click.get_current_context(silent=True)
+    if ctx is None:
+        return message
+    for param in ctx.command.get_params(ctx):
+        variable = variable_of(ctx, param)
+        if variable is None or variable in message:
+            continue
+        for flag in [*param.opts, *param.secondary_opts]:
+            pattern = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
+            if pattern.search(message):
+                message = pattern.sub(f"{flag} (from {variable})".replace("\\", "\\\\"), message, count=1)
+                break
+    return message
+
+
 class SectionedCommand(click.Command):
     """``--help`` with the options under their sections' headings, in the order the sections first appear
     (a settings group's ``section``, or the one an option was given), instead of one flat list; a section whose
-    options name the heading it follows (``section_after``) is shown right after that one."""
+    options name the heading it follows (``section_after``) is shown right after that one.
+
+    Every command of the project is one: its options get their variables by one rule and integers their
+    range (:func:`_settle`), and a refusal a variable caused names the variable (:func:`naming_variables`)."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        for param in params:
+            _settle(param, ctx.auto_envvar_prefix)
+        return params
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.BadParameter as error:
+            param = error.param
+            variable = variable_of(ctx, param) if param is not None else None
+            if param is not None and variable is not None and error.param_hint is None:
+                error.param_hint = f"'{_long_flag(param)}' (from {variable})"
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        stale = stale_variables(ctx, self.get_params(ctx))
+        if stale:
+            raise click.UsageError(f"{'; '.join(stale)}: no command reads {'it' if len(stale) == 1 else 'them'} "
+                                   "now (each reads its own: MLM_, its name, the flag): rename or unset", ctx)
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as error:
+            vars(error)["message"] = naming_variables(error.message, ctx)  # click declares it Final
+            raise
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}
         follows: dict[str, str] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is not None:
+            if record is not None and not isinstance(param, click.Argument):  # as click's own: options only
                 section = getattr(param, "section", "") or OTHER_SECTION
                 sections.setdefault(section, []).append(record)
                 if getattr(param, "section_after", ""):
@@ -210,33 +362,69 @@ def to_argv(settings) -> list[str]:
             if dataclasses.is_dataclass(value):
                 argv += to_argv(value)
             continue
-        decls, click_kwargs, _, always_written = f.metadata[_KEY]
-        if value is None or (f.default is not _MISSING and value == f.default and not always_written):
-            continue
-        flags = [decl for decl in decls if decl.startswith("--")]
-        if click_kwargs.get("count"):
-            short = next((decl for decl in decls if not decl.startswith("--")), flags[0])
-            argv += [short] * int(value)
-        elif "/" in flags[0]:
-            on, off = (part.strip() for part in flags[0].split("/"))
-            argv.append(on if value else off)
-        elif click_kwargs.get("is_flag"):
-            if value:
-                argv.append(flags[0])
-        else:
-            argv += [flags[0], str(value)]
+        argv += _field_argv(f, value)
     return argv
 
 
-def parse(settings_class: type, argv: list[str], env_prefix: str = "MLM"):
-    """The settings a command line (and the environment's ``env_prefix``_ variables) gives, as the role's
-    own command would build them."""
-    built = []
+def _field_argv(f: dataclasses.Field, value: Any) -> list[str]:
+    """One option's part of :func:`to_argv` (nothing at its default)."""
+    decls, click_kwargs, _, always_written = f.metadata[_KEY]
+    if value is None or (f.default is not _MISSING and value == f.default and not always_written):
+        return []
+    flags = [decl for decl in decls if decl.startswith("--")]
+    if click_kwargs.get("count"):
+        short = next((decl for decl in decls if not decl.startswith("--")), flags[0])
+        return [short] * int(value)
+    if "/" in flags[0]:
+        on, off = (part.strip() for part in flags[0].split("/"))
+        return [on if value else off]
+    if click_kwargs.get("is_flag"):
+        return [flags[0]] if value else []
+    if click_kwargs.get("multiple"):
+        return [part for item in value for part in (flags[0], str(item))]
+    return [flags[0], str(value)]
 
-    @click.command(context_settings={"auto_envvar_prefix": env_prefix})
+
+def path_name(value: str) -> str:
+    """A path or URI as a dataset card shows it: its last part (``/home/me/corpus/wiki/``: ``wiki``;
+    ``s3://bucket/out``: ``out``), so no machine's layout is published and two fleets show one name."""
+    if "://" in value:
+        return value.rstrip("/").rsplit("/", 1)[-1] or value
+    return os.path.basename(os.path.normpath(os.path.abspath(value)))
+
+
+def data_argv(settings, decides: bool = False) -> list[str]:
+    """The options of ``settings`` that decide the data (an option's own ``decides_data``, else its group's),
+    at other than their defaults, each path (a ``click.Path`` option) as :func:`path_name` shows it: the
+    command a dataset card shows, the same for every fleet and machine that makes the same data."""
+    argv: list[str] = []
+    decides = getattr(type(settings), "decides_data", decides)
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if _KEY not in f.metadata:
+            if dataclasses.is_dataclass(value):
+                argv += data_argv(value, decides)
+            continue
+        own = f.metadata.get(_DECIDES_DATA)
+        if not (decides if own is None else own):
+            continue
+        part = _field_argv(f, value)
+        if len(part) == 2 and isinstance(f.metadata[_KEY][1].get("type"), click.Path):
+            part = [part[0], path_name(part[1])]
+        argv += part
+    return argv
+
+
+def parse(settings_class: type, argv: list[str], command: str | None = None):
+    """The settings a command line (and the environment's variables of ``command``, :func:`env_prefix`) gives,
+    as the role's own command would build them."""
+    built = []
+    prefix = env_prefix(command) if command else None
+
+    @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": prefix})
     @add_options(settings_class)
-    def command(**values):
+    def settings_command(**values):
         built.append(build(settings_class, values))
 
-    command.main(argv, standalone_mode=False)
+    settings_command.main(argv, standalone_mode=False)
     return built[0]

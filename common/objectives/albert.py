@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.job.params import When, param
-from common.objectives.base import Batch, Feature, Objective, derive_seed
+from common.objectives.base import LENGTH_HELP, Batch, Feature, Objective, derive_seed
 from common.objectives.bert import BATCH_INSTANCES, BertParams, lay_out_pairs, plan_instances
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, word_index
@@ -47,7 +47,8 @@ from common.tokenization.loading import ReferenceCasing
 class AlbertParams:
     """google-research/albert's create_pretraining_data.py flags, same names and defaults."""
 
-    max_seq_length: int = param(512, "Tokens per instance, [CLS] and [SEP]s included.", shared=True)
+    max_seq_length: int = param(512, "Tokens per instance, [CLS] and [SEP]s included.  " + LENGTH_HELP,
+                                shared=True)
     max_predictions_per_seq: int = param(20, "At most this many masked positions per instance.", shared=True)
     masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.", shared=True)
     short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.", shared=True)

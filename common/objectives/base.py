@@ -24,6 +24,26 @@ from common.objectives.documents import TokenizedDocuments
 from common.tokenization.loading import ReferenceCasing
 from common.tokenization.vocabulary import SpecialIds
 
+#: The longest instance of an objective that pads every instance to --max-seq-length (bert, albert, electra,
+#: roberta): the longest position table of the encoders they train (ModernBERT's 8,192; BERT's, ALBERT's,
+#: ELECTRA's and RoBERTa's have 512).  A worker process holds a batch of up to 4,096 such instances, ~40 bytes a
+#: position across its arrays and the writer's: ~1.3 GB at 8,192; ~11 GB at 65,536, which no worker survives.
+MAX_PADDED_LENGTH = 8192
+#: The longest record of an objective that writes each record at its own length (tokens): every format keeps a
+#: record's length in an int32.
+MAX_RECORD_LENGTH = 2**31 - 1
+#: The shared --max-seq-length help's bound, as the padded objectives say it.
+LENGTH_HELP = (f"At most {MAX_PADDED_LENGTH:,}: each instance is padded to it (--objective tokens: at most "
+               f"{MAX_RECORD_LENGTH:,}; docs/objectives.md, \"Sequence length\").")
+
+
+def check_length(max_seq_length: int, most: int = MAX_PADDED_LENGTH) -> None:
+    """ValueError, one line, for a --max-seq-length past what the objective's records can hold
+    (:data:`MAX_PADDED_LENGTH` or :data:`MAX_RECORD_LENGTH`), before any work: past it every task fails."""
+    if max_seq_length > most:
+        raise ValueError(f"--max-seq-length {max_seq_length} is too long: at most {most:,} for this objective "
+                         f"(docs/objectives.md, \"Sequence length\")")
+
 
 @dataclass(frozen=True)
 class Feature:

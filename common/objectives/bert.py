@@ -30,7 +30,7 @@ import numpy as np
 
 from common import kernels
 from common.job.params import param
-from common.objectives.base import Batch, Feature, Objective, derive_seed
+from common.objectives.base import LENGTH_HELP, Batch, Feature, Objective, check_length, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
 from common.tokenization.vocabulary import SpecialIds
@@ -40,7 +40,8 @@ from common.tokenization.vocabulary import SpecialIds
 class BertParams:
     """google-research/bert's create_pretraining_data.py flags, same names and defaults."""
 
-    max_seq_length: int = param(128, "Tokens per instance, [CLS] and [SEP]s included.", shared=True)
+    max_seq_length: int = param(128, "Tokens per instance, [CLS] and [SEP]s included.  " + LENGTH_HELP,
+                                shared=True)
     max_predictions_per_seq: int = param(20, "At most this many masked positions per instance.", shared=True)
     masked_lm_prob: float = param(0.15, "Share of an instance's tokens to mask.", shared=True)
     short_seq_prob: float = param(0.1, "Probability of a shorter target length for a document.", shared=True)
@@ -53,6 +54,7 @@ class BertParams:
         """Raise ValueError with a one-line reason for settings BERT cannot use."""
         if self.max_seq_length < 5:
             raise ValueError("--max-seq-length must be at least 5 ([CLS] A [SEP] B [SEP] with A and B non-empty)")
+        check_length(self.max_seq_length)
         if self.max_predictions_per_seq < 1:
             raise ValueError("--max-predictions-per-seq must be at least 1")
         if not 0.0 < self.masked_lm_prob <= 1.0:

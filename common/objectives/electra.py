@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.job.params import param
-from common.objectives.base import Batch, Feature, Objective, derive_seed
+from common.objectives.base import LENGTH_HELP, Batch, Feature, Objective, check_length, derive_seed
 from common.objectives.documents import TokenizedDocuments
 
 #: The reference's "one segment" first-segment target: larger than any example.
@@ -49,7 +49,8 @@ class ElectraParams:
     """build_pretraining_dataset.py's flags that shape examples (the
     tokenizer's own flags are the job's --vocab-file/--do-lower-case)."""
 
-    max_seq_length: int = param(128, "Tokens per example, [CLS] and [SEP]s included.", shared=True)
+    max_seq_length: int = param(128, "Tokens per example, [CLS] and [SEP]s included.  " + LENGTH_HELP,
+                                shared=True)
     blanks_separate_docs: bool = param(True, "A document's end closes the example being built (the reference's "
                                              "blank lines); off: examples run on across documents of a task.")
     random_seed: int = param(12345, "Every random choice depends on it and the task only.", shared=True)
@@ -61,6 +62,7 @@ class ElectraParams:
     def validate(self) -> None:
         if self.max_seq_length < 5:
             raise ValueError("--max-seq-length must be at least 5 (ELECTRA draws shorter targets in [5, max])")
+        check_length(self.max_seq_length)
 
 
 @dataclass

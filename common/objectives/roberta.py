@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.job.params import When, param
-from common.objectives.base import Batch, Feature, Objective, derive_seed
+from common.objectives.base import LENGTH_HELP, Batch, Feature, Objective, check_length, derive_seed
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, num_to_predict, select_tokens, select_whole_words
 from common.tokenization.loading import ReferenceCasing
@@ -59,7 +59,8 @@ STATIC = When(lambda params: params.masking == "static", "--masking static")
 class RobertaParams:
     """Packing and masking of MLM-only blocks; defaults are RoBERTa's (512 tokens, full sentences, dynamic masks)."""
 
-    max_seq_length: int = param(512, "Tokens per block, [CLS] and [SEP] included.", shared=True)
+    max_seq_length: int = param(512, "Tokens per block, [CLS] and [SEP] included.  " + LENGTH_HELP,
+                                shared=True)
     pack: str = param("full-sentences", "full-sentences: blocks cross documents (a separator between two); "
                                         "doc-sentences: a block stays within one document.")
     masking: str = param("none", "none: unmasked blocks with special_tokens_mask and word_starts, masked at train "
@@ -79,6 +80,7 @@ class RobertaParams:
     def validate(self) -> None:
         if self.max_seq_length < 3:
             raise ValueError("--max-seq-length must be at least 3 ([CLS] a token [SEP])")
+        check_length(self.max_seq_length)
         if self.pack not in PACKINGS:
             raise ValueError(f"--pack must be one of {', '.join(PACKINGS)} (not {self.pack!r})")
         if self.masking not in MASKINGS:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.job.params import param
-from common.objectives.base import Batch, Feature, Objective, Ragged
+from common.objectives.base import MAX_RECORD_LENGTH, Batch, Feature, Objective, Ragged, check_length
 from common.objectives.documents import TokenizedDocuments
 from common.tokenization.loading import ReferenceCasing
 
@@ -44,12 +44,13 @@ CHUNK_SPECIALS = 2
 class TokensParams:
     max_seq_length: int = param(0, "Tokens per record, [CLS] and [SEP] included: a longer document becomes "
                                    "consecutive chunks of at most this many tokens, each [CLS] ... [SEP] "
-                                   "(ModernBERT 1024 then 8192, NeoBERT 1024 then 4096); 0: whole documents, no "
-                                   "special token (Megatron).", opt_in=True, shared=True)
+                                   "(ModernBERT 1024 then 8192, NeoBERT 1024 then 4096), at most 2**31 - 1; 0: whole "
+                                   "documents, no special token (Megatron).", opt_in=True, shared=True)
 
     def validate(self) -> None:
         if self.max_seq_length != 0 and self.max_seq_length < CHUNK_SPECIALS + 1:
             raise ValueError("--max-seq-length must be 0 (whole documents) or at least 3 ([CLS] a token [SEP])")
+        check_length(self.max_seq_length, MAX_RECORD_LENGTH)
 
 
 def document_ids(task_key: str, first: int, count: int) -> np.ndarray:

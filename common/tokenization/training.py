@@ -40,6 +40,7 @@ from collections.abc import Iterator
 
 import click
 
+from common.job.cli_settings import SectionedCommand, command_settings
 from common.job.tasks import compression_of
 from common.readers import ParseReport, detect, reader_named, readers
 from common.readers.content import decompress
@@ -192,8 +193,7 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
     return train_wordpiece(word_counts(lines, do_lower_case), vocab_size, special)
 
 
-@click.command(context_settings={"auto_envvar_prefix": "MLM_VOCAB", "show_default": True,
-                                 "help_option_names": ["-h", "--help"]})
+@click.command(cls=SectionedCommand, context_settings=command_settings("train-vocab"))
 @click.option("--data", show_envvar=True, required=True, metavar="PATH", callback=_existing_corpus,
               help="Corpus directory or file (any supported format), or an object store's prefix (s3://, gs://).")
 @click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False),
@@ -206,7 +206,7 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
               help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]),
-              default="auto", envvar="MLM_VOCAB_FORMAT")
+              default="auto")
 @click.option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
               help="--model sentencepiece: the share of the corpus's characters the model covers (SentencePiece's "
                    "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).  "

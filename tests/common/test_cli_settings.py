@@ -43,8 +43,9 @@ def test_defaults_are_left_out_and_come_from_the_dataclass():
 
 
 def test_environment_variables_are_read(monkeypatch):
-    monkeypatch.setenv("MLM_SIZE", "12")
-    assert parse(Outer, ["--target", "t"]).inner.size == 12
+    monkeypatch.setenv("MLM_TOOL_SIZE", "12")
+    monkeypatch.setenv("MLM_LOADER_SIZE", "13")  # another command's (env_prefix: one rule, the command's name)
+    assert parse(Outer, ["--target", "t"], "tool").inner.size == 12
 
 
 def test_values_not_the_settings_are_left_for_others():

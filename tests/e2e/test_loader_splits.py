@@ -49,11 +49,11 @@ def test_training_side_by_default_and_the_held_out_side_on_request(held_out_data
 
 
 def test_holdout_of_a_job_without_one_is_a_one_line_error(loader_dataset):
-    with pytest.raises(DatasetError, match="no held-out side"):
+    with pytest.raises(DatasetError, match="the held-out side is empty"):
         open_dataset(str(loader_dataset), split="holdout")
     server = LoaderProcess(loader_dataset, "--split", "holdout")
     output = server.wait()
-    assert server.process.returncode == 1 and "no held-out side" in output and "Traceback" not in output
+    assert server.process.returncode == 1 and "the held-out side is empty" in output and "Traceback" not in output
 
 
 @pytest.mark.parametrize("damage, reason", [

@@ -95,12 +95,12 @@ def test_restart_resumes_without_redoing(one_worker_run, tmp_path):
 
 
 def test_gzip_shards_asked_for_by_environment(tmp_path):
-    """MLM_GZIP is --gzip.  The local workers get their settings on their command line only: a worker-only
-    variable meant for another host (here an invalid MLM_CREDIT) would otherwise stop them."""
+    """MLM_VENTILATOR_GZIP is --gzip.  The local workers get their settings on their command line only: a
+    worker's variable meant for another host (here an invalid MLM_WORKER_CREDIT) would otherwise stop them."""
     need_shared()
     output = tmp_path / "out"
     result = run_ventilator(WIKI / "AA", output, "--vocab-file", VOCAB, "--dupe-factor", "1", "--task-size", "512K",
-                            "--workers", "2", env={"MLM_GZIP": "1", "MLM_CREDIT": "oops"})
+                            "--workers", "2", env={"MLM_VENTILATOR_GZIP": "1", "MLM_WORKER_CREDIT": "oops"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert all(p.name.endswith(".tfrecord.gz") for p in output.glob("part-*"))
     totals = check_shards(output, compression="gzip")

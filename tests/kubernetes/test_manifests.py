@@ -345,15 +345,16 @@ def test_secrets_and_no_credentials_in_manifests(name):
 
 
 def test_job_settings_are_ventilator_options():
-    """Every MLM_* variable the ConfigMaps set is one the ventilator reads (a typo would be silently ignored)."""
+    """Every MLM_* variable the ConfigMaps set is one the ventilator reads (a typo, or another role's variable,
+    would be silently ignored)."""
     from ventilator.cli import main
 
-    read = {f"MLM_{p.name.upper()}" for p in main.params if isinstance(p, click.Option)}
-    read |= {p.envvar for p in main.params if isinstance(p.envvar, str)}
+    context = click.Context(main, auto_envvar_prefix=main.context_settings["auto_envvar_prefix"])
+    read = {p.envvar for p in main.get_params(context) if isinstance(p.envvar, str)}
     for name, objects in RENDERS.items():
         data = by_kind(objects, "ConfigMap")["mlm-job"]["data"]
         assert set(data) <= read, f"{name}: {set(data) - read}"
-        assert {"MLM_DATA", "MLM_OUTPUT"} <= set(data)
+        assert {"MLM_VENTILATOR_DATA", "MLM_VENTILATOR_OUTPUT"} <= set(data)
 
 
 def dockerfile_user() -> int:

@@ -34,7 +34,8 @@ class Job:
 
     def __init__(self, env: dict, tmp_path: Path):
         vport, sink_port = free_ports(2)
-        self.env = {**env, "MLM_PYTHON": sys.executable, "MLM_VPORT": str(vport), "MLM_SINK_PORT": str(sink_port)}
+        self.env = {**env, "MLM_PYTHON": sys.executable, "MLM_SLURM_VPORT": str(vport),
+                    "MLM_SLURM_SINK_PORT": str(sink_port)}
         self.output = tmp_path / "out"
         self.log = tmp_path / "job.log"
         self.args = ["--data", str(WIKI), "--output", str(self.output), "--bind-host", "127.0.0.1",

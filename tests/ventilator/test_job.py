@@ -34,10 +34,11 @@ def _options(corpus, tmp_path, **kwargs) -> RunConfig:
     ({"added_steps": ("nope",)}, "unknown step 'nope'"),
     ({"added_steps": ("holdout",)}, "--add-step holdout: the job places this step itself"),
     # A step's own flags, given while its other flags leave it off, would do nothing: said, naming them.
-    ({"steps": {"holdout": {"seed": 5}}}, r'^--holdout-seed \(or MLM_HOLDOUT_SEED\) does nothing here: the holdout '
+    # (A value from its variable: the command names it, tests/test_cli.py.)
+    ({"steps": {"holdout": {"seed": 5}}}, r'^--holdout-seed does nothing here: the holdout '
                                           r'step is off \(its options: "Holdout" in --help\)$'),
     ({"steps": {"dedup": {"mode": "off", "partitions": 4}}},
-     r"^--dedup-partitions \(or MLM_DEDUP_PARTITIONS\) does nothing here: the dedup step is off"),
+     r"^--dedup-partitions does nothing here: the dedup step is off"),
     # The step's own declaration (common/job/params.py ``When``): MinHash's flags do something only with minhash.
     ({"steps": {"dedup": {"mode": "exact", "ngram": 3, "threshold": 0.7}}},
      "^--minhash-ngram, --minhash-threshold do nothing but with --dedup minhash: leave them out$"),

@@ -47,16 +47,19 @@ def test_it_is_frozen():
 
 
 def test_environment_variables_set_options_as_flags_do(monkeypatch):
-    monkeypatch.setenv("MLM_DATA", "from-env")
-    monkeypatch.setenv("MLM_TASK_SIZE", "256K")
-    monkeypatch.setenv("MLM_FORMAT", "jsonl")
-    monkeypatch.setenv("MLM_SINK", "sinkhost:7000")
-    monkeypatch.setenv("MLM_DUPE_FACTOR", "4")
+    monkeypatch.setenv("MLM_VENTILATOR_DATA", "from-env")
+    monkeypatch.setenv("MLM_VENTILATOR_TASK_SIZE", "256K")
+    monkeypatch.setenv("MLM_VENTILATOR_FORMAT", "jsonl")
+    monkeypatch.setenv("MLM_VENTILATOR_SINK", "sinkhost:7000")
+    monkeypatch.setenv("MLM_VENTILATOR_DUPE_FACTOR", "4")
+    monkeypatch.setenv("MLM_LOADER_DATA", "the loader's")  # another role's: not read here
+    monkeypatch.setenv("MLM_SINK_PORT", "1")  # the sink's --port, not the ventilator's --sink-port
     config = parse(["--output", "out"])
     assert config.input.data == "from-env"
     assert config.input.task_size == 256 * 1024
     assert config.input.corpus_format == "jsonl"
     assert config.sink.sink_address == "sinkhost:7000" and not config.sink.starts_sink
+    assert config.sink.sink_port == SinkSettings.port
     assert config.job.params == {"dupe_factor": 4}
 
 
@@ -267,3 +270,16 @@ def test_importing_the_command_line_with_a_broken_plugin_does_not_exit(tmp_path)
     assert ran.stderr.strip().splitlines() == [
         "mlm-ventilator: error: entry point broken = no_such_module:Publisher (group mlm_pipeline.publishers, from "
         "broken 1.0) cannot be loaded: ModuleNotFoundError: No module named 'no_such_module'"]
+
+
+def test_the_cards_command_is_the_options_that_decide_the_data_from_their_declarations():
+    from ventilator.run_config import data_command
+
+    config = parse(["--data", "/home/me/corpus/wiki/", "--output", "/tmp/out", "--vocab-file", "/x/y/vocab.txt",
+                    "--workers", "3", "--vport", "6000", "--shared-fs", "--s3-endpoint-url", "http://127.0.0.1:9",
+                    "--task-size", "1M", "--objective", "albert", "--max-seq-length", "64", "--no-gzip",
+                    "--holdout-fraction", "0.1", "--metrics-port", "9999", "--lease-seconds", "30", "-v"])
+    assert data_command(config) == ("python -m ventilator --data wiki --task-size 1048576 --objective albert "
+                                    "--vocab-file vocab.txt --max-seq-length 64 --no-gzip --holdout-fraction 0.1")
+    assert data_command(parse(["--data", "s3://bucket/corpus/", "--output", "s3://bucket/out"])) == \
+        "python -m ventilator --data corpus"

@@ -59,10 +59,10 @@ class LocalLauncher(Launcher):
         go there (the terminal display) instead of straight to the terminal."""
         relay = self.relay
         log.info("starting %s: %s", name, " ".join(command[1:] if command[0] == sys.executable else command))
-        # Children get every setting on their command line.  The MLM_*
-        # options meant for this command are not theirs: MLM_METRICS_PORT
-        # would make two processes listen on one port, MLM_SINK would send a
-        # local worker's acknowledgements to another sink.
+        # Children get every setting on their command line, and only there:
+        # a worker's or sink's own variable (MLM_WORKER_SINK, MLM_SINK_PORT),
+        # set for another host's process in a shared environment, would
+        # otherwise override what this command hands them.
         env = {key: value for key, value in os.environ.items()
                if not key.startswith("MLM_") or key in _INHERITED}
         preexec = _terminated_with_parent()
