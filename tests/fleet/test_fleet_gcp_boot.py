@@ -186,7 +186,7 @@ def test_the_walkthroughs_default_path_installs_from_the_bucket_and_runs_the_job
         env = {**os.environ, **gcs.env(), **metadata.env(),
                "PATH": f"{stand_ins}:{os.environ['PATH']}", "FAKE_SYSTEMD_LOGS": str(logs),
                "PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_IGNORE_INSTALLED": "1",
-               "PYTHONPATH": purelib, "MLM_CLOUD_MONITORING_ENDPOINT": monitoring.endpoint}
+               "PYTHONPATH": purelib, "MLM_VENTILATOR_CLOUD_MONITORING_ENDPOINT": monitoring.endpoint}
         env.pop("PYTHONHOME", None)
         try:
             for vm, script in (("ventilator", rendered["ventilator_startup_script"]),
