@@ -4,8 +4,15 @@ tests/e2e/test_grafana_dashboard.py)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import shlex
+import subprocess
+import sys
+
+import click
+import pytest
 
 from common.wire.protocol import PROTOCOL_VERSION
 from tests.support.helpers import REPO
@@ -35,3 +42,152 @@ def readme_metrics() -> set[str]:
     start = README.index("| Role | Metrics |")
     table = README[start:README.index("\n\n", start)]
     return set(re.findall(r"`(mlm_[a-z0-9_]+)", table))
+
+
+# ---- the README's commands, against the command lines they name ----------------------------------------------
+
+def console_scripts() -> dict[str, str]:
+    """setup.cfg's console scripts: name -> ``module:function``."""
+    text = (REPO / "setup.cfg").read_text(encoding="utf-8")
+    block = text[text.index("console_scripts ="):].split("\n\n")[0]
+    return dict(re.findall(r"^\s+(mlm-[\w-]+) = ([\w.]+:\w+)$", block, re.M))
+
+
+def project_command(argv: list[str]) -> tuple[str, list[str]] | None:
+    """The project's entry point (``module:function``) an argv runs, and its arguments; None for another
+    program (pip, sbatch's own flags, kubectl, pytest, an example script)."""
+    scripts = console_scripts()
+    if argv and argv[0] in scripts:
+        return scripts[argv[0]], argv[1:]
+    if len(argv) >= 3 and argv[0] == "python" and argv[1] == "-m":
+        for target in scripts.values():
+            module = target.split(":")[0]
+            if module in (argv[2], f"{argv[2]}.cli"):
+                return target, argv[3:]
+    return None
+
+
+def shell_commands(block: str) -> list[list[str]]:
+    """Each command of a bash block as argv: continuation lines joined, comments dropped, split at ``&&``, ``;``,
+    ``|`` and a trailing ``&``; optional parts written ``[--flag value]`` taken as given; a command sbatch runs
+    with ``--wrap`` is a command too."""
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        argv: list[str] = []
+        for token in [*lexer, "&&"]:
+            if token in ("&&", "&", ";", "|", "||"):
+                if argv:
+                    commands.append(argv)
+                argv = []
+            else:
+                argv.extend(t for t in (token.strip("[]"),) if t)
+        for argv in list(commands):
+            if argv[0] == "sbatch" and "--wrap" in argv:
+                commands.append(shlex.split(argv[argv.index("--wrap") + 1]))
+    return commands
+
+
+def bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", text, re.S)
+
+
+def check_against_cli(target: str, args: list[str]) -> None:
+    """Parse ``args`` with the real click command, as click would, short of running it: an option it does not
+    have, an option without its value, a stray argument, or a value its type refuses (a choice, a number) raises
+    click.UsageError.  Paths are not looked for (the README's are examples), nor are required options (``...``
+    stands for the rest of a command)."""
+    module, function = target.split(":")
+    command = getattr(importlib.import_module(module), function)
+    args = [a for a in args if a != "..."]
+    context = click.Context(command, info_name=target)  # nothing parsed, no callback run
+    options, rest, _ = command.make_parser(context).parse_args(args)
+    if rest:
+        raise click.UsageError(f"unexpected arguments {rest}")
+    for param in command.get_params(context):
+        if param.name in options and not isinstance(param.type, (click.Path, click.File)):
+            value = options[param.name]
+            with click.core.augment_usage_errors(context, param=param):
+                param.type_cast_value(context, value)
+
+
+def readme_project_commands() -> list[tuple[str, list[str], list[str]]]:
+    found = []
+    for block in bash_blocks(README):
+        for argv in shell_commands(block):
+            command = project_command(argv)
+            if command is not None:
+                found.append((*command, argv))
+    return found
+
+
+def test_every_project_command_in_the_readme_parses_with_its_real_command_line():
+    """Every ``python -m ROLE ...`` and ``mlm-* ...`` line in a ```bash block of the README: a flag renamed or
+    removed, or a choice that is gone, fails here, with the line."""
+    found = readme_project_commands()
+    assert len(found) >= 20, found  # the blocks are still found and split
+    assert {target.split(":")[0].split(".")[0] for target, _, _ in found} >= {"ventilator", "worker", "loader",
+                                                                              "report", "common"}
+    failures = []
+    for target, args, argv in found:
+        try:
+            check_against_cli(target, args)
+        except click.UsageError as error:
+            failures.append(f"{shlex.join(argv)}: {error.format_message()}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("argv", [
+    "python -m ventilator --data d --output o --no-such-flag 3",
+    "python -m ventilator --data d --output o --objective no-such-objective",
+    "python -m loader --data d --batch-size many",
+    "mlm-report out/ extra/",
+    "python -m worker --ventilator",
+])
+def test_a_readme_command_the_cli_refuses_fails_the_check(argv):
+    """The check can fail: each of these is wrong in one way the README could be."""
+    (target, args) = project_command(shlex.split(argv))
+    with pytest.raises(click.UsageError):
+        check_against_cli(target, args)
+
+
+def test_the_bash_blocks_split_into_commands():
+    block = ("mlm-train-vocab --data x --output v && \\\n  python -m ventilator --data x # a comment\n"
+             "python -m loader --data o [--dynamic-masking --vocab-file v] &\n"
+             'sbatch --nodes=4 --wrap "python -m ventilator --launcher slurm --data d"\n')
+    assert shell_commands(block) == [
+        ["mlm-train-vocab", "--data", "x", "--output", "v"], ["python", "-m", "ventilator", "--data", "x"],
+        ["python", "-m", "loader", "--data", "o", "--dynamic-masking", "--vocab-file", "v"],
+        ["sbatch", "--nodes=4", "--wrap", "python -m ventilator --launcher slurm --data d"],
+        ["python", "-m", "ventilator", "--launcher", "slurm", "--data", "d"]]
+
+
+def quick_start_block() -> str:
+    start = README.index("## Quick start")
+    return bash_blocks(README[start:])[0]
+
+
+@pytest.mark.e2e
+def test_the_quick_start_runs_as_written(tmp_path):
+    """The README's quick start, run: its commands in order, from the checkout's root, with its /tmp paths moved
+    under the test's directory and each ``mlm-*`` script run as ``python -m`` of its module (the console scripts
+    resolve to the installed copy; this runs the checkout's).  ``pip install .`` is the one line not run: the
+    project is installed.  The job must finish and its output must verify."""
+    commands = [argv for argv in shell_commands(quick_start_block()) if argv[:2] != ["pip", "install"]]
+    assert [project_command(argv)[0] for argv in commands] == ["common.tokenization.training:main",
+                                                                "ventilator.cli:main"]
+    for argv in commands:
+        target, args = project_command(argv)
+        args = [a.replace("/tmp/", f"{tmp_path}/") for a in args]
+        module = target.split(":")[0].removesuffix(".cli")
+        done = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stderr[-3000:]}"
+    output = tmp_path / "mlm-out"
+    assert (tmp_path / "vocab.txt").stat().st_size > 0
+    assert sorted(output.glob("part-*.tfrecord")), sorted(p.name for p in output.iterdir())
+    verified = subprocess.run([sys.executable, "-c", "from sink.verify import main; main()", str(output)],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
