@@ -8,8 +8,6 @@ import importlib
 import json
 import re
 import shlex
-import subprocess
-import sys
 
 import click
 import pytest
@@ -113,9 +111,13 @@ def check_against_cli(target: str, args: list[str]) -> None:
                 param.type_cast_value(context, value)
 
 
-def readme_project_commands() -> list[tuple[str, list[str], list[str]]]:
+#: The README, and the guide that replaces it (docs/README.next.md, written relative to the repository's root).
+GUIDES = ("README.md", "docs/README.next.md")
+
+
+def readme_project_commands(guide: str = "README.md") -> list[tuple[str, list[str], list[str]]]:
     found = []
-    for block in bash_blocks(README):
+    for block in bash_blocks((REPO / guide).read_text(encoding="utf-8")):
         for argv in shell_commands(block):
             command = project_command(argv)
             if command is not None:
@@ -123,10 +125,11 @@ def readme_project_commands() -> list[tuple[str, list[str], list[str]]]:
     return found
 
 
-def test_every_project_command_in_the_readme_parses_with_its_real_command_line():
+@pytest.mark.parametrize("guide", [g for g in GUIDES if (REPO / g).exists()])
+def test_every_project_command_in_the_readme_parses_with_its_real_command_line(guide):
     """Every ``python -m ROLE ...`` and ``mlm-* ...`` line in a ```bash block of the README: a flag renamed or
     removed, or a choice that is gone, fails here, with the line."""
-    found = readme_project_commands()
+    found = readme_project_commands(guide)
     assert len(found) >= 20, found  # the blocks are still found and split
     assert {target.split(":")[0].split(".")[0] for target, _, _ in found} >= {"ventilator", "worker", "loader",
                                                                               "report", "common"}
@@ -163,3 +166,40 @@ def test_the_bash_blocks_split_into_commands():
         ["sbatch", "--nodes=4", "--wrap", "python -m ventilator --launcher slurm --data d"],
         ["python", "-m", "ventilator", "--launcher", "slurm", "--data", "d"]]
 
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped but ``-`` and ``_``, spaces made ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path) -> set[str]:
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    found = {github_anchor(h) for h in re.findall(r"^#+ (.*)$", text, re.M)}
+    return found | set(re.findall(r'<a id="([^"]+)"', text))
+
+
+#: The pages whose links are checked: the guides, every page of docs/, the changelog.
+LINKED_PAGES = ("README.md", "CHANGELOG.md", *sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").glob("*.md")))
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES)
+def test_every_relative_link_leads_to_a_file_and_heading(page):
+    """A renamed page or heading breaks no link silently.  docs/README.next.md is written from the root."""
+    path = REPO / page
+    if not path.exists():
+        pytest.skip(f"{page} is not in this checkout")
+    base = REPO if page in ("README.md", "CHANGELOG.md", "docs/README.next.md") else path.parent
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"),
+                                                           flags=re.S)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (base / file) if file else path
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no such heading")
+    assert not broken, broken
