@@ -203,3 +203,23 @@ def test_every_relative_link_leads_to_a_file_and_heading(page):
         elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
             broken.append(f"{target}: no such heading")
     assert not broken, broken
+
+
+#: The user docs held to "a guide, not a diary" (CHANGELOG.md keeps the dates).  README.md, formats, loader,
+#: reliability, fleet and objectives join when their dated lines are gone.
+GUIDE_PAGES = ("docs/README.next.md", "docs/architecture.md", "docs/results.md", "docs/benchmarks.md",
+               "docs/design.md", "docs/dedup.md", "docs/tokenizers.md", "docs/clusters.md", "docs/report.md",
+               "docs/inputs.md")
+DIARY = re.compile(r"\(issue #?\d+|\bissue #\d+|\(#\d+\)|\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d(-\d\d:\d\d)? UTC\b")
+
+
+@pytest.mark.parametrize("page", GUIDE_PAGES)
+def test_a_guide_page_names_no_issue_and_no_date(page):
+    """State what is true now, with the command (and commit) that made a figure: no "(issue #N)", no dated line."""
+    lines = (REPO / page).read_text(encoding="utf-8").splitlines()
+    diary = [f"{page}:{n}: {line.strip()[:100]}" for n, line in enumerate(lines, 1) if DIARY.search(line)]
+    assert not diary, "\n".join(diary)
+
+
+def test_the_next_readme_is_a_short_guide():
+    assert len((REPO / "docs" / "README.next.md").read_text(encoding="utf-8").splitlines()) <= 350
