@@ -14,7 +14,7 @@ import time
 import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
-from common import logs
+from common import logs, storage
 from common.job.cli_settings import SectionedCommand, add_options, build
 from worker.gce_metadata import GceMetadata, GceNotices
 from worker.interruption import (
@@ -178,6 +178,7 @@ def main(**values) -> None:
 def run(settings: WorkerSettings) -> int:
     """Work for the ventilator until its job is done (or this host is drained); the exit status."""
     logs.configure(settings.verbose)
+    storage.configure(settings.storage)  # and, through its MLM_ variables, the worker processes spawned here
     options = settings.worker_options()
     imds = Imds(settings.imds_endpoint) if settings.spot_watch and settings.spot_watch_cloud == "ec2" else None
     source: NoticeSource | None = None

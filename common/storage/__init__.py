@@ -20,8 +20,11 @@ from common.storage.base import (
     RetryPolicy,
     Storage,
     StorageError,
+    StorageSettings,
     VersionChanged,
+    configure,
     ignored,
+    settings,
     remove_stale_spool_files,
     split_bucket_uri,
 )
@@ -31,8 +34,8 @@ from common.storage.local import LocalStorage, _fsync_directory  # noqa: F401
 from common.storage.s3 import S3Storage
 
 __all__ = ["AtomicWriter", "Backend", "GCSStorage", "LocalStorage", "RangeReader", "RetryPolicy", "S3Storage",
-           "Storage", "StorageError", "VersionChanged", "backend_for", "backends", "busy_reason", "is_remote",
-           "ignored", "is_s3", "open_storage", "remove_stale_spool_files", "scheme_of", "split_bucket_uri",
+           "Storage", "StorageError", "StorageSettings", "VersionChanged", "backend_for", "backends", "busy_reason",
+           "configure", "is_remote", "ignored", "settings", "is_s3", "open_storage", "remove_stale_spool_files", "scheme_of", "split_bucket_uri",
            "split_s3_uri"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
