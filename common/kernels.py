@@ -55,6 +55,17 @@ def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
     return module, "compiled"
 
 
+#: The task counters (AckStats.counters) saying which kernels ran a task: ``{"compiled": 1}`` or ``{"numpy": 1}``,
+#: summed by the sink into summary.json (``kernels``, and per worker ``this_run.kernels_by_worker``) and its log.
+COUNTER = "kernels"
+COMPILED, NUMPY = "compiled", "numpy"
+
+
+def kind() -> str:
+    """What this process runs now: "compiled" or "numpy" (the reason is in :data:`status`)."""
+    return COMPILED if compiled is not None else NUMPY
+
+
 compiled: ModuleType | None
 #: What this process runs, for the worker's log: "compiled", or "numpy (why)".
 status: str

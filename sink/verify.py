@@ -23,11 +23,11 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common.describe import dataset_info
+from common.job.cli_settings import add_options, build
 from common.job.params import PluginError
 from common.job.tasks import FINISH
 from common.output.files import check_finished, split_of
 from common.output.manifest import read_published, shard_files, stage_files
-from common.job.cli_settings import add_options, build
 from common.storage import StorageError, StorageSettings, configure, open_storage
 from common.writers import is_output_file, writer_for_file, writer_named
 

@@ -24,8 +24,8 @@ from common.storage.base import (
     VersionChanged,
     configure,
     ignored,
-    settings,
     remove_stale_spool_files,
+    settings,
     split_bucket_uri,
 )
 from common.storage.base import ignored as _ignored  # noqa: F401

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 from common.job.tasks import InputFile
 from common.storage.base import (
+    REQUEST_TIMEOUT,
     AtomicWriter,
     Backend,
-    REQUEST_TIMEOUT,
     RangeReader,
     RetryPolicy,
     StorageError,
