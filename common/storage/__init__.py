@@ -35,8 +35,8 @@ from common.storage.s3 import S3Storage
 
 __all__ = ["AtomicWriter", "Backend", "GCSStorage", "LocalStorage", "RangeReader", "RetryPolicy", "S3Storage",
            "Storage", "StorageError", "StorageSettings", "VersionChanged", "backend_for", "backends", "busy_reason",
-           "configure", "is_remote", "ignored", "settings", "is_s3", "open_storage", "remove_stale_spool_files", "scheme_of", "split_bucket_uri",
-           "split_s3_uri"]
+           "configure", "ignored", "is_remote", "is_s3", "open_storage", "remove_stale_spool_files", "scheme_of",
+           "settings", "split_bucket_uri", "split_s3_uri"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
