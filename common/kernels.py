@@ -27,7 +27,7 @@ SOURCE = Path(__file__).with_name("_kernels.c")
 REBUILD = "`pip install -e .` or `python setup.py build_ext --inplace`"
 
 
-def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
+def _load(name: str = "common._kernels", beside: Path = SOURCE.parent) -> tuple[ModuleType | None, str]:
     """The extension module (or None) and a one-line status.  Not built is an ordinary install (no C compiler):
     the status says so.  Built but not loadable (another interpreter's build, a damaged file) or built from
     another version of the source beside it (an in-place build not redone) was meant to be there: one warning
@@ -36,10 +36,12 @@ def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
     if forced not in ("", "0"):
         return None, f"numpy ({FORCE_NUMPY}={forced})"
     try:
-        found = importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
-        found = False
-    if not found:
+        spec = None
+    # Only a build beside this file is this source's: another copy's, found by some other finder on the path (an
+    # editable install of another checkout maps its modules under the same names), is not built here.
+    if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != beside.resolve():
         return None, "numpy (common/_kernels.c is not built here)"
     try:
         module = importlib.import_module(name)

@@ -49,10 +49,11 @@ class S3Storage(Backend):
         self.retry = retry or RetryPolicy()
         self.unlisted: dict[str, str] = {}  # a listing is all or nothing on S3
         # botocore retries quickly and silently; RetryPolicy waits longer and logs.
-        # Each request waits at most the operation's whole bound (--storage-timeout), which RetryPolicy keeps.
-        bound = self.retry.bound()
-        config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=min(10.0, bound),
-                        read_timeout=min(REQUEST_TIMEOUT, bound))
+        # botocore tries a request twice, each waiting at most half the operation's bound (--storage-timeout), so
+        # one attempt of RetryPolicy's, which keeps the bound, cannot outlast it.
+        half = self.retry.bound() / 2
+        config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=min(10.0, half),
+                        read_timeout=min(REQUEST_TIMEOUT, half))
         # A session of its own: credentials read now (the default session caches the first ones it found, and
         # is not thread-safe).
         self.client = boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, config=config)
