@@ -5,20 +5,17 @@ the clients' own timeouts times the retries."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.object_stores import JOB
 from tests.support.helpers import REPO, WIKI, need_shared, run_ventilator, shard_digests
+from tests.support.silent_endpoint import silent_endpoint
 
 pytestmark = [pytest.mark.e2e]
 
@@ -83,31 +80,6 @@ def test_verify_names_a_missing_s3_bucket(s3):
     assert result.returncode == 1 and len(lines) == 1, result.stderr
     assert "no such bucket" in lines[0] and bucket in lines[0], lines
     assert "not an mlm-pipeline output" not in result.stderr
-
-
-@contextlib.contextmanager
-def silent_endpoint() -> Iterator[tuple[str, list[socket.socket]]]:
-    """A TCP listener on loopback that accepts every connection, reads nothing and never answers."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                held.append(server.accept()[0])
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}", held
-    finally:
-        stop.set()
-        thread.join()
-        for connection in held:
-            connection.close()
-        server.close()
 
 
 #: The bound the tests set, and the generous limit they assert: the unbounded wait was 518 s on gs://, and
