@@ -132,6 +132,8 @@ class GCSStorage(Backend):
                                             fields="items(name)").pages, None)
             except exceptions.NotFound:
                 return False
+            except exceptions.ClientError:  # not allowed to list (403): it cannot say; the object's 404 stands
+                return True
             self._bucket_seen = True
         return True
 
