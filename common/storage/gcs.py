@@ -12,7 +12,10 @@ The guarantees of the S3 backend, in GCS's own terms (docs/design.md, "Storage")
   their CRC32C, which GCS checks;
 - nothing sets an ACL: objects take the bucket's own policy (private unless the bucket's owner says otherwise);
 - one retry layer, the project's (:class:`RetryPolicy`, 429, 408, 5xx and transport errors, with backoff and a
-  log line); the client's own retries are off so a failing request is retried alone and visibly;
+  log line); the client's own retries are off so a failing request is retried alone and visibly; each request
+  waits at most the time the operation has left of ``--storage-timeout`` (the client's own is 60 s a request);
+- a 404 whose bucket is missing says "no such bucket" (asked once, by a listing of one name);
+- a prefix that lists nothing but names an object is that one object (``--data gs://bucket/dir/file``);
 - listing pages (1,000 names a request, only the fields needed), each page retried on its own and dropped once
   read.
 
