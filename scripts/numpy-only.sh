@@ -44,5 +44,8 @@ echo "numpy-only: installed without the extension; kernels: $status"
 # matrix is one test running every cell in turn, on numpy here: pytest's 600 s limit is raised for it.
 selection=(-m "not gcs" -k "not (test_bert_shards_keep_their_bytes and compiled)" --timeout 1800
            tests/test_byte_matrix.py tests/test_bert_golden.py tests/common/objectives)
+if [ $# -gt 0 ]; then
+    selection=("$@")
+fi
 cd "$work/src"
-env -u MLM_PIPELINE_NUMPY_KERNELS "$python" -m pytest -q "${@:-${selection[@]}}"
+env -u MLM_PIPELINE_NUMPY_KERNELS "$python" -m pytest -q "${selection[@]}"
