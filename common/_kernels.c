@@ -166,6 +166,11 @@ static PyObject *apply_masks(PyObject *Py_UNUSED(self), PyObject *args) {
         !check_len(&input_ids, cells, 4, "input_ids") || !check_len(&positions, slots, 4, "positions") ||
         !check_len(&ids, slots, 4, "ids") || !check_len(&weights, slots, 4, "weights"))
         goto done;
+    /* the ids and positions are int32: a value that does not fit is refused, never narrowed to another one */
+    if (mask_id < INT32_MIN || mask_id > INT32_MAX || width > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "a mask id of %lld or a width of %zd does not fit the int32 ids", mask_id, width);
+        goto done;
+    }
     for (Py_ssize_t r = 0; r < rows; r++) {
         const uint8_t *chosen = (const uint8_t *)selected.buf + r * width;
         int32_t *row = (int32_t *)input_ids.buf + r * width;
@@ -179,6 +184,10 @@ static PyObject *apply_masks(PyObject *Py_UNUSED(self), PyObject *args) {
             int32_t label = row[p];
             int64_t value = ((const double *)replace.buf)[k] < 0.8 ? mask_id
                             : ((const double *)keep.buf)[k] < 0.5 ? label : ((const int64_t *)words.buf)[k];
+            if (value < INT32_MIN || value > INT32_MAX) {
+                PyErr_Format(PyExc_ValueError, "a random id of %lld does not fit the int32 ids", (long long)value);
+                goto done;
+            }
             row[p] = (int32_t)value;
             ((int32_t *)positions.buf)[r * predictions + rank] = (int32_t)p;
             ((int32_t *)ids.buf)[r * predictions + rank] = label;
@@ -325,6 +334,12 @@ static Py_ssize_t packed_size(const FeatureSpec *f, Py_ssize_t row) {
     return size;
 }
 
+/* Added to every integer feature's packed size by a build for the tests (-DKERNELS_TEST_EXTRA=1): the encoder must
+ * then refuse, having written other than it sized (tests/common/test_kernels.py). */
+#ifndef KERNELS_TEST_EXTRA
+#define KERNELS_TEST_EXTRA 0
+#endif
+
 /* common.writers.tfrecord.encode_records: the TFRecord-framed tf.train.Example of every row.  features is a
  * sequence of (key, code, values, width); values a C-contiguous (rows, width) buffer of code's type, native ints
  * and little-endian floats (the bytes a record holds). */
@@ -383,7 +398,9 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     for (Py_ssize_t r = 0; r < rows; r++) {
         Py_ssize_t features_length = 0;
         for (Py_ssize_t i = 0; i < count; i++) {
-            Py_ssize_t p = packed[r * count + i] = packed_size(&features[i], r);
+            Py_ssize_t p = packed_size(&features[i], r);
+            if (p >= 0 && features[i].code != 'f') p += KERNELS_TEST_EXTRA;
+            packed[r * count + i] = p;
             if (p < 0) {
                 PyErr_SetString(PyExc_ValueError, "varints take integers in [0, 2**35)");
                 goto done;
@@ -402,7 +419,9 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result == NULL) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    uint8_t *const end = out + total;
     for (Py_ssize_t r = 0; r < rows; r++) {
+        uint8_t *const record_start = out;
         Py_ssize_t features_length = 0;
         for (Py_ssize_t i = 0; i < count; i++) {
             Py_ssize_t p = packed[r * count + i];
@@ -411,6 +430,10 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
             features_length += 1 + varint_size((uint64_t)entry) + entry;
         }
         uint64_t length = (uint64_t)(1 + varint_size((uint64_t)features_length) + features_length);
+        if ((uint64_t)(end - out) < 16 + length) {  /* the sizes of the first pass hold: never past the buffer */
+            PyErr_SetString(PyExc_RuntimeError, "encode_records: a record does not fit the bytes sized for it");
+            goto done;
+        }
         uint8_t *header = out, *data = out + 12;
         for (int b = 0; b < 8; b++) header[b] = (uint8_t)(length >> (8 * b));
         uint32_t length_crc = masked_crc(header, 8);
@@ -435,6 +458,7 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
             out = put_varint(out, (uint64_t)list);
             *out++ = 0x0A;
             out = put_varint(out, (uint64_t)p);
+            uint8_t *const values_start = out;
             if (f->code == 'f') {  /* little-endian float32 bytes already (common/writers/tfrecord.py: "<f4") */
                 memcpy(out, (const uint8_t *)f->values.buf + r * f->width * 4, (size_t)p);
                 out += p;
@@ -450,9 +474,24 @@ static PyObject *encode_records(PyObject *Py_UNUSED(self), PyObject *args) {
             } else {
                 for (Py_ssize_t c = 0; c < f->width; c++) out = put_varint(out, (uint64_t)value_at(f, r * f->width + c));
             }
+            if (out - values_start != p) {  /* the first pass sized these values otherwise: a record to refuse */
+                PyErr_Format(PyExc_RuntimeError, "encode_records: wrote %zd bytes of values sized %zd",
+                             (Py_ssize_t)(out - values_start), p);
+                goto done;
+            }
         }
         uint32_t data_crc = masked_crc(data, (size_t)length);
         for (int b = 0; b < 4; b++) *out++ = (uint8_t)(data_crc >> (8 * b));
+        if ((uint64_t)(out - record_start) != 16 + length) {
+            PyErr_Format(PyExc_RuntimeError, "encode_records: wrote %zd bytes of a record sized %zd",
+                         (Py_ssize_t)(out - record_start), (Py_ssize_t)(16 + length));
+            goto done;
+        }
+    }
+    if (out != end) {  /* every byte of the result written, none left as it was allocated */
+        PyErr_Format(PyExc_RuntimeError, "encode_records: wrote %zd bytes of %zd sized", (Py_ssize_t)(out - (end - total)),
+                     total);
+        goto done;
     }
 done:
     for (Py_ssize_t i = 0; i < parsed; i++) PyBuffer_Release(&features[i].values);

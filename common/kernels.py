@@ -27,7 +27,7 @@ SOURCE = Path(__file__).with_name("_kernels.c")
 REBUILD = "`pip install -e .` or `python setup.py build_ext --inplace`"
 
 
-def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
+def _load(name: str = "common._kernels", beside: Path = SOURCE.parent) -> tuple[ModuleType | None, str]:
     """The extension module (or None) and a one-line status.  Not built is an ordinary install (no C compiler):
     the status says so.  Built but not loadable (another interpreter's build, a damaged file) or built from
     another version of the source beside it (an in-place build not redone) was meant to be there: one warning
@@ -36,10 +36,12 @@ def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
     if forced not in ("", "0"):
         return None, f"numpy ({FORCE_NUMPY}={forced})"
     try:
-        found = importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
-        found = False
-    if not found:
+        spec = None
+    # Only a build beside this file is this source's: another copy's, found by some other finder on the path (an
+    # editable install of another checkout maps its modules under the same names), is not built here.
+    if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != beside.resolve():
         return None, "numpy (common/_kernels.c is not built here)"
     try:
         module = importlib.import_module(name)
@@ -53,6 +55,17 @@ def _load(name: str = "common._kernels") -> tuple[ModuleType | None, str]:
         log.warning("kernels: %s", status)
         return None, status
     return module, "compiled"
+
+
+#: The task counters (AckStats.counters) saying which kernels ran a task: ``{"compiled": 1}`` or ``{"numpy": 1}``,
+#: summed by the sink into summary.json (``kernels``, and per worker ``this_run.kernels_by_worker``) and its log.
+COUNTER = "kernels"
+COMPILED, NUMPY = "compiled", "numpy"
+
+
+def kind() -> str:
+    """What this process runs now: "compiled" or "numpy" (the reason is in :data:`status`)."""
+    return COMPILED if compiled is not None else NUMPY
 
 
 compiled: ModuleType | None

@@ -7,7 +7,7 @@ import sys
 import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
-from common import logs
+from common import logs, storage
 from common.job.cli_settings import SectionedCommand, add_options, build, command_settings
 from sink.server import SinkServer
 from sink.settings import SinkSettings
@@ -28,4 +28,5 @@ def main(**values) -> None:
 
 def run(settings: SinkSettings) -> int:
     logs.configure(settings.verbose)
+    storage.configure(settings.storage)
     return SinkServer(settings.server_options()).run()

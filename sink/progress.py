@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 
+from common import kernels
 from common.wire.protocol import AckStats
 
 _FIELDS = ("documents", "tokens", "instances", "bytes_in")
@@ -24,6 +25,8 @@ class Throughput:
         self.timer_seconds: dict[str, float] = defaultdict(float)  # workers' time per timer (TaskStats.timed), summed
         self.tasks = 0
         self.started = time.monotonic()
+        #: worker -> kernels ("compiled", "numpy") -> its tasks this run (the task counters kernels.COUNTER)
+        self.kernels: dict[str, Counter[str]] = defaultdict(Counter)
 
     def add(self, worker: str, stats: AckStats, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -34,6 +37,9 @@ class Throughput:
                 self.totals[name] += value
             for stage, value in stats.seconds.items():
                 self.timer_seconds[stage] += value
+            for ran, tasks in stats.counters.get(kernels.COUNTER, {}).items():
+                if ran in (kernels.COMPILED, kernels.NUMPY):  # nothing else is a kernels' name
+                    self.kernels[worker][ran] += tasks
             self.tasks += 1
 
     def rates(self, now: float | None = None) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
@@ -51,6 +57,11 @@ class Throughput:
                 overall[name] += value / span
                 per_worker[worker][name] += value / span
         return overall, dict(per_worker)
+
+    def kernels_by_worker(self) -> dict[str, dict[str, int]]:
+        """Which kernels each worker ran this run: worker -> kernels -> tasks."""
+        with self._lock:
+            return {worker: dict(sorted(counts.items())) for worker, counts in sorted(self.kernels.items())}
 
     def snapshot(self) -> tuple[int, dict[str, int], dict[str, float]]:
         """Tasks, totals and stage seconds, consistent with each other."""

@@ -24,6 +24,7 @@ from common import logs
 from common.describe import dataset_info
 from common.job.config import JobConfig
 from common.job.tasks import task_id_of
+from common.kernels import FORCE_NUMPY, NUMPY
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
 from common.output.files import manifest_file
@@ -466,7 +467,8 @@ class SinkServer:
             **(self.manifest.totals if self.manifest else {}),  # with each step's summed counters, by its name
             "quarantined": {task: dataclasses.asdict(why) for task, why in self.quarantined.items()},
             "this_run": {"seconds": round(elapsed, 3), **totals, "tasks": tasks,
-                         "duplicate_acks": self.duplicates, "cost": this_run},
+                         "duplicate_acks": self.duplicates, "cost": this_run,
+                         "kernels_by_worker": self.throughput.kernels_by_worker()},
             "dropped_messages": dict(self.dropped.dropped),
             # Every run's: spent (CPU, instance-hours) summed over the runs' summaries, made (records,
             # tokens, input) from the manifest's tasks.
@@ -520,6 +522,11 @@ class SinkServer:
                  summary["documents"], skipped, summary["tokens"], summary["bytes_written"] / 1e6,
                  len(self.quarantined), summary["this_run"]["seconds"])
         log.info("sink: this run's cost: %s", describe(summary["this_run"]["cost"]))
+        slow = sorted(worker for worker, ran in summary["this_run"]["kernels_by_worker"].items() if ran.get(NUMPY))
+        if slow:
+            log.warning("sink: %d worker(s) ran the numpy kernels, several times slower than the compiled ones "
+                        "(no C compiler where they were installed, or %s set): %s", len(slow), FORCE_NUMPY,
+                        ", ".join(slow))
         if summary["cost"]["runs"] > 1:
             log.info("sink: the job's cost over its %d runs: %s", summary["cost"]["runs"], describe(summary["cost"]))
         return 0

@@ -5,11 +5,12 @@ Each field is its option (common/job/cli_settings.py); the defaults are the sink
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import click
 
 from common.job.cli_settings import option
+from common.storage import StorageSettings
 from common.wire.security import Curve
 from sink.server import SinkOptions
 
@@ -40,6 +41,7 @@ class SinkSettings:
         show_envvar=True, help="USD per worker instance-hour (e.g. the workers' spot price): the summary then gives "
                                "the run's cost, per billion output tokens and per input GB.  [default: hours only]")
     verbose: int = option("-v", "--verbose", count=True, default=0, help="More logging.")
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
     def server_options(self) -> SinkOptions:
         return SinkOptions(ventilator=self.ventilator, port=self.port, bind_host=self.bind_host,

@@ -23,12 +23,12 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common.describe import dataset_info
-from common.job.cli_settings import SectionedCommand, command_settings
+from common.job.cli_settings import SectionedCommand, add_options, build, command_settings
 from common.job.params import PluginError
 from common.job.tasks import FINISH
 from common.output.files import check_finished, split_of
 from common.output.manifest import read_published, shard_files, stage_files
-from common.storage import StorageError, open_storage
+from common.storage import StorageError, StorageSettings, configure, open_storage
 from common.writers import is_output_file, writer_for_file, writer_named
 
 
@@ -183,7 +183,8 @@ def _read_back(storage, listed: dict, data: bytes, result: Verification, info: d
 @click.command(cls=SectionedCommand, context_settings=command_settings("verify", show_default=False))
 @click.argument("output", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX")
 @click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
-def main(output: str, s3_endpoint_url: str) -> None:
+@add_options(StorageSettings)
+def main(output: str, s3_endpoint_url: str, **storage_values) -> None:
     """Check every shard of OUTPUT against its manifest.jsonl.
 
     Exits 0 when each listed file is present with its sha256, intact
@@ -192,6 +193,7 @@ def main(output: str, s3_endpoint_url: str) -> None:
     there that the manifest does not list, and summary.json says the job
     finished; 1 with one line per problem.
     """
+    configure(build(StorageSettings, storage_values))
     try:
         result = verify_output(open_storage(output, s3_endpoint_url or None))
     except (StorageError, PluginError) as error:

@@ -10,7 +10,7 @@ import sys
 import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
-from common import logs
+from common import logs, storage
 from common.job.cli_settings import DeferredCommand, command_settings, naming_variables
 from common.job.config import JobConfig
 from common.output.lock import OutputLock
@@ -55,6 +55,7 @@ def main(**values) -> None:
 def run(config: RunConfig) -> int:
     """Plan the job, start what the run starts beside the ventilator, serve the job to its end: the exit status."""
     logs.configure(config.display.verbose)
+    storage.configure(config.storage)
     lock = None
     try:
         launcher_class = launcher_named(config.fleet.launcher)

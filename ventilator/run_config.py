@@ -41,6 +41,7 @@ from common.objectives import objectives
 from common.readers import readers
 from common.segmenters import segmenters
 from common.steps import steps
+from common.storage import StorageSettings
 from common.wire.security import Curve
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenters
@@ -302,6 +303,7 @@ class RunConfig:
 
     input: InputSettings
     job: JobSettings
+    storage: StorageSettings = field(default_factory=StorageSettings)
     tokenizer: TokenizerSettings = field(default_factory=TokenizerSettings)
     network: NetworkSettings = field(default_factory=NetworkSettings)
     sink: SinkGroup = field(default_factory=SinkGroup)
@@ -339,12 +341,13 @@ class RunConfig:
         return SinkSettings(ventilator=f"{ventilator_host}:{self.network.vport}", port=self.sink.sink_port,
                             bind_host=self.network.bind_host, state_dir=self.sink.state_dir,
                             curve_dir=self.network.curve_dir, metrics_port=self.sink.sink_metrics_port,
-                            instance_hourly_price=self.sink.instance_hourly_price, verbose=self.display.verbose)
+                            instance_hourly_price=self.sink.instance_hourly_price, verbose=self.display.verbose,
+                            storage=self.storage)
 
     def worker_settings(self, ventilator_host: str) -> WorkerSettings:
         """The settings of the ``--workers`` this command starts."""
         return WorkerSettings(ventilator=f"{ventilator_host}:{self.network.vport}", processes=self.fleet.workers,
-                              curve_dir=self.network.curve_dir, verbose=self.display.verbose)
+                              curve_dir=self.network.curve_dir, verbose=self.display.verbose, storage=self.storage)
 
 
 @dataclass(frozen=True)

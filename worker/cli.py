@@ -14,7 +14,7 @@ import time
 import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
-from common import logs
+from common import logs, storage
 from common.job.cli_settings import SectionedCommand, add_options, build, command_settings, naming_variables
 from worker.gce_metadata import GceMetadata, GceNotices
 from worker.interruption import (
@@ -63,8 +63,10 @@ def die_with_parent(parent: int, signum: int = signal.SIGTERM, every: float = PA
 
 
 def _run_one(options: WorkerOptions, verbose: int, release_at=None, stopping=None,
-             parent: int | None = None) -> None:
+             parent: int | None = None, storage_settings: storage.StorageSettings | None = None) -> None:
     logs.configure(verbose)
+    if storage_settings is not None:  # a spawned process: its supervisor's, as its command line gave them
+        storage.configure(storage_settings)
     if parent is not None:
         die_with_parent(parent)
     worker = WorkerProcess(options)
@@ -96,8 +98,8 @@ def supervise(options: WorkerOptions, processes: int, verbose: int, watch: Notic
     stopping = context.Value("b", 0)  # SIGTERM/SIGINT received: processes started later drain too
 
     def start() -> None:
-        process = context.Process(target=_run_one, args=(options, verbose, release_at, stopping, os.getpid()),
-                                  daemon=False)
+        process = context.Process(target=_run_one, args=(options, verbose, release_at, stopping, os.getpid(),
+                                                         storage.settings()), daemon=False)
         process.start()
         children.append(process)
         if release_at.value or stopping.value:  # the drain began while it was starting: it drains too
@@ -177,6 +179,7 @@ def main(**values) -> None:
 def run(settings: WorkerSettings) -> int:
     """Work for the ventilator until its job is done (or this host is drained); the exit status."""
     logs.configure(settings.verbose)
+    storage.configure(settings.storage)  # the worker processes spawned here get them as an argument
     options = settings.worker_options()
     imds = Imds(settings.imds_endpoint) if settings.spot_watch and settings.spot_watch_cloud == "ec2" else None
     source: NoticeSource | None = None

@@ -414,10 +414,12 @@ class WorkerProcess:
                 send(protocol.TaskFailed(task.task_id, outcome.error, outcome.permanent, outcome.redo))
             return
         result = outcome.result
+        stats = result.stats.to_wire()
+        stats.counters[kernels.COUNTER] = {kernels.kind(): 1}  # which kernels ran it: the numpy ones are slower
         ack = protocol.TaskAck(
             task_id=task.task_id, job_id=job.job_id, worker_id=self.worker_id, source=task.path,
             start=task.start, end=task.end, version=task.version, shards=result.files, records=result.records,
-            stats=result.stats.to_wire(), stage=task.stage)
+            stats=stats, stage=task.stage)
         self._sink_socket(job.sink_endpoint).send(protocol.encode(ack))
         if same_job:
             send(protocol.TaskFinished(task.task_id))

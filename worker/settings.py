@@ -7,11 +7,12 @@ worker/interruption.py).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import click
 
 from common.job.cli_settings import option
+from common.storage import StorageSettings
 from common.wire.security import Curve
 from worker.interruption import DEFAULT_ENDPOINT, DEFAULT_NOTICE_DRAIN_SECONDS
 from worker.lifecycle import LifecycleHook
@@ -78,6 +79,7 @@ class WorkerSettings:
                                            help="After exiting, how long to wait for the group to start terminating "
                                                 "this instance.")
     verbose: int = option("-v", "--verbose", count=True, default=0, help="More logging.")
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
     def __post_init__(self):
         if bool(self.lifecycle_hook) != bool(self.autoscaling_group) or (self.lifecycle_hook and not self.spot_watch):

@@ -20,9 +20,12 @@ from common.storage.base import (
     RetryPolicy,
     Storage,
     StorageError,
+    StorageSettings,
     VersionChanged,
+    configure,
     ignored,
     remove_stale_spool_files,
+    settings,
     split_bucket_uri,
 )
 from common.storage.base import ignored as _ignored  # noqa: F401
@@ -31,9 +34,9 @@ from common.storage.local import LocalStorage, _fsync_directory  # noqa: F401
 from common.storage.s3 import S3Storage
 
 __all__ = ["AtomicWriter", "Backend", "GCSStorage", "LocalStorage", "RangeReader", "RetryPolicy", "S3Storage",
-           "Storage", "StorageError", "VersionChanged", "backend_for", "backends", "busy_reason", "is_remote",
-           "ignored", "is_s3", "open_storage", "remove_stale_spool_files", "scheme_of", "split_bucket_uri",
-           "split_s3_uri"]
+           "Storage", "StorageError", "StorageSettings", "VersionChanged", "backend_for", "backends", "busy_reason",
+           "configure", "ignored", "is_remote", "is_s3", "open_storage", "remove_stale_spool_files", "scheme_of",
+           "settings", "split_bucket_uri", "split_s3_uri"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 

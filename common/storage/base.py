@@ -10,8 +10,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, BinaryIO, ClassVar, Protocol
+from typing import IO, Any, BinaryIO, ClassVar, Protocol
 
+import click
+
+from common.job.cli_settings import option
 from common.job.tasks import InputFile
 
 log = logging.getLogger("common.storage")
@@ -88,19 +91,69 @@ def ignored(relative_path: str) -> bool:
     return any(part.startswith(_IGNORED_PREFIXES) for part in relative_path.split("/"))
 
 
+#: How long a storage operation may wait on the store, over all its attempts, unless told otherwise (seconds).
+DEFAULT_TIMEOUT = 120.0
+#: The longest a single request waits for an answer (a read stalled this long is retried).
+REQUEST_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """The storage axis's options, declared once: every command that opens a store takes them as a group of
+    its settings (the ventilator, the sink, the worker, mlm-verify); a process that was not given them (the
+    loader, mlm-report) uses the defaults (:func:`settings`)."""
+
+    section: ClassVar[str] = "Storage"  # its heading in --help
+    storage_timeout: float = option(
+        "--storage-timeout", type=click.FloatRange(min=0, min_open=True, max=86400), default=DEFAULT_TIMEOUT,
+        show_envvar=True,
+        help="Seconds a storage operation (a read, an upload, a listing page) may wait on an object store over "
+             "all its retries before it fails; a store that accepts connections and never answers is given up "
+             "on then (docs/reliability.md).")
+
+
+_configured: StorageSettings | None = None
+
+
+def configure(given: StorageSettings) -> None:
+    """This process's storage settings, as its command line gave them.  The processes a role starts get them
+    on their command lines or as arguments (the ventilator's sink and workers, a worker's processes), never
+    through MLM_ variables, whose names are each command's own (``MLM_VENTILATOR_STORAGE_TIMEOUT``)."""
+    global _configured
+    _configured = given
+
+
+def settings() -> StorageSettings:
+    """The storage settings of this process: those configured, else the defaults (the loader and mlm-report
+    take no storage option: they wait at most the default bound)."""
+    return _configured if _configured is not None else StorageSettings()
+
+
 @dataclass
 class RetryPolicy:
     """Backoff for whole operations, on top of the clients' own (short) retries, so a store that is down
-    for tens of seconds does not fail a task."""
+    for tens of seconds does not fail a task; bounded by ``timeout`` seconds over all attempts (the
+    ``--storage-timeout``, if not given), so a store that never answers fails the operation then."""
 
     attempts: int = 8
     first_delay: float = 0.5
     max_delay: float = 8.0
+    timeout: float | None = None  # None: settings().storage_timeout
 
-    def run(self, what: str, operation: Callable, permanent: tuple = ()):
+    def bound(self) -> float:
+        """The total wait of one operation, in seconds."""
+        return self.timeout if self.timeout is not None else settings().storage_timeout
+
+    def run(self, what: str, operation: Callable[..., Any], permanent: tuple = (), timed: bool = False) -> Any:
+        """``operation()`` until it succeeds, retried with backoff while the bound allows.  ``timed``: it takes
+        the seconds a request may wait (``operation(timeout)``: the time left, at most REQUEST_TIMEOUT)."""
+        bound = self.bound()
+        deadline = time.monotonic() + bound
         delay = self.first_delay
         for attempt in range(1, self.attempts + 1):
             try:
+                if timed:
+                    return operation(max(min(REQUEST_TIMEOUT, deadline - time.monotonic()), 0.001))
                 return operation()
             except permanent:
                 raise
@@ -110,9 +163,13 @@ class RetryPolicy:
                     raise StorageError(f"{what}: {PERMANENT_CODES[code]} ({code})") from error
                 if attempt == self.attempts:
                     raise StorageError(f"{what}: {error}") from error
+                if time.monotonic() + delay >= deadline:
+                    raise StorageError(f"{what}: {error} (gave up after {attempt} attempt(s): --storage-timeout "
+                                       f"{bound:g}s)") from error
                 log.warning("%s failed (%s), retrying in %.1fs", what, error, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, self.max_delay)
+        raise AssertionError("unreachable")
 
 
 #: S3 error codes no retry can change, and what they mean: said at once, not after the retries' half minute.

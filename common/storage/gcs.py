@@ -12,7 +12,10 @@ The guarantees of the S3 backend, in GCS's own terms (docs/design.md, "Storage")
   their CRC32C, which GCS checks;
 - nothing sets an ACL: objects take the bucket's own policy (private unless the bucket's owner says otherwise);
 - one retry layer, the project's (:class:`RetryPolicy`, 429, 408, 5xx and transport errors, with backoff and a
-  log line); the client's own retries are off so a failing request is retried alone and visibly;
+  log line); the client's own retries are off so a failing request is retried alone and visibly; each request
+  waits at most the time the operation has left of ``--storage-timeout`` (the client's own is 60 s a request);
+- a 404 whose bucket is missing says "no such bucket" (asked once, by a listing of one name);
+- a prefix that lists nothing but names an object is that one object (``--data gs://bucket/dir/file``);
 - listing pages (1,000 names a request, only the fields needed), each page retried on its own and dropped once
   read.
 
@@ -91,6 +94,7 @@ class GCSStorage(Backend):
         self.unlisted: dict[str, str] = {}  # a listing is all or nothing on GCS
         self.client = client or _client()
         self.bucket = self.client.bucket(self.bucket_name)
+        self._bucket_seen = False  # a listing found the bucket (so a 404 is the object's)
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix and name else (self.prefix or name)
@@ -99,14 +103,17 @@ class GCSStorage(Backend):
         return f"gs://{self.bucket_name}/{self._key(name)}"
 
     def _call(self, what: str, operation, not_found=None):
-        """``operation()`` under the retry policy: 4xx other than 408/429 are final (one line; a 404 is
-        ``not_found()`` if given), the rest are retried."""
+        """``operation(timeout)`` under the retry policy, each request waiting at most the time the policy has
+        left (``timeout``, seconds): 4xx other than 408/429 are final (one line; a 404 is ``not_found()`` if
+        given, or "no such bucket" when the bucket is what is missing), the rest are retried."""
         from google.api_core import exceptions
 
-        def attempt():
+        def attempt(timeout: float):
             try:
-                return operation()
+                return operation(timeout)
             except exceptions.NotFound as error:
+                if not self._bucket_exists(timeout):
+                    raise StorageError(f"{what}: no such bucket: {self.bucket_name}") from None
                 if not_found is not None:
                     return not_found()
                 raise StorageError(f"{what}: not found ({_message(error)})") from None
@@ -115,7 +122,23 @@ class GCSStorage(Backend):
                     raise
                 raise StorageError(f"{what}: {error.code} {_message(error)}") from None
 
-        return self.retry.run(what, attempt, permanent=(StorageError,))
+        return self.retry.run(what, attempt, permanent=(StorageError,), timed=True)
+
+    def _bucket_exists(self, timeout: float) -> bool:
+        """Whether the bucket is there, asked once a 404 came (a listing of one name: the permission a job
+        needs anyway, unlike the bucket's metadata); remembered once it is."""
+        if not self._bucket_seen:
+            from google.api_core import exceptions
+
+            try:
+                next(self.client.list_blobs(self.bucket_name, max_results=1, retry=None, timeout=timeout,
+                                            fields="items(name)").pages, None)
+            except exceptions.NotFound:
+                return False
+            except exceptions.ClientError:  # not allowed to list (403): it cannot say; the object's 404 stands
+                return True
+            self._bucket_seen = True
+        return True
 
     # Inputs -----------------------------------------------------------------
     def _objects(self) -> Iterator[tuple[str, int, int]]:
@@ -126,9 +149,9 @@ class GCSStorage(Backend):
         token: str | None = None
         pages = 0
         while True:
-            def page(token=token):
+            def page(timeout: float, token=token):
                 listing = self.client.list_blobs(self.bucket_name, prefix=prefix, page_size=self.list_page_size,
-                                                 page_token=token, retry=None,
+                                                 page_token=token, retry=None, timeout=timeout,
                                                  fields="items(name,size,generation),nextPageToken")
                 items = [(blob.name, int(blob.size or 0), int(blob.generation or 0)) for blob in next(listing.pages)]
                 return items, listing.next_page_token
@@ -141,8 +164,15 @@ class GCSStorage(Backend):
                 return
 
     def list_inputs(self) -> list[InputFile]:
+        """The objects below the prefix, as a directory's files; if there are none, the object the prefix names
+        (``gs://bucket/dir/file``: one file, path "", as a local file given as --data)."""
         found = [InputFile(name, size, str(generation)) for name, size, generation in self._objects()
                  if name and not name.endswith("/") and not ignored(name)]
+        if not found and self.prefix:
+            single = self._call(f"GET {self.uri('')} (metadata)", lambda timeout: self.bucket.get_blob(
+                self.prefix, retry=None, timeout=timeout), not_found=lambda: None)
+            if single is not None:
+                return [InputFile("", int(single.size or 0), str(single.generation))]
         found.sort(key=lambda f: f.path)  # GCS lists in UTF-8 byte order, which is code point order: no work
         return found
 
@@ -154,22 +184,22 @@ class GCSStorage(Backend):
             raise StorageError(f"{self.uri(relative)}: {version!r} is not a GCS generation") from None
         blob = self.bucket.blob(self._key(relative), generation=generation)
 
-        def changed():
+        def changed(timeout: float = 60.0):
             """The pinned generation is gone: replaced (refused) or deleted."""
-            current = self.bucket.get_blob(self._key(relative), retry=None)
+            current = self.bucket.get_blob(self._key(relative), retry=None, timeout=timeout)
             if current is None:
                 raise StorageError(f"{self.uri(relative)}: no such object")
             raise VersionChanged(f"{self.uri(relative)}: object changed since it was listed "
                                  f"(generation {version} -> {current.generation})")
 
-        def get() -> bytes:
+        def get(timeout: float) -> bytes:
             from google.api_core import exceptions
 
             try:
                 return blob.download_as_bytes(start=start, end=end, raw_download=True, if_generation_match=generation,
-                                              retry=None)
+                                              retry=None, timeout=timeout)
             except exceptions.PreconditionFailed:
-                return changed()
+                return changed(timeout)
             except exceptions.RequestRangeNotSatisfiable:  # past the end, or an empty object
                 return b""
 
@@ -195,16 +225,16 @@ class GCSStorage(Backend):
         def commit() -> str:
             handle.flush()
             handle.close()
-            self._call(f"upload {self.uri(name)}", lambda: self._blob(name).upload_from_filename(
-                handle.name, checksum="crc32c", retry=None))
+            self._call(f"upload {self.uri(name)}", lambda timeout: self._blob(name).upload_from_filename(
+                handle.name, checksum="crc32c", retry=None, timeout=timeout))
             os.unlink(handle.name)
             return self.uri(name)
 
         return AtomicWriter(handle, commit, handle.name)
 
     def put_bytes(self, name: str, data: bytes) -> str:
-        self._call(f"PUT {self.uri(name)}", lambda: self._blob(name).upload_from_string(
-            data, content_type="application/octet-stream", checksum="crc32c", retry=None))
+        self._call(f"PUT {self.uri(name)}", lambda timeout: self._blob(name).upload_from_string(
+            data, content_type="application/octet-stream", checksum="crc32c", retry=None, timeout=timeout))
         return self.uri(name)
 
     def create_if_absent(self, name: str, data: bytes) -> bool:
@@ -214,12 +244,13 @@ class GCSStorage(Backend):
 
         attempts = 0
 
-        def create() -> bool:
+        def create(timeout: float) -> bool:
             nonlocal attempts
             attempts += 1
             try:
                 self._blob(name).upload_from_string(data, content_type="application/octet-stream",
-                                                    checksum="crc32c", if_generation_match=0, retry=None)
+                                                    checksum="crc32c", if_generation_match=0, retry=None,
+                                                    timeout=timeout)
                 return True
             except exceptions.PreconditionFailed:
                 return attempts > 1 and self.get_bytes(name) == data
@@ -228,8 +259,8 @@ class GCSStorage(Backend):
 
     def remove(self, name: str) -> None:
         """Delete the object (nothing happens if there is none)."""
-        self._call(f"DELETE {self.uri(name)}", lambda: self.bucket.blob(self._key(name)).delete(retry=None),
-                   not_found=lambda: None)
+        self._call(f"DELETE {self.uri(name)}", lambda timeout: self.bucket.blob(self._key(name)).delete(
+            retry=None, timeout=timeout), not_found=lambda: None)
 
     def get_bytes(self, name: str, limit: int | None = None) -> bytes | None:
         """The object's bytes (its first ``limit`` only, if given: a ranged GET); None if there is none."""
@@ -237,10 +268,10 @@ class GCSStorage(Backend):
 
         end = None if limit is None else max(limit, 1) - 1
 
-        def get() -> bytes:
+        def get(timeout: float) -> bytes:
             try:
                 return self.bucket.blob(self._key(name)).download_as_bytes(
-                    start=None if end is None else 0, end=end, raw_download=True, retry=None)
+                    start=None if end is None else 0, end=end, raw_download=True, retry=None, timeout=timeout)
             except exceptions.RequestRangeNotSatisfiable:  # a ranged GET of an empty object
                 return b""
 

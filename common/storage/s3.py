@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from common.job.tasks import InputFile
 from common.storage.base import (
+    REQUEST_TIMEOUT,
     AtomicWriter,
     Backend,
     RangeReader,
@@ -48,7 +49,11 @@ class S3Storage(Backend):
         self.retry = retry or RetryPolicy()
         self.unlisted: dict[str, str] = {}  # a listing is all or nothing on S3
         # botocore retries quickly and silently; RetryPolicy waits longer and logs.
-        config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60)
+        # botocore tries a request twice, each waiting at most half the operation's bound (--storage-timeout), so
+        # one attempt of RetryPolicy's, which keeps the bound, cannot outlast it.
+        half = self.retry.bound() / 2
+        config = Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=min(10.0, half),
+                        read_timeout=min(REQUEST_TIMEOUT, half))
         # A session of its own: credentials read now (the default session caches the first ones it found, and
         # is not thread-safe).
         self.client = boto3.session.Session().client("s3", endpoint_url=endpoint_url or None, config=config)
@@ -81,10 +86,30 @@ class S3Storage(Backend):
             request["ContinuationToken"] = page["NextContinuationToken"]
 
     def list_inputs(self) -> list[InputFile]:
+        """The objects below the prefix, as a directory's files; if there are none, the object the prefix names
+        (``s3://bucket/dir/file``: one file, path "", as a local file given as --data)."""
         found = [InputFile(name, obj["Size"], obj["ETag"]) for name, obj in self._objects("list")
                  if name and not name.endswith("/") and not ignored(name)]
+        if not found and self.prefix:
+            single = self._head(self.prefix)
+            if single is not None:
+                return [InputFile("", int(single["ContentLength"]), single["ETag"])]
         found.sort(key=lambda f: f.path)  # S3 lists in UTF-8 byte order, which is code point order: no work
         return found
+
+    def _head(self, key: str) -> dict | None:
+        """The object ``key``'s metadata (HEAD), or None if there is no such object."""
+        from botocore.exceptions import ClientError
+
+        def head() -> dict | None:
+            try:
+                return self.client.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                    return None
+                raise
+
+        return self.retry.run(f"HEAD s3://{self.bucket}/{key}", head)
 
     def _get(self, relative: str, version: str, byte_range: str | None) -> bytes:
         from botocore.exceptions import ClientError

@@ -258,8 +258,10 @@ def test_a_kernels_file_that_does_not_load_is_one_warning_line_and_numpy(tmp_pat
     (tmp_path / f"broken_kernels_for_test{suffix}").write_bytes(b"not an ELF file")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(kernels.FORCE_NUMPY, raising=False)
+    # found elsewhere than beside common/kernels.py (another checkout's, through its editable install): not ours
+    assert kernels._load("broken_kernels_for_test") == (None, "numpy (common/_kernels.c is not built here)")
     with caplog.at_level("WARNING", logger="common.kernels"):
-        module, status = kernels._load("broken_kernels_for_test")
+        module, status = kernels._load("broken_kernels_for_test", beside=tmp_path)
     assert module is None and "was built but does not load" in status
     assert [record.getMessage() for record in caplog.records] == [f"kernels: {status}"]
     assert "\n" not in status
@@ -365,3 +367,55 @@ def test_a_build_of_another_version_of_the_source_is_not_used(tmp_path, monkeypa
     assert [record.getMessage() for record in caplog.records] == [f"kernels: {status}"]
     monkeypatch.setattr(kernels, "SOURCE", tmp_path / "absent.c")  # an install without the source: not checked
     assert kernels._load() == (BUILT, "compiled")
+
+
+def test_apply_masks_refuses_ids_that_do_not_fit_int32():
+    """The kernel writes int32 ids: a random id or a mask id past int32 was narrowed to another token silently;
+    now it is refused, and what fits is still taken."""
+    assert BUILT is not None
+
+    def masks(mask_id: int, word: int) -> np.ndarray:
+        selected = np.array([[False, True, True]])
+        input_ids = np.array([[5, 6, 7]], np.int32)
+        replace = np.array([0.1, 0.9])  # the first masked, the second ...
+        keep = np.array([0.9, 0.9])  # ... a random id
+        BUILT.apply_masks(selected, replace, keep, np.array([0, word], np.int64), 1, 3, 2, 2, mask_id, input_ids,
+                          np.zeros((1, 2), np.int32), np.zeros((1, 2), np.int32), np.zeros((1, 2), np.float32))
+        return input_ids
+
+    assert masks(103, 2**31 - 1).tolist() == [[5, 103, 2**31 - 1]]
+    for mask_id, word in ((103, 2**31), (103, -2**31 - 1), (103, 2**40), (2**31, 7), (-2**31 - 1, 7)):
+        with pytest.raises(ValueError, match="does not fit the int32 ids"):
+            masks(mask_id, word)
+
+
+def _build_kernels(tmp_path, *defines: str):
+    """common/_kernels.c compiled here with ``defines`` (the C compiler and flags Python was built with), loaded
+    as a module of its own beside the project's."""
+    import importlib.util
+    import shlex
+    import sysconfig
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    target = tmp_path / f"_kernels{sysconfig.get_config_var('EXT_SUFFIX')}"
+    compiler = shlex.split(sysconfig.get_config_var("CC"))
+    shared = shlex.split(sysconfig.get_config_var("LDSHARED"))[1:]
+    subprocess.run([*compiler, *shared, "-O1", "-std=c11", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                    *(f"-D{define}" for define in defines), str(kernels.SOURCE), "-o", str(target)], check=True)
+    spec = importlib.util.spec_from_file_location("_kernels", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_encoder_refuses_records_it_wrote_otherwise_than_it_sized(tmp_path):
+    """encode_records sizes every record, allocates their total, then writes them: a build whose sizes are off
+    (a byte more per integer feature) returns no bytes but a RuntimeError naming what it wrote against what it
+    sized; the same source built without the fault writes the shard's bytes."""
+    assert BUILT is not None
+    features = [(b"input_ids", "i", np.arange(6, dtype=np.int32).reshape(2, 3), 3),
+                (b"weights", "f", np.ones((2, 2), "<f4"), 2)]
+    assert _build_kernels(tmp_path / "good").encode_records(features, 2) == BUILT.encode_records(features, 2)
+    missized = _build_kernels(tmp_path / "missized", "KERNELS_TEST_EXTRA=1")
+    with pytest.raises(RuntimeError, match=r"encode_records: wrote 3 bytes of values sized 4"):
+        missized.encode_records(features, 2)

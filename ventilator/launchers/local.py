@@ -13,14 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 
+from common.kernels import FORCE_NUMPY
 from ventilator.launchers.base import Fleet, Launcher, Role
 
 log = logging.getLogger("ventilator")
 
 _PR_SET_PDEATHSIG = 1
 
-#: MLM_* variables that are not options: they reach the children.
-_INHERITED = {"MLM_FAST_WORDPIECE"}
+#: MLM_* variables that are not options: they reach the children (the kernels' switch among them: a worker
+#: started here runs the kernels this command was told to).
+_INHERITED = {"MLM_FAST_WORDPIECE", FORCE_NUMPY}
 
 
 def _terminated_with_parent() -> Callable[[], None] | None:

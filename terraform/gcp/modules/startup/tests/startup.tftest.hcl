@@ -14,7 +14,7 @@ run "scripts_install_the_pinned_release_and_start_the_drain_aware_worker" {
   command = apply
 
   assert {
-    condition     = strcontains(output.worker_startup_script, "pip install --quiet \"$spec\"") && strcontains(output.worker_startup_script, "spec='mlm-pipeline[gcs,gcp]==0.1.0'")
+    condition     = strcontains(output.worker_startup_script, "pip install --quiet --no-cache-dir \"$spec\"") && strcontains(output.worker_startup_script, "spec='mlm-pipeline[gcs,gcp]==0.1.0'")
     error_message = "the worker installs exactly package_spec"
   }
   assert {
