@@ -363,7 +363,7 @@ def test_the_install_outlasts_a_package_index_not_answering_yet(tmp_path, failur
     proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     tries = calls.read_text().splitlines()
-    assert tries and all(t == "install --quiet mlm-pipeline[gcs]==0.1.0" for t in tries), tries
+    assert tries and all(t == "install --quiet --no-cache-dir mlm-pipeline[gcs]==0.1.0" for t in tries), tries
     if succeeds:
         assert proc.returncode == 0 and len(tries) == failures + 1, (proc.returncode, tries, proc.stderr)
     else:
