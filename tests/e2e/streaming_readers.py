@@ -77,7 +77,11 @@ def read_modernbert_streaming(where: str, max_seq_len: int, pad_id: int) -> list
     for index in range(len(dataset)):
         sample = dataset[index]
         seq_len = sample["len"] if "len" in sample else len(sample["input_ids"])
-        input_ids = np.frombuffer(sample["input_ids"], dtype=np.int64).copy()
+        try:
+            input_ids = np.frombuffer(sample["input_ids"], dtype=np.int64).copy()
+        except ValueError as error:  # the reader's own failure (bytes not whole int64s): reported, not hidden
+            out.append({"error": str(error)})
+            continue
         attention_mask = (np.frombuffer(sample["attention_mask"], dtype=np.int64).copy()
                           if "attention_mask" in sample else np.ones_like(input_ids))
         pad = max_seq_len - seq_len
