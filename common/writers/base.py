@@ -206,6 +206,13 @@ class Writer(Configurable, abc.ABC):
         raise NotImplementedError(f"{cls.name} files cannot be read back")
 
     @classmethod
+    def miscount(cls, name: str, data: bytes, read: int, listed: int) -> str:
+        """Why ``read_columns`` gives ``read`` records of a file the manifest lists with ``listed`` (what
+        ``count_records`` counted when it was written), in one line for a reader's refusal.  By default the file
+        is not what was written; a format whose records are counted otherwise than read says so."""
+        return f"{read} records, the manifest says {listed}"
+
+    @classmethod
     def read_records(cls, name: str, data: bytes,
                      companion: Callable[[str], bytes | None] = lambda name: None) -> Iterator[dict[str, np.ndarray]]:
         """A file's records one by one, each a dict of numpy arrays by feature name (a fixed-length
