@@ -222,24 +222,24 @@ import sys, types, json, numpy as np
 sys.modules['streaming.vision'] = types.ModuleType('streaming.vision')
 from streaming import MDSWriter
 from common.objectives.base import Batch, Feature, Ragged
-from common.job.params import NoParams
 from common.storage import LocalStorage
-from common.writers.mds import MdsWriter, shard_config, Column
+from common.writers.mds import MdsWriter, shard_config, stored_columns
 features = [Feature('input_ids', 'int32', None), Feature('document_id', 'int64', 1),
             Feature('chunk_index', 'int32', 1), Feature('weights', 'float32', 3)]
 lengths = np.array([3, 300, 70000, 1])
 batch = Batch({{'input_ids': Ragged(np.arange(lengths.sum(), dtype=np.int32), lengths),
                'document_id': np.array([[5], [2**62], [7], [0]]), 'chunk_index': np.array([[0], [1], [2], [3]]),
                'weights': np.arange(12, dtype=np.float32).reshape(4, 3)}})
-with MdsWriter(NoParams(), features).writing(LocalStorage('{tmp_path}/ours'), 'part-x') as out:
+params = MdsWriter.make_params({{}})
+with MdsWriter(params, features).writing(LocalStorage('{tmp_path}/ours'), 'part-x') as out:
     out.write(batch)
     out.commit()
-config = shard_config([Column.of(f) for f in features])
+config = shard_config(stored_columns(params, features))
 columns = dict(zip(config['column_names'], config['column_encodings']))
 with MDSWriter(out='{tmp_path}/theirs', columns=columns, hashes=['sha256']) as writer:
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     for i in range(4):
-        writer.write({{'input_ids': np.arange(offsets[i], offsets[i + 1], dtype=np.int32),
+        writer.write({{'input_ids': np.arange(offsets[i], offsets[i + 1], dtype=np.int64),
                       'document_id': int(batch.columns['document_id'][i, 0]),
                       'chunk_index': np.int32(i), 'weights': batch.columns['weights'][i]}})
 print(json.dumps(columns))
@@ -247,7 +247,7 @@ print(json.dumps(columns))
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout) == {"chunk_index": "int32", "document_id": "int", "input_ids": "ndarray:int32",
+    assert json.loads(result.stdout) == {"chunk_index": "int32", "document_id": "int", "input_ids": "ndarray:int64",
                                          "weights": "ndarray:float32:3"}
     assert (tmp_path / "ours" / "part-x.mds").read_bytes() == (tmp_path / "theirs" / "shard.00000.mds").read_bytes()
 
