@@ -1,7 +1,8 @@
 """Reads outputs with the trainers' own libraries, in a process of its own:
 ``python -m tests.e2e.streaming_readers mds|litdata DIR ...`` prints one JSON
 line per directory, its samples in the library's order (lists of ints, ints).
-``mds`` takes ``DIR`` or ``DIR:SPLIT`` (``StreamingDataset(local=DIR, split=SPLIT)``).
+``mds`` takes ``DIR`` or ``DIR:SPLIT`` (``StreamingDataset(local=DIR, split=SPLIT)``);
+``litdata-tokens BLOCK DIR ...`` reads with ``TokensLoader(block_size=BLOCK)``.
 
 ``modernbert-streaming|modernbert-packed MAX_SEQ_LEN PAD_ID DIR:SPLIT ...``
 reads as ModernBERT's own data code does (AnswerDotAI/ModernBERT
@@ -147,7 +148,20 @@ def read_litdata(directory: str) -> list[dict]:
     return [{key: _plain(value) for key, value in sample.items()} for sample in dataset]
 
 
+def read_litdata_tokens(directory: str, block_size: int) -> list[list[int]]:
+    """LitData's pretraining reader: the token stream in blocks of ``block_size``, in order."""
+    from litdata import StreamingDataset, TokensLoader
+
+    dataset = StreamingDataset(directory, item_loader=TokensLoader(block_size=block_size), shuffle=False)
+    return [np.asarray(dataset[i]).tolist() for i in range(len(dataset))]
+
+
 def main(argv: list[str]) -> None:
+    if argv[0] == "litdata-tokens":
+        for directory in argv[2:]:
+            print(json.dumps({"directory": directory, "samples": read_litdata_tokens(directory, int(argv[1]))}),
+                  flush=True)
+        return
     if argv[0].startswith("modernbert-"):
         read = {"modernbert-streaming": read_modernbert_streaming, "modernbert-packed": read_modernbert_packed}[argv[0]]
         max_seq_len, pad_id = int(argv[1]), int(argv[2])

@@ -414,3 +414,37 @@ def test_the_cost_counts_no_padded_positions_for_chunks_of_their_own_length(clea
     cost = json.loads((clean["mds"][0] / "summary.json").read_text())["cost"]
     assert cost["output_tokens_without_padding"] > 0
     assert cost["output_tokens"] is None and cost["cost_per_billion_output_tokens"] is None
+
+
+def test_litdata_tokensloader_reads_a_token_stream_in_blocks(corpus, tmp_path):
+    """``--litdata-items tokens``: each record's input_ids alone, as ``litdata.optimize(...,
+    item_loader=TokensLoader())`` writes a pretraining stream; LitData's own ``StreamingDataset(OUT,
+    item_loader=TokensLoader(block_size=N))`` gives each chunk's tokens, in order, in blocks of N (a chunk's last
+    partial block dropped, as LitData does).  The default layout (a dict per record) is what
+    ``StreamingDataset(OUT)`` reads, and TokensLoader is refused on it by LitData itself."""
+    data, _ = corpus
+    output = tmp_path / "out"
+    result = run_ventilator(data, output, *JOB, "--output-format", "litdata", "--litdata-items", "tokens",
+                            "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    block = 50
+    for side in (output, output / "holdout"):
+        index = json.loads((side / "index.json").read_text())
+        assert index["config"]["item_loader"] == "TokensLoader"
+        expected = []
+        for chunk in index["chunks"]:
+            name = str((side / chunk["filename"]).relative_to(output))
+            ids = read_through_axis(output, name)[1]["input_ids"].values.tolist()
+            assert chunk["dim"] == len(ids)
+            expected += [ids[i:i + block] for i in range(0, len(ids) - block + 1, block)]
+        result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", "litdata-tokens", str(block),
+                                 str(side)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert result.returncode == 0, result.stderr[-3000:]
+        (line,) = [json.loads(line) for line in result.stdout.splitlines()]
+        assert line["samples"] == expected and len(expected) > 20
+    assert verify(output).returncode == 0
+    refused = run_ventilator(data, tmp_path / "bert", "--vocab-file", VOCAB, "--output-format", "litdata",
+                             "--litdata-items", "tokens", "--workers", "1", timeout=120)
+    assert refused.returncode != 0 and "--litdata-items tokens writes token sequences" in refused.stderr
+    assert not (tmp_path / "bert" / "manifest.jsonl").exists()
