@@ -108,7 +108,6 @@ def step_sections(config, totals: dict) -> dict:
     """The steps' own parts of the description: each described step's section under its name (``null`` when the
     job runs without it), and the totals of each side (``<split>_totals``) of those steps and the job's."""
     from common.steps import described_steps, step_named
-
     from common.writers import writer_named
 
     writer_class = writer_named(config.writer.name)
