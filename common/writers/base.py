@@ -135,18 +135,6 @@ class Writer(Configurable, abc.ABC):
         return stem if directory is None else f"{directory}/{stem.rpartition('/')[2]}"
 
     @classmethod
-    def side_path(cls, split: str) -> str:
-        """Where a side's files are, for a reader (``OUT``, ``OUT/holdout``, ``OUT/train``): the format's
-        directory, else the step's (the training side: the root)."""
-        from common.steps import side_named
-
-        directory = cls.side_directory(split)
-        if directory is None:
-            side = side_named(split)
-            directory = side.directory if side is not None else ""
-        return f"OUT/{directory}" if directory else "OUT"
-
-    @classmethod
     def reading_text(cls) -> str:
         """``reading`` as the card gives it: a format that names where each step's side is
         (``common.steps.sides``) makes it here; ``reading`` otherwise."""

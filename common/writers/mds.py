@@ -1,5 +1,5 @@
 """MosaicML streaming's MDS: what ``streaming.MDSWriter`` writes and
-``streaming.StreamingDataset(local=OUT)`` reads, for the trainers of
+``streaming.StreamingDataset(local=OUT, split="train")`` reads, for the trainers of
 ModernBERT, MosaicBERT and Composer/LLM Foundry.
 
 Each task writes ``train/part-<task>.mds`` (``val/part-<task>.mds`` for the
