@@ -134,7 +134,7 @@ class SampleCache:
             raise DatasetError(f"{where}: {error}") from None
         expected = int(self.shards.counts[shard])
         if len(samples.offsets) - 1 != expected:
-            raise DatasetError(f"{where}: {len(samples.offsets) - 1} records, the manifest says {expected}")
+            raise DatasetError(f"{where}: {format_for(name).miscount(name, data, len(samples.offsets) - 1, expected)}")
         flags = tuple(sorted(samples.flags))
         if self.flags is None:
             self.flags = flags

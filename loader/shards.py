@@ -294,7 +294,7 @@ class ShardCache:
         expected = int(self.shards.counts[shard])
         got = len(next(iter(columns.values()))) if columns else 0
         if got != expected:
-            raise DatasetError(f"{where}: {got} records, the manifest says {expected}")
+            raise DatasetError(f"{where}: {format_for(name).miscount(name, data, got, expected)}")
         layout = RecordLayout.of(columns)
         if self.layout is None:
             self.layout = layout

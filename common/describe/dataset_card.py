@@ -141,7 +141,8 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
                       "    path: [" + ", ".join(map(_q, patterns)) + "]"]
         if not splits:  # an output without a record: the default config still names where they would be
             suffix = (info.get("file_suffixes") or [".parquet"])[0]
-            lines += ["  - split: train", f"    path: {_q(('bin-*/' if binned else '') + 'part-*' + suffix)}"]
+            where = _train_directory(info.get("format"))
+            lines += ["  - split: train", f"    path: {_q(where + ('bin-*/' if binned else '') + 'part-*' + suffix)}"]
     lines.append("dataset_info:")
     for config in configs:
         splits = counts.records.get(config, {})
@@ -216,6 +217,17 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
         "",
     ]
     return "\n".join(lines + body)
+
+
+def _train_directory(format_name) -> str:
+    """Where the format puts the training side's files ("train/" for Parquet and MDS; "" at the root)."""
+    from common.writers import writer_named
+
+    try:
+        directory = writer_named(str(format_name)).side_directory(TRAIN) if format_name else None
+    except ValueError:  # a plugin's format not installed here: its files' names say where they are
+        directory = None
+    return f"{directory}/" if directory else ""
 
 
 def _step_lines(info: dict) -> list[str]:

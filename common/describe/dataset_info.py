@@ -108,12 +108,19 @@ def step_sections(config, totals: dict) -> dict:
     """The steps' own parts of the description: each described step's section under its name (``null`` when the
     job runs without it), and the totals of each side (``<split>_totals``) of those steps and the job's."""
     from common.steps import described_steps, step_named
+    from common.writers import writer_named
 
+    writer_class = writer_named(config.writer.name)
     sections: dict = {}
     described = described_steps()
     for step_class in described:
         component = config.step(step_class.name)
-        sections[step_class.name] = step_class.info(component.params) if component else None
+        section = step_class.info(component.params) if component else None
+        for side in step_class.sides:  # where the format puts the side, when it names its own directory (val/)
+            placed = writer_class.side_directory(side.split)
+            if isinstance(section, dict) and "directory" in section and placed is not None:
+                section["directory"] = placed
+        sections[step_class.name] = section
     in_job = [step_named(step.name) for step in config.steps]
     for step_class in dict.fromkeys([*described, *in_job]):
         for side in step_class.sides:

@@ -28,8 +28,9 @@ class Write(Step):
         stats = run.stats
         for part in run.parts:
             files = []
+            stem = self.job.writer.place(part.split, part.stem)  # the format's directory for the side, if it names one
             if part.batches is not None:
-                with self.job.writer.writing(self.job.output, part.stem) as output:
+                with self.job.writer.writing(self.job.output, stem) as output:
                     for batch in part.batches:
                         if part.split == TRAIN:
                             stats.instances += len(batch)
@@ -39,7 +40,7 @@ class Write(Step):
                     with stats.timed("write"):
                         files = output.commit()
             written = {f.name for f in files}
-            for name in self.job.writer.names(part.stem) or ():  # what an earlier run's task wrote otherwise
+            for name in self.job.writer.names(stem) or ():  # what an earlier run's task wrote otherwise
                 if name not in written:
                     self.job.output.remove(name)
             if part.split != TRAIN:

@@ -109,6 +109,30 @@ class Writer(Configurable, abc.ABC):
     #: How to read the output, for its dataset card (common/describe/dataset_card.py), when 🤗 datasets cannot: a
     #: Markdown snippet.  "" for a format ``datasets.load_dataset(OUT)`` reads through the card (Parquet).
     reading: ClassVar[str] = ""
+    #: The directory of each side's files, by the side's split as the dataset card names it (``train``;
+    #: ``validation`` for the held-out side; a step's own side by its name: dataset_card.hf_split), for a format
+    #: whose readers find a side by a directory name (MDS: ModernBERT's ``split: train`` / ``split: val``; Parquet:
+    #: the Hub's ``train/``, ``validation/``).  A side it does not name goes under its card split's name.  Empty:
+    #: every side where its step puts it (the training side at the root, the held-out side in holdout/).
+    side_directories: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def side_directory(cls, split: str) -> str | None:
+        """The directory of the side whose files are marked ``split`` (``ShardFile.split``, "" for training),
+        relative to the output's root, when the format names its sides' directories; None when it does not."""
+        if not cls.side_directories:
+            return None
+        from common.describe.dataset_card import hf_split
+
+        card = hf_split(split)
+        return cls.side_directories.get(card, card)
+
+    @classmethod
+    def place(cls, split: str, stem: str) -> str:
+        """Where a part's files go: ``stem`` as the steps make it (``part-<task>``, ``holdout/part-<task>``),
+        moved into the format's own directory for its side when it names one (``train/part-<task>``)."""
+        directory = cls.side_directory(split)
+        return stem if directory is None else f"{directory}/{stem.rpartition('/')[2]}"
 
     @classmethod
     def reading_text(cls) -> str:
@@ -168,6 +192,13 @@ class Writer(Configurable, abc.ABC):
         no records of its own (read with its companion); ``companion(name)`` gives another file's bytes.
         ValueError if the file is corrupt."""
         raise NotImplementedError(f"{cls.name} files cannot be read back")
+
+    @classmethod
+    def miscount(cls, name: str, data: bytes, read: int, listed: int) -> str:
+        """Why ``read_columns`` gives ``read`` records of a file the manifest lists with ``listed`` (what
+        ``count_records`` counted when it was written), in one line for a reader's refusal.  By default the file
+        is not what was written; a format whose records are counted otherwise than read says so."""
+        return f"{read} records, the manifest says {listed}"
 
     @classmethod
     def read_records(cls, name: str, data: bytes,

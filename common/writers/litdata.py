@@ -30,11 +30,13 @@ after it).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
+import click
 import numpy as np
 
-from common.job.params import NoParams
-from common.objectives.base import Batch, Feature
+from common.job.params import param
+from common.objectives.base import Batch, Feature, Ragged
 from common.writers.base import TaskOutput, Writer
 from common.writers.mds import to_columns
 from common.writers.sample_shards import (
@@ -60,8 +62,38 @@ INDEX = "index.json"
 #: LitData's numpy dtype codes (litdata.constants._NUMPY_DTYPES_MAPPING).
 DTYPE_CODES = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5, "uint32": 6, "uint64": 7,
                "float16": 8, "float32": 9, "float64": 10, "bool": 13}
+DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
 #: What this format's chunks say of themselves (the key of the description after the offsets).
 MARK = "mlm_pipeline.litdata"
+
+
+#: --litdata-items: a dict of every feature per record (PyTreeLoader), or each record's input_ids alone (TokensLoader).
+ITEMS = ("records", "tokens")
+IDS = "input_ids"
+
+
+@dataclass(frozen=True)
+class LitDataParams:
+    items: str = param("records", "What a LitData item is: records (a dict of every feature per record, read by "
+                                  "litdata.StreamingDataset(OUT)) or tokens (each record's input_ids alone, a 1-D "
+                                  "array, the token stream litdata.optimize writes for pretraining: "
+                                  "StreamingDataset(OUT, item_loader=TokensLoader(block_size=N)) reads it in blocks "
+                                  "of N tokens across records; needs --objective tokens).",
+                       flag="--litdata-items", opt_in=True, cli={"type": click.Choice(ITEMS)})
+
+    def validate(self) -> None:
+        if self.items not in ITEMS:
+            raise ValueError(f"--litdata-items must be one of {', '.join(ITEMS)}, not {self.items!r}")
+
+
+def tokens_only(params) -> bool:
+    return getattr(params, "items", "records") == "tokens"
+
+
+def item_columns(params, features: list[Feature]) -> list[Column]:
+    """The columns of an item: every feature, or (--litdata-items tokens) input_ids alone."""
+    columns = [Column.of(f) for f in features]
+    return [c for c in columns if c.name == IDS] if tokens_only(params) else columns
 
 
 def stored(column: Column) -> Column:
@@ -89,9 +121,49 @@ def litdata_config(columns: list[Column]) -> dict:
             "item_loader": "PyTreeLoader"}
 
 
-def chunk_description(columns: list[Column]) -> dict:
-    return {MARK: 1, "columns": [[c.name, stored(c).dtype.name, c.length] for c in columns],
-            "config": litdata_config(columns)}
+def tokens_config(column: Column) -> dict:
+    """The index's ``config`` of a token stream, as ``optimize(..., item_loader=TokensLoader())`` writes it: one
+    leaf per item, a 1-D array."""
+    leaf = [1, {"type": None, "context": None, "children_spec": []}]
+    return {"chunk_bytes": SIZE_LIMIT, "chunk_size": None, "compression": None, "compression_batch_size": None,
+            "compression_level": None, "data_format": [data_format(column)], "data_spec": json.dumps(leaf),
+            "encryption": None, "ipc_compression": None, "item_loader": "TokensLoader"}
+
+
+def chunk_description(columns: list[Column], tokens: bool = False) -> dict:
+    described = {MARK: 1, "columns": [[c.name, stored(c).dtype.name, c.length] for c in columns],
+                 "config": tokens_config(columns[0]) if tokens else litdata_config(columns)}
+    return {**described, "items": "tokens"} if tokens else described
+
+
+def trailer(columns: list[Column]) -> bytes:
+    """What a token chunk holds after its tokens: its description, then the description's uint32 size.  TokensLoader
+    reads the tokens from the end of the offsets on, in blocks, never past the last item, so the description cannot
+    sit before the items as in a chunk of records."""
+    description = config_json(chunk_description(columns, tokens=True))
+    return description + np.uint32(len(description)).astype("<u4").tobytes()
+
+
+def split_trailer(data: bytes) -> tuple[bytes, dict] | None:
+    """(the chunk without its trailer, the description) of a token chunk; None when ``data`` has no trailer."""
+    if len(data) < 4:
+        return None
+    size = int(np.frombuffer(data, "<u4", 1, len(data) - 4)[0])
+    if size + 4 > len(data):
+        return None
+    try:
+        description = json.loads(data[len(data) - 4 - size:len(data) - 4])
+    except ValueError:
+        return None
+    if not isinstance(description, dict) or description.get(MARK) != 1 or description.get("items") != "tokens":
+        return None
+    return data[:len(data) - 4 - size], description
+
+
+def encode_tokens(batch: Batch, column: Column) -> Samples:
+    """Each record's input_ids as a TokensLoader item: its values, nothing else."""
+    buffer, starts, lengths = column_bytes(batch.columns[column.name], column, len(batch))
+    return records_as_bytes([(buffer, starts, lengths)], len(batch))
 
 
 def encode_batch(batch: Batch, columns: list[Column]) -> Samples:
@@ -110,7 +182,7 @@ def encode_batch(batch: Batch, columns: list[Column]) -> Samples:
 
 class LitDataWriter(Writer):
     name = "litdata"
-    Params = NoParams
+    Params = LitDataParams
     suffixes = (".litdata",)
     reading = ("Lightning's litdata reads it as it is: `litdata.StreamingDataset(OUT)` (index.json ties each "
                "side's chunks).")
@@ -126,28 +198,41 @@ class LitDataWriter(Writer):
 
     def __init__(self, params, features: list[Feature], special=None):
         super().__init__(params, features, special)
-        self._columns = [Column.of(f) for f in features]
-        self._description = config_json(chunk_description(self._columns))
+        self._columns = item_columns(params, features)
+        self._tokens = tokens_only(params)
+        self._description = b"" if self._tokens else config_json(chunk_description(self._columns))
+        self._trailer = trailer(self._columns) if self._tokens else b""
 
     @classmethod
     def check_features(cls, params, features: list[Feature]) -> None:
         for f in features:
             if np.dtype(f.dtype).name not in DTYPE_CODES:
                 raise ValueError(f"LitData has no dtype code for {f.name}'s dtype {f.dtype}")
+        if tokens_only(params) and not any(f.name == IDS and f.length is None and np.dtype(f.dtype).kind in "iu"
+                                           for f in features):
+            raise ValueError("--litdata-items tokens writes token sequences: it needs --objective tokens (records "
+                             "of one length, padded, are no token stream)")
 
     def open(self, output, stem: str) -> TaskOutput:
+        if self._tokens:
+            (column,) = self._columns
+            return SampleShardOutput(output, stem, self.suffixes[0], b"", lambda batch: encode_tokens(batch, column),
+                                     trailer=self._trailer)
         return SampleShardOutput(output, stem, self.suffixes[0], self._description,
                                  lambda batch: encode_batch(batch, self._columns))
 
     @classmethod
     def _description_of(cls, data: bytes):
-        shard = parse_shard(data)
-        description = read_config(shard)
+        tokens = split_trailer(data)
+        shard = parse_shard(tokens[0] if tokens else data)
+        description = tokens[1] if tokens else read_config(shard)
         columns = description.get("columns")
         if description.get(MARK) != 1 or not isinstance(columns, list) or not all(
-                isinstance(c, list) and len(c) == 3 and c[1] in DTYPE_CODES for c in columns):
-            raise ValueError("not a chunk of this pipeline's LitData output: no description after its offsets")
-        return shard, columns
+                isinstance(c, list) and len(c) == 3 and c[1] in DTYPE_CODES for c in columns) \
+                or (tokens and len(columns) != 1):
+            raise ValueError("not a chunk of this pipeline's LitData output: no description after its offsets or "
+                             "its tokens")
+        return shard, columns, bool(tokens)
 
     @classmethod
     def count_records(cls, name: str, data: bytes) -> int:
@@ -156,20 +241,34 @@ class LitDataWriter(Writer):
     @classmethod
     def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
         out = {}
-        for f in features:
-            column = stored(Column.of(f))
-            out[f.name] = {"dtype": column.dtype.name, "shape": [] if f.length == 1 else [f.length],
-                           "litdata_format": data_format(column)}
+        for column in item_columns(params, features):
+            column = stored(column)
+            out[column.name] = {"dtype": column.dtype.name, "shape": [] if column.length == 1 else [column.length],
+                                "litdata_format": data_format(column)}
         return out
 
     @classmethod
     def format_details(cls, params, features: list[Feature], special) -> dict:
-        return {"index": INDEX, "config": litdata_config([Column.of(f) for f in features]),
+        columns = item_columns(params, features)
+        if tokens_only(params):
+            return {"index": INDEX, "config": tokens_config(columns[0]), "items": "tokens",
+                    "trailer_bytes": len(trailer(columns)),
+                    "reader": "litdata.StreamingDataset(OUT, item_loader=TokensLoader(block_size=N))"
+                              + side_readers("OUT/")}
+        return {"index": INDEX, "config": litdata_config(columns),
                 "reader": "litdata.StreamingDataset(OUT)" + side_readers("OUT/")}
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
-        shard, columns = cls._description_of(data)
+        shard, columns, tokens = cls._description_of(data)
+        if tokens:  # each item is input_ids' values: the offsets give each record's
+            ((column, dtype_name, _),) = columns
+            dtype = np.dtype(dtype_name).newbyteorder("<")
+            sizes = np.diff(shard.offsets)
+            if (sizes % dtype.itemsize).any():
+                raise ValueError(f"an item of {column} is not whole {dtype.name} values")
+            values = np.frombuffer(shard.data, dtype, int(sizes.sum()) // dtype.itemsize, int(shard.offsets[0]))
+            return {column: Ragged(values, (sizes // dtype.itemsize).astype(np.int64))}
         dtypes = [np.dtype(dtype).newbyteorder("<") for _, dtype, _ in columns]
         rows = equal_rows(shard)
         table = 4 * len(columns)
@@ -199,10 +298,11 @@ class LitDataWriter(Writer):
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
         """``index.json`` in each directory of chunks (the training side's, holdout/): the manifest's chunks."""
-        litdata = litdata_config([Column.of(f) for f in job_features(config)])
+        params = cls.make_params(dict(config.writer.params))
+        details = cls.format_details(params, job_features(config), None)
         for directory, files in listed_by_directory(output, cls.suffixes).items():
-            output.put_bytes(index_name(directory, INDEX),
-                             json.dumps(index_of(files, litdata, config.job_id), sort_keys=True).encode())
+            index = index_of(files, details["config"], config.job_id, details.get("trailer_bytes"))
+            output.put_bytes(index_name(directory, INDEX), json.dumps(index, sort_keys=True).encode())
         super().finish_job(output, config, totals)  # the dataset card
 
     @classmethod
@@ -210,12 +310,21 @@ class LitDataWriter(Writer):
         """A complete output's index.json files list the manifest's chunks as they are."""
         if not info.get("complete"):
             return []
-        litdata = (info.get("format_details") or {}).get("config")
-        return check_indexes(storage, entries, cls.suffixes, lambda files: index_of(files, litdata, info.get("job")))
+        details = info.get("format_details") or {}
+        return check_indexes(storage, entries, cls.suffixes, lambda files: index_of(
+            files, details.get("config"), info.get("job"), details.get("trailer_bytes")))
 
 
-def index_of(files: list[dict], config: dict, job_id: str) -> dict:
-    """index.json for these files (the manifest's, with their ``basename``), LitData's ``config`` and the job."""
-    return {"chunks": [{"chunk_bytes": f["bytes"], "chunk_size": f["records"], "dim": None,
+def index_of(files: list[dict], config: dict, job_id: str, trailer_bytes: int | None = None) -> dict:
+    """index.json for these files (the manifest's, with their ``basename``), LitData's ``config`` and the job.  A
+    token chunk (``trailer_bytes``: its description's) says its tokens, ``dim``: what TokensLoader cuts into blocks,
+    known from its bytes, items and the dtype."""
+    def dim(f: dict) -> int | None:
+        if trailer_bytes is None:
+            return None
+        itemsize = np.dtype(DTYPE_NAMES[int(config["data_format"][0].rsplit(":", 1)[1])]).itemsize
+        return (int(f["bytes"]) - 4 * (int(f["records"]) + 2) - trailer_bytes) // itemsize
+
+    return {"chunks": [{"chunk_bytes": f["bytes"], "chunk_size": f["records"], "dim": dim(f),
                         "filename": f["basename"]} for f in files],
             "config": config, "updated_at": job_id}

@@ -1,10 +1,11 @@
 """MosaicML streaming's MDS: what ``streaming.MDSWriter`` writes and
-``streaming.StreamingDataset(local=OUT)`` reads, for the trainers of
+``streaming.StreamingDataset(local=OUT, split="train")`` reads, for the trainers of
 ModernBERT, MosaicBERT and Composer/LLM Foundry.
 
-Each task writes ``part-<task>.mds`` (``holdout/part-<task>.mds`` for the
-held-out side; a task past 64 MiB of samples continues in
-``part-<task>-00001.mds`` ...), a joint MDS shard as MDSWriter lays it out
+Each task writes ``train/part-<task>.mds`` (``val/part-<task>.mds`` for the
+held-out side: the split names ModernBERT's yamls read, ``data_local: OUT``
+with ``split: train`` / ``split: val``; a task past 64 MiB of samples
+continues in ``part-<task>-00001.mds`` ...), a joint MDS shard as MDSWriter lays it out
 (mosaicml/streaming ``streaming/base/format/mds/writer.py``, format version
 2)::
 
@@ -16,10 +17,13 @@ declare them to MDSWriter: a variable-length feature ``ndarray:<dtype>``
 (a byte for the shape's width, the shape, the values), a fixed-length one
 ``ndarray:<dtype>:<length>`` (the values), a one-value feature its dtype's
 scalar encoding (``int32``, ``float32``...; ``int`` for int64, as a Python
-int).  No compression; each shard's sha256 is the manifest's.
+int).  ``input_ids`` is int64 by default (``--mds-ids-dtype``): ModernBERT's
+``StreamingTextDataset`` reads it with ``np.frombuffer(..., np.int64)``
+whatever the column's encoding says.  No compression; each shard's sha256
+is the manifest's.
 
 At the end of the job (every task done, none quarantined) the sink writes
-``index.json`` (and ``holdout/index.json``): the shards the manifest lists,
+``train/index.json`` (and ``val/index.json``): the shards the manifest lists,
 in task order, with their samples, bytes and sha256, which is what
 StreamingDataset opens.  Until then there is no index, so no trainer reads a
 partial output.
@@ -28,11 +32,14 @@ partial output.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
+import click
 import numpy as np
 
-from common.job.params import NoParams
+from common.job.params import param
 from common.objectives.base import Batch, Feature, Ragged
+from common.output.files import TRAIN
 from common.writers.base import TaskOutput, Writer
 from common.writers.sample_shards import (
     SIZE_LIMIT,
@@ -49,7 +56,6 @@ from common.writers.sample_shards import (
     parse_shard,
     read_config,
     records_as_bytes,
-    side_readers,
     sliced_columns,
 )
 
@@ -63,6 +69,33 @@ SCALARS = {"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64", "flo
 ARRAY_DTYPES = SCALARS | {"int64"}
 #: The shape's width code of a variable-length array (the byte before its shape): uint8, uint16, uint32.
 SHAPE_WIDTHS = ((1 << 8, 0), (1 << 16, 1), (1 << 32, 2))
+
+
+#: The feature --mds-ids-dtype stores, and the dtypes it takes.
+IDS = "input_ids"
+IDS_DTYPES = ("int64", "int32")
+#: Each side's directory by its card split: the split names ModernBERT's yamls (and LLM Foundry's) read.
+SIDE_DIRECTORIES = {"train": "train", "validation": "val"}
+
+
+@dataclass(frozen=True)
+class MdsParams:
+    ids_dtype: str = param("int64", "The dtype of input_ids in the shards: int64, what ModernBERT's "
+                                    "StreamingTextDataset reads (np.frombuffer(sample['input_ids'], np.int64)), or "
+                                    "int32 (half the bytes, for readers that decode MDS's ndarray encoding: "
+                                    "StreamingDataset itself, ModernBERT's NoStreamingDataset).",
+                           flag="--mds-ids-dtype", cli={"type": click.Choice(IDS_DTYPES)})
+
+    def validate(self) -> None:
+        if self.ids_dtype not in IDS_DTYPES:
+            raise ValueError(f"--mds-ids-dtype must be one of {', '.join(IDS_DTYPES)}, not {self.ids_dtype!r}")
+
+
+def stored_columns(params, features: list[Feature]) -> list[Column]:
+    """The features as the shards hold them: input_ids in --mds-ids-dtype, the rest as the objective makes them."""
+    ids_dtype = np.dtype(getattr(params, "ids_dtype", "int64"))
+    return [Column(f.name, ids_dtype, f.length) if f.name == IDS and np.dtype(f.dtype).kind in "iu" else Column.of(f)
+            for f in features]
 
 
 def encoding(column: Column) -> str:
@@ -188,23 +221,27 @@ def to_columns(samples: list[dict[str, np.ndarray]], lengths: dict[str, int | No
 class MdsWriter(Writer):
     name = "mds"
     suffixes = (".mds",)
-    reading = ("MosaicML streaming reads it as it is: `streaming.StreamingDataset(local=OUT)` (index.json ties "
-               "each side's shards); ModernBERT's `NoStreamingDataset` reads the same directories.")
+    version = 2  # input_ids int64 by default, and each side in its split's directory (train/, val/)
+    side_directories = SIDE_DIRECTORIES
+    reading = ("MosaicML streaming reads it as it is: `streaming.StreamingDataset(local=OUT, split=\"train\")` "
+               "(index.json ties each side's shards), and so does ModernBERT's own data code with its yamls' "
+               "`data_local: OUT` and `split: train`, streaming or not (`StreamingTextDataset`, "
+               "`NoStreamingDataset`).")
 
     @classmethod
     def reading_text(cls) -> str:
-        """``reading`` with where each step's side is (the held-out side's directory)."""
+        """``reading`` with the split of each step's side (the held-out side's: ``val``)."""
         from common.steps import sides
 
-        named = ", ".join(f"`StreamingDataset(local=OUT/{side.directory})` for the {side.label} side"
+        named = ", ".join(f"`split=\"{cls.side_directory(side.split)}\"` for the {side.label} side"
                           for side in sides())
-        return cls.reading.replace("(local=OUT)` (", f"(local=OUT)`, and {named} (") if named else cls.reading
+        return cls.reading.replace(" (index.json", f", {named} (index.json") if named else cls.reading
     job_files = (INDEX,)
-    Params = NoParams
+    Params = MdsParams
 
     def __init__(self, params, features: list[Feature], special=None):
         super().__init__(params, features, special)
-        self._columns = [Column.of(f) for f in features]
+        self._columns = stored_columns(params, features)
         self._config = config_json(shard_config(self._columns))
 
     @classmethod
@@ -226,13 +263,18 @@ class MdsWriter(Writer):
 
     @classmethod
     def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
-        return {f.name: {"dtype": f.dtype, "shape": [] if f.length == 1 else [f.length],
-                         "mds_encoding": encoding(Column.of(f))} for f in features}
+        return {c.name: {"dtype": c.dtype.name, "shape": [] if c.length == 1 else [c.length],
+                         "mds_encoding": encoding(c)} for c in stored_columns(params, features)}
 
     @classmethod
     def format_details(cls, params, features: list[Feature], special) -> dict:
-        return {"index": INDEX, "shard_config": shard_config([Column.of(f) for f in features]),
-                "reader": "streaming.StreamingDataset(local=OUT)" + side_readers("local=OUT/")}
+        from common.steps import sides
+
+        splits = "".join(f"; {side.split}: split={cls.side_directory(side.split)!r}" for side in sides())
+        return {"index": INDEX, "shard_config": shard_config(stored_columns(params, features)),
+                "splits": {"train": cls.side_directory(TRAIN), **{side.split: cls.side_directory(side.split)
+                                                                   for side in sides()}},
+                "reader": f"streaming.StreamingDataset(local=OUT, split='train'{splits})"}
 
     @classmethod
     def read_columns(cls, name: str, data: bytes, companion) -> dict:
@@ -260,8 +302,10 @@ class MdsWriter(Writer):
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
-        """``index.json`` in each directory of shards (the training side's, holdout/): the manifest's shards."""
-        shard = shard_config([Column.of(f) for f in job_features(config)])
+        """``index.json`` in each directory of shards (the training side's train/, the held-out side's val/): the
+        manifest's shards."""
+        params = cls.make_params(dict(config.writer.params))
+        shard = shard_config(stored_columns(params, job_features(config)))
         for directory, files in listed_by_directory(output, cls.suffixes).items():
             output.put_bytes(index_name(directory, INDEX), json.dumps(index_of(files, shard), sort_keys=True).encode())
         super().finish_job(output, config, totals)  # the dataset card

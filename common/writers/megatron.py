@@ -297,6 +297,20 @@ class MegatronWriter(Writer):
         return len(IndexedDataset.parse_index(data).sequence_lengths)
 
     @classmethod
+    def miscount(cls, name: str, data: bytes, read: int, listed: int) -> str:
+        """A sentence-level index counts sentences (the manifest's records) where ``read_columns`` gives
+        documents: say so, not that the file changed."""
+        try:
+            index = IndexedDataset.parse_index(data) if name.endswith(".idx") else None
+        except ValueError:
+            index = None
+        if index is not None and len(index.sequence_lengths) == listed and len(index.document_indices) - 1 == read:
+            return (f"a sentence-level Megatron output (--megatron-level sentence): its {listed} records are "
+                    f"sentences of {read} document(s), which Megatron-LM pairs into samples itself; a reader of "
+                    "records (the loader) serves whole documents, from --megatron-level document only")
+        return super().miscount(name, data, read, listed)
+
+    @classmethod
     def stored_features(cls, params, features: list[Feature], special) -> dict[str, dict]:
         """Per document: its token ids (the .bin, in the index's dtype), and its sequences' lengths (the
         .idx): a sequence is a sentence or, at document level, the whole document and its EOD."""

@@ -10,9 +10,15 @@ pyarrow writes no timestamp, so the same records give the same bytes.
 Every page carries a CRC32 (``write_page_checksum``) and every read verifies
 it, so a flipped bit is an error, as in a TFRecord shard, not a changed row.
 
+Each side has a directory of Parquet files only, the Hub's split directories:
+``train/part-<task>.parquet`` and ``validation/part-<task>.parquet`` (the
+held-out side), so ``pandas.read_parquet(OUT/train)``, ``pyarrow.dataset``,
+polars and duckdb read a side as it is; the job's own files (the card,
+``dataset_info.json``, the manifest) stay at the root.
+
 With ``--bin-size N`` a task writes one file per non-empty sequence-length
 bin, LDDL's binning: bin k holds records whose length (``input_mask``'s sum,
-else ``input_ids``' length) is in ((k-1)·N, k·N], under ``bin-K/``, so a
+else ``input_ids``' length) is in ((k-1)·N, k·N], under ``train/bin-K/``, so a
 trainer draws batches from one bin and pads less.
 
 With ``--column-names hf`` the columns take Hugging Face's argument names
@@ -243,7 +249,7 @@ class _ParquetTaskOutput(TaskOutput):
         if bin_index not in self._files:
             if not self._bin_size:
                 name = f"{self._stem}.parquet"
-            else:  # the bin inside the stem's directory: the held-out side stays under holdout/ (holdout/bin-K/)
+            else:  # the bin inside the stem's directory: each side keeps its own (train/bin-K/, validation/bin-K/)
                 directory, _, base = self._stem.rpartition("/")
                 name = f"{directory + '/' if directory else ''}bin-{bin_index:03d}/{base}.parquet"
             self._files[bin_index] = _ParquetFile(self._output, name, self._schema)
@@ -289,10 +295,17 @@ def _check_labels(name: str, columns: dict) -> None:
         raise ValueError(f"{name}: labels disagree with masked_lm_* at {int(wrong.sum())} position(s)")
 
 
+#: Each side's directory by its card split, the Hub's split directories: pandas, pyarrow.dataset, polars and duckdb
+#: read ``OUT/train`` (``OUT/validation``: the held-out side) with nothing but Parquet files in it.
+SIDE_DIRECTORIES = {"train": "train", "validation": "validation"}
+
+
 class ParquetWriter(Writer):
     name = "parquet"
     Params = ParquetParams
     suffixes = (".parquet",)
+    version = 2  # each side in its split's directory (train/, validation/), not the output's root and holdout/
+    side_directories = SIDE_DIRECTORIES
 
     def __init__(self, params, features: list[Feature], special=None):
         added = self.added_features(params, features)

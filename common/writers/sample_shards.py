@@ -126,7 +126,8 @@ class SampleShardOutput(TaskOutput):
     ``stem-00001 + suffix``...  ``encode`` lays a batch's records out end to end (:class:`Samples`)."""
 
     def __init__(self, output, stem: str, suffix: str, config: bytes, encode: Callable[[Batch], Samples],
-                 limit: int | None = None):
+                 limit: int | None = None, trailer: bytes = b""):
+        self._trailer = trailer  # bytes after the last sample, outside every offset (LitData's token chunks)
         self._output = output
         self._stem = stem
         self._suffix = suffix
@@ -169,6 +170,7 @@ class SampleShardOutput(TaskOutput):
                 file.write(part)
             for part in self._pending:
                 file.write(part.data)
+            file.write(self._trailer)
         except BaseException:
             self.abort()
             raise

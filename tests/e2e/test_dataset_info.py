@@ -163,7 +163,7 @@ def test_load_dataset_follows_the_card_splits_and_bins(parquet_output):
 
 def test_the_card_lists_exactly_the_sides_on_disk(parquet_output, tmp_path):
     """A step's own side (here the held-out files moved to a side "test", as a plugin step writes one) is a
-    split of its name at its files' directory: no validation split at holdout/ that does not exist."""
+    split of its name at its files' directory: no validation split at validation/ that does not exist."""
     import datasets
 
     from common.describe.dataset_card import write_card
@@ -171,13 +171,14 @@ def test_the_card_lists_exactly_the_sides_on_disk(parquet_output, tmp_path):
 
     output = tmp_path / "out"
     shutil.copytree(parquet_output, output)
-    shutil.move(output / "holdout", output / "test")
+    shutil.move(output / "validation", output / "test")  # Parquet's held-out side is the Hub's validation/
     lines = (output / "manifest.jsonl").read_text().splitlines()
-    moved = [line.replace('"holdout/', '"test/').replace('"split": "holdout"', '"split": "test"') for line in lines]
+    moved = [line.replace('"validation/', '"test/').replace('"split": "holdout"', '"split": "test"') for line in lines]
     (output / "manifest.jsonl").write_text("\n".join(moved) + "\n")
     write_card(LocalStorage(str(output)), None)
     card = (output / "README.md").read_text()
     assert "holdout/" not in card.split("\n---\n")[0] and "validation" not in card.split("\n---\n")[0]
+    assert 'path: "test/' in card.split("\n---\n")[0]
     loaded = datasets.load_dataset(str(output))
     assert sorted(loaded) == ["test", "train"]
     assert loaded["test"].num_rows == sum(f["records"] for line in moved for f in json.loads(line)["shards"]

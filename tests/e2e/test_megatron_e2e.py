@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -179,3 +180,29 @@ def test_token_batches_check_the_bin_read_with_its_index(tmp_path):
     blob.write_bytes(bytes(data))
     with pytest.raises(DatasetError, match=f"{blob.name}: its sha256 differs from the manifest's"):
         SampleCache(storage, shards, 1 << 30).lengths()
+
+
+def test_the_loader_refuses_a_sentence_level_output_naming_why(tmp_path):
+    """A sentence-level output's records (the manifest's) are sentences, the format reads documents back: the
+    loader, fixed-size and token-budget batches alike, refuses it in one line that says so, not as a file that
+    changed ("3 records, the manifest says 5")."""
+    from tests.support.helpers import free_ports
+    from tests.support.web_corpora import wiki_articles
+
+    need_shared()
+    corpus = tmp_path / "in.jsonl"
+    corpus.write_text("".join(json.dumps({"id": a.id, "text": a.text}) + "\n" for a in wiki_articles()[:6]))
+    output = tmp_path / "out"
+    result = run_ventilator(corpus, output, "--vocab-file", VOCAB, "--task-size", "24K", "--objective", "tokens",
+                            "--segmenter", "line", "--holdout-fraction", "0.25", "--output-format", "megatron",
+                            "--megatron-level", "sentence", "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for batching in (["--batch-size", "4"], ["--batch-tokens", "4096"]):
+        (port,) = free_ports(1)
+        refused = subprocess.run([sys.executable, "-m", "loader", "--data", str(output), "--port", str(port),
+                                  "--bind-host", "127.0.0.1", *batching], cwd=REPO, capture_output=True, text=True,
+                                 timeout=120)
+        lines = [line for line in refused.stderr.splitlines() if line.strip()]
+        assert refused.returncode == 1 and len(lines) == 1, refused.stderr[-2000:]
+        assert "a sentence-level Megatron output (--megatron-level sentence)" in lines[0], lines[0]
+        assert "--megatron-level document" in lines[0] and "the manifest says" not in lines[0]

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -27,7 +28,7 @@ import pytest
 
 from tests.common.writers.jobs import read_through_axis
 from tests.support.cluster import Cluster
-from tests.support.helpers import REPO, VOCAB, need_shared, run_ventilator, shard_digests
+from tests.support.helpers import REPO, VOCAB, need_shared, run_ventilator
 from tests.support.web_corpora import wiki_articles
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +37,25 @@ MAX = 128
 JOB = ["--vocab-file", VOCAB, "--task-size", "24K", "--objective", "tokens", "--max-seq-length", str(MAX),
        "--segmenter", "line", "--holdout-fraction", "0.25", "--dedup", "exact", "--max-attempts", "2"]
 FORMATS = ("mds", "litdata")
-CLS, SEP = 101, 102
+CLS, SEP, PAD = 101, 102, 0
+#: Each format's sides: (training, held out) directories, relative to the output, and how its library is told them.
+SIDES = {"mds": ("train", "val"), "litdata": ("", "holdout")}
+
+
+def side_dir(output, fmt: str, held: bool = False):
+    return output / SIDES[fmt][held] if SIDES[fmt][held] else output
+
+
+def library_path(output, fmt: str, held: bool = False) -> str:
+    """What the library is given: MDS's ``local:split`` (streaming_readers.py), LitData's directory."""
+    return f"{output}:{SIDES[fmt][held]}" if fmt == "mds" else str(side_dir(output, fmt, held))
+
+
+def all_digests(output) -> dict[str, str]:
+    """Every shard's sha256 by its path under the output (each side's directory)."""
+    import hashlib
+    return {str(p.relative_to(output)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(output.rglob("part-*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +105,9 @@ def clean(corpus, tmp_path_factory):
         output = tmp_path_factory.mktemp(fmt) / "out"
         result = run_ventilator(data, output, *JOB, "--output-format", fmt, "--workers", "2", timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
-        read = read_with_library(fmt, output, output / "holdout")
-        runs[fmt] = (output, read[str(output)], read[str(output / "holdout")])
+        train, held = library_path(output, fmt), library_path(output, fmt, held=True)
+        read = read_with_library(fmt, train, held)
+        runs[fmt] = (output, read[train], read[held])
     return runs
 
 
@@ -119,12 +139,80 @@ def test_the_library_reads_every_chunk_of_every_kept_document(clean, corpus, fmt
         assert sorted(index for _, index, _ in chunks) == list(range(len(chunks)))
         rebuilt[tuple(token for _, _, ids in sorted(chunks, key=lambda c: c[1]) for token in ids)] += 1
     assert rebuilt == whole
-    index = json.loads((output / "index.json").read_text())
-    listed = {f["name"] for e in map(json.loads, (output / "manifest.jsonl").read_text().splitlines())
+    index = json.loads((side_dir(output, fmt) / "index.json").read_text())
+    prefix = f"{SIDES[fmt][0]}/" if SIDES[fmt][0] else ""
+    listed = {f["name"].removeprefix(prefix) for e in map(json.loads, (output / "manifest.jsonl").read_text().splitlines())
               for f in e["shards"] if not f.get("split")}
+    assert not [name for name in listed if "/" in name], "the training side's files are in its own directory"
     names = [s["raw_data"]["basename"] for s in index["shards"]] if fmt == "mds" else \
         [c["filename"] for c in index["chunks"]]
     assert set(names) == listed and len(names) == len(listed)
+
+
+def read_as_modernbert(how: str, output, split: str) -> list[dict]:
+    """ModernBERT's own reading (streaming_readers.py: its contract from AnswerDotAI/ModernBERT src/text_data.py)."""
+    where = f"{output}:{split}"
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", f"modernbert-{how}", str(MAX),
+                             str(PAD), where], cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [json.loads(line) for line in result.stdout.splitlines()]
+    return line["samples"]
+
+
+def modernbert_streamed(output, split: str) -> Counter:
+    """StreamingTextDataset's samples (yaml defaults, ``data_local: OUT``, ``split``), each cut at its length:
+    every one padded to max_seq_len with an attention mask of its length."""
+    got = Counter()
+    for sample in read_as_modernbert("streaming", output, split):
+        if "error" in sample:
+            got[("error", sample["error"])] += 1
+            continue
+        n, ids = sample["len"], sample["input_ids"]
+        assert len(ids) == MAX and ids[n:] == [PAD] * (MAX - n) and sample["attention_mask"] == [1] * n + [0] * (MAX - n)
+        got[tuple(ids[:n])] += 1
+    return got
+
+
+def modernbert_packed(output, split: str) -> Counter:
+    """NoStreamingDataset's samples as the sequence packer places them: each sequence cut from its row."""
+    return Counter(tuple(packed["row"][start:end]) for packed in read_as_modernbert("packed", output, split)
+                   for start, end in zip(packed["cu_seq_lens"], packed["cu_seq_lens"][1:]))
+
+
+def test_modernbert_reads_every_sample_as_written_with_its_yamls_splits(clean, corpus):
+    """A ModernBERT yaml's ``data_local: OUT`` with ``split: train`` (``val`` for evaluation): StreamingTextDataset
+    (``streaming: true``, its default) reads every sample's ``input_ids`` with ``np.frombuffer(..., np.int64)``,
+    and NoStreamingDataset with the packer reads them as MDS decodes them; both give every written chunk."""
+    output, train, held = clean["mds"]
+    _, texts = corpus
+    streamed = {split: modernbert_streamed(output, split) for split in ("train", "val")}
+    assert streamed["train"] == chunk_counter(train) and streamed["val"] == chunk_counter(held)
+    assert streamed["train"] + streamed["val"] == oracle_chunks(texts), "every chunk, the copy dropped"
+    for split, samples in (("train", train), ("val", held)):
+        assert modernbert_packed(output, split) == chunk_counter(samples)
+    info = json.loads((output / "dataset_info.json").read_text())
+    assert info["features"]["input_ids"] == {"dtype": "int64", "shape": [None], "mds_encoding": "ndarray:int64"}
+    assert info["holdout"]["directory"] == "val"
+
+
+def test_int32_ids_halve_the_bytes_and_streamingtextdataset_cannot_read_them(clean, corpus, tmp_path):
+    """``--mds-ids-dtype int32``: what this format wrote before int64.  MosaicML's decode and NoStreamingDataset
+    read it; StreamingTextDataset's frombuffer(int64) gets other ids (the failure int64 removes)."""
+    data, _ = corpus
+    output = tmp_path / "out"
+    result = run_ventilator(data, output, *JOB, "--output-format", "mds", "--mds-ids-dtype", "int32",
+                            "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reference, train, _ = clean["mds"]
+    assert modernbert_packed(output, "train") == chunk_counter(train)
+    misread = read_as_modernbert("streaming", output, "train")
+    written = chunk_counter(train)
+    assert len(misread) == sum(written.values())
+    assert not [s for s in misread if "error" not in s and tuple(s["input_ids"][:s["len"]]) in written]
+    wide, narrow = (sum(p.stat().st_size for p in (root / "train").glob("*.mds")) for root in (reference, output))
+    tokens = sum(len(ids) * n for ids, n in chunk_counter(train).items())
+    assert wide - narrow == 4 * tokens
 
 
 def test_mds_columns_are_the_ones_mdswriter_writes(tmp_path):
@@ -134,24 +222,24 @@ import sys, types, json, numpy as np
 sys.modules['streaming.vision'] = types.ModuleType('streaming.vision')
 from streaming import MDSWriter
 from common.objectives.base import Batch, Feature, Ragged
-from common.job.params import NoParams
 from common.storage import LocalStorage
-from common.writers.mds import MdsWriter, shard_config, Column
+from common.writers.mds import MdsWriter, shard_config, stored_columns
 features = [Feature('input_ids', 'int32', None), Feature('document_id', 'int64', 1),
             Feature('chunk_index', 'int32', 1), Feature('weights', 'float32', 3)]
 lengths = np.array([3, 300, 70000, 1])
 batch = Batch({{'input_ids': Ragged(np.arange(lengths.sum(), dtype=np.int32), lengths),
                'document_id': np.array([[5], [2**62], [7], [0]]), 'chunk_index': np.array([[0], [1], [2], [3]]),
                'weights': np.arange(12, dtype=np.float32).reshape(4, 3)}})
-with MdsWriter(NoParams(), features).writing(LocalStorage('{tmp_path}/ours'), 'part-x') as out:
+params = MdsWriter.make_params({{}})
+with MdsWriter(params, features).writing(LocalStorage('{tmp_path}/ours'), 'part-x') as out:
     out.write(batch)
     out.commit()
-config = shard_config([Column.of(f) for f in features])
+config = shard_config(stored_columns(params, features))
 columns = dict(zip(config['column_names'], config['column_encodings']))
 with MDSWriter(out='{tmp_path}/theirs', columns=columns, hashes=['sha256']) as writer:
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     for i in range(4):
-        writer.write({{'input_ids': np.arange(offsets[i], offsets[i + 1], dtype=np.int32),
+        writer.write({{'input_ids': np.arange(offsets[i], offsets[i + 1], dtype=np.int64),
                       'document_id': int(batch.columns['document_id'][i, 0]),
                       'chunk_index': np.int32(i), 'weights': batch.columns['weights'][i]}})
 print(json.dumps(columns))
@@ -159,7 +247,7 @@ print(json.dumps(columns))
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout) == {"chunk_index": "int32", "document_id": "int", "input_ids": "ndarray:int32",
+    assert json.loads(result.stdout) == {"chunk_index": "int32", "document_id": "int", "input_ids": "ndarray:int64",
                                          "weights": "ndarray:float32:3"}
     assert (tmp_path / "ours" / "part-x.mds").read_bytes() == (tmp_path / "theirs" / "shard.00000.mds").read_bytes()
 
@@ -170,8 +258,9 @@ def test_mds_and_parquet_give_the_same_samples(clean, corpus, tmp_path):
     result = run_ventilator(data, output, *JOB, "--output-format", "parquet", "--workers", "2", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     _, train, held = clean["mds"]
-    for directory, samples in ((output, train), (output / "holdout", held)):
+    for directory, samples in ((output / "train", train), (output / "validation", held)):
         rows = [row for path in sorted(directory.glob("part-*.parquet")) for row in pq.read_table(path).to_pylist()]
+        assert rows
         assert Counter(json.dumps(r, sort_keys=True) for r in rows) == \
             Counter(json.dumps(s, sort_keys=True) for s in samples)
 
@@ -183,21 +272,23 @@ def test_mlm_verify_passes_and_catches_a_corrupt_shard(clean, fmt, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     copy = tmp_path / "copy"
     shutil.copytree(output, copy)
-    shard = sorted(copy.glob(f"part-*.{fmt}"))[0]
+    shard = sorted(side_dir(copy, fmt).glob(f"part-*.{fmt}"))[0]
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    truncated = sorted((copy / "holdout").glob(f"part-*.{fmt}"))[0]
+    truncated = sorted(side_dir(copy, fmt, held=True).glob(f"part-*.{fmt}"))[0]
     truncated.write_bytes(truncated.read_bytes()[:-3])
-    index = json.loads((copy / "index.json").read_text())
+    index_file = side_dir(copy, fmt) / "index.json"
+    index = json.loads(index_file.read_text())
     index["shards" if fmt == "mds" else "chunks"].pop()  # a stale index: one file short
-    (copy / "index.json").write_text(json.dumps(index))
+    index_file.write_text(json.dumps(index))
     result = verify(copy)
     assert result.returncode != 0
     report = result.stdout + result.stderr
-    assert f"{shard.name}: sha256 differs from the manifest's" in report
-    assert f"holdout/{truncated.name}: corrupt" in report
-    assert "index.json: does not list the manifest's" in report and "holdout/index.json" not in report
+    assert f"{shard.relative_to(copy)}: sha256 differs from the manifest's" in report
+    assert f"{truncated.relative_to(copy)}: corrupt" in report
+    held_index = f"{SIDES[fmt][1]}/index.json"
+    assert f"{index_file.relative_to(copy)}: does not list the manifest's" in report and held_index not in report
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -217,19 +308,19 @@ def test_kill_9_and_a_quarantine_then_the_same_command_completes_the_output(clea
     finally:
         c.close()
     away.rename(victim)
-    assert not (output / "index.json").exists(), "no index of a partial output: no trainer reads it"
+    assert not (side_dir(output, fmt) / "index.json").exists(), "no index of a partial output: no trainer reads it"
     result = run_ventilator(inputs, output, *JOB, "--output-format", fmt, "--workers", "2", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     reference = clean[fmt][0]
-    assert shard_digests(output) == shard_digests(reference)
-    for index in ("index.json", "holdout/index.json"):
+    assert all_digests(output) == all_digests(reference) and len(all_digests(output)) > 4
+    for index in (str(side_dir(Path(), fmt) / "index.json"), str(side_dir(Path(), fmt, held=True) / "index.json")):
         ours, theirs = json.loads((output / index).read_text()), json.loads((reference / index).read_text())
         if fmt == "litdata":  # named after the job, which knows its input's mtimes
             ours.pop("updated_at"), theirs.pop("updated_at")
         assert ours == theirs, index
     assert not [p for p in output.rglob("*.tmp")], "a killed worker's temporary file was removed"
-    read = read_with_library(fmt, output)
-    assert chunk_counter(read[str(output)]) == chunk_counter(clean[fmt][1])
+    read = read_with_library(fmt, library_path(output, fmt))
+    assert chunk_counter(read[library_path(output, fmt)]) == chunk_counter(clean[fmt][1])
     assert verify(output).returncode == 0
 
 
@@ -245,8 +336,8 @@ def test_the_loader_serves_fixed_length_records_from_mds(corpus, tmp_path):
                             "--masking", "none", "--max-seq-length", "128", "--output-format", "mds",
                             "--workers", "2", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    written = Counter(tuple(row) for path in sorted(output.glob("part-*.mds"))
-                      for row in read_through_axis(output, path.name)[1]["input_ids"].tolist())
+    written = Counter(tuple(row) for path in sorted((output / "train").glob("part-*.mds"))
+                      for row in read_through_axis(output, f"train/{path.name}")[1]["input_ids"].tolist())
     served = Counter()
     with LoaderProcess(output, "--batch-size", 16) as server:
         with LoaderClient(server.address, rank=0, world_size=1) as client:
@@ -323,3 +414,37 @@ def test_the_cost_counts_no_padded_positions_for_chunks_of_their_own_length(clea
     cost = json.loads((clean["mds"][0] / "summary.json").read_text())["cost"]
     assert cost["output_tokens_without_padding"] > 0
     assert cost["output_tokens"] is None and cost["cost_per_billion_output_tokens"] is None
+
+
+def test_litdata_tokensloader_reads_a_token_stream_in_blocks(corpus, tmp_path):
+    """``--litdata-items tokens``: each record's input_ids alone, as ``litdata.optimize(...,
+    item_loader=TokensLoader())`` writes a pretraining stream; LitData's own ``StreamingDataset(OUT,
+    item_loader=TokensLoader(block_size=N))`` gives each chunk's tokens, in order, in blocks of N (a chunk's last
+    partial block dropped, as LitData does).  The default layout (a dict per record) is what
+    ``StreamingDataset(OUT)`` reads, and TokensLoader is refused on it by LitData itself."""
+    data, _ = corpus
+    output = tmp_path / "out"
+    result = run_ventilator(data, output, *JOB, "--output-format", "litdata", "--litdata-items", "tokens",
+                            "--workers", "2", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    block = 50
+    for side in (output, output / "holdout"):
+        index = json.loads((side / "index.json").read_text())
+        assert index["config"]["item_loader"] == "TokensLoader"
+        expected = []
+        for chunk in index["chunks"]:
+            name = str((side / chunk["filename"]).relative_to(output))
+            ids = read_through_axis(output, name)[1]["input_ids"].values.tolist()
+            assert chunk["dim"] == len(ids)
+            expected += [ids[i:i + block] for i in range(0, len(ids) - block + 1, block)]
+        result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", "litdata-tokens", str(block),
+                                 str(side)], cwd=REPO, capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert result.returncode == 0, result.stderr[-3000:]
+        (line,) = [json.loads(line) for line in result.stdout.splitlines()]
+        assert line["samples"] == expected and len(expected) > 20
+    assert verify(output).returncode == 0
+    refused = run_ventilator(data, tmp_path / "bert", "--vocab-file", VOCAB, "--output-format", "litdata",
+                             "--litdata-items", "tokens", "--workers", "1", timeout=120)
+    assert refused.returncode != 0 and "--litdata-items tokens writes token sequences" in refused.stderr
+    assert not (tmp_path / "bert" / "manifest.jsonl").exists()

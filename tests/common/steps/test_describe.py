@@ -147,8 +147,8 @@ def test_a_plugin_steps_side_and_counters_are_described_everywhere(output, plugi
 
     card = storage.get_bytes(dataset_card.CARD_NAME).decode()
     assert '  - split: dev\n    path: "dev/part-*.parquet"' in card
-    assert '  - split: validation\n    path: "holdout/part-*.parquet"' in card
-    assert '  - split: train\n    path: "part-*.parquet"' in card
+    assert '  - split: validation\n    path: "validation/part-*.parquet"' in card
+    assert '  - split: train\n    path: "train/part-*.parquet"' in card
     assert "- set aside for validation: one document in 3" in card
 
     report = build.build_report(storage, input_budget_bytes=0)

@@ -44,7 +44,8 @@ def test_same_records_as_tfrecord_field_by_field(vocabulary, tmp_path):
 
     tf_files = run_job(vocabulary, tmp_path / "tf", Component("tfrecord"))
     pq_files = run_job(vocabulary, tmp_path / "pq", Component("parquet"))
-    assert [f.name.split(".")[0] for f in tf_files] == [f.name.split(".")[0] for f in pq_files]
+    assert all(f.name.startswith("train/part-") for f in pq_files), "the training side in the Hub's train/"
+    assert [f.name.split(".")[0] for f in tf_files] == [f.name.removeprefix("train/").split(".")[0] for f in pq_files]
     for tf_file, pq_file in zip(tf_files, pq_files):
         examples = read_examples(str(tmp_path / "tf" / tf_file.name))
         table = ds.dataset(str(tmp_path / "pq" / pq_file.name), format="parquet").to_table()
@@ -87,12 +88,13 @@ def test_same_records_same_bytes(vocabulary, tmp_path):
 def test_bins_hold_lddls_length_ranges(vocabulary, tmp_path):
     plain = run_job(vocabulary, tmp_path / "plain", Component("parquet"))
     binned = run_job(vocabulary, tmp_path / "bins", Component("parquet", {"bin_size": 32}))
-    assert {f.name.split("/")[0] for f in binned} <= {f"bin-{k:03d}" for k in range(1, 5)}
-    assert len({f.name.split("/")[0] for f in binned}) >= 3
+    assert {f.name.split("/")[0] for f in binned} == {"train"}
+    assert {f.name.split("/")[1] for f in binned} <= {f"bin-{k:03d}" for k in range(1, 5)}
+    assert len({f.name.split("/")[1] for f in binned}) >= 3
     assert sum(f.records for f in binned) == sum(f.records for f in plain)
     everything = []
     for f in binned:
-        k = int(f.name.split("/")[0].split("-")[1])
+        k = int(f.name.split("/")[1].split("-")[1])
         lengths = [sum(mask) for mask in ds.dataset(str(tmp_path / "bins" / f.name)).to_table().column(
             "input_mask").to_pylist()]
         assert all((k - 1) * 32 < length <= k * 32 for length in lengths), f.name

@@ -47,7 +47,8 @@ def test_records_come_back_as_written_across_files(tmp_path, monkeypatch, fmt, f
     batches = [batch_of(features, n, rng) for n in (300, 1, 57)]
     writer_class = writer_named(fmt)
     storage = LocalStorage(str(tmp_path))
-    with writer_class(NoParams(), features).writing(storage, "holdout/part-t") as out:
+    params = writer_class.make_params({"ids_dtype": "int32"} if fmt == "mds" else {})  # the dtypes as declared
+    with writer_class(params, features).writing(storage, "holdout/part-t") as out:
         for batch in batches:
             out.write(batch)
         files = out.commit()
