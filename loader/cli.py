@@ -17,9 +17,11 @@ from common.wire.security import Curve, SecurityError
 from common.wire.transport import ListenError
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
+from loader.mixture import MixError, PhaseSpec, parse_schedule, parse_weights, split_data_weight
 from loader.sample_masking import SampleMasking
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import DatasetError, open_dataset, splits
+from loader.sources import Mixture, open_sources
 from loader.token_batches import TokenBudget
 from loader.token_layout import LAYOUTS
 
@@ -101,6 +103,36 @@ def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
     return dataclasses.replace(tokens, masking=masking, pad_id=specials.get("pad", tokens.pad_id))
 
 
+def mixture_phases(data: tuple[str, ...], weights: str | None, temperature: float | None, schedule: str | None
+                   ) -> tuple[tuple[str, ...], tuple[PhaseSpec, ...] | None]:
+    """The --data outputs (``OUT=WEIGHT`` cut off) and, with several, the mixture's phases (None: one output).
+    MixError (one line) for a mixture asked twice or weights that do not fit."""
+    pairs = [split_data_weight(value) for value in data]
+    names = tuple(name for name, _ in pairs)
+    inline = [weight for _, weight in pairs]
+    given = [flag for flag, value in (("OUT=WEIGHT", any(w is not None for w in inline)), ("--weights", weights),
+                                      ("--temperature", temperature is not None), ("--mix-schedule", schedule))
+             if value]
+    if len(given) > 1:
+        raise MixError(f"{' and '.join(given)}: give a mixture's weights one way")
+    if len(names) == 1:
+        if given:
+            raise MixError(f"{given[0]} is for several --data (a mixture)")
+        return names, None
+    if any(w is not None for w in inline) and any(w is None for w in inline):
+        raise MixError("OUT=WEIGHT: give every --data a weight, or none")
+    if schedule is not None:
+        with open(schedule, encoding="utf-8") as file:
+            return names, parse_schedule(file.read(), names)
+    if weights is not None:
+        return names, (PhaseSpec(weights=parse_weights(weights, len(names))),)
+    if inline[0] is not None:
+        if sum(inline) <= 0:
+            raise MixError("OUT=WEIGHT: the weights weigh no source")
+        return names, (PhaseSpec(weights=tuple(float(w) for w in inline)),)
+    return names, (PhaseSpec(temperature=1.0 if temperature is None else temperature),)
+
+
 def _split_help() -> str:
     """``--split``'s help, naming each step's side (``Step.sides``) and what makes it."""
     from common.steps import sides
@@ -115,9 +147,10 @@ def _output_options(command):
     be loaded is the command's one line, ``--help`` included."""
     command = click.option("--split", type=click.Choice(splits()), default="train", show_envvar=True,
                            help=_split_help())(command)
-    return click.option("--data", required=True, metavar="OUT", show_envvar=True,
+    return click.option("--data", required=True, multiple=True, metavar="OUT", show_envvar=True,
                         help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), "
-                             "read through its manifest.")(command)
+                             "read through its manifest.  Several: a mixture (OUT=WEIGHT, --weights, --temperature "
+                             "or --mix-schedule; docs/loader.md, Mixtures).")(command)
 
 
 @click.command(cls=DeferredCommand, options=_output_options,
@@ -164,6 +197,13 @@ def _output_options(command):
 @click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
                    "[default: 4096]")
+@click.option("--weights", default=None, show_envvar=True,
+              help="With several --data: each one's share of the tokens, in order (0.7,0.3; normalized).")
+@click.option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
+              help="With several --data: shares proportional to each one's tokens ** this (XLM-R: 0.3).")
+@click.option("--mix-schedule", type=click.Path(dir_okay=False, exists=True), default=None, show_envvar=True,
+              help="With several --data: a JSON file of phases, each from a token count with its weights or "
+                   "temperature (docs/loader.md, Mixtures).")
 @click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
 @click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
@@ -177,8 +217,8 @@ def _output_options(command):
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file,
          tokenizer, mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, batch_tokens,
-         batch_layout, pack_window, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
-         verbose) -> None:
+         batch_layout, pack_window, weights, temperature, mix_schedule, max_prefetch, cache_mb, curve_dir,
+         s3_endpoint_url, metrics_port, report_seconds, verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
     Each rank (client library: loader.client.LoaderClient) gets a disjoint
@@ -186,6 +226,10 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     an order that depends only on --seed and the epoch.  See docs/loader.md.
     """
     logs.configure(verbose)
+    try:
+        data, phases = mixture_phases(data, weights, temperature, mix_schedule)
+    except MixError as error:
+        raise click.UsageError(str(error)) from None
     masking = None
     if whole_word_mask and not dynamic_masking:
         raise click.UsageError("--whole-word-mask is for --dynamic-masking")
@@ -212,14 +256,21 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
         masking = MaskingParams(mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask)
     try:
         curve = Curve(curve_dir) if curve_dir else None
-        storage, shards = open_dataset(data, s3_endpoint_url, split=split, allow_partial=allow_partial)
+        mixture = None
+        if phases is None:
+            storage, shards = open_dataset(data[0], s3_endpoint_url, split=split, allow_partial=allow_partial)
+        else:
+            sources = open_sources(data, s3_endpoint_url, split, allow_partial, fixed_length=tokens is None)
+            mixture = Mixture(sources, phases, seed, shuffle_window)
+            storage, shards = sources[0].storage, mixture.shards
         if tokens is not None and not (vocab_file or tokenizer):
             tokens = with_recorded_specials(tokens, storage)
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
                                 cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
                                 metrics_port=metrics_port)
-        params = ServingParams(batch_size, seed, shuffle_window, masking, tokens)
-        server = LoaderServer(storage, shards, params, options)
+        params = ServingParams(batch_size, seed, shuffle_window, masking, tokens,
+                               mixture.settings if mixture is not None else "")
+        server = LoaderServer(storage, shards, params, options, mixture)
         sys.exit(server.run())
     except (DatasetError, StorageError, SecurityError, ListenError) as error:
         raise click.ClickException(str(error)) from None
