@@ -20,9 +20,10 @@ any point of it is computed directly (no replay from the start): the
 records of source i before clock V are those its cumulative tokens reach by
 ``w_i (V - V0)``, a binary search in its pass.
 
-A mixture epoch is ``epoch_tokens`` of the clock: the tokens the first
-phase's largest-weight source takes to make one pass at its weight (that
-source makes exactly one pass per epoch while the first phase lasts).  A
+A mixture epoch is the stretch of the clock in which the first phase's
+largest-weight source (the anchor; the first of equals) makes one pass at
+its weight: epoch e starts at ceil(e x its tokens / its weight), so the
+anchor makes exactly one pass per epoch while the first phase lasts.  A
 smaller source makes several passes in an epoch, a larger one part of a
 pass, carried on in the next epoch.  Phases start at a clock value (tokens
 served); a source with weight 0 in a phase is not served in it (it joins at
@@ -271,9 +272,9 @@ class MixPlan:
         self.phase_starts = np.asarray([spec.at_tokens for spec in specs], dtype=np.int64)
         self.weights = np.asarray([spec.resolve(totals) for spec in specs], dtype=np.float64)  # (phases, sources)
         first = self.weights[0]
-        anchor = int(np.argmax(first))
-        #: The clock's length of an epoch: the first phase's largest-weight source makes one pass.
-        self.epoch_tokens = max(1, math.ceil(totals[anchor] / first[anchor]))
+        #: The first phase's largest-weight source (the first of equals): it makes one pass an epoch.
+        self.anchor = int(np.argmax(first))
+        self._anchor_rate = totals[self.anchor] / float(first[self.anchor])  # clock tokens per pass of it
         self._passes: OrderedDict[tuple[int, int], EpochOrder] = OrderedDict()
         self._cums: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._cached = max(2, cached_passes)
@@ -341,7 +342,8 @@ class MixPlan:
         for i, weight in enumerate(self.weights[phase].tolist()):
             if weight > 0:
                 before = int(self.tokens_before(i, np.asarray([start[i]]))[0])
-                out[i] = self.place_at(i, before + int(math.floor(weight * advance + _EPSILON)))
+                share = weight * advance  # float: a few ulps off, which the slack covers (records have >= 1 token)
+                out[i] = self.place_at(i, before + int(math.floor(share + _EPSILON + share * 1e-13)))
         return out
 
     def phase_at(self, clock: int) -> int:
@@ -353,10 +355,20 @@ class MixPlan:
         return self._positions_in(phase, self.starts[phase], clock)
 
     # Epochs -----------------------------------------------------------------
+    @property
+    def epoch_tokens(self) -> int:
+        """An epoch's length on the clock (tokens), to within one."""
+        return max(1, math.ceil(self._anchor_rate))
+
+    def epoch_clock(self, epoch: int) -> int:
+        """Where epoch ``epoch`` starts on the clock: the first value at which the anchor has made ``epoch``
+        passes at the first phase's weight (computed afresh for each epoch, so no rounding piles up)."""
+        return math.ceil(epoch * self._anchor_rate)
+
     def epoch(self, epoch: int) -> MixedOrder:
         """The epoch's records in due order: each source's from its place at the epoch's start to its place at
         the end, merged by due time."""
-        begin, end = self.positions_at(epoch * self.epoch_tokens), self.positions_at((epoch + 1) * self.epoch_tokens)
+        begin, end = self.positions_at(self.epoch_clock(epoch)), self.positions_at(self.epoch_clock(epoch + 1))
         sources, places, due = [], [], []
         for i in range(len(self.sources)):
             if end[i] <= begin[i]:
