@@ -132,9 +132,13 @@ def source_index(name, names: Sequence[str], where: str) -> int:
     if isinstance(name, int) and not isinstance(name, bool) and 0 <= name < len(names):
         return name
     if isinstance(name, str):
-        for i, full in enumerate(names):
-            if name in (full, full.rstrip("/").rsplit("/", 1)[-1]):
-                return i
+        if name in names:
+            return list(names).index(name)
+        found = [i for i, full in enumerate(names) if name == full.rstrip("/").rsplit("/", 1)[-1]]
+        if len(found) > 1:
+            raise MixError(f"{where}: {name[:60]!r} ends several --data paths: name it in full")
+        if found:
+            return found[0]
     raise MixError(f"{where}: {str(name)[:60]!r} is none of the --data sources ({', '.join(names)})")
 
 
