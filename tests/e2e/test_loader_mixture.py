@@ -178,9 +178,10 @@ def mismatched(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("mismatch")
     text = wiki_prefix(root / "in", 20_000)
-    bpe = finished_job(root / "bpe", "--tokenizer", tokenizer_path("bpe"), "--dupe-factor", "1", data=text)
+    bpe = finished_job(root / "bpe", "--tokenizer", tokenizer_path("bpe"), "--dupe-factor", "1", "--workers", "2",
+                       data=text)
     short = finished_job(root / "short", "--vocab-file", VOCAB, "--dupe-factor", "1", "--max-seq-length", "64",
-                         "--max-predictions-per-seq", "10", data=text)
+                         "--max-predictions-per-seq", "10", "--workers", "2", data=text)
     return bpe, short
 
 
@@ -196,7 +197,7 @@ def test_a_mixture_of_tokenizers_or_lengths_is_refused_in_one_line(outputs, mism
 
 
 def test_bad_mixture_flags_are_one_line_before_any_work(outputs, tmp_path):
-    cases = [(data_args(outputs[:2]) + ["--weights", "1,2,3"], "2 source"),
+    cases = [(data_args(outputs[:2]) + ["--weights", "1,2,3"], "for 2 --data"),
              ([str(outputs[0]), "--weights", "1"], "several --data"),
              (data_args(outputs[:2], [0.5, 0.5]) + ["--temperature", "0.3"], "one way"),
              ([str(outputs[0]), "--data", str(outputs[0])], "given twice")]
