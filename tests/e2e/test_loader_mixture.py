@@ -244,12 +244,13 @@ def test_token_budget_batches_mix_by_tokens(token_outputs, kind):
     assert tokens.sum() > 100_000
     np.testing.assert_allclose(tokens / tokens.sum(), [0.7, 0.3], atol=share_tolerance(
         [1024, 128], [0.7, 0.3], int(tokens.sum()))[0])
-    assert [s.tokens for s in status.mixture] == tokens.astype(int).tolist()
-    # the long documents' output is the anchor: each sample once; the rows repeat, by whole passes
+    sent = np.asarray([s.tokens for s in status.mixture])  # the epoch and what was prefetched of the next
+    assert (sent >= tokens).all() and abs(status.mixture[0].realized - 0.7) < 0.03
+    # the long documents' output is the anchor: each sample once; the rows make whole passes and part of one
     first = np.bincount(ids[source == 0], minlength=len(lengths[0]))
     assert (first == 1).all()
     rows = np.bincount(ids[source == 1] - len(lengths[0]), minlength=len(lengths[1]))
-    assert rows.min() >= 1 and rows.max() <= rows.min() + 1
+    assert rows.max() <= rows.min() + 1
     for batch in (b for rank in ranks for b in rank):
         labels = batch.features["labels"]
         assert (labels != -100).any()
