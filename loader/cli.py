@@ -126,10 +126,11 @@ def mixture_phases(data: tuple[str, ...], weights: str | None, temperature: floa
             return names, parse_schedule(file.read(), names)
     if weights is not None:
         return names, (PhaseSpec(weights=parse_weights(weights, len(names))),)
-    if inline[0] is not None:
-        if sum(inline) <= 0:
+    given_weights = [w for w in inline if w is not None]
+    if given_weights:
+        if sum(given_weights) <= 0:
             raise MixError("OUT=WEIGHT: the weights weigh no source")
-        return names, (PhaseSpec(weights=tuple(float(w) for w in inline)),)
+        return names, (PhaseSpec(weights=tuple(given_weights)),)
     return names, (PhaseSpec(temperature=1.0 if temperature is None else temperature),)
 
 

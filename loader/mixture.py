@@ -32,6 +32,7 @@ the first phase that weighs it).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import OrderedDict
@@ -205,11 +206,11 @@ class SourceTokens:
     lengths: np.ndarray | None = None  # tokens of each record (local index); None: every record has ``width``
     width: int = 1
 
-    @property
+    @functools.cached_property
     def records(self) -> int:
         return int(np.sum(self.counts))
 
-    @property
+    @functools.cached_property
     def tokens(self) -> int:
         """Tokens in one pass."""
         return int(self.lengths.sum(dtype=np.int64)) if self.lengths is not None else self.records * self.width
@@ -224,30 +225,29 @@ def share_tolerance(longest: Sequence[int], weights: Sequence[float], tokens: in
 
 
 class MixedOrder:
-    """One mixture epoch: position -> (source, its record).  ``records`` long, like loader.order.EpochOrder."""
+    """One mixture epoch: position -> (source, its record).  ``records`` long, like loader.order.EpochOrder.
+    Every position is located once, when the epoch is made (a batch is then two gathers)."""
 
     def __init__(self, plan: MixPlan, epoch: int, source: np.ndarray, position: np.ndarray):
         self.plan, self.epoch = plan, epoch
         self.source = source  # int16, which source each position serves
         self.position = position  # int64, the place in that source's endless stream (pass x records + place)
         self.records = len(source)
+        self._shard = np.empty(self.records, dtype=np.int32)
+        self._index = np.empty(self.records, dtype=np.int64)
+        for s in np.unique(source).tolist():
+            here = np.flatnonzero(source == s)
+            spec = plan.sources[s]
+            passes, within = np.divmod(position[here], spec.records)
+            for p in np.unique(passes).tolist():
+                mine = passes == p
+                local_shard, local_index = plan.pass_order(s, p).locate(within[mine])
+                self._shard[here[mine]] = local_shard + spec.first_shard
+                self._index[here[mine]] = local_index
 
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The shard (in the combined shard list) and the record within it at each position."""
-        positions = np.asarray(positions, dtype=np.int64)
-        sources, stream = self.source[positions], self.position[positions]
-        shard = np.empty(len(positions), dtype=np.int64)
-        index = np.empty(len(positions), dtype=np.int64)
-        for s in np.unique(sources).tolist():
-            here = np.flatnonzero(sources == s)
-            source = self.plan.sources[s]
-            passes, within = np.divmod(stream[here], source.records)
-            for p in np.unique(passes).tolist():
-                mine = passes == p
-                local_shard, local_index = self.plan.pass_order(s, p).locate(within[mine])
-                shard[here[mine]] = local_shard + source.first_shard
-                index[here[mine]] = local_index
-        return shard, index
+        return self._shard[positions].astype(np.int64), self._index[positions]
 
     def passes(self, positions: np.ndarray) -> np.ndarray:
         """The pass of its source each position belongs to."""
@@ -308,6 +308,7 @@ class MixPlan:
         cum = self._cums.get(key)
         if cum is None:
             spec = self.sources[source]
+            assert spec.lengths is not None, "only sources of varying lengths keep sums"
             shard, index = self.pass_order(source, number).locate(np.arange(spec.records, dtype=np.int64))
             offsets = np.concatenate(([0], np.cumsum(spec.counts))).astype(np.int64)
             lengths = spec.lengths[offsets[shard] + index]

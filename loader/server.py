@@ -78,11 +78,11 @@ class LoaderServer:
         if params.tokens is None:
             cache = mixture.make_cache(options.cache_bytes, False) if mixture else \
                 ShardCache(storage, shards, options.cache_bytes)
-            self.maker = BatchMaker(cache, params, orders)  # type: ignore[arg-type]
+            self.maker = BatchMaker(cache, params, orders)
         else:
             cache = mixture.make_cache(options.cache_bytes, True) if mixture else \
                 SampleCache(storage, shards, options.cache_bytes)
-            self.maker = TokenBatchMaker(cache, params, orders)  # type: ignore[arg-type]
+            self.maker = TokenBatchMaker(cache, params, orders)
         self.cache = cache
         self.server_id = uuid.uuid4().hex[:12]
         self.ranks: dict[bytes, _Rank] = {}

@@ -96,29 +96,35 @@ class MixedCache:
         self.shards = shards
         kind = SampleCache if samples else ShardCache
         share = max(1, max_bytes // len(sources))
-        self.caches = [kind(s.storage, s.shards, share) for s in sources]
+        self.caches: list[ShardCache | SampleCache] = [kind(s.storage, s.shards, share) for s in sources]
         self.storage = sources[0].storage
         self.first_shard = np.cumsum([0] + [len(s.shards.names) for s in sources]).astype(np.int64)
         self._lengths: np.ndarray | None = None
         self._flags: tuple[str, ...] | None = None
+        self._layout = None
+        #: Each combined shard's (source, shard within it): a batch asks for several.
+        self._where = [(i, local) for i, s in enumerate(sources) for local in range(len(s.shards.names))]
 
     def _local(self, shard: int) -> tuple[int, int]:
-        source = int(np.searchsorted(self.first_shard, shard, side="right")) - 1
-        return source, shard - int(self.first_shard[source])
+        return self._where[shard]
 
     def get(self, shard: int):
-        source, local = self._local(shard)
+        source, local = self._where[shard]
         got = self.caches[source].get(local)
-        if isinstance(got, ShardSamples) and self._flags is not None and tuple(sorted(got.flags)) != self._flags:
+        if self._flags is not None and isinstance(got, ShardSamples) and tuple(sorted(got.flags)) != self._flags:
             got = dataclasses.replace(got, flags={k: v for k, v in got.flags.items() if k in self._flags})
         return got
 
     def columns(self, shard: int):
         source, local = self._local(shard)
-        return self.caches[source].columns(local)
+        cache = self.caches[source]
+        assert isinstance(cache, ShardCache), "fixed-size batches read columns"
+        return cache.columns(local)
 
     def layout_of(self):
         """The first source's record layout; DatasetError if another's differs."""
+        if self._layout is not None:
+            return self._layout
         first = self.caches[0].layout_of()
         for source, cache in zip(self.sources[1:], self.caches[1:]):
             layout = cache.layout_of()
@@ -127,13 +133,16 @@ class MixedCache:
                 raise DatasetError(f"--data {source.name}'s records ({describe(layout)}) differ from --data "
                                    f"{self.sources[0].name}'s ({describe(first)}): fixed-size batches mix one "
                                    "record layout")
+        self._layout = first
         return first
 
     def lengths(self) -> np.ndarray:
         """Every sample's length, source after source (read once, kept: the plan and the packing share it)."""
         if self._lengths is None:
-            self._lengths = np.concatenate([cache.lengths() for cache in self.caches])
-            flags = [tuple(sorted(cache.flags or ())) for cache in self.caches]
+            caches = [cache for cache in self.caches if isinstance(cache, SampleCache)]
+            assert len(caches) == len(self.caches), "token-budget batches read lengths"
+            self._lengths = np.concatenate([cache.lengths() for cache in caches])
+            flags = [tuple(sorted(cache.flags or ())) for cache in caches]
             common = tuple(sorted(set.intersection(*map(set, flags))))
             dropped = sorted(set().union(*map(set, flags)) - set(common))
             if dropped:
