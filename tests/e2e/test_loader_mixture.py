@@ -296,3 +296,36 @@ def test_two_mds_outputs_mix_with_streaming_stream_as_with_the_loader(mds_output
             ours = np.concatenate([client.next_batch().record_ids for _ in range(epoch // 40)])
     share = (source_of(ours, mds_outputs) == 0).mean()
     assert abs(share - 0.7) <= share_tolerance([128, 128], [0.7, 0.3], epoch * 128)[0]
+
+
+# --------------------------------------------------------------------------
+# Held-out sides mix by the same rule
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def holdout_outputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix-holdout")
+    return [finished_job(root / name, *BERT, "--holdout-fraction", "0.3", data=wiki_prefix(root / f"in-{name}", size))
+            for name, size in (("a", 60_000), ("b", 300_000))]
+
+
+def test_held_out_sides_mix_by_the_same_rule(holdout_outputs, outputs):
+    held = [open_dataset(str(path), split="holdout")[1].records for path in holdout_outputs]
+    with LoaderProcess(*data_args(holdout_outputs), "--split", "holdout", "--weights", "0.5,0.5",
+                       "--batch-size", 8) as server:
+        batches = one_epoch(server.address, 0, 1)
+        client_info = LoaderClient(server.address, timeout_seconds=30)
+        try:
+            assert client_info.info.records == sum(held)  # the held-out sides only
+        finally:
+            client_info.close()
+    ids = np.concatenate([b.record_ids for b in batches])
+    firsts = np.cumsum([0, *held])
+    source = np.searchsorted(firsts, ids, side="right") - 1
+    assert (ids < firsts[-1]).all()
+    share = (source == 0).mean()
+    assert abs(share - 0.5) <= share_tolerance([128, 128], [0.5, 0.5], len(ids) * 128)[0]
+    server = LoaderProcess(*data_args([holdout_outputs[0], outputs[0]]), "--split", "holdout")
+    output = server.wait()
+    assert server.process.returncode == 1 and str(outputs[0]) in output and "held-out" in output
+    assert "Traceback" not in output
