@@ -147,7 +147,8 @@ def parse_schedule(text: str, names: Sequence[str], where: str = "--mix-schedule
     """A schedule file: ``{"phases": [{"at_tokens": 0, "weights": {"web": 0.7, "code": 0.3}},
     {"at_tokens": 5e9, "temperature": 0.3, "sources": ["web", "code", "wiki"]}]}``.  The first phase starts at 0;
     phases in increasing order; each has weights (by source, the others 0) or a temperature (over ``sources``, by
-    default all)."""
+    default all).  With a top-level ``step_tokens`` (a global step's tokens), a phase may start ``at_step``
+    instead: at step x step_tokens on the clock."""
     try:
         document = json.loads(text)
     except ValueError as error:
@@ -155,14 +156,29 @@ def parse_schedule(text: str, names: Sequence[str], where: str = "--mix-schedule
     phases = document.get("phases") if isinstance(document, dict) else None
     if not isinstance(phases, list) or not phases or len(phases) > 1000:
         raise MixError(f'{where}: needs {{"phases": [...]}} with 1 to 1000 phases')
+    unknown = set(document) - {"phases", "step_tokens"}
+    if unknown:
+        raise MixError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))[:80]}")
+    step_tokens = document.get("step_tokens")
+    if step_tokens is not None and (isinstance(step_tokens, bool) or not isinstance(step_tokens, int) or
+                                    not 0 < step_tokens <= 2 ** 40):
+        raise MixError(f"{where}: step_tokens is the tokens of one global step (world size x batch x sequence "
+                       f"length), a whole number > 0, not {str(step_tokens)[:40]!r}")
     out: list[PhaseSpec] = []
     for number, phase in enumerate(phases):
         here = f"{where}: phase {number}"
         if not isinstance(phase, dict):
             raise MixError(f"{here}: not an object")
-        unknown = set(phase) - {"at_tokens", "weights", "temperature", "sources"}
+        unknown = set(phase) - {"at_tokens", "at_step", "weights", "temperature", "sources"}
         if unknown:
             raise MixError(f"{here}: unknown key(s) {', '.join(sorted(map(str, unknown)))[:80]}")
+        if "at_step" in phase:
+            step = phase["at_step"]
+            if "at_tokens" in phase or step_tokens is None:
+                raise MixError(f"{here}: at_step needs the schedule's step_tokens (and no at_tokens)")
+            if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= 2 ** 40:
+                raise MixError(f"{here}: at_step is a whole number of steps >= 0, not {str(step)[:40]!r}")
+            phase = {**phase, "at_tokens": step * step_tokens}
         at = phase.get("at_tokens", 0)
         if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at) or at < 0 or \
                 at > 2 ** 62 or at != int(at):

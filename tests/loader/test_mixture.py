@@ -181,6 +181,21 @@ def test_a_schedule_parses_by_source_names():
     assert second.temperature == 0.3 and second.members == (0, 1, 2)
 
 
+def test_a_schedule_may_start_phases_at_steps_of_a_stated_size():
+    text = json.dumps({"step_tokens": 32768, "phases": [{"at_step": 0, "weights": {"a": 1}},
+                                                        {"at_step": 1000, "temperature": 0.3}]})
+    first, second = parse_schedule(text, ["/x/a", "/x/b"])
+    assert (first.at_tokens, second.at_tokens) == (0, 32_768_000)
+    for document, match in (({"phases": [{"at_step": 0, "weights": {"a": 1}}]}, "step_tokens"),
+                            ({"step_tokens": 0, "phases": [{"weights": {"a": 1}}]}, "step_tokens"),
+                            ({"step_tokens": 8, "phases": [{"at_step": -1, "weights": {"a": 1}}]}, "at_step"),
+                            ({"step_tokens": 8, "phases": [{"at_step": 0, "at_tokens": 0, "weights": {"a": 1}}]},
+                             "no at_tokens"),
+                            ({"steps": 8, "phases": [{"weights": {"a": 1}}]}, "unknown")):
+        with pytest.raises(MixError, match=match):
+            parse_schedule(json.dumps(document), ["/x/a", "/x/b"])
+
+
 @pytest.mark.parametrize("phases, match", [
     ([], "phases"), ([{"at_tokens": 5, "weights": {"a": 1}}], "starts at 0"),
     ([{"weights": {"a": 1}}, {"at_tokens": 0, "weights": {"a": 1}}], "not after"),
