@@ -17,11 +17,11 @@ from common.wire.security import Curve, SecurityError
 from common.wire.transport import ListenError
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
-from loader.mixture import MixError, PhaseSpec, parse_schedule, parse_weights, split_data_weight
+from loader.mixture import MixError
 from loader.sample_masking import SampleMasking
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import DatasetError, open_dataset, splits
-from loader.sources import Mixture, open_sources
+from loader.sources import Mixture, mixture_phases, open_sources
 from loader.token_batches import TokenBudget
 from loader.token_layout import LAYOUTS
 
@@ -101,37 +101,6 @@ def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
         masking = dataclasses.replace(masking, special_ids=tuple(sorted(
             {i for role, i in specials.items() if role != "unk"})))
     return dataclasses.replace(tokens, masking=masking, pad_id=specials.get("pad", tokens.pad_id))
-
-
-def mixture_phases(data: tuple[str, ...], weights: str | None, temperature: float | None, schedule: str | None
-                   ) -> tuple[tuple[str, ...], tuple[PhaseSpec, ...] | None]:
-    """The --data outputs (``OUT=WEIGHT`` cut off) and, with several, the mixture's phases (None: one output).
-    MixError (one line) for a mixture asked twice or weights that do not fit."""
-    pairs = [split_data_weight(value) for value in data]
-    names = tuple(name for name, _ in pairs)
-    inline = [weight for _, weight in pairs]
-    given = [flag for flag, value in (("OUT=WEIGHT", any(w is not None for w in inline)), ("--weights", weights),
-                                      ("--temperature", temperature is not None), ("--mix-schedule", schedule))
-             if value]
-    if len(given) > 1:
-        raise MixError(f"{' and '.join(given)}: give a mixture's weights one way")
-    if len(names) == 1:
-        if given:
-            raise MixError(f"{given[0]} is for several --data (a mixture)")
-        return names, None
-    if any(w is not None for w in inline) and any(w is None for w in inline):
-        raise MixError("OUT=WEIGHT: give every --data a weight, or none")
-    if schedule is not None:
-        with open(schedule, encoding="utf-8") as file:
-            return names, parse_schedule(file.read(), names)
-    if weights is not None:
-        return names, (PhaseSpec(weights=parse_weights(weights, len(names))),)
-    given_weights = [w for w in inline if w is not None]
-    if given_weights:
-        if sum(given_weights) <= 0:
-            raise MixError("OUT=WEIGHT: the weights weigh no source")
-        return names, (PhaseSpec(weights=tuple(given_weights)),)
-    return names, (PhaseSpec(temperature=1.0 if temperature is None else temperature),)
 
 
 def _split_help() -> str:

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.describe import dataset_info
-from loader.mixture import MixedOrder, MixError, MixPlan, PhaseSpec, SourceTokens
+from loader.mixture import (
+    MixedOrder,
+    MixError,
+    MixPlan,
+    PhaseSpec,
+    SourceTokens,
+    parse_schedule,
+    parse_weights,
+    split_data_weight,
+)
 from loader.samples import SampleCache, ShardSamples
 from loader.shards import DatasetError, ShardCache, ShardList, open_dataset
 
@@ -31,6 +40,37 @@ class Source:
     storage: object
     shards: ShardList
     info: dict | None  # its dataset_info.json
+
+
+def mixture_phases(data: tuple[str, ...], weights: str | None, temperature: float | None, schedule: str | None
+                   ) -> tuple[tuple[str, ...], tuple[PhaseSpec, ...] | None]:
+    """The --data outputs (``OUT=WEIGHT`` cut off) and, with several, the mixture's phases (None: one output).
+    MixError (one line) for a mixture asked twice or weights that do not fit."""
+    pairs = [split_data_weight(value) for value in data]
+    names = tuple(name for name, _ in pairs)
+    inline = [weight for _, weight in pairs]
+    given = [flag for flag, value in (("OUT=WEIGHT", any(w is not None for w in inline)), ("--weights", weights),
+                                      ("--temperature", temperature is not None), ("--mix-schedule", schedule))
+             if value]
+    if len(given) > 1:
+        raise MixError(f"{' and '.join(given)}: give a mixture's weights one way")
+    if len(names) == 1:
+        if given:
+            raise MixError(f"{given[0]} is for several --data (a mixture)")
+        return names, None
+    if any(w is not None for w in inline) and any(w is None for w in inline):
+        raise MixError("OUT=WEIGHT: give every --data a weight, or none")
+    if schedule is not None:
+        with open(schedule, encoding="utf-8") as file:
+            return names, parse_schedule(file.read(), names)
+    if weights is not None:
+        return names, (PhaseSpec(weights=parse_weights(weights, len(names))),)
+    given_weights = [w for w in inline if w is not None]
+    if given_weights:
+        if sum(given_weights) <= 0:
+            raise MixError("OUT=WEIGHT: the weights weigh no source")
+        return names, (PhaseSpec(weights=tuple(given_weights)),)
+    return names, (PhaseSpec(temperature=1.0 if temperature is None else temperature),)
 
 
 def _tokenizer(source: Source) -> tuple[str, str]:
