@@ -49,6 +49,35 @@ def measure(data: Path, work: Path, ranks: int, batches_per_rank: int, dynamic: 
         stop([server], timeout=0)
 
 
+def split_output(output: Path, target: Path, parts: int = 3) -> list[Path]:
+    """The output as ``parts`` outputs of ~1, 2, 3... sixths of its tasks (manifest lines, files linked, the
+    same summary and description): a mixture of the same records as the output, for comparing the loader's
+    cost per token with one source and with several on the same data.  An output of fewer tasks than ``parts``
+    (a --quick run's) is linked whole into each part instead (3 times the records)."""
+    import os
+    import shutil
+
+    lines = [line for line in (output / "manifest.jsonl").read_text().splitlines() if line.strip()]
+    weights = list(range(1, parts + 1))
+    bounds = [min(max(round(len(lines) * sum(weights[:i]) / sum(weights)), i), len(lines) - parts + i)
+              for i in range(parts + 1)]  # every part at least one task
+    outputs = []
+    for part in range(parts):
+        where = target / f"part-{part}"
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir(parents=True)
+        mine = lines[bounds[part]:bounds[part + 1]] if len(lines) >= parts else lines
+        (where / "manifest.jsonl").write_text("".join(line + "\n" for line in mine))
+        for name in ("summary.json", "dataset_info.json", "tokenizer.json"):
+            if (output / name).exists():
+                shutil.copy(output / name, where / name)
+        for line in mine:
+            for shard in json.loads(line).get("shards") or []:
+                os.link(output / shard["name"], where / shard["name"])
+        outputs.append(where)
+    return outputs
+
+
 def _client(address: str, server_pid: int, ranks: int, batches_per_rank: int) -> None:
     import psutil
 

@@ -363,6 +363,11 @@ def _rows() -> list[Row]:
     rows += [
         Row("l_mb_cpu", "Loader, 8 ranks, stored masks: MB of batches per server CPU-s", "{:,.0f}", "≥ 1,000",
             lambda v: v >= 1000),
+        Row("l_one_tok_cpu", "Loader, 8 ranks, stored masks, one source: tokens per server CPU-s", "{:,.0f}"),
+        Row("l_mix_tok_cpu", "Loader, 8 ranks, stored masks, the same records as 3 sources (1/6, 2/6, 3/6 of the "
+            "tasks, --temperature 0.3): tokens per server CPU-s", "{:,.0f}"),
+        Row("l_mix_ratio", "Loader mixture of 3 sources / one source: tokens per server CPU-s", "{:.0%}", "≥ 90%",
+            lambda v: v >= 0.9),
         Row("l_rss_small_records", "Loader RSS runs (--cache-mb 16, one epoch served): smaller output (records)",
             "{:,.0f}"),
         Row("l_rss_big_records", "Loader RSS runs: larger output (records)", "{:,.0f}"),
@@ -1256,6 +1261,7 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
                 res.add(f"{key}_client_ms", run.client_cpu / run.batches * 1000)
                 if key == "l8":
                     res.add("l_mb_cpu", run.bytes / MB / max(run.server_cpu, 0.01))
+    mixture_rows(s, tmp, res, output)
     shutil.rmtree(data.root)
     # Memory: the same cache on a larger output (more copies of the corpus), one epoch each.
     copies = 2 if s.quick else 6
@@ -1273,6 +1279,26 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         peaks[name] = run.server_peak_rss
         res.add(f"l_rss_{name}", peaks[name] / MB)
     res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
+
+
+def mixture_rows(s: Settings, tmp: Path, res: Results, output: Path) -> None:
+    """The output cut into 3 outputs of 1/6, 2/6 and 3/6 of its tasks, mixed (--temperature 0.3), against the
+    output alone: the same records either way; the server's tokens per CPU-second, 8 ranks, stored masks, in turn
+    in each repeat."""
+    from bench.loader_bench import measure, split_output
+
+    parts = split_output(output, tmp / "runs" / "l-mix-parts")
+    mixed = ("--data", parts[1], "--data", parts[2], "--temperature", 0.3)
+    for repeat in range(s.repeats):
+        for name, extra in (("one", ()), ("mix", mixed)):
+            log(f"loader: repeat {repeat + 1}/{s.repeats}, 8 ranks, {'3 sources' if extra else 'one source'}")
+            run = measure(parts[0] if extra else output, tmp / "runs" / f"l-{name}", 8,
+                          max(1, s.loader_batches // 8), False, str(VOCAB), server_args=extra)
+            res.add(f"l_{name}_tok_cpu", run.sequences * 128 / max(run.server_cpu, 0.01))
+    one, mix = res.value("l_one_tok_cpu"), res.value("l_mix_tok_cpu")
+    if one and mix:
+        res.add("l_mix_ratio", mix / one)
+    shutil.rmtree(tmp / "runs" / "l-mix-parts")
 
 
 def batches_section(s: Settings, tmp: Path, res: Results, sources) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from loader.order import EpochOrder, Partition
 from loader.shards import ShardCache
 
 if TYPE_CHECKING:
+    from loader.mixture import MixedOrder
     from loader.token_batches import TokenBudget
 
 
@@ -27,12 +29,15 @@ class ServingParams:
     masking: MaskingParams | None = None
     #: --batch-tokens: token-budget batches of whole samples (loader/token_batches.py) instead of batch_size rows.
     tokens: TokenBudget | None = None
+    #: Several --data mixed (loader/sources.py Mixture.settings): their fingerprints and phases.
+    mixture: str = ""
 
     @property
     def order(self) -> str:
         """The settings besides seed, batch size and budget that decide which record goes where: a resumed
         state is only valid with the same (another window is another order: records twice, others never)."""
-        return f"shuffle window {self.window}" + (f", pack window {self.tokens.pack_window}" if self.tokens else "")
+        return f"shuffle window {self.window}" + (f", pack window {self.tokens.pack_window}" if self.tokens else "") \
+            + (f", {self.mixture}" if self.mixture else "")
 
     @property
     def dynamic_masking(self) -> bool:
@@ -50,12 +55,17 @@ class Built:
     slots: int = 0
 
 
+#: An epoch's order: ``records`` and ``locate(positions) -> (shards, indices)`` (EpochOrder, or a mixture's).
+OrderOf = Callable[[int], "EpochOrder | MixedOrder"]
+
+
 class BatchMaker:
-    def __init__(self, cache: ShardCache, params: ServingParams):
+    def __init__(self, cache: ShardCache, params: ServingParams, orders: OrderOf | None = None):
         self.cache = cache
         self.shards = cache.shards
         self.params = params
-        self._orders: OrderedDict[int, EpochOrder] = OrderedDict()
+        self._orders: OrderedDict[int, EpochOrder | MixedOrder] = OrderedDict()
+        self._order_of = orders or (lambda epoch: EpochOrder(self.shards.counts, params.seed, epoch, params.window))
         self._layout: RecordLayout | None = None
 
     def layout(self) -> RecordLayout:
@@ -71,12 +81,12 @@ class BatchMaker:
         """Nothing to read ahead for fixed-size batches (the first shard is read by layout())."""
 
     def partition(self, world_size: int, epoch: int = 0) -> Partition:
-        return Partition(self.shards.records, world_size, self.params.batch_size)
+        return Partition(self._order(epoch).records, world_size, self.params.batch_size)
 
-    def _order(self, epoch: int) -> EpochOrder:
+    def _order(self, epoch: int) -> EpochOrder | MixedOrder:
         order = self._orders.get(epoch)
         if order is None:
-            order = self._orders[epoch] = EpochOrder(self.shards.counts, self.params.seed, epoch, self.params.window)
+            order = self._orders[epoch] = self._order_of(epoch)
             while len(self._orders) > 2:  # ranks straddle at most an epoch boundary
                 self._orders.popitem(last=False)
         else:
@@ -84,7 +94,7 @@ class BatchMaker:
         return order
 
     def build(self, rank: int, world_size: int, epoch: int, batch: int) -> Built:
-        partition = self.partition(world_size)
+        partition = self.partition(world_size, epoch)
         start, stop = partition.span(rank, batch)
         shard, index = self._order(epoch).locate(np.arange(start, stop, dtype=np.int64))
         matrix = self._gather(shard, index)

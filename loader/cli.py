@@ -17,9 +17,11 @@ from common.wire.security import Curve, SecurityError
 from common.wire.transport import ListenError
 from loader.batches import ServingParams
 from loader.masking import MaskingParams
+from loader.mixture import MixError
 from loader.sample_masking import SampleMasking
 from loader.server import LOADER_PORT, LoaderServer, ServerOptions
 from loader.shards import DatasetError, open_dataset, splits
+from loader.sources import Mixture, mixture_phases, open_sources
 from loader.token_batches import TokenBudget
 from loader.token_layout import LAYOUTS
 
@@ -151,9 +153,10 @@ def _output_options(command):
     be loaded is the command's one line, ``--help`` included."""
     command = click.option("--split", type=click.Choice(splits()), default="train", show_envvar=True,
                            help=_split_help())(command)
-    return click.option("--data", required=True, metavar="OUT", show_envvar=True,
+    return click.option("--data", required=True, multiple=True, metavar="OUT", show_envvar=True,
                         help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), "
-                             "read through its manifest.")(command)
+                             "read through its manifest.  Several: a mixture (OUT=WEIGHT, --weights, --temperature "
+                             "or --mix-schedule; docs/loader.md, Mixtures).")(command)
 
 
 @click.command(cls=DeferredCommand, options=_output_options, context_settings=command_settings("loader"))
@@ -198,6 +201,13 @@ def _output_options(command):
 @click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
                    "[default: 4096]")
+@click.option("--weights", default=None, show_envvar=True,
+              help="With several --data: each one's share of the tokens, in order (0.7,0.3; normalized).")
+@click.option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
+              help="With several --data: shares proportional to each one's tokens ** this (XLM-R: 0.3).")
+@click.option("--mix-schedule", type=click.Path(dir_okay=False, exists=True), default=None, show_envvar=True,
+              help="With several --data: a JSON file of phases, each from a token count with its weights or "
+                   "temperature (docs/loader.md, Mixtures).")
 @click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
 @click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
@@ -211,8 +221,8 @@ def _output_options(command):
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file,
          tokenizer, mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, batch_tokens,
-         batch_layout, pack_window, max_prefetch, cache_mb, curve_dir, s3_endpoint_url, metrics_port, report_seconds,
-         verbose) -> None:
+         batch_layout, pack_window, weights, temperature, mix_schedule, max_prefetch, cache_mb, curve_dir,
+         s3_endpoint_url, metrics_port, report_seconds, verbose) -> None:
     """Serve batches of a finished output to every trainer rank.
 
     Each rank (client library: loader.client.LoaderClient) gets a disjoint
@@ -221,6 +231,10 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
     """
     logs.configure(verbose)
     refuse_idle_flags(click.get_current_context(), batch_tokens, dynamic_masking)
+    try:
+        data, phases = mixture_phases(data, weights, temperature, mix_schedule)
+    except MixError as error:
+        raise click.UsageError(str(error)) from None
     masking = None
     if whole_word_mask and not dynamic_masking:
         raise click.UsageError("--whole-word-mask is for --dynamic-masking")
@@ -247,15 +261,24 @@ def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_
         masking = MaskingParams(mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask)
     try:
         curve = Curve(curve_dir) if curve_dir else None
-        storage, shards = open_dataset(data, s3_endpoint_url, split=split, allow_partial=allow_partial)
-        check_batchable(storage, batch_tokens)
+        mixture = None
+        if phases is None:
+            storage, shards = open_dataset(data[0], s3_endpoint_url, split=split, allow_partial=allow_partial)
+            check_batchable(storage, batch_tokens)
+        else:
+            sources = open_sources(data, s3_endpoint_url, split, allow_partial, fixed_length=tokens is None)
+            for source in sources:
+                check_batchable(source.storage, batch_tokens)
+            mixture = Mixture(sources, phases, seed, shuffle_window)
+            storage, shards = sources[0].storage, mixture.shards
         if tokens is not None and not (vocab_file or tokenizer):
             tokens = with_recorded_specials(tokens, storage)
         options = ServerOptions(port=port, bind_host=bind_host, max_window=max_prefetch,
                                 cache_bytes=cache_mb * 1024 * 1024, curve=curve, report_seconds=report_seconds,
                                 metrics_port=metrics_port)
-        params = ServingParams(batch_size, seed, shuffle_window, masking, tokens)
-        server = LoaderServer(storage, shards, params, options)
+        params = ServingParams(batch_size, seed, shuffle_window, masking, tokens,
+                               mixture.settings if mixture is not None else "")
+        server = LoaderServer(storage, shards, params, options, mixture)
         sys.exit(server.run())
     except (DatasetError, StorageError, SecurityError, ListenError) as error:
         raise click.ClickException(str(error)) from None

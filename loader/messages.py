@@ -27,9 +27,13 @@ frame each sample's length; the client lays them out (loader/token_layout.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from common.wire import envelope
-from common.wire.envelope import Codec, Count
+from common.wire.envelope import Codec, Count, Range
+
+#: A share of the tokens, 0 to 1.
+Share = Annotated[float, Range(0.0, 1.0)]
 
 VERSION = 1
 
@@ -131,6 +135,16 @@ class RankStatus:
 
 
 @dataclass
+class SourceShare:
+    """A mixture's source: its target share of the tokens (in the phase now) and what was sent."""
+
+    source: str
+    target: Share
+    realized: Share
+    tokens: Count
+
+
+@dataclass
 class Status:
     server_id: str
     ranks: list[RankStatus] = field(default_factory=list)
@@ -139,6 +153,7 @@ class Status:
     cached_shards: Count = 0
     cached_bytes: Count = 0
     shard_loads: Count = 0
+    mixture: list[SourceShare] = field(default_factory=list)  # several --data: each source's share
 
 
 TYPES: dict[str, type] = {cls.__name__: cls for cls in (

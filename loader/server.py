@@ -28,6 +28,7 @@ from loader import messages
 from loader.batches import BatchMaker, ServingParams
 from loader.samples import SampleCache
 from loader.shards import DatasetError, ShardCache, ShardList
+from loader.sources import MixedCache, Mixture
 from loader.token_batches import TokenBatchMaker, padding_waste
 
 log = logging.getLogger("loader")
@@ -64,16 +65,25 @@ class _Rank:
 
 
 class LoaderServer:
-    def __init__(self, storage, shards: ShardList, params: ServingParams, options: ServerOptions):
+    def __init__(self, storage, shards: ShardList, params: ServingParams, options: ServerOptions,
+                 mixture: Mixture | None = None):
+        """``mixture``: several outputs (loader/sources.py); ``storage`` and ``shards`` are then its first's and
+        its combined shard list."""
         self.shards = shards
         self.params = params
         self.options = options
+        self.mixture = mixture
+        orders = mixture.order if mixture is not None else None
+        cache: ShardCache | SampleCache | MixedCache
         if params.tokens is None:
-            self.cache = ShardCache(storage, shards, options.cache_bytes)
-            self.maker = BatchMaker(self.cache, params)
+            cache = mixture.make_cache(options.cache_bytes, False) if mixture else \
+                ShardCache(storage, shards, options.cache_bytes)
+            self.maker = BatchMaker(cache, params, orders)
         else:
-            self.cache = SampleCache(storage, shards, options.cache_bytes)
-            self.maker = TokenBatchMaker(self.cache, params)
+            cache = mixture.make_cache(options.cache_bytes, True) if mixture else \
+                SampleCache(storage, shards, options.cache_bytes)
+            self.maker = TokenBatchMaker(cache, params, orders)
+        self.cache = cache
         self.server_id = uuid.uuid4().hex[:12]
         self.ranks: dict[bytes, _Rank] = {}
         self.dropped = DroppedMessages("loader")
@@ -122,7 +132,11 @@ class LoaderServer:
         read every sample's length now (and refuse a sample over the budget)."""
         if self.params.tokens is not None:
             self.maker.prepare()
+            if self.mixture is not None:
+                self.mixture.plan()
             return
+        if self.mixture is not None:
+            self.mixture.plan()  # every source's layout read and compared
         row_bytes = self.cache.layout_of().row_bytes
         try:
             self.maker.layout()
@@ -240,7 +254,9 @@ class LoaderServer:
             self.server_id,
             [messages.RankStatus(r.client_id, r.rank, r.world_size, r.epoch, r.batch, r.sent, r.allowed)
              for r in self.ranks.values()],
-            self.dropped.total, self.batches_sent, len(self.cache), self.cache.bytes, self.cache.loads)
+            self.dropped.total, self.batches_sent, len(self.cache), self.cache.bytes, self.cache.loads,
+            [messages.SourceShare(name, target, realized, tokens) for name, target, realized, tokens in
+             self.mixture.shares()] if self.mixture is not None else [])
 
     def metrics(self):
         """What Prometheus scrapes (common/metrics.py), read from the server's own state."""
@@ -255,6 +271,14 @@ class LoaderServer:
         yield counter("mlm_loader_shard_failures", "Batches that could not be built from their shards (the rank was "
                       "told).", self.shard_failures)
         yield counter("mlm_loader_dropped_messages", "Malformed or unexpected messages dropped.", self.dropped.total)
+        if self.mixture is not None:
+            shares = self.mixture.shares()
+            yield counter("mlm_loader_source_tokens", "A mixture: tokens sent from each source, all ranks.",
+                          labels={name: tokens for name, _, _, tokens in shares}, label="source")
+            yield gauge("mlm_loader_source_share", "A mixture: each source's share of the tokens sent.",
+                        labels={name: realized for name, _, realized, _ in shares}, label="source")
+            yield gauge("mlm_loader_source_target_share", "A mixture: each source's target share in the phase now.",
+                        labels={name: target for name, target, _, _ in shares}, label="source")
         if self.params.tokens is not None:
             yield counter("mlm_loader_tokens_sent", "Token-budget batches: tokens sent, all ranks.", self.tokens_sent)
             yield counter("mlm_loader_token_slots", "Token-budget batches: token slots a trainer computes on (the "
@@ -274,6 +298,8 @@ class LoaderServer:
                 self._fail_rank(router, rank, error)
                 continue
             frames = [built.matrix, built.record_ids]
+            if self.mixture is not None:
+                self.mixture.count(built.record_ids, built.lengths)
             tokens = 0
             if built.lengths is not None:
                 frames.append(built.lengths)

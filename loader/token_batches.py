@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.objectives.base import derive_seed
-from loader.batches import Built, ServingParams
+from loader.batches import Built, OrderOf, ServingParams
 from loader.layout import Field, RecordLayout
+from loader.mixture import MixedOrder
 from loader.order import EpochOrder, Partition
 from loader.packing import PACKERS, Bins, slots
 from loader.sample_masking import SampleMasking, mask_samples
@@ -55,7 +56,7 @@ class TokenBudget:
 class _Epoch:
     """One epoch's order and its windows' bin counts."""
 
-    def __init__(self, order: EpochOrder, bins_per_window: np.ndarray):
+    def __init__(self, order: EpochOrder | MixedOrder, bins_per_window: np.ndarray):
         self.order = order
         self.first_bin = np.concatenate(([0], np.cumsum(bins_per_window))).astype(np.int64)
 
@@ -67,7 +68,7 @@ class _Epoch:
 class TokenBatchMaker:
     """Builds token-budget batches; the server's BatchMaker for ``--batch-tokens``."""
 
-    def __init__(self, cache: SampleCache, params: ServingParams):
+    def __init__(self, cache: SampleCache, params: ServingParams, orders: OrderOf | None = None):
         self.cache = cache
         self.shards = cache.shards
         self.params = params
@@ -78,6 +79,7 @@ class TokenBatchMaker:
         self._epochs: OrderedDict[int, _Epoch] = OrderedDict()
         self._windows: OrderedDict[tuple[int, int], Bins] = OrderedDict()
         self._layout: RecordLayout | None = None
+        self._order_of = orders or (lambda epoch: EpochOrder(self.shards.counts, params.seed, epoch, params.window))
 
     # What the server asks -------------------------------------------------
     def prepare(self) -> None:
@@ -157,7 +159,7 @@ class TokenBatchMaker:
             self._epochs.move_to_end(epoch)
             return state
         self.prepare()
-        order = EpochOrder(self.shards.counts, self.params.seed, epoch, self.params.window)
+        order = self._order_of(epoch)
         windows = -(-order.records // self.tokens.pack_window)
         counts = np.zeros(windows, dtype=np.int64)
         for window in range(windows):
@@ -167,7 +169,7 @@ class TokenBatchMaker:
             self._epochs.popitem(last=False)
         return state
 
-    def _window(self, epoch: int, window: int, order: EpochOrder) -> Bins:
+    def _window(self, epoch: int, window: int, order: EpochOrder | MixedOrder) -> Bins:
         """The window's bins, in an order drawn from (seed, epoch, window)."""
         key = (epoch, window)
         bins = self._windows.get(key)
