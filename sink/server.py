@@ -271,6 +271,15 @@ class SinkServer:
         config = JobConfig.from_welcome(message)  # a job that does not decode: counted and dropped
         self._introduced = True
         if self._standing_by:
+            # The workers push their acknowledgements to the job's sink address: a sink listening on another
+            # port (it stood by while the job's sink held that one) would take over books no ack reaches, and the
+            # job would wait forever.  It steps aside; a sink started on that port (the old one gone) takes over.
+            _host, ack_port = parse_address(config.sink_address, SINK_PORT)
+            if ack_port != self.options.port:
+                raise SinkError(f"cannot take over this job's books: its workers send acknowledgements to port "
+                                f"{ack_port} (the job's sink address), this sink listens on "
+                                f"{self.options.port}; start a sink with --port {ack_port} now that the job's "
+                                f"sink is gone", final=False)
             log.warning("sink: the job's sink went silent: this sink takes over its books")
             self._standing_by = False
         refused = cannot_keep(config)
