@@ -160,6 +160,7 @@ class SinkServer:
         # the books, the sockets.
         self._introduced = False
         self._standing_by = False  # told that the job has another sink: this one writes nothing
+        self._ventilator_restarted = False  # the last "unknown" came from another ventilator than ours
         self._last_hello = 0.0
         self._acks: list[protocol.TaskAck] = []
         self._early_acks: list[protocol.TaskAck] = []
@@ -272,6 +273,15 @@ class SinkServer:
         config = JobConfig.from_welcome(message)  # a job that does not decode: counted and dropped
         self._introduced = True
         if self._standing_by:
+            # The workers push their acknowledgements to the job's sink address: a sink listening on another
+            # port (it stood by while the job's sink held that one) would take over books no ack reaches, and the
+            # job would wait forever.  It steps aside; a sink started on that port (the old one gone) takes over.
+            _host, ack_port = parse_address(config.sink_address, SINK_PORT)
+            if ack_port != self.options.port:
+                raise SinkError(f"cannot take over this job's books: its workers send acknowledgements to port "
+                                f"{ack_port} (the job's sink address), this sink listens on "
+                                f"{self.options.port}; start a sink with --port {ack_port} now that the job's "
+                                f"sink is gone", final=False)
             log.warning("sink: the job's sink went silent: this sink takes over its books")
             self._standing_by = False
         refused = cannot_keep(config)
@@ -299,6 +309,7 @@ class SinkServer:
         # "unknown": one Hello (repeated each second until welcomed) is enough.
         if self._introduced and (not message.known or message.ventilator_id != self.ventilator_id):
             log.info("sink: the ventilator does not know this sink (it restarted); telling it what is done")
+            self._ventilator_restarted = message.ventilator_id != self.ventilator_id
             self._introduced = False
             self._last_hello = 0.0
 
@@ -306,8 +317,16 @@ class SinkServer:
         """The ventilator's job has another sink (one job has one sink).  One that never held the books waits,
         writing nothing, and says Hello each second: it is welcomed once that sink has been silent
         ``takeover_seconds`` (it died).  One that held them was taken over while silent that long: it stops,
-        publishing nothing (the books are the other sink's now)."""
+        publishing nothing (the books are the other sink's now).  One that held them when its ventilator
+        restarted (kill -9, a new host) was silent for no one: the new ventilator welcomed another sink's Hello
+        first.  It puts its books down and stands by, so that the job still has a sink when that one cannot
+        keep them (it listens where no acknowledgement goes, say) or dies."""
         holder = f"{printable(message.sink_id)} on {printable(message.host)}"
+        if self.manifest is not None and self._ventilator_restarted:
+            log.warning("sink: the restarted ventilator welcomed another sink (%s) first: this sink puts this "
+                        "job's books down and stands by, writing nothing", holder)
+            self.manifest.close()
+            self.manifest, self.config = None, None  # acknowledgements wait, as before a Welcome
         if self.manifest is not None:
             log.error("sink: another sink (%s) took over this job's books while this one was silent for %.0f s: "
                       "stopping, publishing nothing", holder, message.takeover_seconds)

@@ -6,6 +6,7 @@ Acknowledgements are fed well-typed hostile values drawn by hypothesis: one whos
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -75,6 +76,7 @@ def test_a_sink_told_to_stand_by_writes_nothing_until_welcomed(tmp_path, caplog)
     out = tmp_path / "out"
     config = _config(out)
     played = PlayedVentilator(tmp_path)
+    config = dataclasses.replace(config, sink_address=f":{played.port}")  # the workers' acks reach this sink
     try:
         for _ in range(3):  # it says Hello each second, and is told each time: it says so once
             played.receive(protocol.Hello)
