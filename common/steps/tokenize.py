@@ -3,7 +3,10 @@
 Pieces are encoded as the paragraphs they come from encode (common/segmenters/sentences.py); a segment's tokens are
 its pieces' tokens end to end.  For a tokenizer that treats a text's start apart, the pieces of one
 paragraph are encoded as the paragraph and its tokens shared out (``Vocabulary.encode_with_word_starts``),
-so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  Documents
+so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  An objective
+cut from each document's encoding (``Objective.encodes_documents``: tokens, roberta, electra) with a tokenizer
+that encodes paragraph breaks gets each document's text (``Document.text``) encoded whole instead, its tokens
+shared out among its segments (:func:`document_cuts`, ``Vocabulary.encode_documents``).  Documents
 left without a usable segment are counted as skipped.  The training side's documents and tokens are the
 task's; another side's are counted under its split's name.
 
