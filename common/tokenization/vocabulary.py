@@ -310,16 +310,22 @@ class Vocabulary:
         return _paragraph_sensitive(self.text_tokenizer)
 
     @functools.cached_property
-    def seams_at_whitespace(self) -> bool:
-        """Whether a text cut right before whitespace encodes as its two parts end to end (byte-level BPE's split
-        regex without ``add_prefix_space``): then a document is encoded as its pieces, each with the whitespace
-        before it, on the fast encoder."""
+    def safe_seams(self) -> frozenset[str]:
+        """The whitespace runs a text may be cut right before and encode as its two parts end to end (every one
+        of them for byte-level BPE without ``add_prefix_space``; a single space for Metaspace or a prefix space):
+        probed with sentence pairs, as :attr:`start_sensitive` is."""
         texts = []
-        for first, second in [*SEAM_PROBES, *PARAGRAPH_PROBES]:
-            for space in SEAM_WHITESPACE:
+        pairs = [*SEAM_PROBES, *PARAGRAPH_PROBES]
+        for space in SEAM_WHITESPACE:
+            for first, second in pairs:
                 texts += [first.rstrip(), space + second.lstrip(), first.rstrip() + space + second.lstrip()]
-        encodings = self.text_tokenizer.encode_batch(texts, add_special_tokens=False)
-        return all(a.ids + b.ids == whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
+        encodings = iter(self.text_tokenizer.encode_batch(texts, add_special_tokens=False))
+        safe = set()
+        for space in SEAM_WHITESPACE:
+            triples = [(next(encodings), next(encodings), next(encodings)) for _ in pairs]
+            if all(a.ids + b.ids == whole.ids for a, b, whole in triples):
+                safe.add(space)
+        return frozenset(safe)
 
     @functools.cached_property
     def whitespace_ids(self) -> np.ndarray:
@@ -340,33 +346,51 @@ class Vocabulary:
 
     def encode_documents(self, texts: list[str], cuts: list[list[int]]
                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Each text (a document) encoded whole, its tokens shared out among its pieces: piece ``k`` of text
-        ``t`` is ``t[cuts[k - 1]:cuts[k]]`` (the first from 0, the last to the end), and a token belongs to the
-        piece where it starts.  Returns the flat ids, tokens per piece (every text's pieces in order) and
-        per-token word starts (None for the ``##`` family).
+        """Each text (a document) encoded as the tokenizer encodes it whole, its tokens shared out among its
+        pieces: piece ``k`` of text ``t`` is ``t[cuts[k - 1]:cuts[k]]`` (the first from 0, the last to the end),
+        and a token belongs to the piece where it starts.  Returns the flat ids, tokens per piece (every text's
+        pieces in order) and per-token word starts (None for the ``##`` family).
 
-        When the tokenizer :attr:`seams_at_whitespace` and every cut of a text lies before whitespace, the
-        text's pieces are encoded apart (:meth:`encode_many`: the fast encoder), which gives the same tokens;
-        otherwise the text is encoded whole by HF and its tokens shared out by their offsets."""
-        seams = self.seams_at_whitespace
-        apart = [seams and all(text[cut].isspace() for cut in at) for text, at in zip(texts, cuts)]
-        spans = [text[a:b] for text, at, whole in zip(texts, cuts, apart) if whole
-                 for a, b in zip([0, *at], [*at, len(text)])]
+        A text is cut where a piece starts with whitespace the tokenizer may be cut before (:attr:`safe_seams`:
+        the parts encode as the whole); each part of one piece is encoded alone (:meth:`encode_many`: the fast
+        encoder where there is one), a part of several pieces by HF, its tokens shared out by their offsets."""
+        safe = self.safe_seams
+        parts: list[str] = []
+        inner: list[list[int]] = []
+        pieces_per_text: list[int] = []
+        for text, at in zip(texts, cuts):
+            start, within = 0, []
+            for cut in at:
+                end = cut
+                while end < len(text) and text[end].isspace():
+                    end += 1
+                if end > cut and text[cut:end] in safe:
+                    parts.append(text[start:cut])
+                    inner.append([c - start for c in within])
+                    start, within = cut, []
+                else:
+                    within.append(cut)
+            parts.append(text[start:])
+            inner.append([c - start for c in within])
+            pieces_per_text.append(len(at) + 1)
+        alone = [not within for within in inner]
+        singles = [part for part, one in zip(parts, alone) if one]
         if self.boundaries.kind in (CONTINUATION, START_MARKER):
-            span_ids, span_lengths = self.encode_many(spans)
-            span_words = None
+            single_ids, single_lengths = self.encode_many(singles)
+            single_words = None
         else:
-            span_ids, span_lengths, span_words = self._encode_hf(spans, with_words=True)
-        if all(apart):
-            ids, lengths, words = span_ids, span_lengths, span_words
+            single_ids, single_lengths, single_words = self._encode_hf(singles, with_words=True)
+        if all(alone):
+            ids, lengths, words = single_ids, single_lengths, single_words
         else:
-            whole = [(text, at) for text, at, one in zip(texts, cuts, apart) if not one]
-            hf_ids, hf_lengths, hf_words = self._encode_with_offsets(whole)
-            ids, lengths, words = _interleave(apart, [len(at) + 1 for at in cuts], (span_ids, span_lengths, span_words),
+            joined = [(part, within) for part, within, one in zip(parts, inner, alone) if not one]
+            hf_ids, hf_lengths, hf_words = self._encode_with_offsets(joined)
+            ids, lengths, words = _interleave(alone, [len(within) + 1 for within in inner],
+                                              (single_ids, single_lengths, single_words),
                                               (hf_ids, hf_lengths, hf_words))
-        document_starts = np.cumsum([0] + [len(at) + 1 for at in cuts[:-1]], dtype=np.int64)
+        document_starts = np.cumsum([0] + pieces_per_text[:-1], dtype=np.int64)
         piece_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        first_tokens = piece_offsets[document_starts] if len(cuts) else np.zeros(0, dtype=np.int64)
+        first_tokens = piece_offsets[document_starts] if pieces_per_text else np.zeros(0, dtype=np.int64)
         first_tokens = first_tokens[first_tokens < len(ids)]
         if self.boundaries.kind == CONTINUATION:
             return ids, lengths, None
