@@ -359,7 +359,7 @@ class Vocabulary:
         inner: list[list[int]] = []
         pieces_per_text: list[int] = []
         for text, at in zip(texts, cuts):
-            start, within = 0, []
+            start, within = 0, list[int]()
             for cut in at:
                 end = cut
                 while end < len(text) and text[end].isspace():
@@ -367,7 +367,7 @@ class Vocabulary:
                 if end > cut and text[cut:end] in safe:
                     parts.append(text[start:cut])
                     inner.append([c - start for c in within])
-                    start, within = cut, []
+                    start, within = cut, list[int]()
                 else:
                     within.append(cut)
             parts.append(text[start:])
