@@ -113,6 +113,11 @@ class Objective(Configurable, abc.ABC):
     #: The unit the reference script adds, when it fixes one ("line": ELECTRA packs its input's lines): what
     #: ``--segmenter auto`` means for this objective.  None: the reader's default.
     segment_unit: ClassVar[str | None] = None
+    #: Its records are cut from each document's own encoding (token sequences, MLM blocks, ELECTRA's examples):
+    #: the tokenize step encodes each document's text whole, so the whitespace between sentences and paragraphs
+    #: is encoded as the tokenizer encodes it.  False: each sentence as its reference script encodes it
+    #: (BERT's and ALBERT's scripts tokenize line by line).
+    encodes_documents: ClassVar[bool] = False
     #: What the reference script does to text before a bare SentencePiece .model, unless --[no-]do-lower-case
     #: says: BERT's and ELECTRA's do_lower_case=True; ALBERT's also drops accents; fairseq's RoBERTa neither.
     reference_casing: ClassVar[ReferenceCasing] = ReferenceCasing()

@@ -228,6 +228,7 @@ class ElectraObjective(Objective):
     Params = ElectraParams
     needs = ("cls", "sep")
     segment_unit = "line"  # the reference adds its input's lines as they are
+    encodes_documents = True
 
     @property
     def uses_word_starts(self) -> bool:

@@ -217,6 +217,7 @@ class RobertaObjective(Objective):
     reference_casing = ReferenceCasing(lower_case=False)  # fairseq's RoBERTa keeps case
     Params = RobertaParams
     needs = ("cls", "sep")
+    encodes_documents = True
 
     def __init__(self, params: RobertaParams, special: SpecialIds):
         super().__init__(params, special)

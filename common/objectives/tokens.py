@@ -95,6 +95,7 @@ class TokensObjective(Objective):
     reference_casing = ReferenceCasing(lower_case=False)  # no reference: the text as it is
     Params = TokensParams
     needs = ()
+    encodes_documents = True
 
     def __init__(self, params, special):
         super().__init__(params, special)

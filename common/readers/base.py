@@ -31,6 +31,19 @@ class Document:
     lines: list[str]
     id: str = ""
 
+    @property
+    def text(self) -> str:
+        """The text a tokenizer encodes whole (objectives whose records are cut from each document's encoding:
+        docs/objectives.md, "A document's text"): its lines joined by newlines, without the blank lines at its
+        two ends (WikiExtractor's blank line after the title; a JSON text's final newline)."""
+        lines = self.lines
+        first, last = 0, len(lines)
+        while first < last and not lines[first].strip():
+            first += 1
+        while last > first and not lines[last - 1].strip():
+            last -= 1
+        return "\n".join(lines[first:last])
+
 
 @dataclass
 class ParseReport:

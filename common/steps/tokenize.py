@@ -3,7 +3,10 @@
 Pieces are encoded as the paragraphs they come from encode (common/segmenters/sentences.py); a segment's tokens are
 its pieces' tokens end to end.  For a tokenizer that treats a text's start apart, the pieces of one
 paragraph are encoded as the paragraph and its tokens shared out (``Vocabulary.encode_with_word_starts``),
-so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  Documents
+so a sentence after a tab, an NBSP or no space at all gets the tokens it has in its paragraph.  An objective
+cut from each document's encoding (``Objective.encodes_documents``: tokens, roberta, electra) with a tokenizer
+that encodes paragraph breaks gets each document's text (``Document.text``) encoded whole instead, its tokens
+shared out among its segments (:func:`document_cuts`, ``Vocabulary.encode_documents``).  Documents
 left without a usable segment are counted as skipped.  The training side's documents and tokens are the
 task's; another side's are counted under its split's name.
 
@@ -14,6 +17,8 @@ shard.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -48,6 +53,13 @@ class Tokenize(Step):
         return True
 
 
+    @functools.cached_property
+    def whole_documents(self) -> bool:
+        """Each document is encoded whole (:func:`document_cuts`): its objective cuts its records from that
+        encoding, and the tokenizer encodes what lies between paragraphs (without, its pieces' tokens end to
+        end already are the document's, as they always were)."""
+        return self.job.objective.encodes_documents and self.job.vocabulary.paragraph_sensitive
+
     def run(self, run: TaskRun) -> None:
         for part in run.parts:
             self._tokenize(part, run)
@@ -58,7 +70,12 @@ class Tokenize(Step):
         with stats.timed("tokenize"):
             pieces = [piece for segments in segmented for segment in segments for piece in segment]
         with stats.timed("tokenize"):
-            if part.words is None:
+            if part.words is None and self.whole_documents:
+                texts, cuts, unplaced = document_cuts(part.documents, segmented)
+                if unplaced:
+                    run.report.skip("pieces_not_in_document_text", unplaced)  # kept, each piece encoded alone
+                ids, piece_lengths, word_starts = vocabulary.encode_documents(texts, cuts)
+            elif part.words is None:
                 continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
                 ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
             else:
@@ -90,11 +107,55 @@ class Tokenize(Step):
     @classmethod
     def versions(cls, params, config) -> dict[str, int]:
         """2 for a tokenizer that treats a text's start apart: its sentences are encoded within their
-        paragraph since (``Vocabulary.encode_with_word_starts``); the others' tokens never changed."""
-        from common.tokenization.vocabulary import start_sensitive_json
+        paragraph since (``Vocabulary.encode_with_word_starts``); the others' tokens never changed.  And 2 for
+        an objective cut from each document's encoding with a tokenizer that encodes paragraph breaks: each
+        document is encoded whole since (``Vocabulary.encode_documents``)."""
+        from common.job.params import PluginError
+        from common.objectives import objective_named
+        from common.tokenization.vocabulary import paragraph_sensitive_json, start_sensitive_json
 
-        sensitive = start_sensitive_json(config.tokenizer_json)
-        return {**super().versions(params, config), **({"tokenize:start-sensitive": 2} if sensitive else {})}
+        versions = super().versions(params, config)
+        if start_sensitive_json(config.tokenizer_json):
+            versions["tokenize:start-sensitive"] = 2
+        try:
+            whole = objective_named(config.objective.name).encodes_documents
+        except (ValueError, PluginError):
+            whole = False
+        if whole and paragraph_sensitive_json(config.tokenizer_json):
+            versions["tokenize:whole-documents"] = 2
+        return versions
+
+
+def document_cuts(documents: list, segmented: list[list[list[str]]]) -> tuple[list[str], list[list[int]], int]:
+    """What :meth:`Vocabulary.encode_documents` encodes: each document's text (``Document.text``) and where its
+    pieces are cut from it, in order (a piece takes the whitespace before it).  A document whose pieces are not
+    its text's in order (a plugin segmenter's own) has each piece a text of its own; how many such pieces is
+    the third value."""
+    texts: list[str] = []
+    cuts: list[list[int]] = []
+    unplaced = 0
+    for document, segments in zip(documents, segmented):
+        pieces = [piece for segment in segments for piece in segment]
+        if not pieces:
+            continue
+        text = document.text
+        at: list[int] = []
+        end = 0
+        for piece in pieces:
+            start = text.find(piece, end)
+            if start < 0:
+                break
+            if end:
+                at.append(end)
+            end = start + len(piece)
+        else:
+            texts.append(text)
+            cuts.append(at)
+            continue
+        texts += pieces
+        cuts += [[] for _ in pieces]
+        unplaced += len(pieces)
+    return texts, cuts, unplaced
 
 
 def continuing_pieces(documents: list, segmented: list[list[list[str]]]) -> list[bool]:

@@ -5,7 +5,8 @@ on Wikipedia text.  ``kitoken`` (0.11) reads the same tokenizer.json and
 runs it at ~10-15 MB/s, single-threaded; it is used where it has been shown
 to give HF's ids (tests/common/tokenization/test_tokenizer_speed_candidates.py: the whole shared
 corpus, the adversarial strings of tests/common/tokenization/test_fast_wordpiece.py and 5,000
-random Unicode strings), that is a BPE model after a ByteLevel pre-tokenizer
+random Unicode strings; tests/common/tokenization/test_document_tokens.py: whole multi-paragraph
+documents), that is a BPE model after a ByteLevel pre-tokenizer
 with no normalizer.  Candidates measured for the other families, not used
 (docs/tokenizers.md has the figures):
 
@@ -36,7 +37,9 @@ log = logging.getLogger(__name__)
 
 #: More probes: whitespace runs and contractions, where byte-level BPE's split regex is subtle.
 BPE_PROBES = PROBES + ("a\tb  c\n\nd \t e   ", "  leading and trailing  ", "I'm we'll they've it's 'S 'LL",
-                       "a\u00a0b\u2003c", "x\r\n\r\ny", "12,800.5 3rd 4th", "ΟΔΟΣ Σ σς ΣΑΣ", "\u0301\u0301 x")
+                       "a\u00a0b\u2003c", "x\r\n\r\ny", "12,800.5 3rd 4th", "ΟΔΟΣ Σ σς ΣΑΣ", "\u0301\u0301 x",
+                       # A document of paragraphs, as objectives cut from a document's encoding encode it whole
+                       "First paragraph.\n\nSecond, after a break.\n \nThird\r\n\tfourth.\n\n\n他来了。\n")
 
 
 def unsupported_reason(tokenizer_json: str) -> str | None:

@@ -40,6 +40,7 @@ from common.tokenization.loading import (
 )
 from common.tokenization.special_tokens import ROLES, SpecialTokenError, find_roles, special_contents
 from common.tokenization.word_boundaries import (
+    BYTE_LEVEL_SPACE,
     CONTINUATION,
     START_MARKER,
     WordBoundaries,
@@ -63,6 +64,17 @@ SEAM_PROBES = tuple(("The cat sat on the mat.", separator + "Then it slept.")
                     for separator in (" ", "  ", "\t", "\u00a0", "\u2003", "\u3000", "\x0b", "\x0c", "", " \t")
                     ) + (("他来了。", "她走了。"), ("“好的。”", "他说：“走吧！”"),
                          ("x。", "他"))
+
+#: Texts (two paragraphs) whose tokens alone and joined by each break tell whether a tokenizer encodes the whitespace
+#: between paragraphs (a byte-level BPE's ``Ċ``, a Unigram's unknown newline): then an objective that cuts its
+#: records from each document's encoding needs the document encoded whole (:meth:`Vocabulary.encode_documents`).
+PARAGRAPH_PROBES = (("The cat sat on the mat.", "Then it slept."), ("他来了。", "她走了。"), ("x", "y"))
+PARAGRAPH_BREAKS = ("\n", "\n\n", " \n", "\n ", "\r\n", "\n\n\n", "\n\t")
+#: Whitespace a text may be cut before (a document at its sentences' and paragraphs' starts): a tokenizer whose
+#: texts so cut encode as the whole (byte-level BPE without ``add_prefix_space``) encodes a document as its
+#: pieces, on its fast encoder.
+SEAM_WHITESPACE = (" ", "  ", "\t", "\n", "\n\n", " \n", "\n ", "\r\n", "\n\n\n", "\u00a0", "\u2003", "\u3000",
+                   "\x0b", "\x0c", " \t", "\n\t", "\u2028")
 
 #: The key of the JSON shipped to workers when roles were named explicitly
 #: (a plain tokenizers JSON otherwise: tokenizers refuses unknown keys).
@@ -291,6 +303,129 @@ class Vocabulary:
         found by encoding probe pairs alone and together."""
         return _start_sensitive(self.text_tokenizer)
 
+    @functools.cached_property
+    def paragraph_sensitive(self) -> bool:
+        """Whether two paragraphs encoded alone can get other tokens than their document, joined by a line break,
+        has (the break is a token, or changes one): probed as :attr:`start_sensitive` is."""
+        return _paragraph_sensitive(self.text_tokenizer)
+
+    @functools.cached_property
+    def safe_seams(self) -> frozenset[str]:
+        """The whitespace runs a text may be cut right before and encode as its two parts end to end (every one
+        of them for byte-level BPE without ``add_prefix_space``; a single space for Metaspace or a prefix space):
+        probed with sentence pairs, as :attr:`start_sensitive` is."""
+        texts = []
+        pairs = [*SEAM_PROBES, *PARAGRAPH_PROBES]
+        for space in SEAM_WHITESPACE:
+            for first, second in pairs:
+                texts += [first.rstrip(), space + second.lstrip(), first.rstrip() + space + second.lstrip()]
+        encodings = iter(self.text_tokenizer.encode_batch(texts, add_special_tokens=False))
+        safe = set()
+        for space in SEAM_WHITESPACE:
+            triples = [(next(encodings), next(encodings), next(encodings)) for _ in pairs]
+            if all(a.ids + b.ids == whole.ids for a, b, whole in triples):
+                safe.add(space)
+        return frozenset(safe)
+
+    @functools.cached_property
+    def whitespace_ids(self) -> np.ndarray:
+        """Bool per id: the piece is whitespace only (``Ċ``, ``ĠĠ``, ``▁``): the token after it begins a word."""
+        table = np.zeros(self.size, dtype=bool)
+        if self.boundaries.kind != START_MARKER:
+            return table
+        byte_level = self.boundaries.marker == BYTE_LEVEL_SPACE
+        for token, index in self.tokenizer.get_vocab(with_added_tokens=True).items():
+            if index in self._special_ids():
+                continue
+            text = _byte_level_text(token) if byte_level else token.replace(self.boundaries.marker or "", " ")
+            table[index] = bool(text) and text.isspace()
+        return table
+
+    def _special_ids(self) -> set[int]:
+        return {index for index in self.roles.values() if index is not None}
+
+    def encode_documents(self, texts: list[str], cuts: list[list[int]]
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Each text (a document) encoded as the tokenizer encodes it whole, its tokens shared out among its
+        pieces: piece ``k`` of text ``t`` is ``t[cuts[k - 1]:cuts[k]]`` (the first from 0, the last to the end),
+        and a token belongs to the piece where it starts.  Returns the flat ids, tokens per piece (every text's
+        pieces in order) and per-token word starts (None for the ``##`` family).
+
+        A text is cut where a piece starts with whitespace the tokenizer may be cut before (:attr:`safe_seams`:
+        the parts encode as the whole); each part of one piece is encoded alone (:meth:`encode_many`: the fast
+        encoder where there is one), a part of several pieces by HF, its tokens shared out by their offsets."""
+        safe = self.safe_seams
+        parts: list[str] = []
+        inner: list[list[int]] = []
+        pieces_per_text: list[int] = []
+        for text, at in zip(texts, cuts):
+            start, within = 0, list[int]()
+            for cut in at:
+                end = cut
+                while end < len(text) and text[end].isspace():
+                    end += 1
+                if end > cut and text[cut:end] in safe:
+                    parts.append(text[start:cut])
+                    inner.append([c - start for c in within])
+                    start, within = cut, list[int]()
+                else:
+                    within.append(cut)
+            parts.append(text[start:])
+            inner.append([c - start for c in within])
+            pieces_per_text.append(len(at) + 1)
+        alone = [not within for within in inner]
+        singles = [part for part, one in zip(parts, alone) if one]
+        if self.boundaries.kind in (CONTINUATION, START_MARKER):
+            single_ids, single_lengths = self.encode_many(singles)
+            single_words = None
+        else:
+            single_ids, single_lengths, single_words = self._encode_hf(singles, with_words=True)
+        if all(alone):
+            ids, lengths, words = single_ids, single_lengths, single_words
+        else:
+            joined = [(part, within) for part, within, one in zip(parts, inner, alone) if not one]
+            hf_ids, hf_lengths, hf_words = self._encode_with_offsets(joined)
+            ids, lengths, words = _interleave(alone, [len(within) + 1 for within in inner],
+                                              (single_ids, single_lengths, single_words),
+                                              (hf_ids, hf_lengths, hf_words))
+        document_starts = np.cumsum([0] + pieces_per_text[:-1], dtype=np.int64)
+        piece_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        first_tokens = piece_offsets[document_starts] if pieces_per_text else np.zeros(0, dtype=np.int64)
+        first_tokens = first_tokens[first_tokens < len(ids)]
+        if self.boundaries.kind == CONTINUATION:
+            return ids, lengths, None
+        if self.boundaries.kind == START_MARKER:
+            starts = self.starts_word[ids] if len(ids) else np.zeros(0, dtype=bool)
+            if len(ids) > 1:
+                starts[1:] |= self.whitespace_ids[ids[:-1]]  # a word after a line break or a run of spaces
+        else:
+            starts = np.asarray(words, dtype=bool)
+        starts[first_tokens] = True  # a document begins a word
+        return ids, lengths, starts
+
+    def _encode_with_offsets(self, texts: list[tuple[str, list[int]]]):
+        """HF's encoding of each whole text, its tokens shared out among its pieces by their offsets (as
+        :meth:`encode_documents`); word starts from the pre-tokenizer's words where the family needs them."""
+        chunks: list[np.ndarray] = []
+        words: list[bool] = []
+        lengths: list[np.ndarray] = []
+        with_words = self.boundaries.kind not in (CONTINUATION, START_MARKER)
+        for batch_start in range(0, len(texts), _ENCODE_BATCH):
+            batch = texts[batch_start:batch_start + _ENCODE_BATCH]
+            encodings = self.text_tokenizer.encode_batch([text for text, _ in batch], add_special_tokens=False)
+            for (_, at), encoding in zip(batch, encodings):
+                ids = encoding.ids
+                token_starts = np.fromiter((start for start, _ in encoding.offsets), dtype=np.int64, count=len(ids))
+                owner = np.maximum.accumulate(np.searchsorted(np.asarray(at, dtype=np.int64), token_starts, "right"))
+                lengths.append(np.bincount(owner, minlength=len(at) + 1).astype(np.int64))
+                if ids:
+                    chunks.append(np.asarray(ids, dtype=np.int32))
+                    if with_words:
+                        words.extend(word_ids_starts(encoding.word_ids))
+        flat = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+        per_piece = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+        return flat, per_piece, (np.asarray(words, dtype=bool) if with_words else None)
+
     def _encode_paragraphs(self, texts: list[str], continues: list[bool]):
         """Each run of continuing texts encoded as the one text it makes (a paragraph, at most
         PARAGRAPH_CHARS long: a longer one is cut at a text's start), its tokens given to the text where each
@@ -352,6 +487,71 @@ def _start_sensitive(tokenizer: Tokenizer) -> bool:
     texts = [text for pair in SEAM_PROBES for text in (*pair, "".join(pair))]
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
     return any(a.ids + b.ids != whole.ids for a, b, whole in zip(*(iter(encodings),) * 3))
+
+
+def _paragraph_sensitive(tokenizer: Tokenizer) -> bool:
+    texts = [text for first, second in PARAGRAPH_PROBES for text in (first, second)]
+    texts += [first + separator + second for first, second in PARAGRAPH_PROBES for separator in PARAGRAPH_BREAKS]
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    alone = {text: encoding.ids for text, encoding in zip(texts, encodings)}
+    return any(alone[first] + alone[second] != alone[first + separator + second]
+               for first, second in PARAGRAPH_PROBES for separator in PARAGRAPH_BREAKS)
+
+
+@functools.cache
+def _byte_level_bytes() -> dict[str, int]:
+    """ByteLevel's printable stand-in for each byte, back to the byte (GPT-2's table, as ``tokenizers`` has it)."""
+    from tokenizers import pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+    table = {chr(b): b for b in printable}
+    others = [b for b in range(256) if b not in table.values()]
+    table.update({chr(256 + n): b for n, b in enumerate(others)})
+    assert set(table) == set(alphabet), "ByteLevel's alphabet is not GPT-2's byte table"
+    return table
+
+
+def _byte_level_text(token: str) -> str:
+    """A byte-level piece's text (its bytes decoded; "" when they are not whole UTF-8 characters)."""
+    table = _byte_level_bytes()
+    try:
+        return bytes(table[ch] for ch in token).decode("utf-8")
+    except (KeyError, UnicodeDecodeError):
+        return ""
+
+
+def _interleave(apart: list[bool], pieces: list[int], *groups):
+    """Two groups' (ids, per-piece lengths, word starts) put back in their texts' order: ``groups[0]`` holds the
+    texts where ``apart`` is True, ``groups[1]`` the others; ``pieces``: each text's pieces."""
+    cursors = [[0, 0] for _ in groups]  # per group: next piece, next token
+    ids, lengths, words = [], [], []
+    with_words = groups[0][2] is not None or groups[1][2] is not None
+    for one, count in zip(apart, pieces):
+        group_ids, group_lengths, group_words = groups[0 if one else 1]
+        cursor = cursors[0 if one else 1]
+        piece_lengths = group_lengths[cursor[0]:cursor[0] + count]
+        tokens = int(piece_lengths.sum())
+        ids.append(group_ids[cursor[1]:cursor[1] + tokens])
+        lengths.append(piece_lengths)
+        if with_words:
+            words.append(group_words[cursor[1]:cursor[1] + tokens])
+        cursor[0] += count
+        cursor[1] += tokens
+    flat = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
+    return (flat.astype(np.int32), np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64),
+            np.concatenate(words).astype(bool) if with_words and words else None)
+
+
+@functools.lru_cache(maxsize=4)
+def paragraph_sensitive_json(tokenizer_json: str) -> bool:
+    """:attr:`Vocabulary.paragraph_sensitive` of a job's tokenizer JSON (for its id).  The text tokenizer's
+    answer: the shipped one's added special tokens do not come out of probe text."""
+    try:
+        vocabulary = Vocabulary.from_json(tokenizer_json, for_text=False)
+    except Exception:  # noqa: BLE001 - not a tokenizer: the job fails where it loads it, with its own one line
+        return False
+    return vocabulary.paragraph_sensitive
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,6 +11,13 @@ downloaded), for the tokenizer tests and the end-to-end runs.
   marker, so words come from the pre-tokenizer's word ids.
 
 Training is sized to take a few seconds; each is built once per session.
+
+Also built (not in ``FAMILIES``): ``modernbert``, a byte-level BPE shaped like ModernBERT's own tokenizer.json
+(OLMo's, which ModernBERT's repository names as its tokenizer: ``generate_eval_config.py`` defaults to
+``bclavie/olmo_bert_template``): no normalizer, ByteLevel without a prefix space, runs of 2-24 spaces as
+added (not special) tokens matched in text, ``<|padding|> <|endoftext|>`` first and ``[UNK] [CLS] [SEP] [PAD]
+[MASK]`` after the vocabulary (``[MASK]`` with ``lstrip``, as its fill-mask pipeline needs), and a
+``[CLS] $A [SEP]`` template post-processor.
 """
 
 from __future__ import annotations
@@ -78,6 +85,8 @@ def tokenizer_path(family: str) -> str:
     elif family == "sentencepiece":
         path = _directory() / "albert-like.model"
         path.write_bytes(train_sentencepiece(lines[:1000]))
+    elif family == "modernbert":
+        modernbert_like(lines, 2000).save(str(path))
     elif family == "bpe-words":
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -90,6 +99,26 @@ def tokenizer_path(family: str) -> str:
     else:
         raise ValueError(family)
     return str(path)
+
+
+def modernbert_like(lines, vocab_size: int):
+    """A byte-level BPE of ModernBERT's tokenizer.json's shape (see the module doc), trained on ``lines``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|padding|>", "<|endoftext|>"],
+                                  show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(lines, trainer=trainer)
+    tokenizer.add_tokens([AddedToken(" " * n, normalized=True, special=False) for n in range(24, 1, -1)])
+    tokenizer.add_special_tokens([AddedToken("[UNK]"), AddedToken("[CLS]"), AddedToken("[SEP]"), AddedToken("[PAD]"),
+                                  AddedToken("[MASK]", lstrip=True)])
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tokenizer
 
 
 def vocabulary_of(family: str):
