@@ -111,8 +111,8 @@ def check_against_cli(target: str, args: list[str]) -> None:
                 param.type_cast_value(context, value)
 
 
-#: The README, and the guide that replaces it (docs/README.next.md, written relative to the repository's root).
-GUIDES = ("README.md", "docs/README.next.md")
+#: The guides whose commands are checked against the CLI.
+GUIDES = ("README.md",)
 
 
 def readme_project_commands(guide: str = "README.md") -> list[tuple[str, list[str], list[str]]]:
@@ -125,7 +125,7 @@ def readme_project_commands(guide: str = "README.md") -> list[tuple[str, list[st
     return found
 
 
-@pytest.mark.parametrize("guide", [g for g in GUIDES if (REPO / g).exists()])
+@pytest.mark.parametrize("guide", GUIDES)
 def test_every_project_command_in_the_readme_parses_with_its_real_command_line(guide):
     """Every ``python -m ROLE ...`` and ``mlm-* ...`` line in a ```bash block of the README: a flag renamed or
     removed, or a choice that is gone, fails here, with the line."""
@@ -186,11 +186,9 @@ LINKED_PAGES = ("README.md", "CHANGELOG.md", *sorted(p.relative_to(REPO).as_posi
 
 @pytest.mark.parametrize("page", LINKED_PAGES)
 def test_every_relative_link_leads_to_a_file_and_heading(page):
-    """A renamed page or heading breaks no link silently.  docs/README.next.md is written from the root."""
+    """A renamed page or heading breaks no link silently."""
     path = REPO / page
-    if not path.exists():
-        pytest.skip(f"{page} is not in this checkout")
-    base = REPO if page in ("README.md", "CHANGELOG.md", "docs/README.next.md") else path.parent
+    base = REPO if page in ("README.md", "CHANGELOG.md") else path.parent
     broken = []
     for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"),
                                                            flags=re.S)):
@@ -205,11 +203,11 @@ def test_every_relative_link_leads_to_a_file_and_heading(page):
     assert not broken, broken
 
 
-#: The user docs held to "a guide, not a diary" (CHANGELOG.md keeps the dates).  README.md, formats, loader,
-#: reliability, fleet and objectives join when their dated lines are gone.
-GUIDE_PAGES = ("docs/README.next.md", "docs/architecture.md", "docs/results.md", "docs/benchmarks.md",
+#: The user docs held to "a guide, not a diary" (CHANGELOG.md keeps the dates).
+GUIDE_PAGES = ("README.md", "docs/architecture.md", "docs/results.md", "docs/benchmarks.md",
                "docs/design.md", "docs/dedup.md", "docs/tokenizers.md", "docs/clusters.md", "docs/report.md",
-               "docs/inputs.md")
+               "docs/inputs.md", "docs/reliability.md", "docs/fleet.md", "docs/formats.md", "docs/loader.md",
+               "docs/objectives.md")
 DIARY = re.compile(r"\(issue #?\d+|\bissue #\d+|\(#\d+\)|\b20\d\d-\d\d-\d\d\b|\b\d\d:\d\d(-\d\d:\d\d)? UTC\b")
 
 
@@ -221,5 +219,5 @@ def test_a_guide_page_names_no_issue_and_no_date(page):
     assert not diary, "\n".join(diary)
 
 
-def test_the_next_readme_is_a_short_guide():
-    assert len((REPO / "docs" / "README.next.md").read_text(encoding="utf-8").splitlines()) <= 350
+def test_the_readme_is_a_short_guide():
+    assert len(README.splitlines()) <= 350
