@@ -153,7 +153,7 @@ def _client(address: str, server_pid: int, ranks: int, batches_per_rank: int) ->
         for client in clients:
             batch = client.next_batch()
             batches += 1
-            tokens += int(batch.features["input_ids"].size if "cu_seqlens" in batch.features
+            tokens += int(batch.features["input_ids"].size if "cu_seq_lens_q" in batch.features
                           else batch.features["attention_mask"].sum())
             samples += len(batch.record_ids)
     wall, client_cpu, served = time.monotonic() - started, time.process_time() - cpu, server_cpu() - server_started

@@ -188,8 +188,10 @@ class LoaderClient:
         server batches and the client prefetches.  A worker process is
         refused: it would iterate a copy of this client, so ``state()`` here
         would never move and a resume would replay the epoch.  Token-budget
-        batches' ``max_seqlen`` comes as a Python int (what flash-attention's
-        varlen functions take)."""
+        batches' ``max_length_q/k`` come as Python ints (what flash-attention's
+        varlen functions take).  These are the batches as laid out: a flat one
+        given to an SDPA or eager model as it is attends across samples
+        (``Batch.to_model_inputs``, ``loader.torch_data.LoaderDataset``)."""
         import torch
         from torch.utils.data import IterableDataset, get_worker_info
 
