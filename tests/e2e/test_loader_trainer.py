@@ -1,7 +1,7 @@
 """transformers.Trainer under ``torchrun --nproc-per-node 2`` (gloo, CPU) trains a tiny ModernBERT from a real loader
-server's flat token-budget batches through loader.torch_data.LoaderDataset (tests/support/trainer_run.py): the
-ranks get disjoint samples, and a run stopped after a checkpoint and resumed from it trains on exactly the batches
-of a run never stopped."""
+server's flat token-budget batches through loader.torch_data.LoaderDataset (tests/support/trainer_run.py): each rank's model is given its
+own batches of the stream in order (the ranks' samples disjoint), and a run stopped after a checkpoint and resumed
+from it trains on exactly the batches that plain clients read uninterrupted."""
 
 import json
 import subprocess
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bench.procs import free_ports
+from loader.client import LoaderClient
 from tests.support.helpers import REPO
 from tests.support.loader_helpers import LoaderProcess, make_token_dataset, vocab_args
 
@@ -33,34 +34,44 @@ def torchrun(tmp_path, address: str, name: str, *args) -> list[dict]:
     return [json.loads((tmp_path / f"{name}.{rank}.json").read_text()) for rank in range(2)]
 
 
+def expected_stream(address: str, batches: int) -> list[tuple[list[list[int]], list[list[int]]]]:
+    """Each rank's first batches read by plain clients, uninterrupted: (the real tokens an SDPA model is given,
+    record ids) per batch."""
+    out = []
+    for rank in range(2):
+        with LoaderClient(address, rank=rank, world_size=2, timeout_seconds=60) as client:
+            taken = [client.next_batch() for _ in range(batches)]
+        inputs = [batch.to_model_inputs("sdpa") for batch in taken]
+        out.append(([i["input_ids"][i["attention_mask"].bool()].tolist() for i in inputs],
+                    [batch.record_ids.tolist() for batch in taken]))
+    return out
+
+
 def test_trainer_on_two_ranks_trains_on_disjoint_batches_and_resumes_the_same_stream(tmp_path):
     pytest.importorskip("torch", reason="torch is in the test extras (the CPU wheel)")
     pytest.importorskip("accelerate", reason="accelerate (the Trainer's) is in the trainer extra")
     data = make_token_dataset(tmp_path / "data")
     with LoaderProcess(data, "--batch-tokens", BUDGET, "--batch-layout", "flat", "--dynamic-masking",
                        "--masked-lm-prob", 0.3, *vocab_args()) as server:
-        whole = torchrun(tmp_path, server.address, "whole")
-        first = torchrun(tmp_path, server.address, "split", "--stop-at", 3)
-        rest = torchrun(tmp_path, server.address, "split", "--resume")
-
-    for rank, report in enumerate(whole):
-        assert (report["rank"], report["world_size"]) == (rank, 2)  # from torch.distributed
-        assert report["global_step"] == STEPS and len(report["records"]) == STEPS
-        assert all(np.isfinite(report["losses"])) and len(report["losses"]) == STEPS
-    seen = [{r for batch in report["records"] for r in batch} for report in whole]
-    assert seen[0] and seen[1] and not seen[0] & seen[1], "the ranks' samples are disjoint"
-    for report in whole:  # each rank's own batches, none dropped by accelerate's re-sharding: no sample twice
-        flat = [r for batch in report["records"] for r in batch]
-        assert len(flat) == len(set(flat))
+        first = torchrun(tmp_path, server.address, "run", "--stop-at", 3)
+        rest = torchrun(tmp_path, server.address, "run", "--resume")
+        expected = expected_stream(server.address, STEPS)
 
     for rank in range(2):
+        assert (first[rank]["rank"], first[rank]["world_size"]) == (rank, 2)  # from torch.distributed
         assert (first[rank]["global_step"], rest[rank]["start_step"], rest[rank]["global_step"]) == (3, 3, STEPS)
-        resumed = first[rank]["records"] + rest[rank]["records"]
-        assert resumed == whole[rank]["records"], f"rank {rank}: the resumed run continues the same stream"
-        assert first[rank]["fetched"] > 3 or rest[rank]["fetched"] >= 3  # look-ahead never leaks into the resume
+        tokens, records = expected[rank]
+        # the model was given this rank's batches in the stream's order, none dropped or repeated by accelerate's
+        # re-sharding, and the resumed run went on from the checkpoint's batch
+        assert first[rank]["inputs"] == tokens[:3], f"rank {rank}: the first run's batches"
+        assert rest[rank]["inputs"] == tokens[3:], f"rank {rank}: the resumed run continues the same stream"
+        assert first[rank]["records"] + rest[rank]["records"] == records
+        assert all(np.isfinite(first[rank]["losses"] + rest[rank]["losses"]))
+    seen = [{r for batch in expected[rank][1] for r in batch} for rank in range(2)]
+    assert seen[0] and seen[1] and not seen[0] & seen[1], "the ranks' samples are disjoint"
     # the checkpoint holds each rank's loader position beside the Trainer's own state
-    checkpoint = tmp_path / "split-out" / "checkpoint-3"
+    checkpoint = tmp_path / "run-out" / "checkpoint-3"
     states = [json.loads((checkpoint / f"loader_state_{rank}.json").read_text()) for rank in range(2)]
-    assert [(s["rank"], s["world_size"], s["batch_tokens"], s["layout"]) for s in states] == [
-        (0, 2, BUDGET, "flat"), (1, 2, BUDGET, "flat")]
+    assert [(s["rank"], s["world_size"], s["batch"], s["batch_tokens"], s["layout"]) for s in states] == [
+        (0, 2, 3, BUDGET, "flat"), (1, 2, 3, BUDGET, "flat")]
     assert (checkpoint / "trainer_state.json").exists() and (checkpoint / "rng_state_1.pth").exists()

@@ -1,6 +1,7 @@
 """One rank of ``torchrun --nproc-per-node N tests/support/trainer_run.py``: transformers.Trainer (defaults but for
 what loader.torch_data.TRAINER_ARGUMENTS sets) trains a tiny ModernBertForMaskedLM (CPU, gloo) on a loader server's
-batches through LoaderDataset, and writes what this rank trained on to REPORT.rank.json.
+batches through LoaderDataset, and writes what this rank trained on to REPORT.rank.json (the tokens the model was given, seen by a forward
+hook, and the loader's record ids of those batches).
 
     --stop-at K: stop after step K (a checkpoint is saved there), as a job killed after its checkpoint would be;
     --resume: continue from the last checkpoint in --output.
@@ -54,6 +55,10 @@ def main() -> None:
                               bos_token_id=None, eos_token_id=None, sparse_prediction=True,
                               attn_implementation="sdpa")
     model = ModernBertForMaskedLM(config)
+    seen: list[list[int]] = []  # the real tokens of every batch the model was given, in order
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["input_ids"][kwargs["attention_mask"].bool()].tolist()),
+        with_kwargs=True)
     dataset = LoaderDataset(args.loader, model, keep_record_ids=True, timeout_seconds=120)
     callbacks = [dataset.callback()] + ([StopAt(args.stop_at)] if args.stop_at else [])
     trainer = Trainer(model=model, args=training, train_dataset=dataset, data_collator=dataset.collate,
@@ -68,7 +73,7 @@ def main() -> None:
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     report = {"rank": dataset.rank, "world_size": dataset.world_size, "start_step": start,
               "global_step": trainer.state.global_step, "records": dataset.record_ids[:consumed], "losses": losses,
-              "fetched": dataset.batches}
+              "fetched": dataset.batches, "inputs": seen}
     Path(f"{args.report}.{dataset.rank}.json").write_text(json.dumps(report))
 
 
