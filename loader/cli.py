@@ -159,7 +159,8 @@ def _output_options(command):
                    "e.g. --objective tokens), at most this many tokens a batch per rank.  [default: off]")
 @click.option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
               help="With --batch-tokens: flat (one row, position_ids, cu_seq_lens_q/k, max_length_q/k: "
-                   "DataCollatorWithFlattening's flash-attention kwargs) or padded (similar lengths, padded to the longest, attention_mask).  "
+                   "DataCollatorWithFlattening's flash-attention kwargs) or padded (similar lengths, padded to the "
+                   "longest, attention_mask).  "
                    "[default: flat]")
 @click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
