@@ -64,7 +64,8 @@ def model_arrays(features: dict[str, np.ndarray], attn_impl: str, pad_id: int = 
                 out[key] = int(value) if np.ndim(value) == 0 else value
             return out
         cu = np.asarray(features["cu_seq_lens_q"], dtype=np.int64)
-        tokens = {key: np.asarray(features[key]).reshape(-1) for key in ("input_ids", "labels") if key in features}
+        tokens: dict[str, np.ndarray] = {key: np.asarray(features[key]).reshape(-1)
+                                         for key in ("input_ids", "labels") if key in features}
         return dict(padded(tokens, np.diff(cu), pad_id))
     out = {key: features[key] for key in _MODEL_KEYS if key in features}
     if "token_type_ids" not in out and "segment_ids" in features:
