@@ -28,7 +28,9 @@ def test_the_trainer_and_litdata_extras_install_and_run_the_readme_section(tmp_p
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip(venv, TORCH)
-    pip(venv, "-e", f"{REPO}[trainer,litdata]")
+    # torch named again: litdata wants a torchvision, and the newest one pins the newest torch (a CUDA build): held
+    # to the torch in place, pip takes the torchvision made for it
+    pip(venv, "-e", f"{REPO}[trainer,litdata]", TORCH)
     python = str(venv / "bin" / "python")
     probe = subprocess.run([python, "-c", "import sys, torch, transformers, accelerate, litdata, numpy; "
                             "print(sys.prefix, torch.__version__, transformers.__version__, numpy.__version__)"],
