@@ -17,8 +17,16 @@ pytestmark = pytest.mark.e2e
 def section_commands() -> list[str]:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Training a ModernBERT-style encoder", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [line.strip() for line in block.splitlines() if line.strip()]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    assert blocks[0].strip().startswith("pip install"), "the section's install line comes first"
+    return [line.strip() for line in blocks[1].splitlines() if line.strip()]
+
+
+def install_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Training a ModernBERT-style encoder", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[0]
+    return [part.strip() for line in block.splitlines() for part in line.split("&&") if part.strip()]
 
 
 def run_section(tmp_path, python: str = sys.executable) -> tuple[dict, str]:
