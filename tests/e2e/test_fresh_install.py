@@ -1,6 +1,6 @@
 """The README ModernBERT section's install line, run as written in a fresh venv with nothing of the machine's
-site-packages and no stubs (torch's CPU build, then this checkout with the trainer and litdata extras); then the
-section's commands with that venv's python, and LitData imports.  Slow (a venv and the packages, from the registry
+site-packages and no stubs (torch's CPU build, then this checkout with the trainer extra); then the
+section's commands with that venv's python.  Slow (a venv and the packages, from the registry
 and this machine's torch file): minutes."""
 
 import shlex
@@ -21,17 +21,16 @@ def pip(venv, *args) -> None:
     assert result.returncode == 0, (args, result.stderr[-3000:])
 
 
-def test_the_trainer_and_litdata_extras_install_and_run_the_readme_section(tmp_path):
+def test_the_trainer_extra_installs_and_runs_the_readme_section(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    # as README says: torch's CPU build (a file on this machine's disk), then the extras with torch named again
-    # (litdata wants a torchvision, and the newest pins the newest torch, a CUDA build of several GB)
+    # as README says: torch's CPU build (a file on this machine's disk), then the extra with torch named again
     for command in install_commands():
         argv = shlex.split(command)
         assert argv[:2] == ["pip", "install"], command
         pip(venv, *argv[2:])
     python = str(venv / "bin" / "python")
-    probe = subprocess.run([python, "-c", "import sys, torch, transformers, accelerate, litdata, numpy; "
+    probe = subprocess.run([python, "-c", "import sys, torch, transformers, accelerate, numpy; "
                             "print(sys.prefix, torch.__version__, transformers.__version__, numpy.__version__)"],
                            capture_output=True, text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-3000:]
