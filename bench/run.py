@@ -382,6 +382,15 @@ def _rows() -> list[Row]:
           for context in (1024, 8192) for layout in ("flat", "padded")],
         *[Row(f"tb_waste_fixed_{context}", f"Token batches: padding waste of fixed {context:,}-token rows (same "
               f"lengths)", "{:.1%}") for context in (1024, 8192)],
+        # the same on real documents: the wiki sample (WikiExtractor articles) through --objective tokens
+        *[Row(f"tb_wiki_waste_{layout}_{context}", f"Token batches, --batch-tokens {context:,} {layout}: padding "
+              f"waste on the wiki sample's articles (--objective tokens --max-seq-length {context:,})", "{:.2%}",
+              "≤ 2%" if layout == "flat" else "", (lambda v: v <= 0.02) if layout == "flat" else None)
+          for context in (4096, 8192) for layout in ("flat", "padded")],
+        *[Row(f"tb_wiki_fixed_{context}", f"Token batches: padding waste of fixed {context:,}-token rows (the wiki "
+              "sample's samples)", "{:.1%}") for context in (4096, 8192)],
+        *[Row(f"tb_wiki_samples_{context}", f"Token batches: the wiki sample's samples at --max-seq-length "
+              f"{context:,} (tokens objective)", "{:,.0f}") for context in (4096, 8192)],
         Row("tb_pack_s", "Token batches: packing an epoch (best fit decreasing, windows of 4,096): CPU-s per million "
             "samples", "{:.2f}"),
         Row("tb_samples", "Token batches serving input: samples of an --objective tokens output (web-like lengths)",
@@ -1311,6 +1320,14 @@ def batches_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         for layout in ("flat", "padded"):
             res.add(f"tb_waste_{layout}_{context}", tb.packed_waste(pieces, context, layout))
         res.add(f"tb_waste_fixed_{context}", tb.fixed_waste(pieces, context))
+    for context in (4096, 8192):  # real documents: each article cut by the tokens objective itself
+        output = tb.make_output(WIKI, tmp / "runs" / f"tb-wiki-{context}", str(VOCAB), "--max-seq-length",
+                                str(context))
+        pieces = tb.output_lengths(output)
+        for layout in ("flat", "padded"):
+            res.add(f"tb_wiki_waste_{layout}_{context}", tb.packed_waste(pieces, context, layout))
+        res.add(f"tb_wiki_fixed_{context}", tb.fixed_waste(pieces, context))
+        res.add(f"tb_wiki_samples_{context}", len(pieces))
     pieces = tb.chunked(lengths, 8192)
     started = time.process_time()
     tb.packed_waste(pieces, 8192, "flat")

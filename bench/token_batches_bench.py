@@ -78,13 +78,26 @@ def packed_waste(lengths: np.ndarray, budget: int, layout: str, window: int = 40
     return 1 - tokens / used
 
 
+def output_lengths(output: Path) -> np.ndarray:
+    """Every sample's token count in an ``--output-format parquet`` output, read with pyarrow."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from loader.shards import open_dataset
+
+    _, shards = open_dataset(str(output))
+    return np.concatenate([pc.list_value_length(pq.read_table(output / name, columns=["input_ids"])
+                                                .column("input_ids")).to_numpy() for name in shards.names])
+
+
 def fixed_waste(lengths: np.ndarray, context: int) -> float:
     """1 - tokens / slots when every piece is padded to ``context``."""
     return 1 - int(lengths.sum()) / (len(lengths) * context)
 
 
-def make_output(corpus: Path, work: Path, vocab: str, timeout: float = 900) -> Path:
-    """``--objective tokens --output-format parquet`` of ``corpus`` with 2 workers: the loader's input."""
+def make_output(corpus: Path, work: Path, vocab: str, *extra: str, timeout: float = 900) -> Path:
+    """``--objective tokens --output-format parquet`` of ``corpus`` with 2 workers (and ``extra`` flags, e.g.
+    ``--max-seq-length``): the loader's input."""
     import subprocess
 
     work.mkdir(parents=True, exist_ok=True)
@@ -92,7 +105,7 @@ def make_output(corpus: Path, work: Path, vocab: str, timeout: float = 900) -> P
     result = subprocess.run([sys.executable, "-m", "ventilator", "--data", str(corpus), "--output", str(work / "out"),
                              "--vport", str(vport), "--sink-port", str(sink_port), "--bind-host", "127.0.0.1",
                              "--state-dir", str(work / "state"), "--vocab-file", vocab, "--objective", "tokens",
-                             "--output-format", "parquet", "--task-size", "1M", "--workers", "2"],
+                             "--output-format", "parquet", "--task-size", "1M", "--workers", "2", *extra],
                             capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"tokens output: exit status {result.returncode}\n{result.stderr[-3000:]}")
@@ -153,7 +166,7 @@ def _client(address: str, server_pid: int, ranks: int, batches_per_rank: int) ->
         for client in clients:
             batch = client.next_batch()
             batches += 1
-            tokens += int(batch.features["input_ids"].size if "cu_seqlens" in batch.features
+            tokens += int(batch.features["input_ids"].size if "cu_seq_lens_q" in batch.features
                           else batch.features["attention_mask"].sum())
             samples += len(batch.record_ids)
     wall, client_cpu, served = time.monotonic() - started, time.process_time() - cpu, server_cpu() - server_started

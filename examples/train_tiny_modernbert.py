@@ -6,11 +6,13 @@ token-budget batches.
     python examples/train_tiny_modernbert.py --loader 127.0.0.1:5560 --tokenizer /tmp/mb/tokenizer.json --steps 20
 
 Flat batches are one row of samples end to end with ``position_ids``
-restarting at each sample and ``cu_seqlens``: what flash-attention's varlen
-kernels take.  Without flash-attention (this CPU example) each batch is
-unflattened by ``cu_seqlens`` into one padded row per sample with an
-``attention_mask``, so no token attends across a sample boundary; padded
-batches (``--batch-layout padded``) go in as they come.  The masked-LM loss
+restarting at each sample and ``cu_seq_lens_q/k``, ``max_length_q/k``: what
+a flash-attention model takes.  ``batch.to_model_inputs(model)`` gives the
+model what it can take safely: those kwargs under flash attention; under
+SDPA or eager (this CPU example) one padded row per sample with an
+``attention_mask``, so no token attends across a sample boundary (the raw
+flat row would, silently).  Padded batches (``--batch-layout padded``) go
+in as they come.  The masked-LM loss
 falls from ~ln(vocabulary size).  ``--state-file`` keeps the loader's
 position; each rank of a multi-GPU job runs the same with its own
 ``--rank`` and the job's ``--world-size``.
@@ -27,18 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
 from transformers import ModernBertConfig, ModernBertForMaskedLM  # noqa: E402
 
 from loader.client import LoaderClient  # noqa: E402
-from loader.token_layout import padded  # noqa: E402
-
-
-def unflatten(batch: dict, pad_id: int) -> dict:
-    """A flat batch as one padded row per sample (split by cu_seqlens)."""
-    lengths = batch["cu_seqlens"].diff().numpy()
-    rows = padded({"input_ids": batch["input_ids"][0].numpy(), "labels": batch["labels"][0].numpy()}, lengths, pad_id)
-    return {name: torch.from_numpy(array) for name, array in rows.items()}
 
 
 def main() -> None:
@@ -72,13 +65,8 @@ def main() -> None:
     losses = []
     with LoaderClient(args.loader, rank=args.rank, world_size=args.world_size, state=state,
                       timeout_seconds=120) as client:
-        batches = iter(DataLoader(client.torch_dataset(), batch_size=None, num_workers=0))
         for step in range(args.steps):
-            batch = next(batches)
-            if "cu_seqlens" in batch:
-                batch = unflatten(batch, pad)
-            loss = model(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
-                         labels=batch["labels"]).loss
+            loss = model(**client.next_batch().to_model_inputs(model)).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -195,8 +195,9 @@ def _output_options(command):
               help="Token-budget batches instead of --batch-size rows: whole samples (variable-length records, "
                    "e.g. --objective tokens), at most this many tokens a batch per rank.  [default: off]")
 @click.option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
-              help="With --batch-tokens: flat (one row, position_ids, cu_seqlens: flash-attention varlen / "
-                   "DataCollatorWithFlattening) or padded (similar lengths, padded to the longest, attention_mask).  "
+              help="With --batch-tokens: flat (one row, position_ids, cu_seq_lens_q/k, max_length_q/k: "
+                   "DataCollatorWithFlattening's flash-attention kwargs) or padded (similar lengths, padded to the "
+                   "longest, attention_mask).  "
                    "[default: flat]")
 @click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "

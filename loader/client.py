@@ -45,6 +45,15 @@ class Batch:
     index: int  # the batch's number within the epoch, for this rank
     record_ids: np.ndarray  # each row's record (global index in the manifest's order)
     last_in_epoch: bool
+    pad_id: int = 0  # what padded rows are filled with (the server's; token-budget batches)
+
+    def to_model_inputs(self, model_or_attn_impl, device="cpu") -> dict:
+        """What ``model(**inputs)`` takes safely, as tensors on ``device``: a flat batch's flash-attention varlen
+        kwargs when the model (or the attention implementation named) runs flash attention, else its samples as
+        padded rows with ``attention_mask``, so no token attends across samples (loader/model_inputs.py)."""
+        from loader.model_inputs import to_model_inputs
+
+        return to_model_inputs(self.features, model_or_attn_impl, device, self.pad_id)
 
 
 def hf_views(features: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -179,8 +188,10 @@ class LoaderClient:
         server batches and the client prefetches.  A worker process is
         refused: it would iterate a copy of this client, so ``state()`` here
         would never move and a resume would replay the epoch.  Token-budget
-        batches' ``max_seqlen`` comes as a Python int (what flash-attention's
-        varlen functions take)."""
+        batches' ``max_length_q/k`` come as Python ints (what flash-attention's
+        varlen functions take).  These are the batches as laid out: a flat one
+        given to an SDPA or eager model as it is attends across samples
+        (``Batch.to_model_inputs``, ``loader.torch_data.LoaderDataset``)."""
         import torch
         from torch.utils.data import IterableDataset, get_worker_info
 
@@ -345,7 +356,7 @@ class LoaderClient:
         tokens = {name: view.reshape(-1) for name, view in layout.views(matrix).items()}
         features = lay_out(attached.layout, tokens, lengths, attached.pad_id)  # new arrays: the trainer may keep them
         record_ids = np.frombuffer(frames[1].buffer, dtype=np.int64).copy()
-        return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch)
+        return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch, int(attached.pad_id))
 
     def _layout(self) -> RecordLayout:
         if self._record_layout is None:

@@ -6,9 +6,13 @@ client lays them out here, so padding never crosses the wire and the
 server's CPU goes to packing and masking:
 
 * ``flat``: one row of the concatenated samples, ``position_ids`` restarting
-  at 0 at each sample, ``cu_seqlens`` (int32, samples + 1: each sample's
-  start, then the total) and ``max_seqlen``: Hugging Face's
-  ``DataCollatorWithFlattening`` and flash-attention's varlen format;
+  at 0 at each sample, ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32, samples +
+  1: each sample's start, then the total) and ``max_length_q``/``max_length_k``:
+  what Hugging Face's ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``
+  emits and its flash-attention models take as keyword arguments.  Only a
+  flash-attention model keeps samples apart from these; an SDPA or eager
+  model given the row attends across samples (loader/model_inputs.py lays
+  the batch out for the model at hand);
 * ``padded``: one row per sample, padded with ``pad_id`` to the longest of
   the batch, ``attention_mask`` 1 on tokens (labels -100 on padding).
 """
@@ -29,9 +33,19 @@ def flat(tokens: dict[str, np.ndarray], lengths: np.ndarray) -> dict[str, np.nda
     if "labels" in tokens:
         out["labels"] = np.asarray(tokens["labels"], dtype=np.int64).reshape(1, total)
     out["position_ids"] = position_ids.reshape(1, total)
-    out["cu_seqlens"] = cu_seqlens
-    out["max_seqlen"] = np.asarray(int(lengths.max()) if len(lengths) else 0, dtype=np.int32)
+    out["cu_seq_lens_q"] = cu_seqlens
+    out["cu_seq_lens_k"] = cu_seqlens.copy()
+    longest = np.asarray(int(lengths.max()) if len(lengths) else 0, dtype=np.int32)
+    out["max_length_q"], out["max_length_k"] = longest, longest.copy()
     return out
+
+
+#: the flat layout's sample boundaries, in Hugging Face's names (a flash-attention model's keyword arguments)
+FLAT_BOUNDARIES = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+
+def is_flat(features: dict) -> bool:
+    return "cu_seq_lens_q" in features
 
 
 def padded(tokens: dict[str, np.ndarray], lengths: np.ndarray, pad_id: int = 0) -> dict[str, np.ndarray]:

@@ -77,11 +77,11 @@ def test_flat_batches_hold_every_sample_once_per_epoch_within_the_budget(flat_ru
         seen = []
         for batch in (b for rank in per_rank for b in rank):
             f = batch.features
-            cu = f["cu_seqlens"]
+            cu = f["cu_seq_lens_q"]
             assert f["input_ids"].shape == f["labels"].shape == f["position_ids"].shape == (1, int(cu[-1]))
             assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] <= BUDGET
             lengths = np.diff(cu)
-            assert int(f["max_seqlen"]) == lengths.max()
+            assert int(f["max_length_q"]) == lengths.max()
             assert lengths.tolist() == [len(stored[r]) for r in batch.record_ids]
             assert f["position_ids"][0].tolist() == [p for n in lengths.tolist() for p in range(n)]
             assert np.array_equal(originals(f), np.concatenate([stored[r] for r in batch.record_ids]))
@@ -105,7 +105,7 @@ def test_padded_batches_group_similar_lengths_with_the_same_masks_as_flat(token_
     each sample masked exactly as in the flat layout (masks are keyed by seed, epoch and record only)."""
     flat_masks = {}
     for batch in (b for rank in flat_run[0][0] for b in rank):
-        cu = batch.features["cu_seqlens"]
+        cu = batch.features["cu_seq_lens_q"]
         for row, record in enumerate(batch.record_ids.tolist()):
             flat_masks[record] = batch.features["input_ids"][0, cu[row]:cu[row + 1]]
     with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--batch-layout", "padded", "--dynamic-masking",
@@ -155,7 +155,7 @@ def test_resumed_killed_and_restarted_servers_give_the_same_batches(token_datase
     for ours, theirs in zip(whole[5:], rest, strict=True):
         assert (ours.epoch, ours.index) == (theirs.epoch, theirs.index)
         assert np.array_equal(ours.record_ids, theirs.record_ids)
-        for name in ("input_ids", "labels", "position_ids", "cu_seqlens"):
+        for name in ("input_ids", "labels", "position_ids", "cu_seq_lens_q"):
             assert np.array_equal(ours.features[name], theirs.features[name])
     with LoaderProcess(token_dataset, "--batch-tokens", BUDGET, "--batch-layout", "padded", "--dynamic-masking",
                        *vocab_args(), "--pack-window", 500) as other:
@@ -192,9 +192,9 @@ def tiny_modernbert(torch):
 
 def flat_loss(model, batch, torch, boundaries: bool = True):
     """A flat batch without flash-attention: one row, position_ids restarting at each sample, and a
-    block-diagonal mask built from cu_seqlens (a token attends to its own sample only; in the local layer,
+    block-diagonal mask built from cu_seq_lens_q (a token attends to its own sample only; in the local layer,
     within the window as well), passed to ModernBERT per attention type."""
-    cu = batch["cu_seqlens"].long()
+    cu = batch["cu_seq_lens_q"].long()
     sample = torch.repeat_interleave(torch.arange(len(cu) - 1), cu.diff())
     position = batch["position_ids"][0]
     same = sample[:, None] == sample[None, :] if boundaries else torch.ones(len(sample), len(sample), dtype=bool)
@@ -209,7 +209,7 @@ def flat_loss(model, batch, torch, boundaries: bool = True):
 
 def hidden(model, batch, torch, boundaries: bool = True):
     """The encoder's last hidden states at the real tokens, in sample order (either layout)."""
-    if "cu_seqlens" in batch:
+    if "cu_seq_lens_q" in batch:
         captured = {}
         handle = model.model.register_forward_hook(lambda module, args, out: captured.update(out=out[0]))
         flat_loss(model, batch, torch, boundaries)
@@ -227,11 +227,12 @@ def padded_loss(model, batch):
 def test_tiny_modernbert_learns_from_flat_and_padded_batches(token_dataset):
     """transformers' ModernBertForMaskedLM (CPU, random init) trains 20 steps on each layout, fed by the
     PyTorch adapter through a DataLoader; its loss falls from ~ln(30522).  On the same samples, a flat batch
-    (block-diagonal mask from cu_seqlens) and its padded form give the same loss; without the mask they do not."""
+    (block-diagonal mask from cu_seq_lens_q) and its padded form give the same loss; without the mask they do not."""
     torch = pytest.importorskip("torch", reason="torch is in the test extras (the CPU wheel)")
     pytest.importorskip("transformers", reason="transformers (with ModernBERT) is in the test extras")
     from torch.utils.data import DataLoader
 
+    from loader.model_inputs import to_model_inputs
     from loader.token_layout import padded
 
     torch.set_num_threads(1)
@@ -244,10 +245,14 @@ def test_tiny_modernbert_learns_from_flat_and_padded_batches(token_dataset):
             with LoaderClient(server.address, timeout_seconds=60) as client:
                 batches = iter(DataLoader(client.torch_dataset(), batch_size=None, num_workers=0))
                 losses = []
-                for _ in range(20):
-                    batch = next(batches)
-                    assert all(isinstance(v, torch.Tensor) for k, v in batch.items() if k != "max_seqlen")
-                    loss = flat_loss(model, batch, torch) if layout == "flat" else padded_loss(model, batch)
+                for step in range(20):
+                    if layout == "flat" and step % 2:  # the client's own batch, laid out for this (SDPA) model
+                        loss = model(**client.next_batch().to_model_inputs(model)).loss
+                    else:
+                        batch = next(batches)
+                        assert all(isinstance(v, torch.Tensor) for k, v in batch.items()
+                                   if not k.startswith("max_length"))
+                        loss = flat_loss(model, batch, torch) if layout == "flat" else padded_loss(model, batch)
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
@@ -257,14 +262,19 @@ def test_tiny_modernbert_learns_from_flat_and_padded_batches(token_dataset):
         assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 1.0, (layout, losses)
 
     model.eval()  # the flat-trained model; `held` is a flat batch
-    lengths = held["cu_seqlens"].diff().numpy()
+    lengths = held["cu_seq_lens_q"].diff().numpy()
     same = {name: torch.from_numpy(array) for name, array in padded(
         {"input_ids": held["input_ids"][0].numpy(), "labels": held["labels"][0].numpy()}, lengths).items()}
     with torch.no_grad():
         as_flat, as_padded = flat_loss(model, held, torch).item(), padded_loss(model, same).item()
+        safe = model(**to_model_inputs(held, model))  # sparse prediction: logits at the masked tokens, in order
+        raw = model(**{k: v.long() if k in ("input_ids", "labels", "position_ids") else v for k, v in held.items()})
+        as_inputs = safe.loss.item()
         states = {name: hidden(model, batch, torch, **kw) for name, batch, kw in (
             ("flat", held, {}), ("padded", same, {}), ("unbounded", held, {"boundaries": False}))}
     assert as_flat == pytest.approx(as_padded, rel=1e-5, abs=1e-5)
+    assert as_inputs == pytest.approx(as_padded, rel=1e-5, abs=1e-5)
+    assert (raw.logits - safe.logits).abs().max() > 1e-2, "the raw flat batch given to an SDPA model attends across"
     torch.testing.assert_close(states["flat"], states["padded"], rtol=1e-4, atol=1e-4)
     assert (states["unbounded"] - states["padded"]).abs().max() > 1e-2, "attending across samples changes the output"
 
@@ -282,7 +292,7 @@ def test_whole_word_masks_follow_the_tokenizers_words(token_dataset, stored):
             batches = [client.next_batch() for _ in range(6)]
     words = 0
     for batch in batches:
-        cu = batch.features["cu_seqlens"]
+        cu = batch.features["cu_seq_lens_q"]
         for row, record in enumerate(batch.record_ids.tolist()):
             original = stored[record]
             masked = batch.features["labels"][0, cu[row]:cu[row + 1]] != -100

@@ -17,12 +17,21 @@ pytestmark = pytest.mark.e2e
 def section_commands() -> list[str]:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Training a ModernBERT-style encoder", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
-    return [line.strip() for line in block.splitlines() if line.strip()]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    assert blocks[0].strip().startswith("pip install"), "the section's install line comes first"
+    return [line.strip() for line in blocks[1].splitlines() if line.strip()]
 
 
-def test_the_readme_path_trains_a_tiny_modernbert(tmp_path):
-    pytest.importorskip("transformers", reason="transformers (with ModernBERT) is in the test extras")
+def install_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Training a ModernBERT-style encoder", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[0]
+    return [part.strip() for line in block.splitlines() for part in line.split("&&") if part.strip()]
+
+
+def run_section(tmp_path, python: str = sys.executable) -> tuple[dict, str]:
+    """The section's commands as written (their own directory and port), ``python`` for every ``python``: the
+    trainer's summary line and the loader's log."""
     port = free_ports(1)[0]
     commands = [c.replace("/tmp/mb/", f"{tmp_path}/").replace("5560", str(port)) for c in section_commands()]
     assert [c.split()[:3] for c in commands] == [
@@ -32,7 +41,7 @@ def test_the_readme_path_trains_a_tiny_modernbert(tmp_path):
     try:
         for command in commands:
             argv = shlex.split(command.rstrip("&"))
-            argv[0] = sys.executable
+            argv[0] = python
             if command.endswith("&"):
                 background = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                               text=True)
@@ -47,7 +56,12 @@ def test_the_readme_path_trains_a_tiny_modernbert(tmp_path):
         if background is not None:
             background.terminate()
             server_log = background.communicate(timeout=20)[0]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1]), server_log
+
+
+def test_the_readme_path_trains_a_tiny_modernbert(tmp_path):
+    pytest.importorskip("transformers", reason="transformers (with ModernBERT) is in the test extras")
+    summary, server_log = run_section(tmp_path)
     assert summary["steps"] == 20
     assert summary["last_loss"] < summary["first_loss"] - 0.5, summary  # from ~ln(2000) = 7.6
     assert "<= 8192 tokens (flat)" in server_log

@@ -146,8 +146,9 @@ def test_layouts_carry_the_same_tokens():
     out = flat(tokens, lengths)
     assert out["input_ids"].tolist() == [[10, 11, 12, 13, 14, 15]]
     assert out["position_ids"].tolist() == [[0, 1, 2, 0, 0, 1]]
-    assert out["cu_seqlens"].tolist() == [0, 3, 4, 6] and out["cu_seqlens"].dtype == np.int32
-    assert int(out["max_seqlen"]) == 3
+    for side in ("q", "k"):
+        assert out[f"cu_seq_lens_{side}"].tolist() == [0, 3, 4, 6] and out[f"cu_seq_lens_{side}"].dtype == np.int32
+        assert int(out[f"max_length_{side}"]) == 3
     assert out["labels"].tolist() == [[-100, 11, -100, -100, 14, -100]]
     out = padded(tokens, lengths, pad_id=0)
     assert out["input_ids"].tolist() == [[10, 11, 12], [13, 0, 0], [14, 15, 0]]

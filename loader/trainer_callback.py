@@ -1,0 +1,58 @@
+"""The Hugging Face Trainer's side of LoaderDataset (loader/torch_data.py): saves each rank's loader state with
+the Trainer's checkpoints, resumes from it, and refuses settings that would cut, skip or re-batch the stream."""
+
+from __future__ import annotations
+
+import os
+
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from loader.client import LoaderError
+from loader.torch_data import TRAINER_ARGUMENTS, LoaderDataset, load_state, save_state
+
+
+def _setting(args, name: str):
+    value = getattr(args, name)
+    if name == "accelerator_config":
+        return {"dispatch_batches": getattr(value, "dispatch_batches", None)}
+    return value
+
+
+class LoaderCallback(TrainerCallback):
+    def __init__(self, dataset: LoaderDataset):
+        self.dataset = dataset
+        self.start_step = 0
+
+    def _checkpoint(self, args, step: int) -> str:
+        return os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+
+    def _consumed(self, args, state) -> int:
+        """This rank's batches trained on in this run: every step takes gradient_accumulation_steps of them."""
+        return (state.global_step - self.start_step) * args.gradient_accumulation_steps
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        wrong = [f"{name}={value!r}" for name, value in TRAINER_ARGUMENTS.items() if _setting(args, name) != value]
+        if args.dataloader_num_workers:
+            wrong.append("dataloader_num_workers=0")
+        if wrong:
+            raise LoaderError(f"LoaderDataset: TrainingArguments need {', '.join(wrong)} "
+                              "(**loader.torch_data.TRAINER_ARGUMENTS; docs/loader.md, \"Hugging Face Trainer\")")
+        # accelerate keeps every world-size-th item of an IterableDataset on each rank: hand each batch out that
+        # many times, so each rank keeps one copy of each of its own batches.
+        self.dataset.copies = max(1, args.world_size)
+        self.start_step = state.global_step
+        if state.global_step > 0:
+            if self.dataset.client is not None:
+                raise LoaderError("LoaderDataset: resuming a dataset that has already served batches")
+            self.dataset.load_state_dict(load_state(self._checkpoint(args, state.global_step), self.dataset.rank))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.dataset.forget_before(self._consumed(args, state))
+
+    def on_save(self, args, state, control, **kwargs):
+        save_state(self._checkpoint(args, state.global_step), self.dataset.rank,
+                   self.dataset.state_after(self._consumed(args, state)))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.dataset.close()
