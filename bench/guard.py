@@ -123,7 +123,7 @@ def problems(table: Table, ratios: dict[str, float]) -> list[str]:
             out.append(f"{label}: {len(values)} cells, {len(STAGE_NAMES)} stages")
         elif not (tokenizer.startswith("fast") and not installed("nanotoken")) and not all(map(NUMBER.match, values)):
             out.append(f"{label}: {values}")
-    for needed in ("ratio_fast1_split", "ratio_fast10_build"):
+    for needed in ("ratio_fast1_split", "ratio_fast10_build", "ratio_fastalbert10_build"):
         if needed not in ratios:
             out.append(f"ratio not measured: {needed}")
     drifted = drifts(ratios, load())

@@ -415,6 +415,7 @@ ROWS = _rows()
 #: The stage table: one row per (tokenizer, dupe factor), CPU-s per input MB per stage.
 STAGE_ROWS = [(tok, dupe, f"Worker d={dupe} ({label})") for tok, label in TOKENIZERS.items() for dupe in (1, 10)]
 STAGE_ROWS.append(("fastline", 1, "Worker d=1 (nanotoken, --segmenter line)"))
+STAGE_ROWS.append(("fastalbert", 10, "Worker albert d=10 (nanotoken, seq 128, least of the guard's rounds)"))
 STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, "Worker electra (--segmenter line)"),
                ("robertanone", 1, "Worker roberta --masking none"),
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
@@ -518,10 +519,11 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         if fast is not None:
             fast.clear_cache()  # each task as if in a fresh process (the replicated input repeats its words)
 
-    def one(encoder, dupe, name, compression="", segmenter=Segmenter.BLINGFIRE):
+    def one(encoder, dupe, name, compression="", segmenter=Segmenter.BLINGFIRE, objective="bert"):
         cold()
-        result = run_task(processor(with_encoder(vocabulary, encoder), out / name, dupe, compression, segmenter),
-                          storage, task)
+        params = {"max_seq_length": 128, "dupe_factor": dupe}  # ALBERT's too: seq 128, its whole-word 3-grams
+        result = run_task(processor(with_encoder(vocabulary, encoder), out / name, dupe, compression, segmenter,
+                                    objective, params), storage, task)
         shutil.rmtree(out / name, ignore_errors=True)
         return result
 
@@ -570,29 +572,39 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add("out_gzip_bytes_inst", gz.bytes_out / gz.instances)
         res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)
     tok = "fast" if fast is not None else "hf"
-    stage_ratios(s, res, documents, segments, tok, encoders[tok], cold, one)
+    stage_ratios(s, res, documents, segments, tok, encoders[tok], cold, one, megabytes)
 
 
-def stage_ratios(s: Settings, res: Results, documents, segments, tok: str, encoder, cold, one) -> None:
+#: The worker runs the guard measures: (variant suffix, objective, dupe factor); ALBERT's build stage holds its
+#: n-gram kernel, which BERT's runs do not take.
+RATIO_RUNS = (("", "bert", 1), ("", "bert", 10), ("albert", "albert", 10))
+
+
+def stage_ratios(s: Settings, res: Results, documents, segments, tok: str, encoder, cold, one,
+                 megabytes: float) -> None:
     """The regression guard's figures (bench/ratios.py): each stage of the worker's own tokenizer's runs
-    (d=1, d=10) over its reference, Bling Fire alone on the same texts for the split and the tokenizer
-    alone on the same segments for the rest.  Rounds of (references, run) alternate; each cost is its
-    least over the rounds, the estimate least moved by other work on the machine (which only adds)."""
+    (BERT d=1, d=10, ALBERT d=10) over its reference, Bling Fire alone on the same texts for the split and
+    the tokenizer alone on the same segments for the rest.  Rounds of (references, run) alternate; each cost
+    is its least over the rounds, the estimate least moved by other work on the machine (which only adds)."""
     from bench import ratios
-    from bench.worker_bench import blingfire_alone, cpu_of, joined_paragraphs
+    from bench.worker_bench import STAGES, blingfire_alone, cpu_of, joined_paragraphs
 
     texts = [joined_paragraphs(lines) for lines in documents]  # what the segmenter hands Bling Fire
-    for dupe in (1, 10):
+    for suffix, objective, dupe in RATIO_RUNS:
+        variant = f"{tok}{suffix}{dupe}"
         reference = {"blingfire": math.inf, "tokenizer": math.inf}
-        stage = dict.fromkeys(ratios.REFERENCES, math.inf)
+        stage = dict.fromkeys(STAGES, math.inf)
         for round_ in range(s.ratio_rounds):
-            log(f"worker: stage ratios d={dupe}, round {round_ + 1}/{s.ratio_rounds}")
+            log(f"worker: stage ratios {objective} d={dupe}, round {round_ + 1}/{s.ratio_rounds}")
             reference["blingfire"] = min(reference["blingfire"], cpu_of(blingfire_alone, texts))
             reference["tokenizer"] = min(reference["tokenizer"], cpu_of(encoder, segments, before=cold))
-            run = one(encoder, dupe, f"ratio{tok}{dupe}")
+            run = one(encoder, dupe, f"ratio{variant}", objective=objective)
             stage = {name: min(cost, run.stage_cpu.get(name, 0.0)) for name, cost in stage.items()}
         for name, against in ratios.REFERENCES.items():
-            res.add(ratios.key(f"{tok}{dupe}", name), stage[name] / reference[against])
+            res.add(ratios.key(variant, name), stage[name] / reference[against])
+        if suffix:  # BERT's stage rows come from the worker's repeats; this run's from its rounds
+            for name in STAGES:
+                res.add(f"stage_{variant}_{name}", stage[name] / megabytes)
 
 
 

@@ -790,6 +790,120 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------------ n-grams */
+
+typedef struct {
+    double key;
+    Py_ssize_t word;
+} KeyedWord;
+
+/* (key, word): the order of numpy's stable argsort of the keys (ties by position). */
+static int keyed_word_order(const void *a, const void *b) {
+    const KeyedWord *x = a, *y = b;
+    if (x->key < y->key) return -1;
+    if (x->key > y->key) return 1;
+    return (x->word > y->word) - (x->word < y->word);
+}
+
+/* common.objectives.albert.select_ngrams after its draws: each row's words (word_of over its candidates, 0 ..
+ * word_count - 1) visited in the order of their keys (a stable sort), each proposing an n-gram of n words (n is 1
+ * + the thresholds its draw passes), shortened while it would pass the row's budget, skipped if still too long or
+ * if it overlaps a covered word (common.objectives.albert.walk_row); selected is every candidate of a covered
+ * word.  Returns how many positions were selected. */
+static PyObject *select_ngrams(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer candidates, word_of, word_count, keys, draws, thresholds, budget, selected;
+    Py_ssize_t rows, width, ngram;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*nnnw*", &candidates, &word_of, &word_count, &keys, &draws,
+                          &thresholds, &budget, &rows, &width, &ngram, &selected))
+        return NULL;
+    PyObject *result = NULL;
+    KeyedWord *order = NULL;
+    int64_t *cumulative = NULL;
+    uint8_t *covered = NULL;
+    Py_ssize_t cells, total = 0;
+    if (!check_shape(rows, width, &cells) || !check_len(&candidates, cells, 1, "candidates") ||
+        !check_len(&word_of, cells, 8, "word_of") || !check_len(&word_count, rows, 8, "word_count") ||
+        !check_len(&keys, cells, 8, "keys") || !check_len(&draws, cells, 8, "draws") ||
+        !check_len(&budget, rows, 8, "budget") || !check_len(&selected, cells, 1, "selected"))
+        goto done;
+    if (ngram < 1) {
+        PyErr_Format(PyExc_ValueError, "ngram is %zd, at least 1 is needed", ngram);
+        goto done;
+    }
+    if (!check_len(&thresholds, ngram - 1, 8, "thresholds")) goto done;
+    Py_ssize_t slots = width > 0 ? width : 1;
+    order = PyMem_Malloc(sizeof(KeyedWord) * (size_t)slots);
+    cumulative = PyMem_Malloc(sizeof(int64_t) * ((size_t)slots + 1));
+    covered = PyMem_Malloc((size_t)slots);
+    if (order == NULL || cumulative == NULL || covered == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const double *threshold = thresholds.buf;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint8_t *candidate = (const uint8_t *)candidates.buf + r * width;
+        const int64_t *word = (const int64_t *)word_of.buf + r * width;
+        const double *key = (const double *)keys.buf + r * width, *draw = (const double *)draws.buf + r * width;
+        uint8_t *out = (uint8_t *)selected.buf + r * width;
+        int64_t words = ((const int64_t *)word_count.buf)[r], limit = ((const int64_t *)budget.buf)[r];
+        if (words < 0 || words > width) {
+            PyErr_Format(PyExc_ValueError, "row %zd has %lld words, not 0 to %zd", r, (long long)words, width);
+            goto done;
+        }
+        /* pieces per word, as a running sum: word w covers cumulative[w + 1] - cumulative[w] positions */
+        memset(cumulative, 0, sizeof(int64_t) * ((size_t)words + 1));
+        for (Py_ssize_t p = 0; p < width; p++) {
+            if (!candidate[p]) continue;
+            if (word[p] < 0 || word[p] >= words) {
+                PyErr_Format(PyExc_ValueError, "row %zd: a candidate of word %lld, not 0 to %lld", r,
+                             (long long)word[p], (long long)words - 1);
+                goto done;
+            }
+            cumulative[word[p] + 1] += 1;
+        }
+        for (int64_t w = 0; w < words; w++) cumulative[w + 1] += cumulative[w];
+        for (int64_t w = 0; w < words; w++) {
+            if (key[w] != key[w]) {  /* a NaN has no place in the order */
+                PyErr_Format(PyExc_ValueError, "row %zd: key %lld is NaN", r, (long long)w);
+                goto done;
+            }
+            order[w].key = key[w];
+            order[w].word = (Py_ssize_t)w;
+        }
+        qsort(order, (size_t)words, sizeof(KeyedWord), keyed_word_order);
+        memset(covered, 0, (size_t)words);
+        int64_t count = 0;
+        for (int64_t step = 0; step < words && count < limit; step++) {
+            int64_t first = order[step].word, n = 1;
+            for (Py_ssize_t t = 0; t < ngram - 1; t++) n += draw[step] >= threshold[t];
+            int64_t last = n >= words - first ? words : first + n;
+            int64_t size = cumulative[last] - cumulative[first];
+            while (count + size > limit && last - first > 1) {
+                last -= 1;
+                size = cumulative[last] - cumulative[first];
+            }
+            if (count + size > limit) continue;
+            int overlaps = 0;
+            for (int64_t w = first; w < last; w++) overlaps |= covered[w];
+            if (overlaps) continue;
+            memset(covered + first, 1, (size_t)(last - first));
+            count += size;
+        }
+        for (Py_ssize_t p = 0; p < width; p++) {
+            uint8_t take = candidate[p] && covered[word[p]];
+            out[p] = take;
+            total += take;
+        }
+    }
+    result = PyLong_FromSsize_t(total);
+done:
+    PyMem_Free(order); PyMem_Free(cumulative); PyMem_Free(covered);
+    PyBuffer_Release(&candidates); PyBuffer_Release(&word_of); PyBuffer_Release(&word_count);
+    PyBuffer_Release(&keys); PyBuffer_Release(&draws); PyBuffer_Release(&thresholds); PyBuffer_Release(&budget);
+    PyBuffer_Release(&selected);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------------ module */
 
 static PyObject *crc32c_masked(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -808,6 +922,7 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, "TFRecord-framed tf.train.Example records."},
     {"crc32c_masked", crc32c_masked, METH_VARARGS, "TFRecord's masked CRC32C of a buffer."},
     {"cut_segments", cut_segments, METH_VARARGS, "A document's text cut at its sentence starts, as segments."},
+    {"select_ngrams", select_ngrams, METH_VARARGS, "ALBERT's n-gram selection from given draws."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common import kernels
 from common.job.params import When, param
 from common.objectives.base import LENGTH_HELP, Batch, Feature, Objective, derive_seed
 from common.objectives.bert import BATCH_INSTANCES, BertParams, lay_out_pairs, plan_instances
@@ -153,9 +154,21 @@ def select_ngrams(candidates: np.ndarray, starts_word: np.ndarray, budget: np.nd
                   rng: np.random.Generator) -> np.ndarray:
     """ALBERT's n-gram selection.  The draws (each row's order of candidates
     and each candidate's n) are made for the whole batch at once, then every
-    row walks down its order until its budget is met (:func:`_walk`)."""
+    row walks down its order until its budget is met (:func:`_walk`, or the
+    compiled kernel with the same draws: common/kernels.py)."""
     n_rows, length = candidates.shape
     word_of, word_count = word_index(candidates, starts_word)
+    thresholds = np.cumsum(params.ngram_probabilities())[:-1]
+    kernel = kernels.compiled
+    if kernel is not None and candidates.dtype == bool:  # the same draws, the sort and the walk in C
+        keys = rng.random((n_rows, length))
+        draws = rng.random((n_rows, length))
+        selected = np.empty((n_rows, length), dtype=bool)
+        kernel.select_ngrams(np.require(candidates, bool, "C"), np.require(word_of, np.int64, "CA"),
+                             np.require(word_count, np.int64, "CA"), keys, draws,
+                             np.require(thresholds, np.float64, "CA"), np.require(budget, np.int64, "CA"),
+                             n_rows, length, params.ngram, selected)
+        return selected
     # Pieces per word: a count of (row, word) pairs over the candidate positions.
     flat_word = (np.arange(n_rows)[:, None] * length + word_of)[candidates]
     sizes = np.bincount(flat_word, minlength=n_rows * length).reshape(n_rows, length)
@@ -167,7 +180,7 @@ def select_ngrams(candidates: np.ndarray, starts_word: np.ndarray, budget: np.nd
     # 1 + the thresholds a uniform draw passes.
     draws = rng.random((n_rows, length))
     lengths = np.ones((n_rows, length), dtype=np.int64)
-    for threshold in np.cumsum(params.ngram_probabilities())[:-1]:
+    for threshold in thresholds:
         lengths += draws >= threshold
     covered = _walk(orders, lengths, cumulative, word_count, budget.astype(np.int64), params.ngram)
     return candidates & np.take_along_axis(covered, np.maximum(word_of, 0), axis=1)

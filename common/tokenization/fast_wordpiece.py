@@ -29,7 +29,10 @@ truncation or padding in the JSON (HF applies them in encode_batch,
 nanotoken ignores them), added tokens with flags other than BERT's.  As a
 last guard the encoder is compared with HF on :data:`PROBES` when it is
 made, so an upgraded package that drifts falls back to HF instead of
-changing the output.
+changing the output.  HF's side of that comparison depends only on the
+tokenizer's JSON, the ``tokenizers`` release and the probe texts, so it is
+kept on disk under that key (:func:`hf_probe_ids`): a fleet's workers on one
+machine ask HF once; each still runs its own fast encoder on the probes.
 
 Encoding is single-threaded (``parallel=False``): a worker process is one
 core, and nanotoken's thread pool would oversubscribe a host running one
@@ -38,9 +41,13 @@ worker per core.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -134,16 +141,84 @@ def _hf_encode_many(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray
     return np.asarray(flat, dtype=np.int32), lengths
 
 
-def agrees_with_hf(encoder: Encoder, tokenizer_json: str, texts=PROBES, hf=None) -> bool:
-    """Whether ``encoder`` gives HF's ids for every text in ``texts``; ``hf``: the HF tokenizer of
-    ``tokenizer_json`` when the caller has it (a worker's Vocabulary does: not read again, ~30 ms)."""
+def probe_cache_dir() -> Path:
+    """Where HF's ids of the probe texts are kept: the user's cache directory (``$XDG_CACHE_HOME``, else
+    ~/.cache), one small file per (tokenizer, tokenizers release, probe texts)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mlm-pipeline" / "hf-probe-ids"
+
+
+def _probe_key(tokenizer_json: str, texts: list[str]) -> str:
+    import tokenizers
+
+    digest = hashlib.sha256(json.dumps([tokenizers.__version__, texts]).encode("utf-8", "surrogatepass"))
+    digest.update(b"\0" + tokenizer_json.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _read_probe_ids(path: Path, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ids kept at ``path`` if it is a whole file written for ``key``; else None (asked of HF again)."""
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(kept, dict) or kept.get("key") != key:
+            return None
+        ids, lengths = kept["ids"], kept["lengths"]
+        if not all(isinstance(v, list) and all(type(i) is int for i in v) for v in (ids, lengths)):
+            return None
+        if sum(lengths) != len(ids) or any(n < 0 for n in lengths):
+            return None
+        return np.asarray(ids, dtype=np.int32), np.asarray(lengths, dtype=np.int64)
+    except (OSError, ValueError, KeyError, OverflowError):
+        return None
+
+
+def _write_probe_ids(path: Path, key: str, ids: np.ndarray, lengths: np.ndarray) -> None:
+    """Atomically (a whole file or none, whatever other workers write at once); a cache that cannot be written
+    (read-only home, full disk) only means HF is asked again next time."""
+    text = json.dumps({"key": key, "ids": ids.tolist(), "lengths": lengths.tolist()})
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as error:
+        log.debug("HF's probe ids not kept in %s: %s", path.parent, error)
+
+
+def hf_probe_ids(tokenizer_json: str, texts: list[str], hf=None, *, refresh: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """HF's ids of ``texts`` (flat int32, int64 lengths) for this tokenizer, from the disk cache when a worker
+    of this machine asked before (same tokenizer JSON, same tokenizers release, same texts), else from HF
+    (``refresh``: from HF, and the cache rewritten)."""
     from tokenizers import Tokenizer
 
+    key = _probe_key(tokenizer_json, texts)
+    path = probe_cache_dir() / f"{key}.json"
+    kept = None if refresh else _read_probe_ids(path, key)
+    if kept is not None:
+        return kept
+    ids, lengths = _hf_encode_many(hf if hf is not None else Tokenizer.from_str(tokenizer_json), texts)
+    _write_probe_ids(path, key, ids, lengths)
+    return ids, lengths
+
+
+def agrees_with_hf(encoder: Encoder, tokenizer_json: str, texts=PROBES, hf=None) -> bool:
+    """Whether ``encoder`` gives HF's ids for every text in ``texts``; ``hf``: the HF tokenizer of
+    ``tokenizer_json`` when the caller has it (a worker's Vocabulary does: not read again, ~30 ms).
+    HF's ids come from the disk cache when they are there (:func:`hf_probe_ids`); the encoder is run here,
+    every time.  A cached answer that disagrees is not trusted to refuse: HF is asked again (and kept)."""
     texts = list(texts)
     ids, lengths = encoder(texts)
-    expected_ids, expected_lengths = _hf_encode_many(hf if hf is not None else Tokenizer.from_str(tokenizer_json),
-                                                     texts)
-    return np.array_equal(lengths, expected_lengths) and np.array_equal(ids, expected_ids)
+    for refresh in (False, True):
+        expected_ids, expected_lengths = hf_probe_ids(tokenizer_json, texts, hf, refresh=refresh)
+        if np.array_equal(lengths, expected_lengths) and np.array_equal(ids, expected_ids):
+            return True
+    return False
 
 
 def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None) -> Encoder | None:

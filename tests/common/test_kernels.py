@@ -419,3 +419,38 @@ def test_the_encoder_refuses_records_it_wrote_otherwise_than_it_sized(tmp_path):
     missized = _build_kernels(tmp_path / "missized", "KERNELS_TEST_EXTRA=1")
     with pytest.raises(RuntimeError, match=r"encode_records: wrote 3 bytes of values sized 4"):
         missized.encode_records(features, 2)
+
+
+def _ngram_call(candidates, word_of, word_count, keys=None, rows=1, width=4, ngram=3, budget=2):
+    """BUILT.select_ngrams on one row of ``width`` (keys and draws 0.5 unless given); returns the selection."""
+    keys = np.full(rows * width, 0.5) if keys is None else np.asarray(keys, np.float64)
+    selected = np.zeros(rows * width, bool)
+    BUILT.select_ngrams(np.asarray(candidates, bool), np.asarray(word_of, np.int64), np.asarray(word_count, np.int64),
+                        keys, np.full(rows * width, 0.5), np.array([0.5, 0.8]), np.full(rows, budget, np.int64),
+                        rows, width, ngram, selected)
+    return selected
+
+
+def test_the_ngram_kernel_refuses_words_outside_the_row_and_nan_keys():
+    """select_ngrams indexes its tables by the caller's word numbers: a candidate's word past the row's count, a
+    count past the width, a NaN key (no place in a sort), a short buffer or rows * width that wraps are one-line
+    ValueErrors, never a read or write outside the arrays; what is in range is taken."""
+    assert BUILT is not None
+    with pytest.raises(ValueError, match="a candidate of word 2"):
+        _ngram_call([1, 1, 1, 0], [0, 1, 2, -1], [2])
+    with pytest.raises(ValueError, match="a candidate of word -1"):
+        _ngram_call([1, 1, 0, 0], [0, -1, -1, -1], [1])
+    with pytest.raises(ValueError, match="5 words"):
+        _ngram_call([1, 1, 1, 1], [0, 1, 2, 3], [5])
+    with pytest.raises(ValueError, match="NaN"):
+        _ngram_call([1, 1, 1, 1], [0, 1, 2, 3], [4], keys=[0.1, np.nan, 0.3, 0.4])
+    with pytest.raises(ValueError, match="at least 1"):
+        _ngram_call([1, 1, 1, 1], [0, 1, 2, 3], [4], ngram=0)
+    with pytest.raises(ValueError):  # the thresholds hold 2 of the 9 a 10-gram needs
+        _ngram_call([1, 1, 1, 1], [0, 1, 2, 3], [4], ngram=10)
+    with pytest.raises(ValueError):  # 2**61 rows of 8: the cells wrap around
+        _ngram_call([1] * 4, [0, 1, 2, 3], [4], rows=2**61, width=8)
+    # Word 1 (two pieces) has the least key, so it comes first; its draw 0.5 passes the first threshold only (a
+    # 2-gram: words 1 and 2, three pieces), which fills the budget of 3.  The 4th key is past the words: unread.
+    selected = _ngram_call([1, 1, 1, 1], [0, 1, 1, 2], [3], keys=[0.5, 0.4, 0.6, np.nan], budget=3)
+    assert selected.tolist() == [False, True, True, True]

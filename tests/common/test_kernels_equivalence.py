@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common import kernels
+from common.objectives.albert import AlbertParams, select_ngrams
 from common.objectives.bert import BertParams, InstancePlan, lay_out_pairs, plan_instances
 from common.objectives.documents import TokenizedDocuments
 from common.objectives.masking import apply_masks, select_tokens
@@ -116,6 +117,29 @@ def test_selection_and_masks_are_numpys(monkeypatch, data, rows, width, seed):
         masked = apply_masks(original, selected, predictions, mask_id, vocab_size, rng)
         return [selected, masked.input_ids, masked.masked_lm_positions, masked.masked_lm_ids,
                 masked.masked_lm_weights, rng.random(2)]
+
+    compiled, fallback = both(monkeypatch, run)
+    assert_arrays_equal(compiled, fallback)
+
+
+@CHECKS
+@given(data=st.data(), rows=st.integers(0, 30), width=st.integers(1, 70), seed=st.integers(0, 2**32),
+       ngram=st.integers(1, 5), favor_shorter_ngram=st.booleans())
+def test_the_ngram_selection_is_numpys(monkeypatch, data, rows, width, seed, ngram, favor_shorter_ngram):
+    """ALBERT's n-grams with any budget (none, a few, past the candidates), words of one piece to many, rows
+    with no candidate, n-grams longer than a row, and the Generator left in the same place (a width of 0 is
+    refused by word_index on both paths).  More than
+    _LOCKSTEP_MIN_ROWS rows takes the numpy lockstep walk, fewer its Python loop: both are compared."""
+    shape = (rows, width)
+    generator = np.random.default_rng(seed + 1)
+    candidates = generator.random(shape) < data.draw(st.sampled_from([0.0, 0.3, 0.9, 1.0]))
+    starts_word = generator.random(shape) < data.draw(st.sampled_from([0.0, 0.2, 0.6, 1.0]))
+    budget = generator.integers(0, data.draw(st.sampled_from([1, 3, width + 2])), rows, endpoint=True)
+    params = AlbertParams(ngram=ngram, favor_shorter_ngram=favor_shorter_ngram)
+
+    def run():
+        rng = np.random.default_rng(seed)
+        return [select_ngrams(candidates, starts_word, budget, params, rng), rng.random(2)]
 
     compiled, fallback = both(monkeypatch, run)
     assert_arrays_equal(compiled, fallback)

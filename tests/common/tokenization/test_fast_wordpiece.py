@@ -351,3 +351,41 @@ def test_kitoken_differs_from_hf(bert):
     fast = make_fast_encoder(vocabulary.to_json())
     assert fast.name == "nanotoken"  # the encoder in use is not kitoken
     assert_identical(vocabulary, fast, list(known))
+
+
+def test_hfs_probe_ids_are_kept_on_disk_and_the_encoder_is_still_checked(monkeypatch, tmp_path):
+    """HF's ids of the probes are asked once per (tokenizer, tokenizers release, texts) on a machine and kept in
+    the user's cache directory; the next check reads them instead of running HF, but still runs the encoder: one
+    that drifts is refused with the cache in place, a damaged or foreign file is ignored, a cached answer that
+    disagrees with a right encoder is asked of HF again and rewritten, and an unwritable cache changes nothing."""
+    pytest.importorskip("nanotoken", reason="the fast encoder needs nanotoken (pip install nanotoken)")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = small_vocab_json()
+    calls = []
+    real_hf = fast_wordpiece._hf_encode_many
+    monkeypatch.setattr(fast_wordpiece, "_hf_encode_many", lambda *a: calls.append(1) or real_hf(*a))
+    assert make_fast_encoder(spec) is not None and len(calls) == 1
+    (kept,) = fast_wordpiece.probe_cache_dir().glob("*.json")
+    assert make_fast_encoder(spec) is not None and len(calls) == 1  # HF not asked again
+    encoder = make_fast_encoder(spec, check=False)
+    drifting = lambda texts: (np.where(encoder(texts)[0] == 5, 6, encoder(texts)[0]).astype(np.int32),  # noqa: E731
+                              encoder(texts)[1])
+    assert not np.array_equal(drifting(list(fast_wordpiece.PROBES))[0], encoder(list(fast_wordpiece.PROBES))[0])
+    assert not agrees_with_hf(drifting, spec)
+    good = kept.read_text()
+    for damaged in ("", good[:len(good) // 2], "[]", good.replace('"key": "', '"key": "0'),
+                    json.dumps({**json.loads(good), "lengths": [10**30]})):
+        kept.write_text(damaged)
+        calls.clear()
+        assert make_fast_encoder(spec) is not None and len(calls) == 1
+        assert kept.read_text() == good  # rewritten whole
+    wrong = json.loads(good)
+    wrong["ids"] = [0] * len(wrong["ids"])
+    kept.write_text(json.dumps(wrong))  # well formed, for this key, but not HF's answer
+    assert make_fast_encoder(spec) is not None
+    assert kept.read_text() == good
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))  # a cache directory that cannot be made
+    calls.clear()
+    assert make_fast_encoder(spec) is not None and len(calls) == 1
+    assert make_fast_encoder(spec) is not None and len(calls) == 2
