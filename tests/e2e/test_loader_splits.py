@@ -142,7 +142,8 @@ def test_torch_dataloader_worker_processes_are_refused(loader_dataset):
 
 
 def test_the_readmes_parquet_example_loads_the_training_side_only(tmp_path):
-    """The README's data_files glob, with --bin-size and --holdout-fraction."""
+    """docs/formats.md's data_files globs, with --bin-size and --holdout-fraction: each side in its split's
+    directory (train/, validation/), its bins below it."""
     datasets = pytest.importorskip("datasets")
     need_shared()
     output = tmp_path / "out-pq"
@@ -150,8 +151,8 @@ def test_the_readmes_parquet_example_loads_the_training_side_only(tmp_path):
                             "--holdout-fraction", "0.2")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((output / "summary.json").read_text())
-    train = datasets.load_dataset("parquet", data_files=f"{output}/bin-*/part-*.parquet", split="train",
+    train = datasets.load_dataset("parquet", data_files=f"{output}/train/bin-*/part-*.parquet", split="train",
                                   cache_dir=str(tmp_path / "hf"))
-    held = datasets.load_dataset("parquet", data_files=f"{output}/holdout/bin-*/part-*.parquet", split="train",
+    held = datasets.load_dataset("parquet", data_files=f"{output}/validation/bin-*/part-*.parquet", split="train",
                                  cache_dir=str(tmp_path / "hf"))
     assert len(train) == summary["records"] and len(held) == summary["holdout"]["records"] > 0
