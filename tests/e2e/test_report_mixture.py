@@ -64,7 +64,7 @@ def test_the_mixture_section_holds_the_plans_shares_per_phase_within_tolerance(o
     page = (outputs[0] / "report" / "index.html").read_text()
     section = page[page.index("<h2 id=mixture>Mixture</h2>"):]
     assert section.count("<svg") >= 1 and 'id="phase-start' in section
-    assert "37.09%" not in section or True  # the table's cells are the JSON's, as percentages:
+    # the table's cells are the JSON's, as percentages
     for name in names:
         assert f"{mixture['phases'][1]['sources'][name]['target'] * 100:.2f}%" in section
 
@@ -101,22 +101,17 @@ def test_the_report_equals_the_loaders_status_and_the_stream_it_serves(outputs, 
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--weights", "0.5,x"], "'x' is not a number"),
+    (["--weights", "0.5,x,1"], "'x' is not a number"),
     (["--weights", "0.5,0.5"], "2 weight(s) for 3"),
     (["--weights", "1,1,1", "--temperature", "0.3"], "give a mixture's weights one way"),
-    (["--temperature", "0.3", "ONE"], None),
-])
-def test_bad_mixture_flags_are_one_line(outputs, flags, message, tmp_path):  # noqa: F811
-    if message is None:  # one output and a mixture flag
-        done = report(outputs[0], "--temperature", "0.3")
-        message = "is for several"
-    else:
-        done = report(*outputs, *flags)
+    (["--temperature", "0.3"], "is for several"),  # one output
+], ids=["not-a-number", "too-few", "twice", "one-output"])
+def test_bad_mixture_flags_are_one_line(outputs, flags, message):  # noqa: F811
+    given = outputs[:1] if message == "is for several" else outputs
+    done = report(*given, *flags)
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(lines) == 1 and message in lines[0], done.stderr
-    assert not (outputs[0] / "report").exists() or "mixture" not in \
-        json.loads((outputs[0] / "report" / "report.json").read_text()) or True
 
 
 def test_a_bad_schedule_is_one_line(outputs, tmp_path):  # noqa: F811
