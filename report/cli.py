@@ -47,15 +47,13 @@ def write_report(output: str, s3_endpoint_url: str = "", sample: int = 64 << 20,
 def _mixture(outputs, weights, temperature, schedule, seed, shuffle_window, by_tokens, mix_tokens,
              s3_endpoint_url) -> dict:
     """The Mixture section, or a one-line usage error (the loader's own checks of the flags and the outputs)."""
-    from loader.mixture import MixError
-    from loader.shards import DatasetError
-    from report.mixture import describe_mixture, open_mixture
+    from report.mixture import MixtureError, describe_mixture, open_mixture
 
     try:
         opened = open_mixture(outputs, weights, temperature, schedule, seed, shuffle_window, by_tokens,
                               s3_endpoint_url or None)
-    except (MixError, DatasetError) as error:
-        raise click.UsageError(str(error).replace("--data", "OUTPUT")) from None
+    except MixtureError as error:
+        raise click.UsageError(str(error)) from None
     except (StorageError, OSError) as error:
         click.echo(f"mlm-report: error: {error}", err=True)
         sys.exit(1)

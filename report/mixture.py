@@ -10,6 +10,11 @@ import numpy as np
 
 from loader.mixture import MixPlan, longest_records, phase_tokens, share_curve, share_tolerance
 
+
+class MixtureError(ValueError):
+    """Mixture flags or outputs the loader would refuse (its one-line reason)."""
+
+
 #: Points of the shares-over-the-clock plot.
 CURVE_POINTS = 120
 
@@ -54,17 +59,22 @@ def open_mixture(outputs: Sequence[str], weights: str | None, temperature: float
                  seed: int, shuffle_window: int, by_tokens: bool | None, endpoint_url: str | None
                  ) -> tuple[MixPlan, list[str]] | None:
     """The loader's plan of ``outputs`` mixed by the flags as ``mlm-loader`` takes them (loader/sources.py
-    parses them), or None for one output and no mixture flag.  MixError / DatasetError (one line) as the
-    loader refuses them.  ``by_tokens``: plan as for --batch-tokens (None: when a source needs it)."""
+    parses them), or None for one output and no mixture flag.  MixtureError (one line) where the loader
+    refuses them.  ``by_tokens``: plan as for --batch-tokens (None: when a source needs it)."""
+    from loader.mixture import MixError
+    from loader.shards import DatasetError
     from loader.sources import Mixture, check_compatible, mixture_phases, open_sources
 
-    names, phases = mixture_phases(tuple(outputs), weights, temperature, schedule)
-    if phases is None:
-        return None
-    sources = open_sources(names, endpoint_url, "train", False, fixed_length=False)
-    samples = token_batches(sources) if by_tokens is None else by_tokens
-    if not samples:
-        check_compatible(sources, fixed_length=True)  # one sequence length, or refused as the loader does
-    mixture = Mixture(sources, phases, seed, shuffle_window)
-    mixture.make_cache(64 << 20, samples)
-    return mixture.plan(), list(names)
+    try:
+        names, phases = mixture_phases(tuple(outputs), weights, temperature, schedule)
+        if phases is None:
+            return None
+        sources = open_sources(names, endpoint_url, "train", False, fixed_length=False)
+        samples = token_batches(sources) if by_tokens is None else by_tokens
+        if not samples:
+            check_compatible(sources, fixed_length=True)  # one sequence length, or refused as the loader does
+        mixture = Mixture(sources, phases, seed, shuffle_window)
+        mixture.make_cache(64 << 20, samples)
+        return mixture.plan(), list(names)
+    except (MixError, DatasetError) as error:
+        raise MixtureError(str(error).replace("--data", "OUTPUT")) from None
