@@ -87,16 +87,16 @@ def unread_input(report: dict) -> str:
               help="Several outputs: the loader's --seed (the sources' orders, so which records fill each phase).")
 @click.option("--shuffle-window", type=click.IntRange(min=1), default=65536, show_envvar=True,
               help="Several outputs: the loader's --shuffle-window.")
-@click.option("--batch-tokens/--fixed-batches", "by_tokens", default=None, show_envvar=True,
-              help="Several outputs: plan as the loader does with --batch-tokens (each record's own tokens) or "
-                   "fixed-size batches (the sequence length each).  [default: --batch-tokens when a source's "
-                   "records vary in length]")
+@click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="Several outputs: the loader's --batch-tokens, if it has one: the plan then counts each record's "
+                   "own tokens, not its sequence length.  [default: as given; on when a source's records vary in "
+                   "length]")
 @click.option("--mix-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="Several outputs: tokens of the stream to describe.  [default: to the last phase and one "
                    "mixture epoch more]")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(outputs: tuple[str, ...], s3_endpoint_url: str, sample: int, input_sample: int, weights: str | None,
-         temperature: float | None, mix_schedule: str | None, seed: int, shuffle_window: int, by_tokens: bool | None,
+         temperature: float | None, mix_schedule: str | None, seed: int, shuffle_window: int, batch_tokens: int | None,
          mix_tokens: int | None, verbose: int) -> None:
     """Write OUTPUT/report/index.html and report.json: sequences, lengths,
     padding, [UNK], top tokens, masking, labels, skips, dedup, throughput
@@ -109,7 +109,8 @@ def main(outputs: tuple[str, ...], s3_endpoint_url: str, sample: int, input_samp
     mixture = None
     output = outputs[0]
     if len(outputs) > 1 or weights or temperature is not None or mix_schedule:
-        mixture = _mixture(outputs, weights, temperature, mix_schedule, seed, shuffle_window, by_tokens, mix_tokens,
+        mixture = _mixture(outputs, weights, temperature, mix_schedule, seed, shuffle_window,
+                           True if batch_tokens else None, mix_tokens,
                            s3_endpoint_url)
         output = mixture["sources"][0]
     try:

@@ -6,6 +6,7 @@ one-line refusals of bad mixture flags."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -13,7 +14,13 @@ import numpy as np
 import pytest
 
 from loader.client import LoaderClient, server_status
-from tests.e2e.test_loader_mixture import data_args, outputs, sizes, source_of  # noqa: F401  (the fixture)
+from tests.e2e.test_loader_mixture import (  # noqa: F401  (outputs, token_outputs: the fixtures)
+    data_args,
+    outputs,
+    sizes,
+    source_of,
+    token_outputs,
+)
 from tests.support.helpers import REPO
 from tests.support.loader_helpers import LoaderProcess
 
@@ -98,6 +105,26 @@ def test_the_report_equals_the_loaders_status_and_the_stream_it_serves(outputs, 
         for i, name in enumerate(names):
             share = phase["sources"][name]
             assert abs(read[i] - share["target"]) <= share["tolerance"] + 128 / (len(run) * 128) * 2, (phase, read)
+
+
+def test_a_token_stream_output_is_planned_by_each_records_tokens(token_outputs):  # noqa: F811
+    """Long documents (a token-stream output, records of varying length) and 128-token rows: the report plans
+    by each record's own tokens, as the loader's --batch-tokens does; over one mixture epoch the anchor (the
+    documents, weight 0.7) makes exactly one pass, so its tokens are all its records' lengths."""
+    from loader.samples import SampleCache
+    from loader.shards import open_dataset
+
+    storage, shards = open_dataset(str(token_outputs[0]))
+    documents = int(SampleCache(storage, shards, 1 << 30).lengths().sum())
+    done = report(*token_outputs, "--weights", "0.7,0.3", "--mix-tokens", math.ceil(documents / 0.7))
+    assert done.returncode == 0, done.stderr
+    mixture = json.loads((token_outputs[0] / "report" / "report.json").read_text())["mixture"]
+    assert mixture["epoch_tokens"] == math.ceil(documents / 0.7) and mixture["anchor"] == str(token_outputs[0])
+    (phase,) = mixture["phases"]
+    docs, rows = (phase["sources"][str(p)] for p in token_outputs)
+    assert docs["tokens"] == documents
+    for share, target in ((docs, 0.7), (rows, 0.3)):
+        assert share["target"] == pytest.approx(target) and abs(share["realized"] - target) <= share["tolerance"]
 
 
 @pytest.mark.parametrize("flags, message", [
