@@ -135,13 +135,27 @@ class RankStatus:
 
 
 @dataclass
+class PhaseShare:
+    """A source in one phase the stream has been through: its target share there and its share of the tokens
+    the planned stream holds in it (from ``start`` on the clock, tokens served, to the next phase or now)."""
+
+    phase: Count
+    start: Count
+    target: Share
+    realized: Share
+    tokens: Count
+
+
+@dataclass
 class SourceShare:
-    """A mixture's source: its target share of the tokens (in the phase now) and what was sent."""
+    """A mixture's source: its target share of the tokens (in the phase now), what was sent, and each phase's
+    target and realized share."""
 
     source: str
     target: Share
     realized: Share
     tokens: Count
+    phases: list[PhaseShare] = field(default_factory=list)
 
 
 @dataclass

@@ -413,3 +413,62 @@ class MixPlan:
         phases = "; ".join(f"from {int(at)}: " + ", ".join(f"{name} {w:.6g}" for name, w in zip(names, weights))
                            for at, weights in zip(self.phase_starts.tolist(), self.weights.tolist()))
         return f"mixture ({phases})"
+
+
+# --------------------------------------------------------------------------
+# What the plan serves: shares per phase and over the clock (status, report)
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PhaseTokens:
+    """One phase of the planned stream as far as ``end`` on the clock: its target shares and the tokens each
+    source holds in the records of [start, end) (the realized shares)."""
+
+    phase: int
+    start: int  # the clock (tokens served) where it begins
+    end: int  # where the stream stands in it (its next phase's start, or the clock asked for)
+    target: tuple[float, ...]
+    tokens: tuple[int, ...]
+
+    @property
+    def realized(self) -> tuple[float, ...]:
+        total = sum(self.tokens)
+        return tuple(n / total if total else 0.0 for n in self.tokens)
+
+
+def served_tokens(plan: MixPlan, clock: int) -> np.ndarray:
+    """Each source's tokens in the records the stream holds before the clock reaches ``clock`` (int64)."""
+    places = plan.positions_at(clock)
+    return np.asarray([int(plan.tokens_before(i, places[i:i + 1])[0]) for i in range(len(plan.sources))],
+                      dtype=np.int64)
+
+
+def phase_tokens(plan: MixPlan, clock: int) -> list[PhaseTokens]:
+    """Every phase the stream has entered by ``clock`` (tokens served), with its target and realized shares:
+    a pure function of the plan, so a report computes what a running loader serves."""
+    clock = max(0, int(clock))
+    out = []
+    for phase, start in enumerate(plan.phase_starts.tolist()):
+        if phase and start >= clock:
+            break
+        end = clock if phase + 1 == len(plan.phase_starts) else min(clock, int(plan.phase_starts[phase + 1]))
+        end = max(end, start)
+        tokens = served_tokens(plan, end) - served_tokens(plan, start) if end > start else \
+            np.zeros(len(plan.sources), dtype=np.int64)
+        out.append(PhaseTokens(phase, int(start), end, tuple(plan.weights[phase].tolist()),
+                               tuple(int(n) for n in tokens)))
+    return out
+
+
+def share_curve(plan: MixPlan, clocks: Sequence[int]) -> np.ndarray:
+    """Each source's share of the tokens served between consecutive ``clocks`` (rows: len(clocks) - 1), the
+    shares over steps a report plots."""
+    served = np.stack([served_tokens(plan, int(c)) for c in clocks]).astype(np.float64)
+    step = np.diff(served, axis=0)
+    total = step.sum(axis=1, keepdims=True)
+    return np.divide(step, total, out=np.zeros_like(step), where=total > 0)
+
+
+def longest_records(plan: MixPlan) -> list[int]:
+    """Each source's longest record in tokens (what ``share_tolerance`` needs)."""
+    return [int(s.lengths.max()) if s.lengths is not None else s.width for s in plan.sources]

@@ -255,8 +255,7 @@ class LoaderServer:
             [messages.RankStatus(r.client_id, r.rank, r.world_size, r.epoch, r.batch, r.sent, r.allowed)
              for r in self.ranks.values()],
             self.dropped.total, self.batches_sent, len(self.cache), self.cache.bytes, self.cache.loads,
-            [messages.SourceShare(name, target, realized, tokens) for name, target, realized, tokens in
-             self.mixture.shares()] if self.mixture is not None else [])
+            self.mixture.status() if self.mixture is not None else [])
 
     def metrics(self):
         """What Prometheus scrapes (common/metrics.py), read from the server's own state."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.describe import dataset_info
+from loader import messages
 from loader.mixture import (
     MixedOrder,
     MixError,
@@ -24,6 +25,7 @@ from loader.mixture import (
     SourceTokens,
     parse_schedule,
     parse_weights,
+    phase_tokens,
     split_data_weight,
 )
 from loader.samples import SampleCache, ShardSamples
@@ -274,3 +276,12 @@ class Mixture:
         total = max(1, clock)
         return [(name, float(t), float(n) / total, int(n))
                 for name, t, n in zip(self.names, target.tolist(), self.served.tolist())]
+
+    def status(self) -> list[messages.SourceShare]:
+        """The status's shares: per source now (target, realized, tokens sent), and per phase the stream has been
+        through up to the tokens sent (target and the planned stream's realized share: loader.mixture.phase_tokens)."""
+        phases = phase_tokens(self.plan(), int(self.served.sum()))
+        return [messages.SourceShare(name, target, realized, tokens,
+                                     [messages.PhaseShare(p.phase, p.start, p.target[i], p.realized[i], p.tokens[i])
+                                      for p in phases])
+                for i, (name, target, realized, tokens) in enumerate(self.shares())]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import html
 
@@ -103,6 +104,30 @@ def _step_sections(report: dict) -> list[str]:
         if spec.histogram and (section.get(spec.histogram) or {}).get("count"):
             parts.append(_figure(plots.histograms({"train": section[spec.histogram]}, spec.x_label, spec.y_label),
                                  ""))
+    return parts
+
+
+def _mixture_section(mixture: dict) -> list[str]:
+    """Target and realized token shares per source and phase (the loader's plan of these outputs), and the
+    shares over the clock."""
+    parts = ["<h2 id=mixture>Mixture</h2>",
+             f"<p>{len(mixture['sources'])} outputs served as one stream by <code>mlm-loader</code> with the same "
+             f"flags: {_n(mixture['horizon_tokens'])} tokens planned (a mixture epoch is "
+             f"{_n(mixture['epoch_tokens'])} tokens: one pass of {_e(mixture['anchor'])}). Shares are of tokens; "
+             "a realized share may be off its target by the tolerance (records are whole).</p>"]
+    rows = []
+    for phase in mixture["phases"]:
+        for name, share in phase["sources"].items():
+            rows.append([_n(phase["phase"]), f"{_n(phase['from_tokens'])}–{_n(phase['to_tokens'])}", _e(name),
+                         _pct(share["target"]), _pct(share["realized"]), _pct(share["tolerance"]),
+                         _n(share["tokens"])])
+    parts.append(_table(["phase", "tokens", "source", "target", "realized", "tolerance", "tokens served"], rows))
+    curve = mixture["curve"]
+    starts = [p["from_tokens"] for p in mixture["phases"]]
+    targets = {name: [mixture["phases"][max(0, bisect.bisect_right(starts, c - 1) - 1)]["sources"][name]["target"]
+                      for c in curve["clock"]] for name in mixture["sources"]}
+    parts.append(_figure(plots.shares(curve["clock"], curve["shares"], targets, curve["phase_starts"]),
+                         "No tokens planned."))
     return parts
 
 
@@ -239,6 +264,10 @@ def render(report: dict) -> str:
                              for w, v in throughput["workers"].items()]))
     else:
         parts.append("<p class=note>The manifest records no times (made before mlm-report existed).</p>")
+
+    mixture = report.get("mixture")
+    if mixture:
+        parts += _mixture_section(mixture)
 
     parts.append("<h2>Cost</h2>")
     cost = report.get("cost")

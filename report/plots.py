@@ -149,3 +149,31 @@ def lines(series: dict[str, list[float]], step: float, ylabel: str, overall: str
         keep = first + [i for i in range(len(labels)) if i not in first]
         axes.legend([handles[i] for i in keep], [labels[i] for i in keep], fontsize=7, ncol=2)
     return _svg(figure)
+
+
+def shares(clock: list[int], series: dict[str, list[float]], targets: dict[str, list[float]],
+           phase_starts: list[int]) -> str | None:
+    """A mixture's shares over the clock: each source's realized share between consecutive clock values,
+    stacked (they sum to 1), its target as a dashed step line at the stack's height, and each phase's start
+    as a vertical line."""
+    _setup()
+    if not series or not clock:
+        return None
+    import numpy as np
+
+    figure, axes = plt.subplots(figsize=(WIDTH, HEIGHT))
+    names = list(series)
+    realized = np.asarray([series[name] for name in names])
+    axes.stackplot(clock, realized, labels=names, alpha=0.75, step="pre", gid="mixture-shares")
+    if targets:
+        top = np.cumsum(np.asarray([targets[name] for name in names]), axis=0)
+        for row in top[:-1]:
+            axes.step(clock, row, where="pre", color="#000000", linewidth=0.8, linestyle=(0, (4, 3)))
+    for start in phase_starts:
+        axes.axvline(start, color="#d62728", linewidth=1.2, gid="phase-start")
+    axes.set_xlabel("tokens served (the mixture's clock)")
+    axes.set_ylabel("share of tokens")
+    axes.set_ylim(0, 1)
+    axes.set_xlim(0, clock[-1])
+    axes.legend(fontsize=7, ncol=min(4, len(names)), loc="upper right")
+    return _svg(figure)

@@ -146,7 +146,7 @@ def test_every_project_command_in_the_readme_parses_with_its_real_command_line(g
     "python -m ventilator --data d --output o --no-such-flag 3",
     "python -m ventilator --data d --output o --objective no-such-objective",
     "python -m loader --data d --batch-size many",
-    "mlm-report out/ extra/",
+    "mlm-report out/ extra/ --temperature hot",
     "python -m worker --ventilator",
 ])
 def test_a_readme_command_the_cli_refuses_fails_the_check(argv):

@@ -233,3 +233,76 @@ def test_any_json_schedule_parses_or_is_a_mix_error(document):
         except MixError:
             continue
         assert all(np.isfinite(weights)) and abs(sum(weights) - 1) < 1e-9
+
+
+def test_phase_tokens_are_the_tokens_the_epochs_serve_in_each_phase():
+    """The status's and the report's per-phase figures (phase_tokens, share_curve) equal counting the records
+    the planned epochs hold, cut where their due time crosses each phase's start."""
+    from loader.mixture import phase_tokens, share_curve
+
+    sources = make_sources((400, 3000, 9000), seed=5, longest=100)
+    boundary = 400_000
+    specs = [PhaseSpec(weights=(0.0, 0.3, 0.7)), PhaseSpec(at_tokens=boundary, temperature=0.3)]
+    plan = MixPlan(sources, specs, seed=1, window=500)
+    source = np.concatenate([served(plan, e)[0] for e in range(2)])
+    tokens = np.concatenate([served(plan, e)[2] for e in range(2)])
+    clock = 2 * plan.epoch_tokens - 1000
+    phases = phase_tokens(plan, clock)
+    assert [(p.phase, p.start, p.end) for p in phases] == [(0, 0, boundary), (1, boundary, clock)]
+    np.testing.assert_allclose(phases[1].target, temperature_weights([s.tokens for s in sources], 0.3))
+    # due order is served order: the records of [start, end) are the ones whose source has reached no further
+    per_source = np.stack([np.cumsum(np.where(source == i, tokens, 0)) for i in range(3)])
+    for p in phases:
+        got = np.asarray(p.tokens)
+        # the stream's prefix holding exactly the phase's records: find k with per-source sums == expected
+        before = np.asarray(phases[0].tokens) if p.phase else np.zeros(3, dtype=np.int64)
+        after = before + got
+        k_after = [int(np.searchsorted(per_source[i], after[i], side="right")) for i in range(3)]
+        reached = np.asarray([per_source[i][k - 1] if k else 0 for i, k in enumerate(k_after)])
+        np.testing.assert_array_equal(reached, after)  # each source's served total lands on a record's end
+        realized = np.asarray(p.realized)
+        bound = share_tolerance([100] * 3, p.target, int(got.sum()))
+        assert (np.abs(realized - np.asarray(p.target)) <= bound).all(), (realized, p.target)
+    # the whole stream's per-source tokens up to the clock: the sum of the phases'
+    total = np.asarray(phases[0].tokens) + np.asarray(phases[1].tokens)
+    due_prefix = int(np.searchsorted(np.cumsum(tokens), clock + 300))
+    assert (total <= per_source[:, due_prefix]).all()
+    curve = share_curve(plan, [0, boundary // 2, boundary, clock])
+    np.testing.assert_allclose(curve.sum(axis=1), 1.0)
+    assert curve[0, 0] == 0 and curve[2, 0] > 0  # the small source joins at the boundary
+
+
+COUNTS = ("phase", "start", "tokens")
+HOSTILE = st.one_of(st.sampled_from([float("inf"), float("-inf"), float("nan")]), st.text(max_size=8), st.none(),
+                    st.lists(st.integers(0, 3), max_size=2), st.binary(max_size=4),
+                    st.dictionaries(st.text(max_size=3), st.integers(-9, 9), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), field=st.sampled_from(["phase", "start", "target", "realized", "tokens"]))
+def test_a_hostile_phase_share_in_a_status_is_a_message_error(data, field):
+    """Every number of a status's per-phase shares is checked: a value out of its range (a share outside 0..1,
+    a negative or huge count, inf, NaN, a string, bad JSON inside a string) is a MessageError, never a Status
+    a client believes; a value in range decodes as sent."""
+    import msgpack
+
+    from loader import messages
+
+    if field in COUNTS:
+        out_of_range = st.one_of(st.integers(-2**63, -1), st.integers(2**53 + 1, 2**64 - 1))
+        in_range = st.integers(0, 2**53)
+    else:
+        out_of_range = st.one_of(st.floats(max_value=-1e-9), st.floats(min_value=1 + 1e-9, allow_infinity=False))
+        in_range = st.floats(0.0, 1.0)
+    bad = data.draw(st.booleans())
+    value = data.draw(st.one_of(HOSTILE, out_of_range, st.just('{"phases": [')) if bad else in_range)
+    good = messages.Status("s", mixture=[messages.SourceShare(
+        "a", 0.5, 0.4, 10, [messages.PhaseShare(0, 0, 0.5, 0.4, 10)])])
+    assert messages.decode(messages.encode(good)) == good
+    frame = msgpack.unpackb(messages.encode(good))
+    frame["mixture"][0]["phases"][0][field] = value
+    if bad:
+        with pytest.raises(messages.MessageError):
+            messages.decode(msgpack.packb(frame))
+    else:
+        assert getattr(messages.decode(msgpack.packb(frame)).mixture[0].phases[0], field) == value

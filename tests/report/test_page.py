@@ -135,3 +135,26 @@ def test_without_matplotlib_nothing_is_written(tmp_path):
     assert made.stderr.strip().splitlines() == [
         "mlm-report: error: matplotlib is not installed: pip install 'mlm-pipeline[report]'"], made.stderr
     assert list(output.iterdir()) == []
+
+
+def test_a_mixture_section_shows_each_phases_shares_and_a_plot_with_the_boundary():
+    """The Mixture section: a row per phase and source with target and realized shares, and the shares over
+    the clock stacked, with the phase's start drawn; no section without a mixture."""
+    import numpy as np
+
+    from loader.mixture import MixPlan, PhaseSpec, SourceTokens
+    from report.mixture import describe_mixture
+
+    sources = [SourceTokens(np.asarray([n], dtype=np.int64), i, None, 128) for i, n in enumerate((76, 430, 4300))]
+    plan = MixPlan(sources, [PhaseSpec(weights=(0.0, 0.4, 0.6)), PhaseSpec(at_tokens=1_000_000, temperature=0.3)],
+                   seed=0, window=64)
+    mixture = describe_mixture(plan, ["web", "code", "wiki"], 2_000_000)
+    assert [p["from_tokens"] for p in mixture["phases"]] == [0, 1_000_000]
+    page = page_of(mixture=mixture)
+    section = page[page.index("<h2 id=mixture>Mixture</h2>"):page.index("<h2>Cost</h2>")]
+    assert section.count("<tr>") == 1 + 2 * 3
+    joined = mixture["phases"][1]["sources"]["web"]
+    assert f"<td>web</td><td>{joined['target'] * 100:.2f}%</td><td>{joined['realized'] * 100:.2f}%</td>" in section
+    assert "<td>web</td><td>0.00%</td><td>0.00%</td>" in section  # not served before it joins
+    assert section.count('id="phase-start') == 1 and "<svg" in section
+    assert "id=mixture" not in page_of()
