@@ -106,7 +106,7 @@ def open_sources(names: Sequence[str], endpoint_url: str | None, split: str, all
     against each other."""
     if len(set(names)) != len(names):
         raise DatasetError(f"--data {next(n for n in names if names.count(n) > 1)} is given twice: weigh it instead")
-    sources = []
+    sources: list[Source] = []
     for name in names:
         storage, shards = open_dataset(name, endpoint_url, split=split, allow_partial=allow_partial)
         try:
