@@ -108,13 +108,17 @@ def open_sources(names: Sequence[str], endpoint_url: str | None, split: str, all
     against each other."""
     if len(set(names)) != len(names):
         raise DatasetError(f"--data {next(n for n in names if names.count(n) > 1)} is given twice: weigh it instead")
-    sources = []
+    sources: list[Source] = []
     for name in names:
         storage, shards = open_dataset(name, endpoint_url, split=split, allow_partial=allow_partial)
         try:
             info = dataset_info.read(storage)
         except ValueError as error:
             raise DatasetError(f"--data {name}: {error}") from None
+        same = next((s for s in sources if s.shards.fingerprint == shards.fingerprint), None)
+        if same is not None:  # another spelling of one output (a trailing slash, ./), or a copy of it
+            raise DatasetError(f"--data {name} is the same output as --data {same.name} (dataset "
+                               f"{shards.fingerprint}): weigh it instead")
         sources.append(Source(name, storage, shards, info))
     check_compatible(sources, fixed_length)
     return sources

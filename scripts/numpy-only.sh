@@ -7,6 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+# The byte matrix and BERT's golden shards skip without ../shared (the corpus and vocabulary): the step would pass
+# having checked none of their bytes.  Refused instead, for the default selection.
+if [ $# -eq 0 ] && { [ ! -d "$repo/../shared/corpus/wiki" ] || [ ! -f "$repo/../shared/vocab/bert-base-uncased-vocab.txt" ]; }; then
+    echo "numpy-only: needs ../shared (corpus/wiki and vocab/bert-base-uncased-vocab.txt) beside $repo: without it the byte matrix and BERT's golden shards skip" >&2
+    exit 1
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/mlm-numpy-only.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 

@@ -289,16 +289,37 @@ def identify(run: RunConfig, checked: Checked) -> JobConfig:
         output = open_storage(config.output_uri, run.input.s3_endpoint_url)
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"),
-                  lambda: _what_changed(output, config))
+                  lambda: _what_changed(output, config, first.get("job") if first else None))
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
     return config
 
 
-def _what_changed(output, config: JobConfig) -> str:
+def _older_behaviour(config: JobConfig, old_id) -> str:
+    """Which of this release's behaviour versions (docs/design.md, "Versions") the output's job ``old_id`` was
+    made without, as "the parquet writer's version 2", when the same command at the previous version gives that
+    id; "" if none does."""
+    versions = config.versions()
+    for key, newer in versions.items():
+        older = {k: v for k, v in versions.items() if k != key}
+        if newer > 2:
+            older[key] = newer - 1
+        if config.identity_hash(versions=older) == old_id:
+            axis, name = key.split(":", 1)
+            return f"{name} {axis}'s version {newer}"
+    return ""
+
+
+def _what_changed(output, config: JobConfig, old_id=None) -> str:
     """For the refusal: the options whose values differ from those the output's dataset_info.json records, or
-    that none does (the corpus changed); "" when the output has no readable description."""
+    that none does (the corpus changed, or an older release made it: its writer or a step wrote other bytes);
+    "" when the output has no readable description."""
     from common.describe import dataset_info
+
+    older = _older_behaviour(config, old_id) if old_id else ""
+    if older:
+        return (f"no option changed: an older release made it, and this one writes other bytes for the same job "
+                f"(the {older})")
 
     try:
         old = dataset_info.read(output)

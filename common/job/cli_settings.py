@@ -11,6 +11,7 @@ to another (the ventilator starting the sink and the workers) without a second l
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -143,6 +144,31 @@ def _in_int64(kind: click.ParamType, value: Any, param: click.Parameter | None, 
     return value
 
 
+class _NumberFloatRange(click.FloatRange):
+    """A float option's range that is a number: NaN compares false with every bound, so a range alone lets it
+    through (a --storage-timeout of nan was no bound at all)."""
+
+    def __init__(self, declared: click.FloatRange):
+        super().__init__(declared.min, declared.max, min_open=declared.min_open, max_open=declared.max_open,
+                         clamp=declared.clamp)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value} is not a number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class _NumberFloat(click.types.FloatParamType):
+    """A float option with no range: a number (not NaN)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value} is not a number", param, ctx)
+        return number
+
+
 class Size(click.ParamType):
     """A byte count as users write it (8M, 256K, 1g or a number: :func:`common.job.tasks.parse_size`), an int64."""
 
@@ -160,13 +186,17 @@ class Size(click.ParamType):
 
 def _settle(param: click.Parameter, prefix: str | None) -> None:
     """What every option of every command has, whoever declared it: its variable by :func:`env_prefix`'s rule
-    (from its flag), and an integer's int64 range."""
+    (from its flag), an integer's int64 range, and a float that is a number."""
     if isinstance(param, click.Option) and param.envvar is None and param.allow_from_autoenv and prefix:
         param.envvar = f"{prefix}_{_long_flag(param).lstrip('-').upper().replace('-', '_')}"
     if isinstance(param.type, click.IntRange) and not isinstance(param.type, _Int64Range):
         param.type = _Int64Range(param.type)
     elif type(param.type) is click.types.IntParamType:
         param.type = _Int64()
+    elif isinstance(param.type, click.FloatRange) and not isinstance(param.type, _NumberFloatRange):
+        param.type = _NumberFloatRange(param.type)
+    elif type(param.type) is click.types.FloatParamType:
+        param.type = _NumberFloat()
 
 
 def variable_of(ctx: click.Context, param: click.Parameter) -> str | None:

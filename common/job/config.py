@@ -156,9 +156,10 @@ class JobConfig:
         """
         return self.identity_hash()
 
-    def identity_hash(self, versioned: bool = True) -> str:
+    def identity_hash(self, versioned: bool = True, versions: dict[str, int] | None = None) -> str:
         """The job id; ``versioned=False``: as it was before behaviour versions came in (tests/test_job_ids.py
-        shows with it that versions are all that moved ids since)."""
+        shows with it that versions are all that moved ids since); ``versions``: as it would be with these
+        behaviour versions instead of this release's (what an older release made)."""
         identity = {
             "data_uri": self.data_uri,
             "reader": dataclasses.asdict(self.reader),
@@ -180,7 +181,8 @@ class JobConfig:
             identity["step_order"] = names
         # Behaviour versions above 1 (Configurable.version): said only then, so a job whose variants all
         # behave as they did when versions came in keeps the id it always had.
-        versions = self.versions(made) if versioned else {}
+        if versions is None:
+            versions = self.versions(made) if versioned else {}
         if versions:
             identity["versions"] = versions
         blob = json.dumps(identity, sort_keys=True).encode()

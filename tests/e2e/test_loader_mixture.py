@@ -329,3 +329,27 @@ def test_held_out_sides_mix_by_the_same_rule(holdout_outputs, outputs):
     output = server.wait()
     assert server.process.returncode == 1 and str(outputs[0]) in output and "held-out" in output
     assert "Traceback" not in output
+
+
+def test_a_temperature_of_nan_is_refused_by_its_flag(outputs):
+    """--temperature nan passed the range (NaN compares false) and failed later as "the phase at 0 tokens
+    weighs no source", which names neither the flag nor the value."""
+    result = subprocess.run([sys.executable, "-m", "loader", "--data", str(outputs[0]), "--data", str(outputs[1]),
+                             "--temperature", "nan", "--port", "1", "--bind-host", "127.0.0.1"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Invalid value for '--temperature'" in result.stderr, result.stderr
+
+
+def test_one_output_given_twice_under_two_spellings_is_refused(outputs, tmp_path):
+    """``--data OUT --data OUT/`` (or a copy of OUT) passed the check for a source given twice, which compared
+    the strings, and served every record as two sources' (each 'exactly once')."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(outputs[0], copy)
+    for second in (f"{outputs[0]}/", str(copy)):
+        result = subprocess.run([sys.executable, "-m", "loader", "--data", str(outputs[0]), "--data", second,
+                                 "--port", "1", "--bind-host", "127.0.0.1"],
+                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode != 0 and "is the same output as --data" in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr

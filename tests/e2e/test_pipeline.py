@@ -196,3 +196,32 @@ def test_local_processes_end_with_a_killed_command(tmp_path):
     assert not alive, f"still running after the command died: {[p.cmdline() for p in alive]}"
     again = run_ventilator(WIKI, tmp_path / "again", "--vocab-file", VOCAB, "--dupe-factor", "1", "--workers", "1")
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_an_output_of_the_previous_release_is_refused_for_its_real_cause(tmp_path):
+    """An output the previous release made (its Parquet writer at version 1: shards beside the manifest and in
+    holdout/) is another job for this one, whose writer is at version 2: the refusal says so, not that the
+    corpus changed (it did not: the user would look for an edit that never happened)."""
+    import subprocess
+    import sys
+
+    from tests.support.factories import wiki_prefix
+    from tests.support.helpers import REPO, free_ports
+
+    corpus = wiki_prefix(tmp_path / "corpus", 60_000)
+    output = tmp_path / "out"
+    job = ["--vocab-file", VOCAB, "--objective", "tokens", "--max-seq-length", "128", "--output-format", "parquet",
+           "--workers", "1", "--task-size", "64K"]
+    vport, sink_port = free_ports(2)
+    previous_release = ("import sys; import common.writers.parquet as parquet; parquet.ParquetWriter.version = 1; "
+                        "sys.argv[0] = 'ventilator'; from ventilator.cli import main; main()")
+    made = subprocess.run([sys.executable, "-c", previous_release, "--data", str(corpus), "--output", str(output),
+                           "--vport", str(vport), "--sink-port", str(sink_port), "--bind-host", "127.0.0.1",
+                           "--state-dir", str(tmp_path / "state"), *job],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    again = run_ventilator(corpus, output, *job)
+    assert again.returncode == 1 and "belongs to another job" in again.stderr
+    refusal = again.stderr.strip().splitlines()[-1]
+    assert "the corpus changed" not in refusal, refusal
+    assert "parquet writer's version 2" in refusal, refusal

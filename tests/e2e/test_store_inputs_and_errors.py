@@ -130,3 +130,13 @@ def test_a_storage_timeout_that_is_no_duration_is_refused():
     result = _verify("gs://bucket/out", env={"MLM_VERIFY_STORAGE_TIMEOUT": "0"})
     assert result.returncode == 2 and "Invalid value for '--storage-timeout'" in result.stderr, result.stderr
     assert "MLM_VERIFY_STORAGE_TIMEOUT" in result.stderr, result.stderr  # the variable that caused it is named
+
+
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_a_storage_timeout_of_nan_is_refused_not_unbounded(how):
+    """NaN compares false with every bound, so a range let it through and the wait had no bound at all (a
+    silent endpoint held mlm-verify past 45 s with --storage-timeout nan): refused before any work, as 0 is."""
+    args, env = (["--storage-timeout", "nan"], {}) if how == "flag" else ([], {"MLM_VERIFY_STORAGE_TIMEOUT": "nan"})
+    result = _verify("gs://bucket/out", *args, env=env, timeout=60)
+    assert result.returncode == 2 and "Invalid value for '--storage-timeout'" in result.stderr, result.stderr
+    assert "nan" in result.stderr.lower(), result.stderr
