@@ -58,7 +58,7 @@ class Tokenize(Step):
         """Each document is encoded whole (:func:`document_cuts`): its objective cuts its records from that
         encoding, and the tokenizer encodes what lies between paragraphs (without, its pieces' tokens end to
         end already are the document's, as they always were)."""
-        return self.job.objective.encodes_documents and self.job.vocabulary.paragraph_sensitive
+        return self.job.vocabulary.paragraph_sensitive and self.job.objective.encodes_documents
 
     def run(self, run: TaskRun) -> None:
         for part in run.parts:

@@ -28,7 +28,7 @@ def test_chinese_job_writes_chinese_ref_and_resumes_to_nothing(tmp_path):
     result = run_ventilator(tmp_path / "in", tmp_path / "out", *job)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "word segmenter: jieba" in result.stderr
-    files = sorted((tmp_path / "out").glob("part-*.parquet"))
+    files = sorted((tmp_path / "out").glob("train/part-*.parquet"))
     assert len(files) == len(manifest(tmp_path / "out")) > 1
     rows = [row for f in files for row in pq.read_table(f).to_pylist()]
     han = 0
@@ -59,7 +59,7 @@ def test_chinese_job_writes_chinese_ref_and_resumes_to_nothing(tmp_path):
     assert whole > 50
     again = run_ventilator(tmp_path / "in", tmp_path / "out", *job)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert sorted((tmp_path / "out").glob("part-*.parquet")) == files
+    assert sorted((tmp_path / "out").glob("train/part-*.parquet")) == files
 
 
 def test_electra_word_starts_carry_the_segmenters_words_and_leave_the_examples_as_they_were(tmp_path):
@@ -77,7 +77,7 @@ def test_electra_word_starts_carry_the_segmenters_words_and_leave_the_examples_a
     assert plain.returncode == 0, plain.stderr[-3000:]
 
     def rows(out):
-        return sorted((row for f in sorted(out.glob("part-*.parquet")) for row in pq.read_table(f).to_pylist()),
+        return sorted((row for f in sorted(out.glob("train/part-*.parquet")) for row in pq.read_table(f).to_pylist()),
                       key=lambda row: row["input_ids"])
 
     marked_rows, plain_rows = rows(tmp_path / "marked"), rows(tmp_path / "plain")
