@@ -38,26 +38,44 @@ def measure(data: Path, work: Path, ranks: int, batches_per_rank: int, dynamic: 
     args = ["--data", data, "--port", port, "--bind-host", "127.0.0.1", "--batch-size", batch_size, *server_args]
     if dynamic:
         args += ["--dynamic-masking", "--vocab-file", vocab]
-    server = start_module("loader", *args, log=work / "loader.log")
+    log = work / "loader.log"
+    server = start_module("loader", *args, log=log)
+    client = subprocess.Popen([sys.executable, "-m", "bench.loader_bench", f"127.0.0.1:{port}", str(server.pid),
+                               str(ranks), str(batches_per_rank)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
     try:
-        result = subprocess.run([sys.executable, "-m", "bench.loader_bench", f"127.0.0.1:{port}", str(server.pid),
-                                 str(ranks), str(batches_per_rank)], capture_output=True, text=True, timeout=timeout)
-        if result.returncode != 0:
-            raise RuntimeError(f"loader bench client failed:\n{result.stderr[-3000:]}")
-        return LoaderRun(**json.loads(result.stdout.strip().splitlines()[-1]), server_peak_rss=vm_hwm(server.pid))
+        # A server that exits (a refused flag, a crash) leaves the client waiting for ever: watch both.
+        deadline = time.monotonic() + timeout
+        while client.poll() is None:
+            if server.poll() is not None:
+                raise RuntimeError(f"the loader server exited ({server.returncode}) before the client was done:\n"
+                                   f"{log.read_text(errors='replace')[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the loader bench client did not finish in {timeout:.0f} s")
+            time.sleep(0.1)
+        stdout, stderr = client.communicate()
+        if client.returncode != 0:
+            raise RuntimeError(f"loader bench client failed:\n{stderr[-3000:]}")
+        return LoaderRun(**json.loads(stdout.strip().splitlines()[-1]), server_peak_rss=vm_hwm(server.pid))
     finally:
+        if client.poll() is None:
+            client.kill()
+            client.communicate()
         stop([server], timeout=0)
 
 
 def split_output(output: Path, target: Path, parts: int = 3) -> list[Path]:
     """The output as ``parts`` outputs of ~1, 2, 3... sixths of its tasks (manifest lines, files linked, the
     same summary and description): a mixture of the same records as the output, for comparing the loader's
-    cost per token with one source and with several on the same data.  An output of fewer tasks than ``parts``
-    (a --quick run's) is linked whole into each part instead (3 times the records)."""
+    cost per token with one source and with several on the same data.  Each part holds its own tasks: the
+    loader refuses one output given twice."""
     import os
     import shutil
 
-    lines = [line for line in (output / "manifest.jsonl").read_text().splitlines() if line.strip()]
+    lines = [line for line in (output / "manifest.jsonl").read_text().splitlines()
+             if line.strip() and json.loads(line)["records"]]  # a task that held no text wrote no shard
+    if len(lines) < parts:
+        raise ValueError(f"{output} has {len(lines)} task(s): too few to split into {parts} outputs")
     weights = list(range(1, parts + 1))
     bounds = [min(max(round(len(lines) * sum(weights[:i]) / sum(weights)), i), len(lines) - parts + i)
               for i in range(parts + 1)]  # every part at least one task
@@ -66,7 +84,7 @@ def split_output(output: Path, target: Path, parts: int = 3) -> list[Path]:
         where = target / f"part-{part}"
         shutil.rmtree(where, ignore_errors=True)
         where.mkdir(parents=True)
-        mine = lines[bounds[part]:bounds[part + 1]] if len(lines) >= parts else lines
+        mine = lines[bounds[part]:bounds[part + 1]]
         (where / "manifest.jsonl").write_text("".join(line + "\n" for line in mine))
         for name in ("summary.json", "dataset_info.json", "tokenizer.json"):
             if (output / name).exists():

@@ -1282,7 +1282,7 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
                 res.add(f"{key}_client_ms", run.client_cpu / run.batches * 1000)
                 if key == "l8":
                     res.add("l_mb_cpu", run.bytes / MB / max(run.server_cpu, 0.01))
-    mixture_rows(s, tmp, res, output)
+    mixture_rows(s, tmp, res, output, sources)
     shutil.rmtree(data.root)
     # Memory: the same cache on a larger output (more copies of the corpus), one epoch each.
     copies = 2 if s.quick else 6
@@ -1302,12 +1302,19 @@ def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     res.add("l_rss_growth", peaks["big"] / peaks["small"] - 1)
 
 
-def mixture_rows(s: Settings, tmp: Path, res: Results, output: Path) -> None:
+def mixture_rows(s: Settings, tmp: Path, res: Results, output: Path, sources) -> None:
     """The output cut into 3 outputs of 1/6, 2/6 and 3/6 of its tasks, mixed (--temperature 0.3), against the
     output alone: the same records either way; the server's tokens per CPU-second, 8 ranks, stored masks, in turn
     in each repeat."""
     from bench.loader_bench import measure, split_output
+    from bench.roles import pipeline
 
+    if sum(json.loads(line)["records"] > 0 for line in (output / "manifest.jsonl").read_text().splitlines()) < 3:
+        # a --quick output: 2 tasks of 256K
+        data = corpora.replicate(sources, tmp / "l-mix-corpus", 1)
+        pipeline(data.root, tmp / "runs" / "l-mix-data", str(VOCAB), 2, task_size="64K", dupe_factor=2)
+        shutil.rmtree(data.root)
+        output = tmp / "runs" / "l-mix-data" / "out"
     parts = split_output(output, tmp / "runs" / "l-mix-parts")
     mixed = ("--data", parts[1], "--data", parts[2], "--temperature", 0.3)
     for repeat in range(s.repeats):
