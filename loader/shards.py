@@ -20,8 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 from common.objectives.base import Ragged
-from common.output.files import SUMMARY_NAME, TRAIN, check_finished, split_of  # noqa: F401 (re-exported)
+from common.output.files import SUMMARY_NAME, TRAIN, check_finished  # noqa: F401 (re-exported)
 from common.output.manifest import read_published
+from common.steps import split_of
 from common.storage import open_storage
 from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout

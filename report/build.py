@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from common.describe import dataset_info
-from common.output.files import split_of
 from common.output.lock import LOCK_NAME  # a run's lock (and its takeover marker): the job's
 from common.output.manifest import MANIFEST_NAME, read_published, shard_files, stage_files
+from common.steps import split_of
 from common.writers import writer_for_file
 from report import stats
 from report.unknown_text import unknown_by_script

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from common.objectives.base import Ragged
-from common.output.files import TRAIN, split_of
+from common.output.files import TRAIN
 from common.output.manifest import counters
+from common.steps import split_of
 from common.steps.tokenize import tokens_per_document_name
 
 #: Histogram bins of sequence lengths and tokens per document.

@@ -185,15 +185,15 @@ def sequence_length(config) -> int | None:
     and chunks of at most --max-seq-length) hold their tokens and no padding."""
     if config is None:
         return None
-    from common.describe.dataset_info import _vocabulary
     from common.objectives import objective_named
+    from common.tokenization.vocabulary import described_vocabulary
     try:
         objective_class = objective_named(config.objective.name)
         params = objective_class.make_params(config.objective.params)
         length = getattr(params, "max_seq_length", None)
         if not isinstance(length, int) or not length:
             return None
-        features = objective_class(params, _vocabulary(config.tokenizer_json).special).features
+        features = objective_class(params, described_vocabulary(config.tokenizer_json).special).features
     except (KeyError, TypeError, ValueError):
         return None
     ids = next((f for f in features if f.name == "input_ids"), None)

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 import zmq
 
 from common import logs
-from common.describe import dataset_info
+from common.describe import dataset_card, dataset_info
 from common.job.config import JobConfig
 from common.job.tasks import task_id_of
 from common.kernels import FORCE_NUMPY, NUMPY
 from common.metrics import MetricsServer, counter, gauge
 from common.objectives import objective_named
 from common.output.files import manifest_file
-from common.output.manifest import LINE_FIELDS, Manifest, ManifestMismatch
+from common.output.manifest import LINE_FIELDS, ManifestMismatch
 from common.output.manifest import counters as step_counters
 from common.steps import job_steps
 from common.storage import StorageError, open_storage
@@ -49,6 +49,7 @@ from common.wire.transport import (
 )
 from common.writers import writer_named
 from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length
+from sink.manifest import Manifest
 from sink.progress import Throughput
 
 log = logging.getLogger("sink")
@@ -504,6 +505,18 @@ class SinkServer:
         except Exception as error:  # noqa: BLE001
             log.error("sink: could not describe the output in %s: %s", dataset_info.DATASET_INFO, error)
 
+    def _finish_job(self) -> None:
+        """The format's files that describe the whole output (``Writer.finish_job``: a blend list, an index),
+        then the dataset card README.md naming each side's files and saying how the format is read."""
+        writer_class = writer_named(self.config.writer.name)
+        writer_class.finish_job(self.output, self.config, self.manifest.totals)
+        try:
+            dataset_card.write_card(self.output, self.config, writer_class.reading_text())
+        except (StorageError, OSError):
+            raise  # the store: the sink says so and exits 1
+        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job
+            log.error("sink: could not write the dataset card %s: %s", dataset_card.CARD_NAME, error)
+
     def _finish(self, reason: str, job_over: bool = False) -> int:
         """Publish the manifest and the summary; the exit status (1 if the
         output store would not take them: the journal still holds every line)."""
@@ -524,7 +537,7 @@ class SinkServer:
             if self.config is not None:  # every format, complete or not: what a reader needs to know
                 self._describe(summary["complete"])
             if job_over and not self.quarantined and self.config is not None:
-                writer_named(self.config.writer.name).finish_job(self.output, self.config, self.manifest.totals)
+                self._finish_job()
             self.output.put_bytes(SUMMARY_NAME,
                                   json.dumps(summary, indent=2, sort_keys=True, allow_nan=False).encode() + b"\n")
         except (StorageError, OSError) as error:  # a full local disk is an OSError, not a StorageError

@@ -26,8 +26,9 @@ from common.describe import dataset_info
 from common.job.cli_settings import SectionedCommand, add_options, build, command_settings
 from common.job.params import PluginError
 from common.job.tasks import FINISH
-from common.output.files import check_finished, split_of
+from common.output.files import check_finished
 from common.output.manifest import read_published, shard_files, stage_files
+from common.steps import split_of
 from common.storage import StorageError, StorageSettings, configure, open_storage
 from common.writers import is_output_file, writer_for_file, writer_named
 

@@ -25,8 +25,11 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from common.output.files import TRAIN, split_of
+from common.output.files import TRAIN
 from common.output.manifest import read_entries, shard_files
+from common.steps import described_steps, split_of
+from common.writers import writer_named
+from common.writers.base import hf_split
 
 CARD_NAME = "README.md"
 #: Hugging Face's size_categories tags, by upper bound of the number of records.
@@ -46,17 +49,6 @@ def size_category(records: int) -> str:
 
 def _q(text) -> str:
     return json.dumps(str(text))
-
-
-def hf_split(split: str) -> str:
-    """A side's split name in the card: train, the step's name for its side (``Side.card_split``: validation
-    for the held-out side), or a step's own split by its name."""
-    from common.steps import side_named
-
-    if split == TRAIN:
-        return "train"
-    side = side_named(split)
-    return side.card_split if side is not None and side.card_split else split
 
 
 @dataclass
@@ -221,8 +213,6 @@ def render(info: dict, counts: SplitFiles, reading: str = "") -> str:
 
 def _train_directory(format_name) -> str:
     """Where the format puts the training side's files ("train/" for Parquet and MDS; "" at the root)."""
-    from common.writers import writer_named
-
     try:
         directory = writer_named(str(format_name)).side_directory(TRAIN) if format_name else None
     except ValueError:  # a plugin's format not installed here: its files' names say where they are
@@ -232,8 +222,6 @@ def _train_directory(format_name) -> str:
 
 def _step_lines(info: dict) -> list[str]:
     """The described steps' lines of the Records list (``Step.card_lines``), from their dataset_info sections."""
-    from common.steps import described_steps
-
     return [line for step in described_steps() for line in step.card_lines(info.get(step.name))]
 
 

@@ -15,13 +15,17 @@ the output.  ``mlm-verify`` checks every file against it (:func:`check_columns`)
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 
 import numpy as np
 
+from common.job.params import flag_of
+from common.objectives import objective_named
 from common.objectives.base import Ragged
+from common.steps import described_steps, step_named
+from common.tokenization.vocabulary import described_vocabulary
+from common.writers import writer_named
 
 DATASET_INFO = "dataset_info.json"
 #: The tokenizer itself (tokenizers JSON) beside it: a reader turns ids back into text with it (mlm-report's
@@ -31,20 +35,11 @@ TOKENIZER_NAME = "tokenizer.json"
 INFO_VERSION = 1
 
 
-@functools.lru_cache(maxsize=1)
-def _vocabulary(tokenizer_json: str):
-    """The job's tokenizer, built once for every use here (a BERT vocabulary takes ~0.15 s to build), described,
-    never encoding: its text tokenizer is not built (``for_text=False``)."""
-    from common.tokenization import Vocabulary
-
-    return Vocabulary.from_json(tokenizer_json, for_text=False)
-
-
 def tokenizer_identity(tokenizer_json: str) -> dict:
     """The tokenizer as a card or report names it: model family, size, special tokens, casing, hash."""
     from common.tokenization.loading import lowercases
 
-    vocabulary = _vocabulary(tokenizer_json)
+    vocabulary = described_vocabulary(tokenizer_json)
     return {
         "model": type(vocabulary.tokenizer.model).__name__,
         "vocab_size": vocabulary.size,
@@ -58,10 +53,8 @@ def tokenizer_identity(tokenizer_json: str) -> dict:
 
 def describe(config, totals: dict, complete: bool) -> dict:
     """The description of the output ``config`` makes (``totals``: the manifest's, as the sink keeps them)."""
-    from common.objectives import objective_named
-    from common.writers import writer_named
 
-    special = _vocabulary(config.tokenizer_json).special
+    special = described_vocabulary(config.tokenizer_json).special
     objective_class = objective_named(config.objective.name)
     objective = objective_class(objective_class.make_params(config.objective.params), special)
     writer_class = writer_named(config.writer.name)
@@ -107,9 +100,6 @@ def describe(config, totals: dict, complete: bool) -> dict:
 def step_sections(config, totals: dict) -> dict:
     """The steps' own parts of the description: each described step's section under its name (``null`` when the
     job runs without it), and the totals of each side (``<split>_totals``) of those steps and the job's."""
-    from common.steps import described_steps, step_named
-    from common.writers import writer_named
-
     writer_class = writer_named(config.writer.name)
     sections: dict = {}
     described = described_steps()
@@ -131,7 +121,7 @@ def step_sections(config, totals: dict) -> dict:
 def write(output, config, totals: dict, complete: bool) -> None:
     info = describe(config, totals, complete)
     # The plain tokenizers JSON (what Tokenizer.from_file reads); roles named on the command line are in the info.
-    output.put_bytes(TOKENIZER_NAME, _vocabulary(config.tokenizer_json).tokenizer.to_str().encode())
+    output.put_bytes(TOKENIZER_NAME, described_vocabulary(config.tokenizer_json).tokenizer.to_str().encode())
     output.put_bytes(DATASET_INFO, json.dumps(info, indent=2, sort_keys=True).encode() + b"\n")
 
 
@@ -167,16 +157,11 @@ _SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-si
 
 def _steps_with_sections() -> set[str]:
     """Steps whose settings have a section of their own in the description (compared there)."""
-    from common.steps import described_steps
-
     return {"segment"} | {step.name for step in described_steps()}
 
 
 def _changed_steps(old: list, new: list) -> list[str]:
     """The steps' parameters that differ (the word segmenter's, a plugin step's), and steps added or gone."""
-    from common.job.params import flag_of
-    from common.steps import step_named
-
     def by_name(steps: list) -> dict[str, dict]:
         return {s["name"]: s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)}
 
@@ -206,9 +191,6 @@ def changed_options(old: dict, new: dict) -> list[str]:
     the options that set it with both values: ``--dupe-factor 10 → 5``.  The input files' versions are not
     in the description: an empty list with differing job ids (and both descriptions listing their steps) means
     the corpus changed."""
-    from common.job.params import flag_of
-    from common.steps import described_steps
-
     described = {step.name: step for step in described_steps()}
 
     def flag(section: str, key: str) -> str:
@@ -269,8 +251,6 @@ def _kind(dtype) -> str:
 def check_columns(info: dict, name: str, columns: dict) -> list[str]:
     """How a file's columns (a writer's ``read_columns``) differ from the description: names, and each
     feature's shape and dtype (exact where the format keeps it, int or float where its reader widens)."""
-    from common.writers import writer_named
-
     problems = []
     expected = info["features"]
     exact = writer_named(info["format"]).exact_dtypes

@@ -15,12 +15,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from common.job.params import Component, ParamValue
+from common.job.params import Component, ParamValue, PluginError
+from common.objectives import objective_named
+from common.readers import reader_named
 from common.steps import FLOW, job_steps, step_named
 from common.steps import steps as known_steps
 from common.wire import envelope
 from common.wire.envelope import Count, Seconds
 from common.wire.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
+from common.writers import Writer, writer_named
 
 
 def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
@@ -110,6 +113,11 @@ class JobConfig:
         """The job's step ``name`` (its parameters), or None when the job has no such step."""
         return next((step for step in self.steps if step.name == name), None)
 
+    def writer_class(self) -> type[Writer]:
+        """The job's output format (``--output-format``): what the write step writes with.  Asked of the job,
+        which names it, so the steps below the formats import none."""
+        return writer_named(self.writer.name)
+
     @staticmethod
     def digest_inputs(files) -> str:
         """What ``inputs_digest`` holds for these InputFiles."""
@@ -122,11 +130,6 @@ class JobConfig:
         """Every behaviour version above 1 the job runs with: its steps' (and their variants'), its reader's,
         objective's and writer's.  A variant whose plugin is not installed here counts as version 1 (this
         process cannot run the job anyway, and says so)."""
-        from common.job.params import PluginError
-        from common.objectives import objective_named
-        from common.readers import reader_named
-        from common.writers import writer_named
-
         versions: dict[str, int] = {}
         for step_class, params in made if made is not None else job_steps(self):
             versions.update(step_class.versions(params, self))

@@ -38,20 +38,6 @@ class ShardFile:
 FILE_FIELDS = frozenset({"name", "records", "sha256", "bytes", "split"})
 
 
-def split_of(listed: dict) -> str:
-    """The split of a file as a manifest line lists it: its ``split``; for a line written before splits had
-    names, the one whose old mark it carries (each step knows its own: ``Step.legacy_split``, e.g. the held-out
-    side's files said ``"holdout": true``); else the training side."""
-    split = listed.get("split")
-    if split:
-        return str(split)
-    if listed.keys() <= FILE_FIELDS:  # the common case: a training file, no step asked
-        return TRAIN
-    from common.steps import legacy_split
-
-    return legacy_split(listed) or TRAIN
-
-
 def manifest_file(shard: ShardFile) -> dict:
     """A file as a manifest line lists it: the training side's files carry no ``split``."""
     entry = {"name": shard.name, "records": shard.records, "sha256": shard.sha256, "bytes": shard.bytes}

@@ -4,6 +4,7 @@ the interface), found by name like the readers, objectives and writers."""
 from __future__ import annotations
 
 from common.job.params import Registry
+from common.output.files import FILE_FIELDS, TRAIN
 from common.steps.base import (
     FLOW,
     InfoSection,
@@ -75,6 +76,18 @@ def legacy_split(listed: dict) -> str:
     return ""
 
 
+def split_of(listed: dict) -> str:
+    """The split of a file as a manifest line lists it: its ``split``; for a line written before splits had
+    names, the one whose old mark it carries (:func:`legacy_split`, e.g. the held-out side's files said
+    ``"holdout": true``); else the training side."""
+    split = listed.get("split")
+    if split:
+        return str(split)
+    if listed.keys() <= FILE_FIELDS:  # the common case: a training file, no step asked
+        return TRAIN
+    return legacy_split(listed) or TRAIN
+
+
 def described_steps() -> list[type[Step]]:
     """The known steps with a section of dataset_info.json (``Step.info_section``), by name."""
     found = _REGISTRY.variants()
@@ -94,6 +107,6 @@ def step_directories() -> tuple[str, ...]:
 
 
 __all__ = ["FLOW", "InfoSection", "ReportSection", "Side", "described_steps", "legacy_split", "reported_steps",
-           "side_named", "sides", "step_directories",
+           "side_named", "sides", "split_of", "step_directories",
            "JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
            "plan_stages", "required_tasks", "step_named", "steps"]

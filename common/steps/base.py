@@ -48,14 +48,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from common.job.params import Configurable, NoParams
+from common.job.params import Component, Configurable, NoParams, flag_of
+from common.objectives import objective_named
 from common.output.files import TRAIN, ShardFile
+from common.readers import reader_named
 from common.wire.protocol import AckStats
 
-if TYPE_CHECKING:  # names for the annotations only: the job (common.job.config) imports this module's package
+if TYPE_CHECKING:  # names for the annotations only
     import numpy as np
 
-    from common.job.config import JobConfig
     from common.job.tasks import Task
     from common.objectives import TokenizedDocuments
     from common.readers import Document, ParseReport
@@ -148,11 +149,30 @@ class StageResult:
     counters: dict[str, int] = field(default_factory=dict)
 
 
+class Job(Protocol):
+    """What a step sees of its job (:class:`common.job.config.JobConfig` is one).  The job is above the steps
+    (it resolves them, and the formats, by name), so the steps name it by what they use, not by its class."""
+
+    @property
+    def reader(self) -> Component: ...
+    @property
+    def objective(self) -> Component: ...
+    @property
+    def writer(self) -> Component: ...
+    @property
+    def tokenizer_json(self) -> str: ...
+    @property
+    def steps(self) -> tuple[Component, ...]: ...
+    @property
+    def job_id(self) -> str: ...
+    def writer_class(self) -> type: ...
+
+
 @dataclass
 class JobPlan:
     """What a step sees when the ventilator plans the job: to add tasks before or after the normal pass."""
 
-    config: JobConfig
+    config: Job
     output: Storage
     normal: list[Task]  # the normal pass's tasks
     special: SpecialIds  # the tokenizer's
@@ -176,8 +196,6 @@ class JobContext:
 
     @property
     def reader(self):
-        from common.readers import reader_named
-
         def make():
             reader_class = reader_named(self.config.reader.name)
             return reader_class(reader_class.make_params(self.config.reader.params))
@@ -185,8 +203,6 @@ class JobContext:
 
     @property
     def objective(self):
-        from common.objectives import objective_named
-
         def make():
             objective_class = objective_named(self.config.objective.name)
             return objective_class(objective_class.make_params(self.config.objective.params),
@@ -195,10 +211,8 @@ class JobContext:
 
     @property
     def writer(self):
-        from common.writers import writer_named
-
         def make():
-            writer_class = writer_named(self.config.writer.name)
+            writer_class = self.config.writer_class()  # the job names its format: the formats are above the steps
             return writer_class(writer_class.make_params(self.config.writer.params), self.objective.features,
                                 self.vocabulary.special)
         return self._once("writer", make)
@@ -270,8 +284,6 @@ class Describes:
     @classmethod
     def setting_flag(cls, key: str) -> str:
         """The option that sets ``key`` of its section (for ``changed_options``)."""
-        from common.job.params import flag_of
-
         return flag_of(getattr(cls, "Params", NoParams), key)
 
     @classmethod
@@ -363,5 +375,5 @@ class Step(Configurable, Describes, abc.ABC):
         return {f"step:{cls.name}": cls.version} if cls.version > 1 else {}
 
 
-__all__ = ["FLOW", "Describes", "InfoSection", "JobContext", "JobPlan", "Part", "ReportSection", "Side", "StageResult",
-           "Step", "TaskRun", "TaskStats", "TRAIN"]
+__all__ = ["FLOW", "Describes", "InfoSection", "Job", "JobContext", "JobPlan", "Part", "ReportSection", "Side",
+           "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN"]

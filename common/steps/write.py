@@ -57,9 +57,7 @@ class Write(Step):
 
     @classmethod
     def plan(cls, params, plan: JobPlan) -> tuple[list, list]:
-        from common.writers import writer_named
-
-        writer_class = writer_named(plan.config.writer.name)
+        writer_class = plan.config.writer_class()
         return [], list(writer_class.finish_tasks(writer_class.make_params(plan.config.writer.params), plan.output,
                                                   plan.config.job_id, plan.normal, plan.special))
 

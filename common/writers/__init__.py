@@ -9,6 +9,7 @@ loader serves it."""
 from __future__ import annotations
 
 from common.job.params import Registry
+from common.output.files import SHARD_PREFIX
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 DEFAULT = "tfrecord"
@@ -35,8 +36,6 @@ def is_output_file(name: str) -> bool:
     """A file a job's writer writes (a task's ``part-*``, a format's finish files, on any side), as opposed to
     the job's descriptions, dedup's files or anyone else's: what must be in the manifest (mlm-verify), and
     what a job removes when its manifest will not list it (common.output.manifest)."""
-    from common.output.files import SHARD_PREFIX
-
     base = name.rsplit("/", 1)[-1]
     if base.startswith("."):
         return False

@@ -20,7 +20,6 @@ import abc
 import contextlib
 import hashlib
 import io
-import logging
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, ClassVar
 
@@ -28,8 +27,18 @@ import numpy as np
 
 from common.job.params import Configurable
 from common.objectives.base import Batch, Feature, Ragged
-from common.output.files import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
+from common.output.files import TRAIN, ShardFile
+from common.steps import side_named
 from common.tokenization.vocabulary import SpecialIds
+
+
+def hf_split(split: str) -> str:
+    """A side's split name in the dataset card and Hugging Face's readers: train, the step's name for its side
+    (``Side.card_split``: validation for the held-out side), or a step's own split by its name."""
+    if split == TRAIN:
+        return "train"
+    side = side_named(split)
+    return side.card_split if side is not None and side.card_split else split
 
 
 class HashingFile(io.RawIOBase):
@@ -110,7 +119,7 @@ class Writer(Configurable, abc.ABC):
     #: Markdown snippet.  "" for a format ``datasets.load_dataset(OUT)`` reads through the card (Parquet).
     reading: ClassVar[str] = ""
     #: The directory of each side's files, by the side's split as the dataset card names it (``train``;
-    #: ``validation`` for the held-out side; a step's own side by its name: dataset_card.hf_split), for a format
+    #: ``validation`` for the held-out side; a step's own side by its name: hf_split), for a format
     #: whose readers find a side by a directory name (MDS: ModernBERT's ``split: train`` / ``split: val``; Parquet:
     #: the Hub's ``train/``, ``validation/``).  A side it does not name goes under its card split's name.  Empty:
     #: every side where its step puts it (the training side at the root, the held-out side in holdout/).
@@ -122,8 +131,6 @@ class Writer(Configurable, abc.ABC):
         relative to the output's root, when the format names its sides' directories; None when it does not."""
         if not cls.side_directories:
             return None
-        from common.describe.dataset_card import hf_split
-
         card = hf_split(split)
         return cls.side_directories.get(card, card)
 
@@ -221,19 +228,9 @@ class Writer(Configurable, abc.ABC):
 
     @classmethod
     def finish_job(cls, output, config, totals: dict) -> None:
-        """Called by the sink once every task is done: files that describe the
-        whole output (a blend list).  Every format's: ``README.md``, a dataset
-        card naming the files of each side the manifest lists
-        (common/describe/dataset_card.py); an override calls this too."""
-        from common.describe.dataset_card import write_card
-        from common.storage import StorageError
-
-        try:
-            write_card(output, config, cls.reading_text())
-        except (OSError, StorageError):
-            raise  # the store: the sink says so and exits 1
-        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job
-            logging.getLogger("sink").error("could not write the dataset card README.md: %s", error)
+        """Called by the sink once every task is done: files that describe the whole output (a blend list, an
+        index).  Nothing by default.  The sink then writes the dataset card README.md (common/describe/
+        dataset_card.py) with the format's :meth:`reading_text`."""
 
     @contextlib.contextmanager
     def writing(self, output, stem: str):

@@ -37,6 +37,7 @@ import numpy as np
 
 from common.job.params import param
 from common.objectives.base import Batch, Feature, Ragged
+from common.steps import sides
 from common.writers.base import TaskOutput, Writer
 from common.writers.mds import to_columns
 from common.writers.sample_shards import (
@@ -190,8 +191,6 @@ class LitDataWriter(Writer):
     @classmethod
     def reading_text(cls) -> str:
         """``reading`` with where each step's side is (the held-out side's directory)."""
-        from common.steps import sides
-
         named = ", ".join(f"`StreamingDataset(OUT/{side.directory})` for the {side.label} side" for side in sides())
         return cls.reading.replace("(OUT)` (", f"(OUT)`, and {named} (") if named else cls.reading
     job_files = (INDEX,)
@@ -303,7 +302,7 @@ class LitDataWriter(Writer):
         for directory, files in listed_by_directory(output, cls.suffixes).items():
             index = index_of(files, details["config"], config.job_id, details.get("trailer_bytes"))
             output.put_bytes(index_name(directory, INDEX), json.dumps(index, sort_keys=True).encode())
-        super().finish_job(output, config, totals)  # the dataset card
+        super().finish_job(output, config, totals)
 
     @classmethod
     def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:

@@ -40,6 +40,7 @@ import numpy as np
 from common.job.params import param
 from common.objectives.base import Batch, Feature, Ragged
 from common.output.files import TRAIN
+from common.steps import sides
 from common.writers.base import TaskOutput, Writer
 from common.writers.sample_shards import (
     SIZE_LIMIT,
@@ -231,8 +232,6 @@ class MdsWriter(Writer):
     @classmethod
     def reading_text(cls) -> str:
         """``reading`` with the split of each step's side (the held-out side's: ``val``)."""
-        from common.steps import sides
-
         named = ", ".join(f"`split=\"{cls.side_directory(side.split)}\"` for the {side.label} side"
                           for side in sides())
         return cls.reading.replace(" (index.json", f", {named} (index.json") if named else cls.reading
@@ -268,8 +267,6 @@ class MdsWriter(Writer):
 
     @classmethod
     def format_details(cls, params, features: list[Feature], special) -> dict:
-        from common.steps import sides
-
         splits = "".join(f"; {side.split}: split={cls.side_directory(side.split)!r}" for side in sides())
         return {"index": INDEX, "shard_config": shard_config(stored_columns(params, features)),
                 "splits": {"train": cls.side_directory(TRAIN), **{side.split: cls.side_directory(side.split)
@@ -308,7 +305,7 @@ class MdsWriter(Writer):
         shard = shard_config(stored_columns(params, job_features(config)))
         for directory, files in listed_by_directory(output, cls.suffixes).items():
             output.put_bytes(index_name(directory, INDEX), json.dumps(index_of(files, shard), sort_keys=True).encode())
-        super().finish_job(output, config, totals)  # the dataset card
+        super().finish_job(output, config, totals)
 
     @classmethod
     def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:

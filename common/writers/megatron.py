@@ -40,7 +40,9 @@ import numpy as np
 from common.job.params import param
 from common.job.tasks import FINISH, Task, parse_size
 from common.objectives.base import Batch, Feature, Ragged
-from common.output.files import TRAIN, split_of
+from common.output.files import TRAIN
+from common.output.manifest import read_entries, shard_files, stage_files
+from common.steps import sides, split_of
 from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -229,8 +231,6 @@ class MegatronWriter(Writer):
     @classmethod
     def reading_text(cls) -> str:
         """``reading`` with each step's side's own list (the held-out side's, for Megatron's validation split)."""
-        from common.steps import sides
-
         named = "".join(f"; `{side_data_path_list(side.directory)}` for the {side.label} side" for side in sides())
         return cls.reading.replace("by its tokens)", f"by its tokens{named})")
 
@@ -274,8 +274,6 @@ class MegatronWriter(Writer):
 
     def finish_task(self, output, task, job_id: str, skipped: list[str]) -> list[ShardFile]:
         """One merged pair per side (training, and each step's side: the held-out one) from its group's pairs."""
-        from common.steps import sides
-
         if skipped:  # merged without them, a rerun that does them would keep the stale merge
             raise ValueError(f"{len(skipped)} normal task(s) quarantined: nothing is merged without them (a "
                              "rerun merges once they are done)")
@@ -349,7 +347,6 @@ class MegatronWriter(Writer):
     def finish_job(cls, output, config, totals: dict) -> None:
         """``megatron_data_path.txt``: each pair's prefix weighted by its tokens: the merged pairs when
         the job merged, else every task's."""
-        from common.output.manifest import read_entries, shard_files, stage_files
         from common.tokenization import Vocabulary
 
         dtype = best_fitting_dtype(Vocabulary.from_json(config.tokenizer_json).special.vocab_size)
@@ -357,7 +354,6 @@ class MegatronWriter(Writer):
         merged = [f for e in entries if e.get("stage") == FINISH for f in stage_files(e)]
         files = sorted(merged, key=lambda f: f["name"]) if merged else [
             f for e in sorted(entries, key=lambda e: e["task"]) if not e.get("stage") for f in shard_files(e)]
-        from common.steps import sides
 
         lines: dict[str, list[str]] = {}  # by split: the training side's, each step's side's (the held-out one)
         for f in files:

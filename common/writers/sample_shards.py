@@ -21,7 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.objectives import objective_named
 from common.objectives.base import Batch, Feature, Ragged
+from common.output.manifest import read_entries, shard_files
+from common.steps import sides
+from common.tokenization.vocabulary import described_vocabulary
 from common.writers.base import OutputFile, ShardFile, TaskOutput
 
 #: Bytes of samples per file before the next one starts (MDSWriter's default size_limit).
@@ -208,10 +212,8 @@ def records_as_bytes(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], re
 
 def job_features(config) -> list[Feature]:
     """The features the job's objective writes (for the indexes written at the end of the job)."""
-    from common.describe.dataset_info import _vocabulary
-    from common.objectives import objective_named
 
-    special = _vocabulary(config.tokenizer_json).special
+    special = described_vocabulary(config.tokenizer_json).special
     objective_class = objective_named(config.objective.name)
     return objective_class(objective_class.make_params(config.objective.params), special).features
 
@@ -220,8 +222,6 @@ def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] |
     """The manifest's files of this format (the normal pass's, in task order), by directory: one index each
     (the training side's at the root, each step's side's in its directory: the held-out side's in holdout/).
     Only what the manifest lists."""
-    from common.output.manifest import read_entries, shard_files
-
     directories: dict[str, list[dict]] = {}
     by_task = {entry["task"]: entry for entry in (read_entries(output) if entries is None else entries)
                if not entry.get("stage")}
@@ -236,8 +236,6 @@ def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] |
 def side_readers(prefix: str) -> str:
     """" (holdout: local=OUT/holdout)": where each step's side is (``common.steps.sides``), for a format's
     ``reader`` detail; "" when no step writes a side."""
-    from common.steps import sides
-
     named = "; ".join(f"{side.split}: {prefix}{side.directory}" for side in sides())
     return f" ({named})" if named else ""
 

@@ -34,6 +34,7 @@ import numpy as np
 from common import kernels
 from common.job.params import param
 from common.objectives.base import Batch, Feature
+from common.steps import sides
 from common.writers.base import HashingFile, OutputFile, ShardFile, TaskOutput, Writer
 from common.writers.tf_example import decode_examples
 
@@ -377,8 +378,6 @@ class TFRecordWriter(Writer):
     suffixes = (".tfrecord", ".tfrecord.gz")
     @classmethod
     def reading_text(cls) -> str:
-        from common.steps import sides
-
         where = "; ".join(f"the {side.label} side: {side.directory}/part-*" for side in sides())
         return cls.reading.replace(cls._SIDES, f"   # {where}" if where else "")
 

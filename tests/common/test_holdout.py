@@ -167,7 +167,8 @@ def test_the_wire_carries_held_out_files_and_counts_and_checks_their_types():
 
 
 def test_the_manifest_counts_each_side():
-    from common.output.manifest import Manifest, Work
+    from common.output.manifest import Work
+    from sink.manifest import Manifest
 
     manifest = Manifest.__new__(Manifest)
     manifest.work = Work()

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from common.output.manifest import MANIFEST_NAME, Manifest, ManifestMismatch
+from common.output.manifest import MANIFEST_NAME, ManifestMismatch
 from common.storage import LocalStorage
+from sink.manifest import Manifest
 
 
 def entry(task, job="j1"):

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from common.output.files import split_of
+from common.steps import split_of
 from tests.support.factories import finished_run, wiki_prefix
 from tests.support.helpers import REPO, VOCAB, manifest
 

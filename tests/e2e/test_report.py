@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.output.files import split_of
+from common.steps import split_of
 from tests.support.factories import finished_job, wiki_prefix
 from tests.support.helpers import REPO, VOCAB, WIKI, manifest, need_shared, run_ventilator
 

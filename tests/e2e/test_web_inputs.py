@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.output.files import split_of
+from common.steps import split_of
 from tests.support.factories import finished_run
 from tests.support.helpers import VOCAB, need_shared, python_module, run_ventilator
 from tests.support.web_corpora import wiki_articles, wiki_jsonl, wiki_parquet

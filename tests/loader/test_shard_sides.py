@@ -2,9 +2,9 @@
 step a plugin brings may make a side of its own ("validation", say): its files are no more training data than
 the held-out side's, as the sink's totals (training shards: split "") and the dataset card already say."""
 
-from common.output.manifest import Manifest
 from common.storage import LocalStorage
 from loader.shards import ShardList
+from sink.manifest import Manifest
 
 ENTRIES = [
     {"task": "a", "shards": [{"name": "part-a.tfrecord", "records": 3, "bytes": 9, "sha256": ""},

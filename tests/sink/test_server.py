@@ -3,8 +3,8 @@
 import logging
 
 from common.job.tasks import task_id_of
-from common.output.manifest import Manifest
 from common.storage import LocalStorage, StorageError
+from sink.manifest import Manifest
 from sink.server import SinkOptions, SinkServer
 from tests.support.run_configs import steps_of
 

@@ -23,12 +23,14 @@ from common.describe import dataset_card, dataset_info
 from common.job.config import JobConfig
 from common.job.params import Component
 from common.job.tasks import Task
-from common.output.files import SUMMARY_NAME, split_of
-from common.output.manifest import Manifest, read_entries
+from common.output.files import SUMMARY_NAME
+from common.output.manifest import read_entries
+from common.steps import split_of
 from common.storage import LocalStorage
 from common.wire import protocol
 from loader.shards import ShardList, splits
 from report import build, page
+from sink.manifest import Manifest
 from sink.server import manifest_entry
 from sink.verify import verify_output
 from tests.support.helpers import REPO
