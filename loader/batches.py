@@ -12,11 +12,23 @@ import numpy as np
 from loader.layout import RecordLayout
 from loader.masking import MASK_FIELDS, MaskingParams, remask, served_layout
 from loader.order import EpochOrder, Partition
+from loader.sample_masking import SampleMasking
 from loader.shards import ShardCache
 
 if TYPE_CHECKING:
     from loader.mixture import MixedOrder
-    from loader.token_batches import TokenBudget
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """What shapes token-budget batches (beside ServingParams' seed and shuffle window): loader/token_batches.py
+    makes them."""
+
+    budget: int  # tokens per batch, at most
+    layout: str = "flat"  # loader/token_layout.py
+    pack_window: int = 4096  # samples packed together
+    masking: SampleMasking | None = None
+    pad_id: int = 0  # what padded rows are filled with (the tokenizer's pad id when known)
 
 
 @dataclass(frozen=True)

@@ -25,32 +25,20 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
 from common.objectives.base import derive_seed
-from loader.batches import Built, OrderOf, ServingParams
+from loader.batches import Built, OrderOf, ServingParams, TokenBudget
 from loader.layout import Field, RecordLayout
 from loader.mixture import MixedOrder
 from loader.order import EpochOrder, Partition
 from loader.packing import PACKERS, Bins, slots
-from loader.sample_masking import SampleMasking, mask_samples
+from loader.sample_masking import mask_samples
 from loader.samples import SampleCache
 from loader.shards import DatasetError
 
 log = logging.getLogger("loader")
-
-
-@dataclass(frozen=True)
-class TokenBudget:
-    """What shapes token-budget batches (beside ServingParams' seed and shuffle window)."""
-
-    budget: int  # tokens per batch, at most
-    layout: str = "flat"  # loader/token_layout.py
-    pack_window: int = 4096  # samples packed together
-    masking: SampleMasking | None = None
-    pad_id: int = 0  # what padded rows are filled with (the tokenizer's pad id when known)
 
 
 class _Epoch:

@@ -35,20 +35,14 @@ refuses a run without them, in one line, before the first batch):
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from loader.checkpoints import TRAINER_ARGUMENTS, load_state, save_state
 from loader.client import LoaderClient, LoaderError
 from loader.model_inputs import attention_implementation
-
-#: what ``TrainingArguments`` needs to train from a LoaderDataset (module docstring)
-TRAINER_ARGUMENTS: dict[str, Any] = {"per_device_train_batch_size": 1, "remove_unused_columns": False,
-                                     "ignore_data_skip": True, "accelerator_config": {"dispatch_batches": False}}
-STATE_FILE = "loader_state_{rank}.json"
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -154,29 +148,6 @@ class LoaderDataset(IterableDataset):
         from loader.trainer_callback import LoaderCallback
 
         return LoaderCallback(self)
-
-
-def save_state(directory: str, rank: int, state: dict) -> str:
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, STATE_FILE.format(rank=rank))
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(state, out)
-    os.replace(tmp, path)
-    return path
-
-
-def load_state(directory: str, rank: int) -> dict:
-    path = os.path.join(directory, STATE_FILE.format(rank=rank))
-    try:
-        with open(path, encoding="utf-8") as src:
-            state = json.load(src)
-    except FileNotFoundError:
-        raise LoaderError(f"LoaderDataset: resuming from {directory}, which holds no {os.path.basename(path)} "
-                          "(saved by LoaderDataset.callback()): the loader's position is unknown") from None
-    if not isinstance(state, dict):
-        raise LoaderError(f"LoaderDataset: {path} is not a loader state")
-    return state
 
 
 __all__ = ["LoaderDataset", "TRAINER_ARGUMENTS", "distributed_rank", "save_state", "load_state"]

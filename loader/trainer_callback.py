@@ -4,12 +4,27 @@ the Trainer's checkpoints, resumes from it, and refuses settings that would cut,
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from loader.client import LoaderError
-from loader.torch_data import TRAINER_ARGUMENTS, LoaderDataset, load_state, save_state
+from loader.checkpoints import TRAINER_ARGUMENTS, load_state, save_state
+from loader.client import LoaderClient, LoaderError
+
+
+class Trained(Protocol):
+    """What the callback drives of a LoaderDataset (loader/torch_data.py, which makes the callback: named by
+    what it uses, so neither module imports the other)."""
+
+    rank: int
+    copies: int
+    client: LoaderClient | None
+
+    def load_state_dict(self, state: dict) -> None: ...
+    def forget_before(self, batches: int) -> None: ...
+    def state_after(self, batches: int) -> dict: ...
+    def close(self) -> None: ...
 
 
 def _setting(args, name: str):
@@ -20,7 +35,7 @@ def _setting(args, name: str):
 
 
 class LoaderCallback(TrainerCallback):
-    def __init__(self, dataset: LoaderDataset):
+    def __init__(self, dataset: Trained):
         self.dataset = dataset
         self.start_step = 0
 

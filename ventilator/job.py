@@ -18,11 +18,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from common.job.config import JobConfig, standard_steps
 from common.job.params import Component, ParamValue
-from common.job.tasks import InputFile, Task, compression_of
+from common.job.tasks import InputFile, compression_of
 from common.objectives import objective_named
 from common.output.lock import OutputLock, OutputLocked
 from common.output.manifest import check_job, read_first_entry
@@ -38,29 +37,14 @@ from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
-
-if TYPE_CHECKING:
-    from ventilator.run_config import RunConfig
+from ventilator.run_config import RunConfig
+from ventilator.server import Job
 
 log = logging.getLogger("ventilator")
 
 
-#: --task-size's default, as the command line shows it.
-DEFAULT_TASK_SIZE = "8M"
-
-
 class JobError(Exception):
     """A one-line reason the job cannot start."""
-
-
-@dataclass
-class Job:
-    config: JobConfig
-    tasks: list[Task]
-    inputs: list[InputFile]
-    skipped_inputs: dict[str, str]  # path -> reason
-    input_storage: Storage
-    reader: Reader
 
 
 def _detect_format(storage, files: list[InputFile]) -> type[Reader]:

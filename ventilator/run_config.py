@@ -47,11 +47,13 @@ from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenters
 from common.writers import writers
 from sink.settings import SinkSettings
-from ventilator.job import DEFAULT_TASK_SIZE
 from ventilator.launchers import DEFAULT_LAUNCHER, launchers
 from ventilator.publishers import DEFAULT_PUBLISHER, publishers
 from ventilator.server import ServerOptions
 from worker.settings import WorkerSettings
+
+#: --task-size's default, as the command line shows it.
+DEFAULT_TASK_SIZE = "8M"
 
 EXIT_FAILED = 1
 

@@ -20,17 +20,19 @@ from dataclasses import dataclass
 import zmq
 
 from common import logs
-from common.job.tasks import encode_quarantined
+from common.job.config import JobConfig
+from common.job.tasks import InputFile, Task, encode_quarantined
 from common.metrics import MetricsServer, counter, gauge
+from common.readers import Reader
 from common.readers.content import is_permanent
 from common.steps import required_tasks
+from common.storage import Storage
 from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
 from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen, printable
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
-from ventilator.job import Job
 from ventilator.publishers.base import Backlog, BacklogPublisher
 
 log = logging.getLogger("ventilator")
@@ -55,6 +57,19 @@ class Peer:
     wanted: int = 0
     host: str = ""
     welcomed: float = 0.0  # when we last answered its Hello
+
+
+@dataclass
+class Job:
+    """A job ready to serve (``ventilator.job.prepare_job`` makes it from the command line): its config, its
+    tasks, and the inputs they read."""
+
+    config: JobConfig
+    tasks: list[Task]
+    inputs: list[InputFile]
+    skipped_inputs: dict[str, str]  # path -> reason
+    input_storage: Storage
+    reader: Reader
 
 
 @dataclass
