@@ -1,38 +1,19 @@
 """What a task leaves behind, in terms every role shares: its written files.
 
-A neutral module: the wire protocol, the manifest, the writers and the steps
-all speak of :class:`ShardFile`, and none of them has to import another's
-domain to do so.
+The manifest, the writers and the steps all speak of :class:`ShardFile`, the record a TaskAck carries: it is
+the wire's (common/wire/files.py), re-exported here, so the wire imports nothing above it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
-from common.wire.envelope import Count
+from common.wire.files import TRAIN, ShardFile
 
 #: What the sink writes last, saying whether every task's output is in (``complete``).
 SUMMARY_NAME = "summary.json"
 #: What every task's file is named from (``Task.shard_stem``: ``part-<task id>``).
 SHARD_PREFIX = "part-"
-
-#: The split of the training side's files (the default: most jobs have no other).
-TRAIN = ""
-
-
-@dataclass
-class ShardFile:
-    """One written file, as the manifest lists it (name relative to the output root)."""
-
-    name: str
-    records: Count  # checked at decode when a peer sends it (common/wire/envelope.py)
-    sha256: str
-    bytes: Count
-    #: Which side of the output the file is on: "" the training side, else the name of the split that made
-    #: it (a step's ``Side.split``: the held-out side's, under its directory).
-    split: str = TRAIN
-
 
 #: The fields of a file as a manifest line lists it (:func:`manifest_file`).
 FILE_FIELDS = frozenset({"name", "records", "sha256", "bytes", "split"})
@@ -66,3 +47,6 @@ def check_finished(storage) -> str | None:
     if not complete:
         return f"the job did not finish ({summary.get('reason', 'no reason given')})"
     return None
+
+
+__all__ = ["FILE_FIELDS", "SHARD_PREFIX", "SUMMARY_NAME", "TRAIN", "ShardFile", "check_finished", "manifest_file"]

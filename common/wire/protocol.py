@@ -27,9 +27,9 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 
-from common.output.files import ShardFile
 from common.wire import envelope
 from common.wire.envelope import Codec, Count, Matches, Seconds, WallClock
+from common.wire.files import ShardFile
 
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.wire.transport import MAX_INBOUND_BYTES  # noqa: F401
