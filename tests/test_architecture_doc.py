@@ -5,6 +5,8 @@ with grimp, imports inside functions included) except the upward imports it list
 
 from __future__ import annotations
 
+import graphlib
+import importlib
 import re
 from pathlib import Path
 
@@ -46,10 +48,14 @@ def test_every_dotted_module_the_doc_names_exists():
     for dotted in sorted(named):
         base = REPO.joinpath(*dotted.split("."))
         parent = REPO.joinpath(*dotted.split(".")[:-1])
-        # a module, a package, or an attribute of one (common.job.config.standard_steps)
+        # a module, a package, or an attribute of one (common.job.config.standard_steps, common.steps.split_of)
         if not (base.with_suffix(".py").exists() or (base / "__init__.py").exists()
-                or parent.with_suffix(".py").exists()):
+                or parent.with_suffix(".py").exists() or (parent / "__init__.py").exists()):
             missing.append(dotted)
+        elif not (base.with_suffix(".py").exists() or (base / "__init__.py").exists()):
+            module = ".".join(dotted.split(".")[:-1])
+            if not hasattr(importlib.import_module(module), dotted.rsplit(".", 1)[1]):
+                missing.append(dotted)
     assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
 
 
@@ -107,39 +113,41 @@ def test_the_step_table_names_every_step_in_order():
     assert [row[0] for row in rows] == [name.strip("[]") for name in step_order_text().split(" → ")]
 
 
-def layers() -> list[list[str]]:
-    return [line.split(":", 1)[1].split() for line in marked_block("layers").splitlines()]
-
-
-def known_violations() -> set[tuple[str, str]]:
-    known = set()
-    for row in table_rows(marked_block("known-violations")):
-        importer = row[0].strip("`")
-        for imported in re.findall(r"`([\w.]+)`", row[1]):
-            known.add((importer, imported))
-    return known
+def layers(text: str | None = None) -> list[list[str]]:
+    """The layers top to bottom, each a list of packages (or modules: ``common.job.config`` is above the rest of
+    ``common.job``)."""
+    return [line.split(":", 1)[1].split() for line in (text or marked_block("layers")).splitlines()]
 
 
 def test_the_layers_name_every_package_of_common_and_every_role():
     listed = {package for layer in layers() for package in layer}
     common = {f"common.{p.stem if p.suffix else p.name}" for p in (REPO / "common").iterdir()
               if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
-    assert listed == common | set(ROLES), (sorted(common - listed), sorted(listed - common - set(ROLES)))
+    packages = {name for name in listed if name.count(".") <= 1}
+    assert packages == common | set(ROLES), (sorted(common - packages), sorted(packages - common - set(ROLES)))
+    modules = sorted(name for name in listed if name.count(".") > 1)
+    missing = [name for name in modules if not REPO.joinpath(*name.split(".")).with_suffix(".py").exists()]
+    assert not missing, missing
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return grimp.build_graph("common", *ROLES)
+    return grimp.build_graph("common", *ROLES)  # imports inside functions and under TYPE_CHECKING included
 
 
 def layer_of(module: str, rank: dict[str, int]) -> tuple[str, int] | None:
+    """The most specific entry of the layers that holds ``module`` (its module, else its package), with its rank."""
     parts = module.split(".")
-    group = ".".join(parts[:2]) if parts[0] == "common" and len(parts) > 1 else parts[0]
-    return (group, rank[group]) if group in rank else None
+    for end in range(len(parts), 0, -1):
+        name = ".".join(parts[:end])
+        if name in rank:
+            return name, rank[name]
+    return None
 
 
-def upward_imports(graph) -> set[tuple[str, str]]:
-    rank = {package: i for i, layer in enumerate(layers()) for package in layer}  # 0 is the top
+def upward_imports(graph, layered: list[list[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) for every import of a module from its own layer's other package, or from above."""
+    rank = {package: i for i, layer in enumerate(layered) for package in layer}  # 0 is the top
     found = set()
     for module in graph.modules:
         importer = layer_of(module, rank)
@@ -149,25 +157,50 @@ def upward_imports(graph) -> set[tuple[str, str]]:
             target = layer_of(imported, rank)
             if target is None or target[0] == importer[0]:
                 continue
-            if target[1] <= importer[1]:  # its own layer's other package, or above
+            if target[1] <= importer[1]:
                 found.add((module, imported))
     return found
 
 
-def test_no_upward_import_but_the_known_violations(graph):
-    known = known_violations()
-    unlisted = sorted(f"{a} -> {b}" for a, b in upward_imports(graph)
-                      if (a, b) not in known and not any(a == k and b.startswith(v + ".") for k, v in known))
-    assert not unlisted, ("imports against docs/architecture.md's layers (import downward, or list it as a "
-                          f"known violation being removed): {unlisted}")
+def import_cycle(graph) -> list[str] | None:
+    """One cycle of module imports (each imports the next, the last the first), or None."""
+    edges = {module: graph.find_modules_directly_imported_by(module) for module in graph.modules}
+    try:
+        graphlib.TopologicalSorter(edges).prepare()
+    except graphlib.CycleError as error:
+        return list(reversed(error.args[1][1:]))
+    return None
 
 
-def test_every_known_violation_is_still_there(graph):
-    """A violation removed from the code is removed from the page (the list says what is left to do)."""
-    found = upward_imports(graph)
-    gone = sorted(f"{a} -> {b}" for a, b in known_violations()
-                  if not any(x == a and (y == b or y.startswith(b + ".")) for x, y in found))
-    assert not gone, f"docs/architecture.md lists upward imports that are gone: remove them: {gone}"
+def test_no_import_goes_up_a_layer(graph):
+    found = sorted(f"{a} -> {b}" for a, b in upward_imports(graph, layers()))
+    assert not found, f"imports against docs/architecture.md's layers (import from the layers below): {found}"
+
+
+def test_no_import_cycle(graph):
+    cycle = import_cycle(graph)
+    assert cycle is None, "an import cycle: " + " -> ".join(cycle + cycle[:1])
+
+
+def test_the_checks_see_imports_inside_functions_and_for_types(tmp_path, monkeypatch):
+    """The two checks above on a package made here: a cycle closed only by an import inside a function, and an
+    upward import only under TYPE_CHECKING, are both found."""
+    package = tmp_path / "layered_demo"
+    (package / "low").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "high.py").write_text("")
+    (package / "low" / "__init__.py").write_text("")
+    (package / "low" / "base.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                             "    from layered_demo import high\n")
+    (package / "low" / "a.py").write_text("from layered_demo.low import b\n")
+    (package / "low" / "b.py").write_text("def later():\n    from layered_demo.low import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    demo = grimp.build_graph("layered_demo", cache_dir=None)
+    assert upward_imports(demo, layers("top: layered_demo.high\nbottom: layered_demo.low")) == {
+        ("layered_demo.low.base", "layered_demo.high")}
+    assert sorted(import_cycle(demo) or []) == ["layered_demo.low.a", "layered_demo.low.b"]
+    (package / "low" / "b.py").write_text("def later():\n    pass\n")
+    assert import_cycle(grimp.build_graph("layered_demo", cache_dir=None)) is None
 
 
 def test_design_md_points_here():
