@@ -145,7 +145,7 @@ class LoaderDataset(IterableDataset):
     def callback(self):
         """A ``transformers.TrainerCallback`` that saves this rank's loader state with each checkpoint and resumes
         from it, and refuses settings that would cut or skip the stream."""
-        from loader.trainer_callback import LoaderCallback
+        from loader.trainer_callback import LoaderCallback  # transformers, only when a Trainer asks
 
         return LoaderCallback(self)
 

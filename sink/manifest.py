@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 def _side_splits() -> frozenset[str]:
     """The splits of the steps' sides.  Lines written before protocol 5 counted a side's documents, tokens and
     records under its split but not its files (the held-out side's, marked by the step's old flag: see
-    ``common.output.files.split_of``): those are counted from the line's files."""
+    ``common.steps.split_of``): those are counted from the line's files."""
     return frozenset(side.split for side in sides())
 
 

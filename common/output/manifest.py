@@ -103,7 +103,7 @@ def shard_files(entry: dict) -> list[dict]:
     output root), records, sha256 and bytes, and ``split`` for a file of
     another side than training (a step's ``Side``: the held-out side's
     ``holdout/part-*``; older lines carry the step's own mark:
-    :func:`common.output.files.split_of`)."""
+    :func:`common.steps.split_of`)."""
     return entry.get("shards") or []
 
 
