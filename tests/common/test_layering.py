@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-#: What the wire may load of the project: its own modules and the neutral outputs (``ShardFile``).
-WIRE = {"common", "common.wire", "common.output", "common.wire.envelope", "common.wire.protocol", "common.wire.transport", "common.wire.inbox", "common.output.files",
-        "common.wire.security", "loader", "loader.messages"}
+#: What the wire may load of the project: its own modules (``ShardFile`` is the wire's: common/wire/files.py).
+WIRE = {"common", "common.wire", "common.wire.envelope", "common.wire.files", "common.wire.protocol",
+        "common.wire.transport", "common.wire.inbox", "common.wire.security", "loader", "loader.messages"}
 
 
 def _project_modules_after(statement: str) -> set[str]:
