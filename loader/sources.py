@@ -17,6 +17,7 @@ import numpy as np
 
 from common.describe import dataset_info
 from loader import messages
+from loader.layout import RecordLayout
 from loader.mixture import (
     MixedOrder,
     MixError,
@@ -147,7 +148,7 @@ class MixedCache:
         self.first_shard = np.cumsum([0] + [len(s.shards.names) for s in sources]).astype(np.int64)
         self._lengths: np.ndarray | None = None
         self._flags: tuple[str, ...] | None = None
-        self._layout = None
+        self._layout: RecordLayout | None = None
         #: Each combined shard's (source, shard within it): a batch asks for several.
         self._where = [(i, local) for i, s in enumerate(sources) for local in range(len(s.shards.names))]
 
@@ -167,12 +168,14 @@ class MixedCache:
         assert isinstance(cache, ShardCache), "fixed-size batches read columns"
         return cache.columns(local)
 
-    def layout_of(self):
+    def layout_of(self) -> RecordLayout:
         """The first source's record layout; DatasetError if another's differs."""
         if self._layout is not None:
             return self._layout
-        first = self.caches[0].layout_of()
-        for source, cache in zip(self.sources[1:], self.caches[1:]):
+        caches = [cache for cache in self.caches if isinstance(cache, ShardCache)]
+        assert len(caches) == len(self.caches), "fixed-size batches read record layouts"
+        first = caches[0].layout_of()
+        for source, cache in zip(self.sources[1:], caches[1:]):
             layout = cache.layout_of()
             if layout != first:
                 describe = lambda lay: ", ".join(f"{f.name} {f.dtype} x{f.width}" for f in lay.fields)  # noqa: E731

@@ -443,9 +443,11 @@ class SinkServer:
                 ("mlm_sink_documents", "documents", "Documents turned into instances."),
                 ("mlm_sink_tokens", "tokens", "Tokens of those documents."),
                 ("mlm_sink_output_bytes", "bytes_written", "Bytes of the manifest's shards.")):
-            yield counter(name, documentation, totals.get(key, 0))
+            count = totals.get(key, 0)
+            yield counter(name, documentation, count if isinstance(count, int) else 0)
+        skipped = totals.get("skipped_documents", {})
         yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
-                      labels=dict(totals.get("skipped_documents", {})), label="reason")
+                      labels=dict(skipped) if isinstance(skipped, dict) else {}, label="reason")
         overall, per_worker = self.throughput.rates()
         yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
                     labels=overall, label="quantity")

@@ -358,11 +358,12 @@ def add_options(settings_class: type, sections: Mapping[str, str] | None = None)
     clashing = sorted({name for name in names if names.count(name) > 1})
     if clashing:
         raise TypeError(f"{settings_class.__name__}: two options named {', '.join(clashing)}")
-    sections = sections or {}
+    by_field: Mapping[str, str] = sections or {}
 
     def decorate(command):
         for f, group in reversed(list(_fields_by_group(settings_class))):
-            command = click_option(f, sections.get(f.name) or getattr(group, "section", ""))(command)
+            section: str = by_field.get(f.name, "") or getattr(group, "section", "")
+            command = click_option(f, section)(command)
         return command
 
     return decorate
