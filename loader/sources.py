@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.describe import dataset_info
+from common.storage import Storage
 from loader import messages
 from loader.layout import RecordLayout
 from loader.mixture import (
@@ -30,7 +31,7 @@ from loader.mixture import (
     split_data_weight,
 )
 from loader.samples import SampleCache, ShardSamples
-from loader.shards import DatasetError, ShardCache, ShardList, open_dataset
+from loader.shards import Columns, DatasetError, ShardCache, ShardList, open_dataset
 
 log = logging.getLogger("loader")
 
@@ -40,7 +41,7 @@ class Source:
     """One ``--data`` of a mixture."""
 
     name: str  # as given
-    storage: object
+    storage: Storage
     shards: ShardList
     info: dict | None  # its dataset_info.json
 
@@ -155,14 +156,14 @@ class MixedCache:
     def _local(self, shard: int) -> tuple[int, int]:
         return self._where[shard]
 
-    def get(self, shard: int):
+    def get(self, shard: int) -> np.ndarray | ShardSamples:
         source, local = self._where[shard]
         got = self.caches[source].get(local)
         if self._flags is not None and isinstance(got, ShardSamples) and tuple(sorted(got.flags)) != self._flags:
             got = dataclasses.replace(got, flags={k: v for k, v in got.flags.items() if k in self._flags})
         return got
 
-    def columns(self, shard: int):
+    def columns(self, shard: int) -> Columns:
         source, local = self._local(shard)
         cache = self.caches[source]
         assert isinstance(cache, ShardCache), "fixed-size batches read columns"

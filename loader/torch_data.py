@@ -37,13 +37,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from loader.client import LoaderClient, LoaderError
 from loader.model_inputs import attention_implementation
+
+if TYPE_CHECKING:
+    from loader.trainer_callback import LoaderCallback
 
 #: what ``TrainingArguments`` needs to train from a LoaderDataset (module docstring)
 TRAINER_ARGUMENTS: dict[str, Any] = {"per_device_train_batch_size": 1, "remove_unused_columns": False,
@@ -89,7 +93,7 @@ class LoaderDataset(IterableDataset):
     def world_size(self) -> int:
         return self._world_size if self._world_size is not None else distributed_rank()[1]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
         if get_worker_info() is not None:
             raise LoaderError("LoaderDataset: use num_workers=0 (dataloader_num_workers=0): in a worker process "
                               "the state would not follow the batches, and a resume would replay them (the server "
@@ -148,7 +152,7 @@ class LoaderDataset(IterableDataset):
                               "each item is already a batch of the loader's token budget")
         return items[0]
 
-    def callback(self):
+    def callback(self) -> LoaderCallback:
         """A ``transformers.TrainerCallback`` that saves this rank's loader state with each checkpoint and resumes
         from it, and refuses settings that would cut or skip the stream."""
         from loader.trainer_callback import LoaderCallback

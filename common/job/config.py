@@ -12,8 +12,9 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from common.job.params import Component, ParamValue
 from common.steps import FLOW, job_steps, step_named
@@ -21,6 +22,9 @@ from common.steps import steps as known_steps
 from common.wire import envelope
 from common.wire.envelope import Count, Seconds
 from common.wire.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
+
+if TYPE_CHECKING:
+    from common.job.tasks import InputFile
 
 
 def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
@@ -111,7 +115,7 @@ class JobConfig:
         return next((step for step in self.steps if step.name == name), None)
 
     @staticmethod
-    def digest_inputs(files) -> str:
+    def digest_inputs(files: Iterable[InputFile]) -> str:
         """What ``inputs_digest`` holds for these InputFiles."""
         listing = hashlib.sha256()
         for f in sorted(files, key=lambda f: f.path):
