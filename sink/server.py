@@ -98,7 +98,7 @@ def cannot_keep(config: JobConfig) -> str:
         writer_named(config.writer.name)
         objective_named(config.objective.name)  # dataset_info.json describes its features
         open_storage(config.output_uri, config.s3_endpoint_url)
-    except Exception as error:  # noqa: BLE001 - whatever the components raise: one line, the job fails
+    except Exception as error:  # whatever the components raise: one line, the job fails
         return f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, StorageError)) else str(error)
     return ""
 
@@ -200,7 +200,7 @@ class SinkServer:
             if getattr(error, "final", False):
                 self._closed(str(error))
             return 1
-        except Exception as error:  # noqa: BLE001 - a bug or a component's failure: one line, and the job fails
+        except Exception as error:  # a bug or a component's failure: one line, and the job fails
             log.error("sink: failed: %s: %s", type(error).__name__, error)
             log.debug("%s", traceback.format_exc())
             self._closed(f"{type(error).__name__}: {error}")
@@ -503,7 +503,7 @@ class SinkServer:
             dataset_info.write(self.output, self.config, self.manifest.totals, complete)
         except (StorageError, OSError):
             raise
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             log.error("sink: could not describe the output in %s: %s", dataset_info.DATASET_INFO, error)
 
     def _finish(self, reason: str, job_over: bool = False) -> int:

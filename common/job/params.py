@@ -59,7 +59,7 @@ class When:
     described: str  # the condition as the flags say it: "--masking static"
 
 
-def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa: A002 (click's word)
+def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `help` shadows a builtin: click's word
           when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
@@ -328,7 +328,7 @@ def _plugin_variants(group: str, base: type, variants_in: Callable[[ModuleType],
             f", from {entry_point.dist.name} {entry_point.dist.version})" if entry_point.dist else ")")
         try:
             loaded = entry_point.load()
-        except Exception as error:  # noqa: BLE001 (any import-time failure of someone else's package)
+        except Exception as error:  # any import-time failure of someone else's package
             raise PluginError(f"{source} cannot be loaded: {type(error).__name__}: {error}") from error
         if inspect.ismodule(loaded):
             found = variants_in(loaded)

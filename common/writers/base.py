@@ -28,7 +28,7 @@ import numpy as np
 
 from common.job.params import Configurable
 from common.objectives.base import Batch, Feature, Ragged
-from common.output.files import ShardFile  # noqa: F401 (re-exported: the writers' result type lives in a neutral module)
+from common.output.files import ShardFile  # re-exported: the writers' result type lives in a neutral module
 from common.tokenization.vocabulary import SpecialIds
 
 
@@ -232,7 +232,7 @@ class Writer(Configurable, abc.ABC):
             write_card(output, config, cls.reading_text())
         except (OSError, StorageError):
             raise  # the store: the sink says so and exits 1
-        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job
+        except Exception as error:  # a card that cannot be made (a plugin's odd features): no failed job
             logging.getLogger("sink").error("could not write the dataset card README.md: %s", error)
 
     @contextlib.contextmanager
