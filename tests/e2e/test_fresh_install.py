@@ -45,6 +45,22 @@ def test_the_trainer_extra_installs_and_runs_the_readme_section(tmp_path):
     assert "<= 8192 tokens (flat)" in server_log
 
 
+#: Run by the venv's python: (this project's installed top-level names, {another distribution: the names it shares}).
+TOP_LEVEL_NAMES = """
+import importlib.metadata as metadata, json
+own = set((metadata.distribution("mlm-pipeline").read_text("top_level.txt") or "").split())
+clashing = {}
+for dist in metadata.distributions():
+    if dist.metadata["Name"] in (None, "mlm-pipeline"):
+        continue
+    tops = {path.parts[0] for path in dist.files or [] if len(path.parts) > 1}
+    tops |= {path.parts[0].removesuffix(".py") for path in dist.files or [] if len(path.parts) == 1}
+    if tops & own:
+        clashing[dist.metadata["Name"]] = sorted(tops & own)
+print(json.dumps([sorted(own), clashing]))
+"""
+
+
 def test_the_quick_start_runs_the_compiled_kernels_from_a_fresh_clone(tmp_path):
     """README's quick start as a new user runs it: a fresh clone, `pip install .` (a venv over this machine's
     packages, which stand in for the registry's: --no-deps --no-build-isolation), then its commands in the clone,
@@ -61,6 +77,14 @@ def test_the_quick_start_runs_the_compiled_kernels_from_a_fresh_clone(tmp_path):
     install = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps",
                               "--no-build-isolation", "."], cwd=clone, capture_output=True, text=True, timeout=900)
     assert install.returncode == 0, install.stderr[-3000:]
+    # The installed top-level names are the ones docs/architecture.md lists (bench/ and tests/ not shipped), and no
+    # other distribution in the environment ships a module of those names.
+    names = subprocess.run([str(venv / "bin" / "python"), "-c", TOP_LEVEL_NAMES], capture_output=True, text=True,
+                           timeout=300)
+    assert names.returncode == 0, names.stderr[-3000:]
+    own, clashing = json.loads(names.stdout)
+    assert set(own) == {"mlm_pipeline", "common", "ventilator", "worker", "sink", "loader", "report"}, own
+    assert clashing == {}, clashing
     vport, sink_port = free_ports(2)
     script = "\n".join(lines[1:]).replace("/tmp/", f"{tmp_path}/").replace(
         "python -m ventilator", f"python -m ventilator --vport {vport} --sink-port {sink_port}")
