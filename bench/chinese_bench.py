@@ -70,6 +70,7 @@ def task_cpu(vocabulary: Vocabulary, corpus: Path, output: Path, word_segmenter:
 def segmentation_cpu_per_mb(megabytes: float) -> float:
     """CPU seconds per MB of Chinese text for the segmenter alone (jieba-rs on the Han runs)."""
     segmenter = make_word_segmenter(Component("jieba"))
+    assert segmenter is not None, "jieba is a word segmenter"
     text = "\n".join(chinese_paragraphs())
     copies = max(1, round(megabytes * 1e6 / len(text.encode())))
     runs = [text[a:b] for a, b in han_runs(text)] * copies

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.run import VOCAB, WIKI
 
@@ -47,7 +48,8 @@ def main(families: list[str]) -> None:
         spec = json.loads((MATRIX / "bpe.json").read_text(encoding="utf-8"))
         spec["pre_tokenizer"]["add_prefix_space"] = True
         (tmp / "bpe-prefix.json").write_text(json.dumps(spec), encoding="utf-8")
-        tokenizers = {"wordpiece": {"vocab_file": str(VOCAB)}, "bpe": {"tokenizer": str(MATRIX / "bpe.json")},
+        tokenizers: dict[str, dict[str, Any]] = {
+                      "wordpiece": {"vocab_file": str(VOCAB)}, "bpe": {"tokenizer": str(MATRIX / "bpe.json")},
                       "bpe-prefix": {"tokenizer": str(tmp / "bpe-prefix.json")},
                       "unigram": {"tokenizer": str(MATRIX / "unigram.json")}}
         megabytes = len(content) / 1e6

@@ -26,6 +26,7 @@ import json
 import os
 import socket
 import time
+from typing import Any
 
 import click
 import zmq
@@ -40,8 +41,8 @@ from common.writers import ShardFile
 
 def ack_frames(config: JobConfig, data: str, task_size: int, worker_id: str) -> list[bytes]:
     tasks = list(plan_tasks(LocalStorage(data).list_inputs(), task_size))
-    stats = dict(documents=1, segments=10, tokens=300, instances=5, bytes_out=4000, seconds={"tokenize": 0.01},
-                 cpu_seconds=0.01)
+    stats: dict[str, Any] = dict(documents=1, segments=10, tokens=300, instances=5, bytes_out=4000,
+                                 seconds={"tokenize": 0.01}, cpu_seconds=0.01)
     return [protocol.encode(protocol.TaskAck(
         task_id=t.task_id, job_id=config.job_id, worker_id=worker_id, source=t.path, start=t.start, end=t.end,
         version=t.version, shards=[ShardFile(f"part-{t.task_id}.tfrecord", 5, "0" * 64, 4000)], records=5,

@@ -63,6 +63,7 @@ def run(ventilator: str, credit: int, report: str | None, timeout: float) -> int
                     push.connect(endpoint(sink_host or host, sink_port))
                     send(protocol.TaskRequest(credit))
             elif isinstance(message, protocol.TaskAssignment):
+                assert push is not None, "a ventilator sends the welcome before any task"
                 task = Task.from_wire(message.task)
                 size = len(message.content) if message.content is not None else task.length
                 now = time.monotonic()

@@ -44,7 +44,7 @@ def start_module(module: str, *args, log: Path | None = None, stdout: Path | Non
                                 stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     finally:
         for handle in (err, out):
-            if handle not in (None, subprocess.DEVNULL):
+            if handle is not None and not isinstance(handle, int):  # an opened file, not DEVNULL
                 handle.close()
 
 

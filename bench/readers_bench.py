@@ -22,10 +22,11 @@ from common.job.config import JobConfig, standard_steps
 from common.job.params import Component
 from common.job.tasks import Task
 from common.readers import ParseReport, reader_named
+from common.readers.wikiextractor import WikiExtractorReader
 from common.storage import LocalStorage
 from worker.pipeline import TaskProcessor
 
-WIKIEXTRACTOR = reader_named("wikiextractor")()
+WIKIEXTRACTOR = WikiExtractorReader()
 PARQUET = reader_named("parquet")()
 
 

@@ -45,7 +45,7 @@ def main(runs: int, copies: int) -> None:
         megabytes = len(content) / MB
         for _ in range(runs):
             for name, (objective, params, segmenter) in RECIPES.items():
-                if fast is not None:
+                if fast is not None and hasattr(fast, "clear_cache"):  # the fast encoder's own cache
                     fast.clear_cache()
                 out = Path(tmp) / "out" / name
                 proc = processor(vocabulary, out, 1, segmenter=Segmenter(segmenter), objective=objective,

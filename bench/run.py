@@ -39,6 +39,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -516,7 +517,7 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     out = tmp / "worker-out"
 
     def cold():
-        if fast is not None:
+        if fast is not None and hasattr(fast, "clear_cache"):  # the fast encoder's own cache
             fast.clear_cache()  # each task as if in a fresh process (the replicated input repeats its words)
 
     def one(encoder, dupe, name, compression="", segmenter=Segmenter.BLINGFIRE, objective="bert"):
@@ -625,7 +626,8 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     path.write_bytes(content)
     storage, task = task_of(path)
     megabytes = len(content) / MB
-    runs = {  # stage-table name: (objective, its parameters (defaults unless given), segmenter)
+    # stage-table name: (objective, its parameters (defaults unless given), segmenter[, output format])
+    runs: dict[str, tuple[Any, ...]] = {
         "electra1": ("electra", {}, Segmenter.BLINGFIRE),
         "electraline1": ("electra", {}, Segmenter.LINE),
         "robertanone1": ("roberta", {"masking": "none"}, Segmenter.BLINGFIRE),  # explicit: defaults may differ
@@ -648,7 +650,7 @@ def objectives_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         cpu = {}
         tokenize_cpu = {}
         for name, (objective, params, segmenter, *output) in runs.items():
-            if fast is not None:
+            if fast is not None and hasattr(fast, "clear_cache"):
                 fast.clear_cache()
             proc = processor(vocabulary, tmp / "objectives-out" / name, 1, segmenter=segmenter, objective=objective,
                              objective_params=params, output_format=output[0] if output else "tfrecord")
@@ -819,9 +821,10 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         for recipe in recipes.values():
             for dupe in recipe.dupes:
                 least.update({f"{prefix(recipe, dupe)}_one{rest}": value for rest, value in standing.items()})
-    recorded = {"bert": whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
-                "albert": whole_job.ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
-                "electra": {None: whole_job.ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB}}
+    recorded: dict[str, dict[Any, float]] = {  # by dupe factor (ELECTRA's: None, it has none)
+        "bert": whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
+        "albert": whole_job.ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
+        "electra": {None: whole_job.ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB}}
     for recipe in recipes.values():
         for dupe in recipe.dupes:
             megabytes = (fulls[recipe.copies(dupe)].bytes - len(one_bytes)) / MB
@@ -1057,32 +1060,33 @@ def dedup_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     # Whole jobs: CPU of every process, plain vs dedup, on the same input.
     data = _distinct_copies(sources, tmp / "dd-corpus", max(2, s.worker_copies), per_file=1)
-    res.add("dd_job_input_mb", data.bytes / MB)
+    data_mb = data.bytes / MB
+    res.add("dd_job_input_mb", data_mb)
     task_size = s.pipe_task
     cpu_run_peaks: dict[str, dict[str, int]] = {}
     for repeat in range(s.repeats):
-        cpu = {}
+        job_cpu: dict[str, float] = {}
         for name, extra in (("plain", ()), ("minhash", ("--dedup", "minhash")), ("exact", ("--dedup", "exact"))):
             log(f"dedup: repeat {repeat + 1}/{s.repeats}, {name} job, {data.bytes / MB:.1f} MB")
             work = tmp / "runs" / f"dd-{name}-{repeat}"
             before = _children_cpu()
             run = pipeline(data.root, work, str(VOCAB), 2, task_size=task_size, dupe_factor=1, extra=extra)
-            cpu[name] = _children_cpu() - before
+            job_cpu[name] = _children_cpu() - before
             cpu_run_peaks[name] = run.peak_rss
             shutil.rmtree(work)
-        res.add("dd_job_cpu_plain", cpu["plain"])
-        res.add("dd_job_cpu_minhash_ratio", cpu["minhash"] / cpu["plain"])
-        res.add("dd_job_cpu_exact_ratio", cpu["exact"] / cpu["plain"])
+        res.add("dd_job_cpu_plain", job_cpu["plain"])
+        res.add("dd_job_cpu_minhash_ratio", job_cpu["minhash"] / job_cpu["plain"])
+        res.add("dd_job_cpu_exact_ratio", job_cpu["exact"] / job_cpu["plain"])
     shutil.rmtree(data.root)
 
     # Peak RSS of each role of a dedup job at two input sizes (8 MiB tasks, as the rss section).  The
     # quick mode (CI: only that every row is produced) takes the smaller size's from the runs above.
     peaks, plain_peaks = [], []
-    sizes = s.rss_worker_copies
+    sizes: tuple[int, ...] = s.rss_worker_copies
     if s.quick:
         peaks.append(cpu_run_peaks["minhash"])
         plain_peaks.append(cpu_run_peaks["plain"])
-        res.add("dd_rss_small_mb", res.value("dd_job_input_mb"))
+        res.add("dd_rss_small_mb", data_mb)
         sizes = sizes[1:]
     for copies in sizes:
         data = _distinct_copies(sources, tmp / f"dd-rss-{copies}", copies, per_file=s.rss_worker_per_file)
@@ -1191,7 +1195,7 @@ def extras_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         cpu = time.process_time()
         vocabulary.tokenizer.encode_batch(segments, add_special_tokens=False)
         res.add("cand_hf", megabytes / (time.process_time() - cpu))
-        if fast is not None:
+        if fast is not None and hasattr(fast, "clear_cache"):
             fast.clear_cache()
             cpu = time.process_time()
             fast(segments)
@@ -1253,7 +1257,7 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
         res.add("fam_bpe", worker)
         res.add("fam_bpe_ratio", worker / hf)
         res.add("fam_unigram", rate(unigram.encode_many))
-        if spm_model is not None:
+        if spm_model is not None and spm is not None:  # made together
             res.add("fam_spm", rate(spm_model.encode_many))
             res.add("fam_spm_native", rate(lambda texts: spm.encode(texts, num_threads=1)))
     res.notes["fam_bpe"] = " (kitoken)" if bpe._fast_encoder() is not None else " (HF: kitoken not exact here)"
@@ -1497,11 +1501,12 @@ def render(res: Results, s: Settings, command: str, elapsed: float, ran: list[st
               "| --- |" + " --- |" * len(STAGE_NAMES)]
     for tok, dupe, label in STAGE_ROWS:
         values = [res.value(f"stage_{tok}{dupe}_{stage}") for stage in STAGE_NAMES]
-        if any(v is None for v in values):
+        present = [v for v in values if v is not None]
+        if len(present) < len(values):
             cells = ["n/a"] * len(values)
         else:
-            total = sum(values) or 1.0
-            cells = [f"{v:.3f} ({v / total:.0%})" for v in values]
+            total = sum(present) or 1.0
+            cells = [f"{v:.3f} ({v / total:.0%})" for v in present]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Worker stage CPU / its reference's CPU on the same text, the least of each over rounds that "
               "alternate them (bench/ratios.py: Bling Fire alone for the split, the tokenizer alone for the rest; "
@@ -1570,7 +1575,7 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
     print(table)
     if markdown:
         Path(markdown).write_text(table)
-    measured = {name: res.value(name) for name in res.samples if name.startswith("ratio_")}
+    measured = {name: statistics.median(values) for name, values in res.samples.items() if name.startswith("ratio_")}
     if ratios_out:
         Path(ratios_out).write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
     if record_ratios and not res.errors:

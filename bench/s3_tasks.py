@@ -36,7 +36,7 @@ def main(objects: int, null_workers: int, vocab_file: str) -> None:
     from tests.support.s3_server import S3Server
 
     doc = b'<doc id="1" url="u" title="t">\nt\n\nA sentence. Another sentence here.\n</doc>\n'
-    with S3Server() as s3, tempfile.TemporaryDirectory() as work:
+    with S3Server() as s3, tempfile.TemporaryDirectory() as tmp:
         client = s3.client()
         client.create_bucket(Bucket="corpus")
         started = time.monotonic()
@@ -47,7 +47,7 @@ def main(objects: int, null_workers: int, vocab_file: str) -> None:
 
         vport, sink_port = free_ports(2)
         os.environ.update(s3.env())  # the roles read the S3 credentials from the environment
-        work = Path(work)
+        work = Path(tmp)
         sink = start_module("sink", "--ventilator", f"127.0.0.1:{vport}", "--port", sink_port, "--bind-host",
                             "127.0.0.1", "--state-dir", work / "state", log=work / "sink.log")
         workers = [start_module("bench.null_worker", "--ventilator", f"127.0.0.1:{vport}", "--credit", "4",

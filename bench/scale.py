@@ -32,7 +32,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.procs import Watcher, free_ports, start_module, stop
@@ -65,12 +65,12 @@ class Job:
     vocab: str
     lease: float = 60.0
     heartbeat: float = 5.0
-    log: Path | None = None
+    log: Path = field(kw_only=True)  # the ventilator's log: listening and progress are read from it
 
     def __post_init__(self) -> None:
         self.vport, self.sink_port, self.metrics_port = free_ports(3)
 
-    def args(self) -> list[str]:
+    def args(self) -> list[object]:  # start_module writes each as a string
         return ["--data", self.data, "--output", self.output, "--vocab-file", self.vocab, "--format", "text",
                 "--shared-fs", "--task-size", str(TASK_SIZE), "--lease-seconds", self.lease,
                 "--heartbeat-seconds", self.heartbeat, "--vport", self.vport, "--sink-port", self.sink_port,

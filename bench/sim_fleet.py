@@ -137,6 +137,7 @@ class SimFleet:
         task = worker.held.pop(task_id, None)
         if task is None or worker.gone:
             return
+        assert self.push is not None and self.config is not None, "acks follow the welcome"
         self.push.send(protocol.encode(protocol.TaskAck(
             task_id=task.task_id, job_id=self.config.job_id, worker_id=worker.identity, source=task.path,
             start=task.start, end=task.end, version=task.version, shards=[], records=0,
@@ -183,6 +184,7 @@ class SimFleet:
                 if kind == "ack":
                     self._ack(worker, task_id)
                 else:
+                    assert self.config is not None, "beats are timed after the welcome"
                     self._send(worker, protocol.Heartbeat(list(worker.held), awaiting=None))
                     self.report.heartbeats += 1
                     self._at(now + self.config.heartbeat_seconds, "beat", worker)

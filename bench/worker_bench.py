@@ -20,7 +20,8 @@ import numpy as np
 from common.job.config import JobConfig, standard_steps
 from common.job.params import Component
 from common.job.tasks import Task
-from common.readers import ParseReport, reader_named
+from common.readers import ParseReport
+from common.readers.wikiextractor import WikiExtractorReader
 from common.segmenters.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
 from common.tokenization import Vocabulary, load_tokenizer
@@ -28,7 +29,7 @@ from worker import pipeline
 from worker.pipeline import TaskProcessor, TaskStats
 
 STAGES = pipeline.TIMERS  # read, parse, split, tokenize, build, write
-WIKIEXTRACTOR = reader_named("wikiextractor")()
+WIKIEXTRACTOR = WikiExtractorReader()
 
 
 @dataclass

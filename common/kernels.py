@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import logging
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -39,9 +41,13 @@ def _load(name: str = "common._kernels", beside: Path = SOURCE.parent) -> tuple[
         spec = importlib.util.find_spec(name)
     except (ImportError, ValueError):
         spec = None
-    # Only a build beside this file is this source's: another copy's, found by some other finder on the path (an
-    # editable install of another checkout maps its modules under the same names), is not built here.
+    # Only a build beside this file is known to be this source's: another copy's, found by some other finder on the
+    # path (an editable install of another checkout maps its modules under the same names), is used only when it was
+    # built from this very source (_installed_build).
     if spec is None or spec.origin is None or Path(spec.origin).resolve().parent != beside.resolve():
+        installed = _installed_build(name, beside)
+        if installed is not None:
+            return installed, "compiled"
         return None, "numpy (common/_kernels.c is not built here)"
     try:
         module = importlib.import_module(name)
@@ -55,6 +61,38 @@ def _load(name: str = "common._kernels", beside: Path = SOURCE.parent) -> tuple[
         log.warning("kernels: %s", status)
         return None, status
     return module, "compiled"
+
+
+def _installed_build(name: str, beside: Path) -> ModuleType | None:
+    """The build of this very source (its compiled-in sha256 is the source's here) in another copy of the package
+    on ``sys.path``, or None.  ``python -m ventilator`` in a checkout puts the checkout's ``common/`` first, which a
+    plain ``pip install .`` leaves unbuilt while the installed copy in site-packages has the build: same source,
+    same machine, so the same code.  A copy that does not load or was built from another source is passed over
+    silently (the status then says the kernels are not built here)."""
+    if not SOURCE.is_file():
+        return None
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    *package, module_name = name.split(".")
+    for entry in sys.path:
+        directory = Path(entry or ".", *package)
+        if not directory.is_dir() or directory.resolve() == beside.resolve():
+            continue
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = directory / f"{module_name}{suffix}"
+            if not path.is_file():
+                continue
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                continue
+            try:
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+            except ImportError:  # another interpreter's build, a damaged file: not this one's
+                continue
+            if getattr(module, "SOURCE_SHA256", None) == digest:
+                log.debug("kernels: the build at %s (of this source)", path)
+                return module
+    return None
 
 
 #: The task counters (AckStats.counters) saying which kernels ran a task: ``{"compiled": 1}`` or ``{"numpy": 1}``,

@@ -31,7 +31,7 @@ class _LineHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self._emit_line(self.format(record))
-        except Exception:  # noqa: BLE001 - logging must never raise
+        except Exception:  # logging must never raise
             self.handleError(record)
 
 

@@ -25,9 +25,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from loader.client import LoaderClient  # noqa: E402
+from loader.client import LoaderClient
 
 
 class TinyBert(tf.keras.Model):

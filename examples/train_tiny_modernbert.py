@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from transformers import ModernBertConfig, ModernBertForMaskedLM  # noqa: E402
+import numpy as np
+import torch
+from transformers import ModernBertConfig, ModernBertForMaskedLM
 
-from loader.client import LoaderClient  # noqa: E402
+from loader.client import LoaderClient
 
 
 def main() -> None:

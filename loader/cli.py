@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,7 +14,7 @@ import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
 from common.job.cli_settings import DeferredCommand, PluginFailure, command_settings
 from common.job.params import PluginError
-from common.storage import StorageError
+from common.storage import Storage, StorageError
 from common.wire.security import Curve, SecurityError
 from common.wire.transport import ListenError
 from loader.batches import ServingParams
@@ -24,6 +26,9 @@ from loader.shards import DatasetError, open_dataset, splits
 from loader.sources import Mixture, mixture_phases, open_sources
 from loader.token_batches import TokenBudget
 from loader.token_layout import LAYOUTS
+
+if TYPE_CHECKING:
+    from common.tokenization.vocabulary import Vocabulary
 
 log = logging.getLogger("loader")
 
@@ -43,7 +48,7 @@ def mask_ids(vocab_file: str | None, tokenizer: str | None) -> tuple[int, int]:
     return special.mask, special.vocab_size
 
 
-def load_tokenizer_roles(vocab_file: str | None, tokenizer: str | None):
+def load_tokenizer_roles(vocab_file: str | None, tokenizer: str | None) -> Vocabulary:
     """The tokenizer's Vocabulary (special ids, word starts), loaded as the pipeline loads it."""
     from common.tokenization import load_vocabulary
 
@@ -54,8 +59,9 @@ def load_tokenizer_roles(vocab_file: str | None, tokenizer: str | None):
         raise click.BadParameter(str(error).splitlines()[0], param_hint=hint) from None
 
 
-def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_masking: bool, vocab_file, tokenizer,
-                 mask_id, vocab_size, masked_lm_prob: float, whole_word: bool) -> TokenBudget:
+def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_masking: bool, vocab_file: str | None,
+                 tokenizer: str | None, mask_id: int | None, vocab_size: int | None, masked_lm_prob: float,
+                 whole_word: bool) -> TokenBudget:
     """--batch-tokens' settings: the samples' masking from the tokenizer (special ids never masked, the pieces'
     word starts for --whole-word-mask where the tokenizer marks them per piece) and its pad id."""
     from common.tokenization.word_boundaries import WORD_IDS
@@ -82,7 +88,7 @@ def token_budget(batch_tokens: int, layout: str, pack_window: int, dynamic_maski
     return TokenBudget(batch_tokens, layout, pack_window, masking, pad_id)
 
 
-def with_recorded_specials(tokens: TokenBudget, storage) -> TokenBudget:
+def with_recorded_specials(tokens: TokenBudget, storage: Storage) -> TokenBudget:
     """Token-budget batches without --vocab-file or --tokenizer: the special ids (never masked: a chunk's
     [CLS] and [SEP], which its samples do not mark) and the pad id from the job's tokenizer, as the output's
     dataset_info.json records it."""
@@ -121,7 +127,7 @@ def refuse_idle_flags(ctx: click.Context, batch_tokens: int | None, dynamic_mask
         raise click.UsageError("; ".join(f"{flag} does nothing here: {why}" for flag, why in given))
 
 
-def check_batchable(storage, batch_tokens: int | None) -> None:
+def check_batchable(storage: Storage, batch_tokens: int | None) -> None:
     """UsageError if the output's records vary in length (--objective tokens, say: dataset_info.json says so)
     and no --batch-tokens is given: fixed-size batches cannot hold them, whatever the shards' health."""
     from common.describe import dataset_info
@@ -147,7 +153,7 @@ def _split_help() -> str:
     return f"The side to serve: the training side{', or ' + named if named else ''} for evaluation."
 
 
-def _output_options(command):
+def _output_options(command: Callable) -> Callable:
     """``--data`` and ``--split``, made when the command is first used (:class:`DeferredCommand`): the sides
     are the steps' (installed plugins' too), so importing the loader finds no step, and a plugin that cannot
     be loaded is the command's one line, ``--help`` included."""
@@ -220,10 +226,13 @@ def _output_options(command):
               help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
-def main(data, split, allow_partial, port, bind_host, batch_size, seed, shuffle_window, dynamic_masking, vocab_file,
-         tokenizer, mask_id, vocab_size, masked_lm_prob, max_predictions_per_seq, whole_word_mask, batch_tokens,
-         batch_layout, pack_window, weights, temperature, mix_schedule, max_prefetch, cache_mb, curve_dir,
-         s3_endpoint_url, metrics_port, report_seconds, verbose) -> None:
+def main(data: tuple[str, ...], split: str, allow_partial: bool, port: int, bind_host: str, batch_size: int,
+         seed: int, shuffle_window: int, dynamic_masking: bool, vocab_file: str | None, tokenizer: str | None,
+         mask_id: int | None, vocab_size: int | None, masked_lm_prob: float, max_predictions_per_seq: int | None,
+         whole_word_mask: bool, batch_tokens: int | None, batch_layout: str | None, pack_window: int | None,
+         weights: str | None, temperature: float | None, mix_schedule: str | None, max_prefetch: int, cache_mb: int,
+         curve_dir: str | None, s3_endpoint_url: str | None, metrics_port: int | None, report_seconds: float,
+         verbose: int) -> None:
     """Serve batches of a finished output to every trainer rank.
 
     Each rank (client library: loader.client.LoaderClient) gets a disjoint

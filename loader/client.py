@@ -18,7 +18,9 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import zmq
@@ -28,6 +30,9 @@ from common.wire.transport import endpoint, make_socket, parse_address
 from loader import messages
 from loader.layout import Field, RecordLayout
 from loader.token_layout import LAYOUTS, lay_out
+
+if TYPE_CHECKING:
+    from torch.utils.data import IterableDataset
 
 log = logging.getLogger("loader.client")
 
@@ -47,7 +52,7 @@ class Batch:
     last_in_epoch: bool
     pad_id: int = 0  # what padded rows are filled with (the server's; token-budget batches)
 
-    def to_model_inputs(self, model_or_attn_impl, device="cpu") -> dict:
+    def to_model_inputs(self, model_or_attn_impl: Any, device: Any = "cpu") -> dict:
         """What ``model(**inputs)`` takes safely, as tensors on ``device``: a flat batch's flash-attention varlen
         kwargs when the model (or the attention implementation named) runs flash attention, else its samples as
         padded rows with ``attention_mask``, so no token attends across samples (loader/model_inputs.py)."""
@@ -155,13 +160,13 @@ class LoaderClient:
         self._send(messages.Credit(self._session.number, self._session.consumed))
         return batch
 
-    def __iter__(self):
+    def __iter__(self) -> LoaderClient:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
         return self.next_batch().features
 
-    def epoch_batches(self):
+    def epoch_batches(self) -> Iterator[dict[str, np.ndarray]]:
         """The batches left in the current epoch (all of it at an epoch's start)."""
         while True:
             batch = self.next_batch()
@@ -178,11 +183,11 @@ class LoaderClient:
     def __enter__(self) -> LoaderClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # Adapters ----------------------------------------------------------
-    def torch_dataset(self):
+    def torch_dataset(self) -> IterableDataset:
         """A ``torch.utils.data.IterableDataset`` of dicts of tensors; use it
         with ``DataLoader(dataset, batch_size=None, num_workers=0)``: the
         server batches and the client prefetches.  A worker process is
@@ -198,7 +203,7 @@ class LoaderClient:
         client = self
 
         class _LoaderDataset(IterableDataset):
-            def __iter__(self):
+            def __iter__(self) -> Iterator[dict[str, Any]]:  # tensors, and max_length_q/k as ints
                 if get_worker_info() is not None:
                     raise LoaderError("use DataLoader(..., num_workers=0): in a worker process the client's state() "
                                       "would not follow the batches, and a resume would replay them (the server "
@@ -209,7 +214,7 @@ class LoaderClient:
 
         return _LoaderDataset()
 
-    def tf_dataset(self):
+    def tf_dataset(self) -> Any:  # a tf.data.Dataset: tensorflow has no type information
         """A ``tf.data.Dataset`` of dicts of tensors (shapes and dtypes from the server)."""
         import tensorflow as tf
 
@@ -244,7 +249,7 @@ class LoaderClient:
                                    state["dynamic_masking"], state["batch_tokens"], state["layout"],
                                    state["order"] or None))
 
-    def _send(self, message) -> None:
+    def _send(self, message: object) -> None:
         """Never blocks: with no connection up (server down, CURVE refused) the
         message is dropped, and restated after the next silence."""
         try:
@@ -321,7 +326,7 @@ class LoaderClient:
                 raise LoaderError(f"the loader at {self.address} sends feature {spec.name!r} as {spec.dtype[:40]!r}, "
                                   f"which is not a fixed-size number")
 
-    def _batch(self, header: messages.BatchHeader, frames) -> Batch:
+    def _batch(self, header: messages.BatchHeader, frames: Sequence[zmq.Frame]) -> Batch:
         if self._session.attached.batch_tokens:
             return self._token_batch(header, frames)
         layout = self._layout()
@@ -335,7 +340,7 @@ class LoaderClient:
             features = hf_views(features)
         return Batch(features, header.epoch, header.batch, record_ids, header.last_in_epoch)
 
-    def _token_batch(self, header: messages.BatchHeader, frames) -> Batch:
+    def _token_batch(self, header: messages.BatchHeader, frames: Sequence[zmq.Frame]) -> Batch:
         """A token-budget batch: the samples' tokens end to end and their lengths, laid out as the server says."""
         layout, attached = self._layout(), self._session.attached
         if len(frames) != 3 or header.tokens < 1 or header.rows < 1 or \

@@ -27,7 +27,7 @@ frame each sample's length; the client lays them out (loader/token_layout.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from common.wire import envelope
 from common.wire.envelope import Codec, Count, Range
@@ -174,11 +174,11 @@ TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Attach, Credit, StatusRequest, Attached, Refused, Unknown, BatchHeader, Status)}
 
 
-def encode(message) -> bytes:
+def encode(message: object) -> bytes:
     return envelope.encode(message, VERSION)
 
 
-def decode(frame: bytes):
+def decode(frame: bytes) -> Any:
     """The message in ``frame``, every field checked (common/wire/envelope.py, the pipeline's codec too);
     MessageError for anything else."""
     return envelope.decode(frame, VERSION, TYPES, MessageError)

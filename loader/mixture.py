@@ -86,13 +86,13 @@ def temperature_weights(tokens: Sequence[int], alpha: float) -> tuple[float, ...
     return PhaseSpec(temperature=alpha).resolve(tokens)
 
 
-def _weight(value, where: str) -> float:
+def _weight(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise MixError(f"{where}: a weight is a finite number >= 0, not {str(value)[:40]!r}")
     return float(value)
 
 
-def _alpha(value, where: str) -> float:
+def _alpha(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
             not 0 <= value <= 10:
         raise MixError(f"{where}: a temperature is a number in [0, 10], not {str(value)[:40]!r}")
@@ -128,7 +128,7 @@ def split_data_weight(value: str) -> tuple[str, float | None]:
     return value, None
 
 
-def source_index(name, names: Sequence[str], where: str) -> int:
+def source_index(name: object, names: Sequence[str], where: str) -> int:
     """A source as a schedule names it: its --data as given, the last part of its path, or its number."""
     if isinstance(name, int) and not isinstance(name, bool) and 0 <= name < len(names):
         return name

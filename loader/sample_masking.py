@@ -103,7 +103,8 @@ def mask_samples(ids: np.ndarray, lengths: np.ndarray, record_ids: np.ndarray, s
     return _replace(ids, selected, sample[selected], position[selected], keys, params)
 
 
-def _tokens(maskable, sample, position, keys, budget, starts, lengths) -> np.ndarray:
+def _tokens(maskable: np.ndarray, sample: np.ndarray, position: np.ndarray, keys: np.ndarray, budget: np.ndarray,
+            starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Per sample, the ``budget`` maskable tokens with the smallest draws (a partition per sample: cheaper than
     sorting the batch, ~20 samples in 8,192 tokens of web text)."""
     draws = np.where(maskable, _draws(keys[sample], position, 0), 2.0)
@@ -119,7 +120,8 @@ def _tokens(maskable, sample, position, keys, budget, starts, lengths) -> np.nda
     return selected
 
 
-def _whole_words(maskable, word_starts, sample, position, keys, budget, samples: int) -> np.ndarray:
+def _whole_words(maskable: np.ndarray, word_starts: np.ndarray, sample: np.ndarray, position: np.ndarray,
+                 keys: np.ndarray, budget: np.ndarray, samples: int) -> np.ndarray:
     """Per sample, whole words by BERT's rule (see the module's docstring)."""
     previous = np.concatenate(([False], maskable[:-1])) & (position > 0)
     opens = maskable & (word_starts | ~previous)
@@ -163,7 +165,8 @@ def _whole_words(maskable, word_starts, sample, position, keys, budget, samples:
     return selected
 
 
-def _replace(ids, selected, sample, position, keys, params: SampleMasking) -> Masked:
+def _replace(ids: np.ndarray, selected: np.ndarray, sample: np.ndarray, position: np.ndarray, keys: np.ndarray,
+             params: SampleMasking) -> Masked:
     """80% mask id, 10% kept, 10% a random id at the selected tokens (draws keyed by sample and position, made
     for the selected tokens only)."""
     where = np.flatnonzero(selected)

@@ -19,11 +19,15 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from common.objectives.base import Ragged
 from loader.shards import DatasetError, ShardList, format_for, read_shard_bytes
+
+if TYPE_CHECKING:
+    from common.storage import Storage
 
 log = logging.getLogger("loader")
 
@@ -49,7 +53,7 @@ class ShardSamples:
         return np.diff(self.offsets)
 
 
-def _flat(column, lengths: np.ndarray | None, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _flat(column: np.ndarray | Ragged, lengths: np.ndarray | None, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, lengths) of a ragged column, or of a fixed-length one cut to ``lengths`` (its input mask)."""
     if isinstance(column, Ragged):
         return np.asarray(column.values), np.asarray(column.lengths, dtype=np.int64)
@@ -89,7 +93,7 @@ def samples_of(columns: dict) -> ShardSamples:
 class SampleCache:
     """Decoded shards as :class:`ShardSamples`, least recently used out once over ``max_bytes``."""
 
-    def __init__(self, storage, shards: ShardList, max_bytes: int):
+    def __init__(self, storage: Storage, shards: ShardList, max_bytes: int):
         self.storage = storage
         self.shards = shards
         self.max_bytes = max_bytes

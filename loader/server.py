@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import zmq
 
 from common.metrics import MetricsServer, counter, gauge
-from common.storage import StorageError
+from common.storage import Storage, StorageError
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
 from common.wire.transport import DroppedMessages, listen
@@ -30,6 +32,9 @@ from loader.samples import SampleCache
 from loader.shards import DatasetError, ShardCache, ShardList
 from loader.sources import MixedCache, Mixture
 from loader.token_batches import TokenBatchMaker, padding_waste
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("loader")
 
@@ -65,7 +70,7 @@ class _Rank:
 
 
 class LoaderServer:
-    def __init__(self, storage, shards: ShardList, params: ServingParams, options: ServerOptions,
+    def __init__(self, storage: Storage, shards: ShardList, params: ServingParams, options: ServerOptions,
                  mixture: Mixture | None = None):
         """``mixture``: several outputs (loader/sources.py); ``storage`` and ``shards`` are then its first's and
         its combined shard list."""
@@ -199,8 +204,8 @@ class LoaderServer:
     def _status_request(self, _message: messages.StatusRequest, sender: Sender) -> None:
         sender.reply(self.status())
 
-    def _attach(self, identity: bytes, attach: messages.Attach, now: float):
-        def refuse(reason: str):
+    def _attach(self, identity: bytes, attach: messages.Attach, now: float) -> messages.Attached | messages.Refused:
+        def refuse(reason: str) -> messages.Refused:
             log.warning("loader: refused %s (rank %d of %d): %s", attach.client_id, attach.rank, attach.world_size,
                         reason)
             return messages.Refused(attach.session, reason)
@@ -257,7 +262,7 @@ class LoaderServer:
             self.dropped.total, self.batches_sent, len(self.cache), self.cache.bytes, self.cache.loads,
             self.mixture.status() if self.mixture is not None else [])
 
-    def metrics(self):
+    def metrics(self) -> Iterator[Metric]:
         """What Prometheus scrapes (common/metrics.py), read from the server's own state."""
         ranks = list(self.ranks.values())
         yield gauge("mlm_loader_ranks", "Ranks attached.", len(ranks))

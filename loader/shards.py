@@ -23,7 +23,7 @@ from common.objectives.base import Ragged
 from common.output.files import SUMMARY_NAME, TRAIN, check_finished  # noqa: F401 (re-exported)
 from common.output.manifest import read_published
 from common.steps import split_of
-from common.storage import open_storage
+from common.storage import Storage, open_storage
 from common.writers import Writer, writer_for_file
 from loader.layout import RecordLayout
 
@@ -171,7 +171,7 @@ class ShardList:
                 for file in entry_files(entry) if (file.records > 0 or not with_records_only) and file.split == side]
 
 
-def check_shards_present(storage, uri: str, files: list[ListedFile]) -> None:
+def check_shards_present(storage: Storage, uri: str, files: list[ListedFile]) -> None:
     """Every listed file is there with the size the manifest says (one listing):
     a missing or cut shard fails now, not hours into training."""
     sizes = storage.output_sizes()
@@ -189,7 +189,7 @@ def check_shards_present(storage, uri: str, files: list[ListedFile]) -> None:
 
 
 def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train",
-                 allow_partial: bool = False) -> tuple[object, ShardList]:
+                 allow_partial: bool = False) -> tuple[Storage, ShardList]:
     """The storage and the shard list of one side of a finished output.
 
     DatasetError (one line) if there is no output, if the job has not
@@ -223,7 +223,7 @@ def open_dataset(uri: str, endpoint_url: str | None = None, split: str = "train"
     return storage, shards
 
 
-def read_listed(storage, shards: ShardList, name: str) -> bytes | None:
+def read_listed(storage: Storage, shards: ShardList, name: str) -> bytes | None:
     """A listed file's bytes (None if it is not there), checked against the manifest's sha256: what every
     cache of the loader reads, a shard and the files its format reads with it (fixed-size and token-budget
     batches alike).  DatasetError if it changed since it was written: a format's own checks (TFRecord's
@@ -236,7 +236,7 @@ def read_listed(storage, shards: ShardList, name: str) -> bytes | None:
     return data
 
 
-def read_shard_bytes(storage, shards: ShardList, shard: int) -> tuple[bytes, Callable[[str], bytes | None]]:
+def read_shard_bytes(storage: Storage, shards: ShardList, shard: int) -> tuple[bytes, Callable[[str], bytes | None]]:
     """A shard's checked bytes, and the checked reader of the files its format reads with it."""
     name = shards.names[shard]
     data = read_listed(storage, shards, name)
@@ -250,7 +250,7 @@ class ShardCache:
     least recently used out once over ``max_bytes`` (the shard in use always
     stays, however big).  Every shard must have the layout of the first."""
 
-    def __init__(self, storage, shards: ShardList, max_bytes: int):
+    def __init__(self, storage: Storage, shards: ShardList, max_bytes: int):
         self.storage = storage
         self.shards = shards
         self.max_bytes = max_bytes

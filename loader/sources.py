@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.describe import dataset_info
+from common.storage import Storage
 from loader import messages
+from loader.layout import RecordLayout
 from loader.mixture import (
     MixedOrder,
     MixError,
@@ -29,7 +31,7 @@ from loader.mixture import (
     split_data_weight,
 )
 from loader.samples import SampleCache, ShardSamples
-from loader.shards import DatasetError, ShardCache, ShardList, open_dataset
+from loader.shards import Columns, DatasetError, ShardCache, ShardList, open_dataset
 
 log = logging.getLogger("loader")
 
@@ -39,7 +41,7 @@ class Source:
     """One ``--data`` of a mixture."""
 
     name: str  # as given
-    storage: object
+    storage: Storage
     shards: ShardList
     info: dict | None  # its dataset_info.json
 
@@ -147,32 +149,34 @@ class MixedCache:
         self.first_shard = np.cumsum([0] + [len(s.shards.names) for s in sources]).astype(np.int64)
         self._lengths: np.ndarray | None = None
         self._flags: tuple[str, ...] | None = None
-        self._layout = None
+        self._layout: RecordLayout | None = None
         #: Each combined shard's (source, shard within it): a batch asks for several.
         self._where = [(i, local) for i, s in enumerate(sources) for local in range(len(s.shards.names))]
 
     def _local(self, shard: int) -> tuple[int, int]:
         return self._where[shard]
 
-    def get(self, shard: int):
+    def get(self, shard: int) -> np.ndarray | ShardSamples:
         source, local = self._where[shard]
         got = self.caches[source].get(local)
         if self._flags is not None and isinstance(got, ShardSamples) and tuple(sorted(got.flags)) != self._flags:
             got = dataclasses.replace(got, flags={k: v for k, v in got.flags.items() if k in self._flags})
         return got
 
-    def columns(self, shard: int):
+    def columns(self, shard: int) -> Columns:
         source, local = self._local(shard)
         cache = self.caches[source]
         assert isinstance(cache, ShardCache), "fixed-size batches read columns"
         return cache.columns(local)
 
-    def layout_of(self):
+    def layout_of(self) -> RecordLayout:
         """The first source's record layout; DatasetError if another's differs."""
         if self._layout is not None:
             return self._layout
-        first = self.caches[0].layout_of()
-        for source, cache in zip(self.sources[1:], self.caches[1:]):
+        caches = [cache for cache in self.caches if isinstance(cache, ShardCache)]
+        assert len(caches) == len(self.caches), "fixed-size batches read record layouts"
+        first = caches[0].layout_of()
+        for source, cache in zip(self.sources[1:], caches[1:]):
             layout = cache.layout_of()
             if layout != first:
                 describe = lambda lay: ", ".join(f"{f.name} {f.dtype} x{f.width}" for f in lay.fields)  # noqa: E731

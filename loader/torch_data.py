@@ -35,7 +35,8 @@ refuses a run without them, in one line, before the first batch):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -43,6 +44,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from loader.checkpoints import TRAINER_ARGUMENTS, load_state, save_state
 from loader.client import LoaderClient, LoaderError
 from loader.model_inputs import attention_implementation
+
+if TYPE_CHECKING:
+    from loader.trainer_callback import LoaderCallback
 
 
 def distributed_rank() -> tuple[int, int]:
@@ -83,7 +87,7 @@ class LoaderDataset(IterableDataset):
     def world_size(self) -> int:
         return self._world_size if self._world_size is not None else distributed_rank()[1]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict]:
         if get_worker_info() is not None:
             raise LoaderError("LoaderDataset: use num_workers=0 (dataloader_num_workers=0): in a worker process "
                               "the state would not follow the batches, and a resume would replay them (the server "
@@ -142,7 +146,7 @@ class LoaderDataset(IterableDataset):
                               "each item is already a batch of the loader's token budget")
         return items[0]
 
-    def callback(self):
+    def callback(self) -> LoaderCallback:
         """A ``transformers.TrainerCallback`` that saves this rank's loader state with each checkpoint and resumes
         from it, and refuses settings that would cut or skip the stream."""
         from loader.trainer_callback import LoaderCallback  # transformers, only when a Trainer asks

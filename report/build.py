@@ -160,7 +160,7 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
     if tokenizer_json is not None:
         try:
             tokenizer = Tokenizer.from_str(tokenizer_json.decode())
-        except Exception as error:  # noqa: BLE001 - any reason the file is not a tokenizer
+        except Exception as error:  # any reason the file is not a tokenizer
             problems.append(f"{dataset_info.TOKENIZER_NAME} cannot be loaded: {error}")
     specials = stats.Specials.from_info(info) if info else stats.Specials()
     vocab_size = int((info or {}).get("tokenizer", {}).get("vocab_size") or
@@ -194,7 +194,7 @@ def build_report(storage, budget_bytes: int = 64 << 20, input_budget_bytes: int 
                 return blob
             try:
                 columns = writer_for_file(name).read_columns(name, data, companion)
-            except Exception as error:  # noqa: BLE001 - a corrupt file is reported, the others still read
+            except Exception as error:  # a corrupt file is reported, the others still read
                 problems.append(f"unreadable shard: {name}: {error}")
                 continue
             read_bytes += len(data) + sum(companion_bytes)

@@ -34,7 +34,7 @@ CJK_FONT_FILES = ("notosanscjk", "sourcehansans", "wqy-zenhei", "wqy-microhei", 
 def require() -> None:
     """ImportError now if matplotlib is missing: ``mlm-report`` checks before it reads or writes anything, so a
     failed report leaves nothing behind (report.json without its page would look like a finished report)."""
-    import matplotlib  # noqa: F401
+    import matplotlib
     import matplotlib.pyplot  # noqa: F401
 
 

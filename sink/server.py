@@ -99,7 +99,7 @@ def cannot_keep(config: JobConfig) -> str:
         writer_named(config.writer.name)
         objective_named(config.objective.name)  # dataset_info.json describes its features
         open_storage(config.output_uri, config.s3_endpoint_url)
-    except Exception as error:  # noqa: BLE001 - whatever the components raise: one line, the job fails
+    except Exception as error:  # whatever the components raise: one line, the job fails
         return f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, StorageError)) else str(error)
     return ""
 
@@ -201,7 +201,7 @@ class SinkServer:
             if getattr(error, "final", False):
                 self._closed(str(error))
             return 1
-        except Exception as error:  # noqa: BLE001 - a bug or a component's failure: one line, and the job fails
+        except Exception as error:  # a bug or a component's failure: one line, and the job fails
             log.error("sink: failed: %s: %s", type(error).__name__, error)
             log.debug("%s", traceback.format_exc())
             self._closed(f"{type(error).__name__}: {error}")
@@ -444,9 +444,11 @@ class SinkServer:
                 ("mlm_sink_documents", "documents", "Documents turned into instances."),
                 ("mlm_sink_tokens", "tokens", "Tokens of those documents."),
                 ("mlm_sink_output_bytes", "bytes_written", "Bytes of the manifest's shards.")):
-            yield counter(name, documentation, totals.get(key, 0))
+            count = totals.get(key, 0)
+            yield counter(name, documentation, count if isinstance(count, int) else 0)
+        skipped = totals.get("skipped_documents", {})
         yield counter("mlm_sink_skipped_documents", "Documents skipped as bad input, by reason.",
-                      labels=dict(totals.get("skipped_documents", {})), label="reason")
+                      labels=dict(skipped) if isinstance(skipped, dict) else {}, label="reason")
         overall, per_worker = self.throughput.rates()
         yield gauge("mlm_sink_rate", "Per second over the last 30 s: documents, tokens, instances, input bytes.",
                     labels=overall, label="quantity")
@@ -502,7 +504,7 @@ class SinkServer:
             dataset_info.write(self.output, self.config, self.manifest.totals, complete)
         except (StorageError, OSError):
             raise
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             log.error("sink: could not describe the output in %s: %s", dataset_info.DATASET_INFO, error)
 
     def _finish_job(self) -> None:
@@ -514,7 +516,7 @@ class SinkServer:
             dataset_card.write_card(self.output, self.config, writer_class.reading_text())
         except (StorageError, OSError):
             raise  # the store: the sink says so and exits 1
-        except Exception as error:  # noqa: BLE001 - a card that cannot be made (a plugin's odd features): no failed job
+        except Exception as error:  # a card that cannot be made (a plugin's odd features): no failed job
             log.error("sink: could not write the dataset card %s: %s", dataset_card.CARD_NAME, error)
 
     def _finish(self, reason: str, job_over: bool = False) -> int:

@@ -207,3 +207,17 @@ def test_design_md_points_here():
     design = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
     assert "architecture.md" in design[:2000]
     assert Path(REPO / "docs" / "architecture.md").exists()
+
+
+def test_the_installed_top_level_names_are_the_ones_the_doc_lists():
+    """setup.cfg ships exactly the packages docs/architecture.md names as installed (bench/ and tests/ not)."""
+    import configparser
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    included = config["options.packages.find"]["include"]
+    shipped = {line.strip().split(".")[0] for line in included.splitlines()
+               if line.strip() and not line.strip().startswith("#")}
+    paragraph = DOC[DOC.index("<!-- installed top-level names:"):].split("\n\n", 1)[0]
+    listed = set(re.findall(r"`(\w+)`", paragraph.split("(setup.cfg", 1)[0]))
+    assert shipped == listed, (shipped, listed)
+    assert not shipped & {"bench", "tests"}

@@ -310,7 +310,7 @@ def _what_changed(output, config: JobConfig, old_id=None) -> str:
         if old is None:
             return ""
         changes = dataset_info.changed_options(old, dataset_info.describe(config, {}, complete=False))
-    except Exception:  # noqa: BLE001 - an unreadable description: the refusal stands without the detail
+    except Exception:  # an unreadable description: the refusal stands without the detail
         return ""
     if not changes and "steps" not in old:  # described before the steps were: a step's option may differ
         return ""

@@ -185,7 +185,7 @@ class VentilatorServer:
             try:
                 built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
                                                  self.options.confirm_seconds, self.options.max_attempts))
-            except BaseException as error:  # noqa: BLE001 - raised again in the serving thread
+            except BaseException as error:  # raised again in the serving thread
                 failed.append(error)
 
         builder = threading.Thread(target=build, name="build-dispatcher", daemon=True)

@@ -381,7 +381,7 @@ class WorkerProcess:
             sink_host, sink_port = parse_address(self.options.sink or config.sink_address, SINK_PORT)
             sink_endpoint = endpoint(sink_host or ventilator_host, sink_port)
             processor = TaskProcessor(config, vocabulary, output)
-        except Exception as error:  # noqa: BLE001 - whatever a component raises on a hostile job
+        except Exception as error:  # whatever a component raises on a hostile job
             reason = f"worker cannot run this job: {type(error).__name__}: {error}"
             log.error("%s: %s; its tasks fail here", self.worker_id, reason)
             log.debug("%s", traceback.format_exc())

@@ -16,20 +16,25 @@ import os
 import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
 from common.job.params import PluginError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 _KEY = "click_option"
 _DECIDES_DATA = "decides_data"
 _MISSING = dataclasses.MISSING
+#: A settings dataclass.
+S = TypeVar("S", bound="DataclassInstance")
 
 
 def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, always_written: bool = False,
-           decides_data: bool | None = None, **click_kwargs) -> Any:
+           decides_data: bool | None = None, **click_kwargs: Any) -> Any:
     """A field that is the option ``decls`` (click's declarations, without the parameter name: the field's
     name is that).  ``default`` is the one source of the default; ``cli_default`` only where the command line
     shows it otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default,
@@ -75,7 +80,7 @@ class SectionedOption(click.Option):
     """An option shown under a heading of ``--help`` (:class:`SectionedCommand`); ``section_after``: the heading
     its section follows, for options made elsewhere than their neighbours (a step's own flags)."""
 
-    def __init__(self, *args, section: str = "", section_after: str = "", **kwargs):
+    def __init__(self, *args: Any, section: str = "", section_after: str = "", **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.section = section
         self.section_after = section_after
@@ -318,7 +323,7 @@ class DeferredCommand(SectionedCommand):
     _options: Callable[[Callable], Callable] | None = None
     _params: list[click.Parameter]
 
-    def __init__(self, *args, options: Callable[[Callable], Callable], **kwargs):
+    def __init__(self, *args: Any, options: Callable[[Callable], Callable], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._options = options
 
@@ -358,17 +363,18 @@ def add_options(settings_class: type, sections: Mapping[str, str] | None = None)
     clashing = sorted({name for name in names if names.count(name) > 1})
     if clashing:
         raise TypeError(f"{settings_class.__name__}: two options named {', '.join(clashing)}")
-    sections = sections or {}
+    by_field: Mapping[str, str] = sections or {}
 
-    def decorate(command):
+    def decorate(command: Callable) -> Callable:
         for f, group in reversed(list(_fields_by_group(settings_class))):
-            command = click_option(f, sections.get(f.name) or getattr(group, "section", ""))(command)
+            section: str = by_field.get(f.name, "") or getattr(group, "section", "")
+            command = click_option(f, section)(command)
         return command
 
     return decorate
 
 
-def build(settings_class: type, values: dict[str, Any]):
+def build(settings_class: type[S], values: dict[str, Any]) -> S:
     """The settings from click's values (by field name); the values used are taken out of ``values``, so
     what is left is for someone else (the axes' options)."""
     kwargs = {}
@@ -382,14 +388,14 @@ def build(settings_class: type, values: dict[str, Any]):
     return settings_class(**kwargs)
 
 
-def to_argv(settings) -> list[str]:
+def to_argv(settings: DataclassInstance) -> list[str]:
     """The command line that gives ``settings`` back: each option whose value is not its default (the
     receiving command has the same defaults, from the same dataclass)."""
     argv: list[str] = []
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
         if _KEY not in f.metadata:
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 argv += to_argv(value)
             continue
         argv += _field_argv(f, value)
@@ -423,7 +429,7 @@ def path_name(value: str) -> str:
     return os.path.basename(os.path.normpath(os.path.abspath(value)))
 
 
-def data_argv(settings, decides: bool = False) -> list[str]:
+def data_argv(settings: DataclassInstance, decides: bool = False) -> list[str]:
     """The options of ``settings`` that decide the data (an option's own ``decides_data``, else its group's),
     at other than their defaults, each path (a ``click.Path`` option) as :func:`path_name` shows it: the
     command a dataset card shows, the same for every fleet and machine that makes the same data."""
@@ -432,7 +438,7 @@ def data_argv(settings, decides: bool = False) -> list[str]:
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
         if _KEY not in f.metadata:
-            if dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 argv += data_argv(value, decides)
             continue
         own = f.metadata.get(_DECIDES_DATA)
@@ -445,15 +451,15 @@ def data_argv(settings, decides: bool = False) -> list[str]:
     return argv
 
 
-def parse(settings_class: type, argv: list[str], command: str | None = None):
+def parse(settings_class: type[S], argv: list[str], command: str | None = None) -> S:
     """The settings a command line (and the environment's variables of ``command``, :func:`env_prefix`) gives,
     as the role's own command would build them."""
-    built = []
+    built: list[S] = []
     prefix = env_prefix(command) if command else None
 
     @click.command(cls=SectionedCommand, context_settings={"auto_envvar_prefix": prefix})
     @add_options(settings_class)
-    def settings_command(**values):
+    def settings_command(**values: Any) -> None:
         built.append(build(settings_class, values))
 
     settings_command.main(argv, standalone_mode=False)

@@ -12,8 +12,9 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from common.job.params import Component, ParamValue, PluginError
 from common.objectives import objective_named
@@ -24,6 +25,9 @@ from common.wire import envelope
 from common.wire.envelope import Count, Seconds
 from common.wire.protocol import PROTOCOL_VERSION, EncodedJob, ProtocolError, Welcome
 from common.writers import Writer, writer_named
+
+if TYPE_CHECKING:
+    from common.job.tasks import InputFile
 
 
 def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
@@ -119,7 +123,7 @@ class JobConfig:
         return writer_named(self.writer.name)
 
     @staticmethod
-    def digest_inputs(files) -> str:
+    def digest_inputs(files: Iterable[InputFile]) -> str:
         """What ``inputs_digest`` holds for these InputFiles."""
         listing = hashlib.sha256()
         for f in sorted(files, key=lambda f: f.path):

@@ -18,7 +18,13 @@ import functools
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoints, SelectableGroups
+
+    from _typeshed import DataclassInstance
 
 #: What a parameter may hold: the wire carries these as they are.
 ParamValue = bool | int | float | str
@@ -53,7 +59,7 @@ class When:
     described: str  # the condition as the flags say it: "--masking static"
 
 
-def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa: A002 (click's word)
+def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `help` shadows a builtin: click's word
           when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
@@ -72,7 +78,7 @@ def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # noqa
                                             "shared": shared, "cli": dict(cli or {})})
 
 
-def idle_fields(params) -> list[dataclasses.Field]:
+def idle_fields(params: DataclassInstance) -> list[dataclasses.Field]:
     """The fields set to other than their default that do nothing with the rest of ``params`` (:class:`When`)."""
     return [f for f in dataclasses.fields(params) if f.metadata.get("when") is not None
             and getattr(params, f.name) != f.default and not f.metadata["when"].holds(params)]
@@ -90,7 +96,7 @@ class Configurable:
     version: ClassVar[int] = 1
 
     @classmethod
-    def make_params(cls, given: dict[str, ParamValue]):
+    def make_params(cls, given: dict[str, ParamValue]) -> Any:  # an instance of cls.Params, typed per variant
         """The Params from the values given (the rest keep their defaults),
         checked (``validate``, if the class has one): ValueError otherwise."""
         names = {f.name for f in dataclasses.fields(cls.Params)}
@@ -114,7 +120,7 @@ class Configurable:
         return params
 
     @classmethod
-    def component(cls, params) -> Component:
+    def component(cls, params: Any) -> Component:  # cls.Params's instance: a variant narrows it
         """The job's record of this component with ``params``: every field (but opt-in switches left off),
         so a later change of a default cannot change what a job means."""
         recorded = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
@@ -157,7 +163,7 @@ class ParamClash(Exception):
     types: it cannot be one flag."""
 
 
-def _type_name(hint) -> str:
+def _type_name(hint: object) -> str:
     return getattr(hint, "__name__", None) or str(hint)
 
 
@@ -274,12 +280,12 @@ def discover(package: str, base: type) -> dict[str, type]:
 
     found: dict[str, type] = {}
 
-    def add(value) -> None:
+    def add(value: Any) -> None:  # a variant class: its ``name`` is read
         previous = found.setdefault(value.name, value)
         if previous is not value:
             raise TypeError(f"two {base.__name__}s named {value.name!r}: {_where(previous)} and {_where(value)}")
 
-    def variants_in(module) -> list[type]:
+    def variants_in(module: ModuleType) -> list[type]:
         return [value for _, value in inspect.getmembers(module, inspect.isclass)
                 if issubclass(value, base) and not inspect.isabstract(value) and "name" in vars(value)]
 
@@ -297,7 +303,7 @@ def _where(variant: type) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _installed_entry_points(path: tuple[str, ...]):
+def _installed_entry_points(path: tuple[str, ...]) -> SelectableGroups:  # Python 3.11's type (3.12: EntryPoints)
     """The entry points of the distributions installed on ``path`` (``sys.path``, the cache's key), from one
     scan: a scan reads each distribution's metadata (~15 ms with a training machine's packages), and every
     process discovers eight axes.  A changed ``sys.path`` is scanned again."""
@@ -306,13 +312,13 @@ def _installed_entry_points(path: tuple[str, ...]):
     return importlib.metadata.entry_points()
 
 
-def _entry_points(group: str):
+def _entry_points(group: str) -> EntryPoints:
     import sys
 
     return _installed_entry_points(tuple(sys.path)).select(group=group)
 
 
-def _plugin_variants(group: str, base: type, variants_in) -> list[type]:
+def _plugin_variants(group: str, base: type, variants_in: Callable[[ModuleType], list[type]]) -> list[type]:
     """The variants the installed distributions' entry points in ``group`` name."""
     import inspect
 
@@ -322,7 +328,7 @@ def _plugin_variants(group: str, base: type, variants_in) -> list[type]:
             f", from {entry_point.dist.name} {entry_point.dist.version})" if entry_point.dist else ")")
         try:
             loaded = entry_point.load()
-        except Exception as error:  # noqa: BLE001 (any import-time failure of someone else's package)
+        except Exception as error:  # any import-time failure of someone else's package
             raise PluginError(f"{source} cannot be loaded: {type(error).__name__}: {error}") from error
         if inspect.ismodule(loaded):
             found = variants_in(loaded)

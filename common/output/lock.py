@@ -250,7 +250,7 @@ class OutputLock:
                     if not self.renew():
                         log.error("%s", self.lost)
                         return
-                except Exception as error:  # noqa: BLE001 - a store down for a while: try again next time
+                except Exception as error:  # a store down for a while: try again next time
                     log.warning("could not renew the lock of %s: %s", self.storage.uri(""), error)
 
         self._thread = threading.Thread(target=loop, name="output-lock", daemon=True)
@@ -267,7 +267,7 @@ class OutputLock:
             data = self.storage.get_bytes(LOCK_NAME)
             if data is not None and Holder.decode(data).token == self.holder.token:
                 self.storage.remove(LOCK_NAME)
-        except Exception as error:  # noqa: BLE001 - the lease ends it anyway
+        except Exception as error:  # the lease ends it anyway
             log.warning("could not release the lock of %s (%s): it expires in %.0f s", self.storage.uri(""), error,
                         self.lease_seconds)
         self.holder = None

@@ -157,7 +157,7 @@ class RetryPolicy:
                 return operation()
             except permanent:
                 raise
-            except Exception as error:  # noqa: BLE001 - any transport error is retried
+            except Exception as error:  # any transport error is retried
                 code = _error_code(error)
                 if code in PERMANENT_CODES:  # waiting will not make the bucket exist
                     raise StorageError(f"{what}: {PERMANENT_CODES[code]} ({code})") from error

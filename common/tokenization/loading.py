@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per worker process
 
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers  # noqa: E402
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 #: google-research/bert's WordpieceTokenizer gives up on words longer than
 #: this (HF's own default is 100): we follow BERT.

@@ -557,7 +557,7 @@ def paragraph_sensitive_json(tokenizer_json: str) -> bool:
     answer: the shipped one's added special tokens do not come out of probe text."""
     try:
         vocabulary = Vocabulary.from_json(tokenizer_json, for_text=False)
-    except Exception:  # noqa: BLE001 - not a tokenizer: the job fails where it loads it, with its own one line
+    except Exception:  # not a tokenizer: the job fails where it loads it, with its own one line
         return False
     return vocabulary.paragraph_sensitive
 
@@ -571,7 +571,7 @@ def _parse_shipped(text: str) -> tuple[Tokenizer, dict[str, str] | None]:
     Vocabulary, and nothing changes a tokenizer once loaded (~20 ms a read)."""
     try:
         return Tokenizer.from_str(text), None
-    except Exception:  # noqa: BLE001 - a bare Rust error: perhaps the wrapper, else the parse below says why
+    except Exception:  # a bare Rust error: perhaps the wrapper, else the parse below says why
         spec = json.loads(text)
         if isinstance(spec, dict) and set(spec) == _WRAPPER_KEYS:
             return Tokenizer.from_str(json.dumps(spec["tokenizer"])), spec["special_tokens"]
@@ -583,7 +583,7 @@ def start_sensitive_json(tokenizer_json: str) -> bool:
     """:attr:`Vocabulary.start_sensitive` of a job's tokenizer JSON (for its id), without building a Vocabulary."""
     try:
         tokenizer, _roles = _parse_shipped(tokenizer_json)
-    except Exception:  # noqa: BLE001 - not a tokenizer: the job fails where it loads it, with its own one line
+    except Exception:  # not a tokenizer: the job fails where it loads it, with its own one line
         return False
     return _start_sensitive(tokenizer)
 

@@ -33,6 +33,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import UnionType
+from typing import Any
 
 import msgpack
 
@@ -59,6 +60,12 @@ Count = typing.Annotated[int, Range(0, 2**53)]
 Seconds = typing.Annotated[float, Range(0.0, 1e9)]
 #: A wall-clock time (time.time()): from 1970 to the year 5138.
 WallClock = typing.Annotated[float, Range(0.0, 1e11)]
+
+#: A check built from a type hint: takes a decoded value (anything msgpack gives: hostile until checked, so
+#: ``Any`` here, its hint being a run-time object mypy cannot follow) and returns it checked or raises.
+Converter = Callable[[Any], Any]
+#: (the exact types a plain hint is decoded from, its lowest value, its highest): see :func:`_scalar`.
+Scalar = tuple[frozenset, float | None, float | None]
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ def open_envelope(frame: bytes, version: int, types: dict[str, type], error: typ
     return cls, body
 
 
-def checked(convert, body: dict, cls: type, error: type[Exception]):
+def checked(convert: Converter, body: dict, cls: type, error: type[Exception]) -> Any:
     """``convert(body)``; any failure but the protocol's own error becomes one, naming the type."""
     try:
         return convert(body)
@@ -99,7 +106,7 @@ def checked(convert, body: dict, cls: type, error: type[Exception]):
         raise error(f"{cls.__name__}: malformed fields ({type(problem).__name__})") from None
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -108,7 +115,7 @@ def _short(value) -> str:
 # The codec: dataclass messages to frames and back, every field checked
 # --------------------------------------------------------------------------
 
-def encode(message, version: int) -> bytes:
+def encode(message: object, version: int) -> bytes:
     """``message`` (a dataclass) as one frame: ``v``, ``t`` (its class's name), then its fields."""
     body = {"v": version, "t": type(message).__name__}
     body.update(_fields(message))
@@ -117,7 +124,7 @@ def encode(message, version: int) -> bytes:
     return msgpack.packb(body, use_bin_type=True, default=_fields)
 
 
-def decode(frame: bytes, version: int, types: dict[str, type], error: type[Exception]):
+def decode(frame: bytes, version: int, types: dict[str, type], error: type[Exception]) -> Any:
     """The message in ``frame``, every field checked against its type hint (nested messages, lists
     and maps included), so a receiving loop never meets a wrongly typed value deep inside a message
     it has already started acting on; raises ``error`` for anything else."""
@@ -135,7 +142,7 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
-def _fields(value) -> dict:
+def _fields(value: object) -> dict:
     """A message's (or nested message's) fields as a map; anything else cannot be sent."""
     if not dataclasses.is_dataclass(value) or isinstance(value, type):
         raise TypeError(f"cannot encode {type(value).__name__}")
@@ -148,7 +155,7 @@ _PLAIN = {str: frozenset({str}), int: frozenset({int}), float: frozenset({int, f
 
 
 @functools.cache
-def _scalar(hint) -> tuple[frozenset, float | None, float | None] | None:
+def _scalar(hint: Any) -> Scalar | None:
     """(the types msgpack decodes ``hint`` from, its lowest and highest value) for a plain hint or a ranged
     one, so the hot paths check a value with one comparison; None for anything else.  A float's bounds are
     the finite ones (NaN fails every comparison, inf the bound); str, bytes and bool have none."""
@@ -168,7 +175,7 @@ def _scalar(hint) -> tuple[frozenset, float | None, float | None] | None:
     return (types, None, None) if base is hint else None
 
 
-def _all_fit(scalar, values) -> bool:
+def _all_fit(scalar: Scalar, values: Any) -> bool:
     """Every value of a list or a map's values fits: C loops (a sink's hello lists 5,000 tasks)."""
     types, low, high = scalar
     if not set(map(type, values)) <= types:
@@ -181,11 +188,11 @@ def _all_fit(scalar, values) -> bool:
 
 
 @functools.cache
-def converter(hint, where: str, error: type[Exception]):
+def converter(hint: Any, where: str, error: type[Exception]) -> Converter:
     """A function checking a decoded value against ``hint`` (and building
     nested dataclasses from their maps); ``where`` names it in ``error``s."""
 
-    def wrong():
+    def wrong() -> Exception:
         return error(f"{where} has the wrong type")
 
     origin = typing.get_origin(hint)
@@ -194,7 +201,7 @@ def converter(hint, where: str, error: type[Exception]):
         bounds = [item for item in hint.__metadata__ if isinstance(item, Range)]
         forms = [re.compile(item.pattern) for item in hint.__metadata__ if isinstance(item, Matches)]
 
-        def ranged(value):
+        def ranged(value: Any) -> Any:
             value = base(value)
             for bound in bounds:
                 if not bound.low <= value <= bound.high:
@@ -209,7 +216,7 @@ def converter(hint, where: str, error: type[Exception]):
     if origin in (typing.Union, UnionType):
         options = [converter(option, where, error) for option in typing.get_args(hint)]
 
-        def union(value):
+        def union(value: Any) -> Any:
             for option in options:
                 try:
                     return option(value)
@@ -217,7 +224,7 @@ def converter(hint, where: str, error: type[Exception]):
                     pass
             raise wrong()
         return union
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a message class (never an instance)
         hints = typing.get_type_hints(hint, include_extras=True)
         fields = [(f.name, *(_scalar(hints[f.name]) or (None, None, None)),
                    converter(hints[f.name], f"{where}.{f.name}", error),
@@ -225,7 +232,7 @@ def converter(hint, where: str, error: type[Exception]):
                   for f in dataclasses.fields(hint)]
         names = {name for name, *_ in fields}
 
-        def build(value):
+        def build(value: Any) -> Any:
             if type(value) is not dict:
                 raise wrong()
             kwargs = {}
@@ -244,14 +251,14 @@ def converter(hint, where: str, error: type[Exception]):
         item_hint, _ellipsis = typing.get_args(hint)
         as_list = converter(list[item_hint], where, error)
 
-        def as_tuple(value):
+        def as_tuple(value: Any) -> tuple:
             return tuple(as_list(value))
         return as_tuple
     if origin is list:
         (item_hint,) = typing.get_args(hint)
         item, scalar_item = converter(item_hint, where, error), _scalar(item_hint)
 
-        def items(value):
+        def items(value: Any) -> list:
             if type(value) is not list:
                 raise wrong()
             if scalar_item is not None and _all_fit(scalar_item, value):
@@ -263,7 +270,7 @@ def converter(hint, where: str, error: type[Exception]):
         key, val = converter(key_hint, where, error), converter(value_hint, where, error)
         scalar_key, scalar_value = _scalar(key_hint), _scalar(value_hint)
 
-        def mapping(value):
+        def mapping(value: Any) -> dict:
             if type(value) is not dict:
                 raise wrong()
             if scalar_key is not None and scalar_value is not None and _all_fit(scalar_key, value) \
@@ -272,13 +279,13 @@ def converter(hint, where: str, error: type[Exception]):
             return {key(k): val(v) for k, v in value.items()}
         return mapping
     if hint is type(None):
-        def none(value):
+        def none(value: Any) -> None:
             if value is not None:
                 raise wrong()
         return none
     accepted = _PLAIN.get(hint, frozenset({hint}))
     if hint is float:
-        def finite(value):
+        def finite(value: Any) -> float:
             if type(value) not in accepted:
                 raise wrong()
             if not math.isfinite(value):
@@ -286,7 +293,7 @@ def converter(hint, where: str, error: type[Exception]):
             return value
         return finite
 
-    def plain(value):
+    def plain(value: Any) -> Any:
         if type(value) not in accepted:
             raise wrong()
         return value

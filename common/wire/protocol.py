@@ -261,11 +261,11 @@ Message = typing.Union[tuple(MESSAGE_TYPES.values())]  # noqa: UP007 - built fro
 # Encoding and checked decoding
 # --------------------------------------------------------------------------
 
-def encode(message) -> bytes:
+def encode(message: object) -> bytes:
     return envelope.encode(message, PROTOCOL_VERSION)
 
 
-def decode(frame: bytes):
+def decode(frame: bytes) -> typing.Any:
     """The message in ``frame``; raises ProtocolError for anything else.
 
     Every field is checked against its type hint, nested messages and maps

@@ -86,7 +86,7 @@ def sockets():
     context.term()
 
 
-def test_the_ventilator_tables_take_hostile_frames_from_workers_and_the_sink(job, sockets):  # noqa: F811
+def test_the_ventilator_tables_take_hostile_frames_from_workers_and_the_sink(job, sockets):
     from ventilator.dispatcher import Dispatcher
     from ventilator.server import ServerOptions, VentilatorServer
 
@@ -163,7 +163,7 @@ def test_the_sink_tables_take_hostile_frames_from_its_ventilator_and_on_its_ack_
     assert server.dropped.total + acks >= len(frames)
 
 
-def test_the_loader_table_takes_hostile_frames_from_ranks(loader_dataset, sockets):  # noqa: F811
+def test_the_loader_table_takes_hostile_frames_from_ranks(loader_dataset, sockets):
     from loader.batches import ServingParams
     from loader.server import LoaderServer, ServerOptions
     from loader.shards import open_dataset

@@ -275,6 +275,33 @@ def test_a_kernels_file_that_does_not_load_is_one_warning_line_and_numpy(tmp_pat
     assert module is BUILT and status == "compiled"
 
 
+def test_a_checkout_without_a_build_uses_the_installed_build_of_the_same_source(tmp_path, monkeypatch, caplog):
+    """``pip install .`` builds the kernels into site-packages; ``python -m ventilator`` in the checkout then imports
+    the checkout's unbuilt ``common/`` first.  The build of this very source elsewhere on the path is used (its
+    compiled-in sha256 is the source's); one of another source, or one that does not load, is passed over."""
+    assert BUILT is not None and BUILT.__file__ is not None
+    import shutil
+    import sysconfig
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    installed, checkout = tmp_path / "site-packages" / "pkg_for_test", tmp_path / "checkout" / "pkg_for_test"
+    installed.mkdir(parents=True)
+    checkout.mkdir(parents=True)
+    (tmp_path / "broken" / "pkg_for_test").mkdir(parents=True)
+    (tmp_path / "broken" / "pkg_for_test" / f"_kernels{suffix}").write_bytes(b"not an ELF file")
+    shutil.copy(BUILT.__file__, installed / f"_kernels{suffix}")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    monkeypatch.syspath_prepend(str(tmp_path / "broken"))  # first on the path: passed over, not fatal
+    with caplog.at_level("WARNING", logger="common.kernels"):
+        module = kernels._installed_build("pkg_for_test._kernels", checkout)
+    assert module is not None and module.SOURCE_SHA256 == BUILT.SOURCE_SHA256
+    assert module.__file__ == str(installed / f"_kernels{suffix}") and not caplog.records
+    assert kernels._installed_build("pkg_for_test._kernels", installed) is None  # beside it: _load's own case
+    edited = tmp_path / "_kernels.c"
+    edited.write_bytes(kernels.SOURCE.read_bytes() + b"/* edited */\n")
+    monkeypatch.setattr(kernels, "SOURCE", edited)  # the checkout's source moved on: the install is not its build
+    assert kernels._installed_build("pkg_for_test._kernels", checkout) is None
+
+
 def unaligned(values: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``values`` one byte off its type's alignment (as np.frombuffer at an offset makes)."""
     raw = bytearray(values.nbytes + 1)

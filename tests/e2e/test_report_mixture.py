@@ -37,7 +37,7 @@ def report(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def schedule(outputs, tmp_path_factory):  # noqa: F811
+def schedule(outputs, tmp_path_factory):
     small, mid, big = map(str, outputs)
     path = tmp_path_factory.mktemp("schedule") / "phases.json"
     path.write_text(json.dumps({"step_tokens": STEP_TOKENS, "phases": [
@@ -47,7 +47,7 @@ def schedule(outputs, tmp_path_factory):  # noqa: F811
     return path
 
 
-def test_the_mixture_section_holds_the_plans_shares_per_phase_within_tolerance(outputs, schedule):  # noqa: F811
+def test_the_mixture_section_holds_the_plans_shares_per_phase_within_tolerance(outputs, schedule):
     done = report(*outputs, "--mix-schedule", schedule, "--mix-tokens", 60 * STEP_TOKENS)
     assert done.returncode == 0, done.stderr
     written = json.loads((outputs[0] / "report" / "report.json").read_text())
@@ -76,7 +76,7 @@ def test_the_mixture_section_holds_the_plans_shares_per_phase_within_tolerance(o
         assert f"{mixture['phases'][1]['sources'][name]['target'] * 100:.2f}%" in section
 
 
-def test_the_report_equals_the_loaders_status_and_the_stream_it_serves(outputs, schedule):  # noqa: F811
+def test_the_report_equals_the_loaders_status_and_the_stream_it_serves(outputs, schedule):
     with LoaderProcess(*data_args(outputs), "--mix-schedule", schedule, "--batch-size", 32) as server:
         ranks = []
         for rank in range(2):
@@ -107,7 +107,7 @@ def test_the_report_equals_the_loaders_status_and_the_stream_it_serves(outputs, 
             assert abs(read[i] - share["target"]) <= share["tolerance"] + 128 / (len(run) * 128) * 2, (phase, read)
 
 
-def test_a_token_stream_output_is_planned_by_each_records_tokens(token_outputs):  # noqa: F811
+def test_a_token_stream_output_is_planned_by_each_records_tokens(token_outputs):
     """Long documents (a token-stream output, records of varying length) and 128-token rows: the report plans
     by each record's own tokens, as the loader's --batch-tokens does; over one mixture epoch the anchor (the
     documents, weight 0.7) makes exactly one pass, so its tokens are all its records' lengths."""
@@ -133,7 +133,7 @@ def test_a_token_stream_output_is_planned_by_each_records_tokens(token_outputs):
     (["--weights", "1,1,1", "--temperature", "0.3"], "give a mixture's weights one way"),
     (["--temperature", "0.3"], "is for several"),  # one output
 ], ids=["not-a-number", "too-few", "twice", "one-output"])
-def test_bad_mixture_flags_are_one_line(outputs, flags, message):  # noqa: F811
+def test_bad_mixture_flags_are_one_line(outputs, flags, message):
     given = outputs[:1] if message == "is for several" else outputs
     done = report(*given, *flags)
     assert done.returncode == 2
@@ -141,7 +141,7 @@ def test_bad_mixture_flags_are_one_line(outputs, flags, message):  # noqa: F811
     assert len(lines) == 1 and message in lines[0], done.stderr
 
 
-def test_a_bad_schedule_is_one_line(outputs, tmp_path):  # noqa: F811
+def test_a_bad_schedule_is_one_line(outputs, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"phases": [{"at_tokens": 0, "weights": {"nowhere": 1}}]}))
     done = report(*outputs, "--mix-schedule", bad)

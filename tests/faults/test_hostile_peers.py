@@ -97,7 +97,7 @@ class FakeVentilator:
             context.term()
 
 
-def test_a_worker_fed_hostile_frames_by_its_ventilator_finishes_the_run(clean, tmp_path):  # noqa: F811
+def test_a_worker_fed_hostile_frames_by_its_ventilator_finishes_the_run(clean, tmp_path):
     frames = hostile_frames(protocol.PROTOCOL_VERSION, list(protocol.MESSAGE_TYPES), 600, seed=1)
     c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
     c.start_sink()

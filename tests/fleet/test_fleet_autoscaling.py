@@ -40,7 +40,7 @@ def _group_tags(request) -> tuple[dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def group_in_moto(request, moto_endpoint):  # noqa: F811
+def group_in_moto(request, moto_endpoint):
     ventilator_tags, group_tags = _group_tags(request)
     assert "Name" not in group_tags and group_tags["Role"] == "worker" and group_tags["MlmLifecycleHook"] == HOOK
     kwargs = dict(region_name="us-east-1", endpoint_url=moto_endpoint, aws_access_key_id="testing",
@@ -72,7 +72,7 @@ def group_in_moto(request, moto_endpoint):  # noqa: F811
     return {"ventilator": ventilator, "members": members}
 
 
-def test_group_workers_are_in_the_worker_group_by_instance_id(group_in_moto, aws_env):  # noqa: F811
+def test_group_workers_are_in_the_worker_group_by_instance_id(group_in_moto, aws_env):
     proc = subprocess.run([ansible_tool("ansible-inventory"), "-i", "inventory/aws_ec2.yml", "--list"],
                           cwd=ANSIBLE_DIR, capture_output=True, text=True, env=aws_env, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -87,7 +87,7 @@ def test_group_workers_are_in_the_worker_group_by_instance_id(group_in_moto, aws
     assert ventilator_vars["mlm_autoscaling_group"] == "" and ventilator_vars["mlm_lifecycle_hook"] == ""
 
 
-def test_working_yaml_keeps_their_spot_watch_and_drain_hook(group_in_moto, aws_env, tmp_path):  # noqa: F811
+def test_working_yaml_keeps_their_spot_watch_and_drain_hook(group_in_moto, aws_env, tmp_path):
     """The role's worker command line (its own set_fact task, unchanged), evaluated for each group
     instance against the dynamic inventory."""
     tasks = yaml.safe_load((ANSIBLE_DIR / "roles" / "mlm" / "tasks" / "worker.yml").read_text())

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.procs import free_ports  # noqa: F401  (one helper for tests and benchmarks)
+from bench.procs import free_ports  # one helper for tests and benchmarks
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"

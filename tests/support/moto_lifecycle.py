@@ -31,7 +31,7 @@ import pytest
 
 pytest.importorskip("moto.server", reason="moto[server] is not installed")
 
-from tests.support.helpers import REPO, free_ports  # noqa: E402
+from tests.support.helpers import REPO, free_ports
 
 #: How long a fresh server process may take to answer (it imports all of moto).
 START_SECONDS = 60

@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout under test
 
-import torch  # noqa: E402
-from transformers import ModernBertConfig, ModernBertForMaskedLM, Trainer, TrainerCallback, TrainingArguments  # noqa: E402  # noqa: E402
+import torch
+from transformers import ModernBertConfig, ModernBertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
 
-from loader.torch_data import TRAINER_ARGUMENTS, LoaderDataset  # noqa: E402
+from loader.torch_data import TRAINER_ARGUMENTS, LoaderDataset
 
 
 class StopAt(TrainerCallback):

@@ -19,7 +19,7 @@ from ventilator.dispatcher import Dispatcher, State
 from ventilator.server import ServerOptions, VentilatorServer
 
 
-def test_a_second_sink_stands_by_until_the_first_is_silent_then_takes_over(job, served):  # noqa: F811
+def test_a_second_sink_stands_by_until_the_first_is_silent_then_takes_over(job, served):
     server, peer, _results, _thread = served
     first, second = peer("sink-a"), peer("sink-b")
     introduce(first, "sink", job.config.job_id)
@@ -73,7 +73,7 @@ def _frames(kinds: list[type], count: int) -> list[bytes]:
                                                 use_bin_type=True)), count)]
 
 
-def test_the_sink_facing_handlers_take_hostile_frames_and_only_the_jobs_sink_counts(job, sockets):  # noqa: F811
+def test_the_sink_facing_handlers_take_hostile_frames_and_only_the_jobs_sink_counts(job, sockets):
     """A peer that said Hello as a sink while the job has one stands by: whatever sink frames it sends then
     (SinkHello, TasksDone, SinkClosed with any error, Hellos with any names), the job's state does not move.  The
     job's own sink's hostile frames are acted on or dropped, never the ventilator's end; no name a peer sends

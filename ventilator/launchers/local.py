@@ -121,5 +121,5 @@ def _relay_lines(stream, relay: Callable[[str], None]) -> None:
         for line in stream:
             try:
                 relay(line.rstrip("\n"))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass

@@ -19,11 +19,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from common.job.params import param
 from ventilator.publishers.base import Backlog, PeriodicPublisher
+
+if TYPE_CHECKING:  # the gcp extra: imported when the first publication needs it
+    from google.auth.transport.requests import AuthorizedSession
 
 DEFAULT_ENDPOINT = "https://monitoring.googleapis.com"
 DEFAULT_PREFIX = "custom.googleapis.com/mlm-pipeline"
@@ -108,13 +112,14 @@ class CloudMonitoringPublisher(PeriodicPublisher):
         super().__init__(params, observe, interval_seconds=options.interval_seconds,
                          close_seconds=options.close_seconds, spacing_seconds=options.min_spacing_seconds)
         self.options = options
-        self._session = None  # made on the first publication: finding credentials may ask the metadata server
+        # made on the first publication: finding credentials may ask the metadata server
+        self._session: AuthorizedSession | None = None
 
     @property
     def destination(self) -> str:
         return f"project {self.options.project}"
 
-    def _authorized_session(self):
+    def _authorized_session(self) -> AuthorizedSession:
         if self._session is None:
             import google.auth  # only when asked for
             from google.auth.transport.requests import AuthorizedSession

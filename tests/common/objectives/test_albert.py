@@ -96,7 +96,7 @@ PLAN_PASSES = 120
 @pytest.mark.parametrize("params", [
     AlbertParams(), AlbertParams(max_seq_length=128), AlbertParams(max_seq_length=128, random_next_sentence=True),
 ], ids=["512", "128", "random-next"])
-def test_instance_statistics_match_alberts_algorithm(corpus, params):  # noqa: F811
+def test_instance_statistics_match_alberts_algorithm(corpus, params):
     """Instances per pass, lengths, label balance, short instances: plans
     only, over many passes, because ALBERT (like BERT) draws the target
     length once per document and one pass over these 37 documents varies by
@@ -129,7 +129,7 @@ def test_instance_statistics_match_alberts_algorithm(corpus, params):  # noqa: F
     AlbertParams(max_seq_length=128, do_whole_word_mask=False, favor_shorter_ngram=False),
     AlbertParams(max_seq_length=256, max_predictions_per_seq=40, ngram=4),
 ], ids=["128", "pieces-longer-ngrams", "256-4grams"])
-def test_masking_statistics_match_alberts_algorithm(corpus, params):  # noqa: F811
+def test_masking_statistics_match_alberts_algorithm(corpus, params):
     """Masked share, the 80/10/10 split and the histogram of masked runs'
     lengths in words: ours within 4 standard deviations of the reference's
     mean over seeds (its own seed-to-seed spread; a floor of 1% of the value
@@ -144,7 +144,7 @@ def test_masking_statistics_match_alberts_algorithm(corpus, params):  # noqa: F8
         assert abs(found[name] - values.mean()) <= bound, (name, found[name], values.tolist())
 
 
-def test_masked_ngrams_are_whole_words_and_boundaries_are_word_starts(corpus):  # noqa: F811
+def test_masked_ngrams_are_whole_words_and_boundaries_are_word_starts(corpus):
     vocabulary, documents, _ = corpus
     special = vocabulary.special
     objective = AlbertObjective(AlbertParams(max_seq_length=128, dupe_factor=2), special)

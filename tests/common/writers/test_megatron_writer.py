@@ -50,7 +50,7 @@ def expected_documents(vocabulary) -> list[list[list[int]]]:
 
 
 @pytest.mark.parametrize("level", ["sentence", "document"])
-def test_every_documents_ids_are_the_tokenizers(vocabulary, tmp_path, level):  # noqa: F811
+def test_every_documents_ids_are_the_tokenizers(vocabulary, tmp_path, level):
     files = run_job(vocabulary, tmp_path, Component("megatron", {"megatron_level": level}), Component("tokens"))
     datasets = read_back(tmp_path, files)
     assert all(d.dtype == np.uint16 for d in datasets), "BERT's 30,522 ids fit uint16"
@@ -81,7 +81,7 @@ def test_large_vocabularies_are_int32(tmp_path):
     assert dataset.sequence_pointers.tolist() == [0, 8, 12]
 
 
-def test_instances_are_refused(vocabulary):  # noqa: F811
+def test_instances_are_refused(vocabulary):
     from common.objectives.bert import BertObjective
 
     features = BertObjective(BertObjective.make_params({}), vocabulary.special).features
@@ -91,7 +91,7 @@ def test_instances_are_refused(vocabulary):  # noqa: F811
         MegatronWriter.make_params({"megatron_level": "paragraph"})
 
 
-def test_a_damaged_index_is_reported(vocabulary, tmp_path):  # noqa: F811
+def test_a_damaged_index_is_reported(vocabulary, tmp_path):
     files = run_job(vocabulary, tmp_path, Component("megatron"), Component("tokens"))
     index = next(f for f in files if f.name.endswith(".idx"))
     data = (tmp_path / index.name).read_bytes()
@@ -101,7 +101,7 @@ def test_a_damaged_index_is_reported(vocabulary, tmp_path):  # noqa: F811
             MegatronWriter.count_records(index.name, damaged)
 
 
-def test_tokens_records_in_parquet_keep_sentences(vocabulary, tmp_path):  # noqa: F811
+def test_tokens_records_in_parquet_keep_sentences(vocabulary, tmp_path):
     import pyarrow.dataset as ds
 
     files = run_job(vocabulary, tmp_path, Component("parquet"), Component("tokens"))
@@ -114,7 +114,7 @@ def test_tokens_records_in_parquet_keep_sentences(vocabulary, tmp_path):  # noqa
         assert ids == [t for s in sentences for t in s]
 
 
-def test_feature_bound_is_the_vocabulary(vocabulary):  # noqa: F811
+def test_feature_bound_is_the_vocabulary(vocabulary):
     features = TokensObjective(TokensObjective.make_params({}), vocabulary.special).features
     assert features[0] == Feature("input_ids", "int32", None, bound=vocabulary.special.vocab_size)
 
