@@ -300,6 +300,9 @@ class Step(Configurable, Describes, abc.ABC):
     #: "files"), or "parts" for a step that adds parts: how a caller runs the steps up to a point
     #: (``TaskProcessor.parse``, ``tokenize``) without knowing their names.
     makes: ClassVar[str] = ""
+    #: The job's part this step runs ("reader", "tokenizer", "objective", "writer": a JobConfig field), whose
+    #: settings ``--show-steps`` lists as the step's options; "" for a step whose options are its own parameters.
+    runs: ClassVar[str] = ""
     #: The job stages this step's tasks run in (``Task.stage``), if it adds any.
     stages: ClassVar[tuple[str, ...]] = ()
     #: The step this one runs right after (None: the first, read).  The job's steps are every step that is on

@@ -11,6 +11,7 @@ from common.steps.base import Part, Step, TaskRun
 
 class Objective(Step):
     name = "objective"
+    runs = "objective"
     makes = "batches"
     after = "tokenize"
 

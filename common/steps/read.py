@@ -7,6 +7,7 @@ from common.steps.base import Step, TaskRun
 
 class Read(Step):
     name = "read"
+    runs = "reader"
     makes = "documents"
 
     @classmethod

@@ -45,6 +45,7 @@ def document_token_bins(tokens_per_document: np.ndarray) -> dict[str, int]:
 
 class Tokenize(Step):
     name = "tokenize"
+    runs = "tokenizer"
     makes = "tokenized"
     after = "words"
 

@@ -15,6 +15,7 @@ from common.steps.base import JobPlan, StageResult, Step, TaskRun
 
 class Write(Step):
     name = "write"
+    runs = "writer"
     makes = "files"
     stages = (FINISH,)
     after = "objective"
