@@ -6,16 +6,23 @@ from __future__ import annotations
 from common.job.params import Registry
 from common.steps.base import (
     FLOW,
+    Documents,
     InfoSection,
     JobContext,
     JobPlan,
+    Lane,
     Part,
+    Records,
     ReportSection,
+    Segmented,
     Side,
     StageResult,
     Step,
     TaskRun,
     TaskStats,
+    Tokenized,
+    Worded,
+    Written,
 )
 
 _REGISTRY: Registry[Step] = Registry(__name__, Step, "step")
@@ -95,5 +102,6 @@ def step_directories() -> tuple[str, ...]:
 
 __all__ = ["FLOW", "InfoSection", "ReportSection", "Side", "described_steps", "legacy_split", "reported_steps",
            "side_named", "sides", "step_directories",
-           "JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
+           "Documents", "JobContext", "JobPlan", "Lane", "Part", "Records", "Segmented", "StageResult", "Step",
+           "TaskRun", "TaskStats", "Tokenized", "Worded", "Written", "job_steps",
            "plan_stages", "required_tasks", "step_named", "steps"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.job.params import Component, NoParams, ParamsInstance
-from common.steps.base import Step, TaskRun
+from common.steps.base import Segmented, Step, TaskRun, Worded
 from common.tokenization import han_words
 from common.word_segmenters import NONE, make_word_segmenter, word_segmenter_named
 
@@ -35,7 +35,7 @@ class WordEncoding:
         return han_words.encode_with_words(vocabulary, self.words, self.table)
 
 
-class Words(Step):
+class Words(Step[Segmented, Worded]):
     name = "words"
     makes = "words"
     Params = WordsParams
@@ -73,11 +73,14 @@ class Words(Step):
         self.segmenter = make_word_segmenter(Component(params.word_segmenter, dataclasses.asdict(params.options)))
         self.table = han_words.han_token_table(job.vocabulary)
 
-    def run(self, run: TaskRun) -> None:
-        for part in run.parts:
+    def apply(self, parts: list[Segmented], run: TaskRun) -> list[Worded]:
+        worded = []
+        for part in parts:
             pieces = [piece for segments in part.segments for segment in segments for piece in segment]
             with run.stats.timed("words"):
-                part.words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
+                words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
+            worded.append(Worded(part.split, part.key, part.stem, part.documents, part.segments, words=words))
+        return worded
 
     @classmethod
     def versions(cls, params, config) -> dict[str, int]:

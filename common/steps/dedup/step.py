@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from common.job.tasks import decode_quarantined
 from common.readers import ParseReport
-from common.steps.base import InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
+from common.steps.base import Documents, InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
 from common.steps.dedup import stages as dedup_stages
 from common.steps.dedup.keys import KeyMaker
 from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
@@ -22,7 +22,7 @@ from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, Dedu
 MINHASH_VERSION = 2
 
 
-class Dedup(Step):
+class Dedup(Step[Documents, Documents]):
     name = "dedup"
     makes = "documents"
     Params = DedupSettings
@@ -42,17 +42,18 @@ class Dedup(Step):
         self._keys = None
         self._plan = None
 
-    def run(self, run: TaskRun) -> None:
+    def apply(self, parts: list[Documents], run: TaskRun) -> list[Documents]:
         with run.stats.timed("dedup"):
             removals = dedup_stages.read_removals(self.job.output, run.task, self.params.partitions)
             if not removals:
-                return
+                return parts
             for code, size in removals.values():
                 method = dedup_stages.METHODS[code]
                 run.stats.count(self.name, f"removed_{method}")
                 run.stats.count(self.name, f"removed_{method}_bytes", size)
-            for part in run.parts:
-                part.documents = [d for ordinal, d in enumerate(part.documents) if ordinal not in removals]
+            return [Documents(part.split, part.key, part.stem,
+                              [d for ordinal, d in enumerate(part.documents) if ordinal not in removals])
+                    for part in parts]
 
     def plan_of_tasks(self):
         """The normal tasks in corpus order (bucket and resolve tasks need it), read once per job."""
