@@ -84,8 +84,8 @@ class Tokenize(Step[Segmented, Tokenized]):
                 if unmapped:
                     run.report.skip("han_text_not_one_token_per_character", unmapped)  # kept, tokenizer's words
             lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
-            tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
-                                                                   word_starts)
+            tokenized, unusable = TokenizedDocuments.from_segments(
+                ids, lengths, np.fromiter(map(len, segmented), dtype=np.int64, count=len(segmented)), word_starts)
         if unusable:
             run.report.skip("no_usable_sentence", unusable)
         stats.segments += tokenized.num_segments

@@ -13,6 +13,7 @@ from common.job.params import Component, NoParams, ParamsInstance
 from common.steps.base import Segmented, Step, TaskRun, Worded
 from common.tokenization import han_words
 from common.word_segmenters import NONE, make_word_segmenter, word_segmenter_named
+from common.word_segmenters.base import WordSegmenter
 
 #: The parameter naming the word segmenter; the others are that segmenter's own.
 NAME = "word_segmenter"
@@ -35,6 +36,13 @@ class WordEncoding:
         return han_words.encode_with_words(vocabulary, self.words, self.table)
 
 
+def _segmenter_class(name: str) -> type[WordSegmenter]:
+    segmenter_class = word_segmenter_named(name)
+    if segmenter_class is None:
+        raise ValueError(f"the words step needs a word segmenter, not {name!r}")
+    return segmenter_class
+
+
 class Words(Step[Segmented, Worded]):
     name = "words"
     makes = "words"
@@ -53,15 +61,11 @@ class Words(Step[Segmented, Worded]):
             raise ValueError(f"the words step needs its {NAME}")
         if name == NONE and not given:  # no --word-segmenter: the step is off
             return WordsParams(NONE, NoParams())
-        segmenter_class = word_segmenter_named(name)
-        if segmenter_class is None:
-            raise ValueError(f"the words step needs a word segmenter, not {name!r}")
-        return WordsParams(name, segmenter_class.make_params(given))
+        return WordsParams(name, _segmenter_class(name).make_params(given))
 
     @classmethod
     def component(cls, params: WordsParams) -> Component:
-        segmenter_class = word_segmenter_named(params.word_segmenter)
-        return cls.component_of(segmenter_class.component(params.options))
+        return cls.component_of(_segmenter_class(params.word_segmenter).component(params.options))
 
     @classmethod
     def component_of(cls, segmenter: Component) -> Component:
@@ -84,7 +88,7 @@ class Words(Step[Segmented, Worded]):
 
     @classmethod
     def versions(cls, params, config) -> dict[str, int]:
-        version = word_segmenter_named(params.word_segmenter).version
+        version = _segmenter_class(params.word_segmenter).version
         return {**super().versions(params, config), **({f"word_segmenter:{params.word_segmenter}": version}
                                                         if version > 1 else {})}
 

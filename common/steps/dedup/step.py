@@ -39,10 +39,12 @@ class Dedup(Step[Documents, Documents]):
 
     def __init__(self, params: DedupSettings, job):
         super().__init__(params, job)
-        self._keys = None
+        self._keys: KeyMaker | None = None
         self._plan = None
 
     def apply(self, parts: list[Documents], run: TaskRun) -> list[Documents]:
+        if run.task is None:
+            raise ValueError("the dedup step needs the task its documents come from (its removals are by task)")
         with run.stats.timed("dedup"):
             removals = dedup_stages.read_removals(self.job.output, run.task, self.params.partitions)
             if not removals:
@@ -68,9 +70,8 @@ class Dedup(Step[Documents, Documents]):
             with stats.timed("parse"):
                 documents = list(self.job.reader.documents(task, payload, report))
             with stats.timed("signature"):
-                if self._keys is None:
-                    self._keys = KeyMaker(self.params)
-                result = dedup_stages.write_signatures(output, self.params, self._keys, task, documents)
+                keys = self._keys = self._keys or KeyMaker(self.params)
+                result = dedup_stages.write_signatures(output, self.params, keys, task, documents)
         elif task.stage == BUCKET:
             with stats.timed("bucket"):
                 result = dedup_stages.find_pairs(output, task, self.plan_of_tasks(), decode_quarantined(payload))
