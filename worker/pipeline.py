@@ -3,9 +3,10 @@
 The worker knows each step only by its interface: the job names the steps in
 order (read -> [dedup] -> [holdout] -> segment -> [words] -> tokenize ->
 objective -> write) and this module builds them once per job and runs them
-per task.  The data between steps is a list of parts, one per side of the
-output (the training side, and a held-out side after a split step), each
-with its own random-stream key and file stem.  A task of a step's own stage
+per task.  Each step takes the sides' typed values the one before returned
+and returns its own (common/steps/base.py: documents, segmented, tokenized,
+records, written), one per side of the output (the training side, and a
+held-out side after a split step).  A task of a step's own stage
 (dedup's signature, bucket and resolve; the writer's finish) is run by the
 step that declares it.  Each step times its own stages, for the statistics
 the sink shows and for the benchmark.

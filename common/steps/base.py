@@ -16,14 +16,20 @@ A job's steps (``JobConfig.steps``), in the order they run::
     objective  a lazy stream of record batches, pass after pass ("build")
     write      the files, by the job's writer ("write")
 
-Between steps the data is a list of :class:`Part` s, one per side of the output: the training side
-(split ``""``) and, after a split step, the held-out side, each with its own random-stream key and file
-stem.  A part carries its documents, then its segments, then its token ids, then its batches, then its
-files.  The objective's batches are a generator the write step drains, so records are written pass by
-pass as they are made: memory holds one pass.
+Between steps the data is a list of typed values, one per side of the output (a :class:`Lane`: the
+training side, split ``""``, and after a split step the held-out side, each with its own random-stream key
+and file stem).  Each step takes the values the one before returned and returns its own (``Step[In, Out]``,
+:meth:`Step.apply`)::
+
+    Lane -> read -> Documents -> [dedup, holdout] -> Documents -> segment -> Segmented -> [words] -> Worded
+         -> tokenize -> Tokenized -> objective -> Records -> write -> Written
+
+so no step finds a field an earlier one has not filled.  The objective's records are a generator the write
+step drains, so records are written pass by pass as they are made: memory holds one pass.
 
 A step is a :class:`common.job.params.Configurable`: a module (or package) of :mod:`common.steps` with a
-``name`` and ``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.run`,
+``name`` and ``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.apply`
+(or :meth:`Step.run`, changing ``TaskRun.parts`` in place, as plugins written before ``apply`` do),
 names the step it follows (``after``) and says when it is on (:meth:`Step.enabled`, from its ``Params``, whose
 fields naming a ``flag`` are its own command-line options); it may also
 
