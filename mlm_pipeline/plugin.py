@@ -30,16 +30,23 @@ if TYPE_CHECKING:
     from common.segmenters.base import Segmenter
     from common.steps import step_named, steps
     from common.steps.base import (
+        Documents,
         InfoSection,
         JobContext,
         JobPlan,
+        Lane,
         Part,
+        Records,
         ReportSection,
+        Segmented,
         Side,
         StageResult,
         Step,
         TaskRun,
         TaskStats,
+        Tokenized,
+        Worded,
+        Written,
     )
     from common.storage import backends, open_storage
     from common.storage.base import Backend, RetryPolicy, Storage, StorageError, VersionChanged
@@ -58,8 +65,10 @@ if TYPE_CHECKING:
 _WHERE: dict[str, str] = {
     # parameters: a variant's ``Params`` is a frozen dataclass of ``param(default, help)`` fields
     **dict.fromkeys(("NoParams", "ParamValue", "When", "param"), "common.job.params"),
-    # steps (``--add-step NAME``; ``after`` names the step it follows)
+    # steps (``--add-step NAME``; ``after`` names the step it follows) and the typed values they hand on
     **dict.fromkeys(("JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats"),
+                    "common.steps.base"),
+    **dict.fromkeys(("Documents", "Lane", "Records", "Segmented", "Tokenized", "Worded", "Written"),
                     "common.steps.base"),
     # a step's side of the output and its sections of dataset_info.json and mlm-report (``Describes``)
     **dict.fromkeys(("InfoSection", "ReportSection", "Side"), "common.steps.base"),
@@ -94,15 +103,16 @@ _WHERE: dict[str, str] = {
 }
 
 #: The same names as ``_WHERE`` (tests/test_layout.py holds them equal).
-__all__ = ["Backend", "Backlog", "BacklogPublisher", "Batch", "ByteRangeReader", "Document", "Feature", "InfoSection",
-           "JobContext", "JobPlan", "LaunchError", "Launcher", "LocalLauncher", "LocalStorage", "NoParams",
-           "Objective", "OutputFile", "ParamValue", "ParseReport", "Part", "PublisherError", "Ragged", "Reader",
-           "ReportSection", "RetryPolicy", "Role", "Segmenter", "ShardFile", "Side", "StageResult", "Step", "Storage",
-           "StorageError", "TaskOutput", "TaskRun", "TaskStats", "TokenizedDocuments", "VersionChanged", "When",
-           "WordSegmenter", "Writer", "backends", "decode_utf8", "derive_seed", "first_line_start_at_or_after",
-           "launcher_named", "launchers", "objective_named", "objectives", "open_storage", "param", "publisher_named",
-           "publishers", "reader_named", "readers", "segmenter_named", "segmenters", "step_named", "steps",
-           "word_segmenter_named", "word_segmenters", "writer_named", "writers"]
+__all__ = ["Backend", "Backlog", "BacklogPublisher", "Batch", "ByteRangeReader", "Document", "Documents", "Feature",
+           "InfoSection", "JobContext", "JobPlan", "Lane", "LaunchError", "Launcher", "LocalLauncher", "LocalStorage",
+           "NoParams", "Objective", "OutputFile", "ParamValue", "ParseReport", "Part", "PublisherError", "Ragged",
+           "Reader", "Records", "ReportSection", "RetryPolicy", "Role", "Segmented", "Segmenter", "ShardFile", "Side",
+           "StageResult", "Step", "Storage", "StorageError", "TaskOutput", "TaskRun", "TaskStats", "Tokenized",
+           "TokenizedDocuments", "VersionChanged", "When", "WordSegmenter", "Worded", "Writer", "Written", "backends",
+           "decode_utf8", "derive_seed", "first_line_start_at_or_after", "launcher_named", "launchers",
+           "objective_named", "objectives", "open_storage", "param", "publisher_named", "publishers", "reader_named",
+           "readers", "segmenter_named", "segmenters", "step_named", "steps", "word_segmenter_named", "word_segmenters",
+           "writer_named", "writers"]
 
 
 def __getattr__(name: str) -> object:

@@ -90,17 +90,10 @@ def test_the_plugin_demo_uses_only_groups_the_doc_lists():
 
 
 def step_order_text() -> str:
-    """The data path as the code computes it: every step that can be switched on, in ``standard_steps``'s order,
-    the ones off by default in brackets."""
-    from common.job.config import standard_steps
+    """The data path as the code computes it (tests.support.step_docs, which the marked block is made with)."""
+    from common.job.config import step_diagram
 
-    default = [c.name for c in standard_steps()]
-    everything = [c.name for c in standard_steps({"dedup": {"mode": "exact"}, "holdout": {"fraction": 0.1},
-                                                  "words": {"word_segmenter": "jieba"}})]
-    from common.steps import steps
-
-    assert set(everything) == set(steps()), "a step the doc's order does not switch on: add it above"
-    return " → ".join(name if name in default else f"[{name}]" for name in everything)
+    return step_diagram()
 
 
 def test_the_step_order_is_the_one_the_code_computes():

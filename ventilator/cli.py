@@ -22,6 +22,7 @@ from ventilator.publishers import publisher_named
 from ventilator.publishers.base import PublisherError
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, data_command, from_values, run_options
 from ventilator.server import VentilatorServer
+from ventilator.show_steps import show_steps
 
 log = logging.getLogger("ventilator")
 
@@ -49,7 +50,19 @@ def main(**values) -> None:
     except ConfigError as error:
         click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
         sys.exit(EXIT_FAILED)
-    sys.exit(run(config))
+    sys.exit(print_steps(config) if config.display.show_steps else run(config))
+
+
+def print_steps(config: RunConfig) -> int:
+    """--show-steps: the job's steps printed, nothing started (ventilator/show_steps.py); the exit status."""
+    logs.configure(config.display.verbose)
+    storage.configure(config.storage)
+    try:
+        click.echo(show_steps(config))
+    except JobError as error:
+        click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def run(config: RunConfig) -> int:

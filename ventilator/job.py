@@ -19,7 +19,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from common.job.config import JobConfig, standard_steps
+from common.job.config import JobConfig, check_places, standard_steps
 from common.job.params import Component, ParamValue
 from common.job.tasks import InputFile, compression_of
 from common.objectives import objective_named
@@ -170,6 +170,7 @@ def validate(run: RunConfig) -> Checked:
         writer_class = writer_named(run.job.output_format)
         word_segmenter_class = word_segmenter_named(run.job.word_segmenter)
         added_classes = [step_named(name) for name in run.job.add_step]
+        check_places(run.job.add_step)  # a step after one that does not exist (a plugin's typo)
     except ValueError as error:
         raise JobError(str(error)) from None
     for step_class in added_classes:

@@ -297,6 +297,9 @@ class DisplaySettings:
                                    help="A progress bar, with every local process's log lines above it.  [default: "
                                         "when stderr is a terminal]")
     verbose: int = option("-v", "--verbose", count=True, default=0, help="More logging.")
+    show_steps: bool = option("--show-steps", is_flag=True, default=False,
+                              help="Print the job's steps in the order every task runs them, each with its options, "
+                                   "and exit: nothing is started or written.")
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 The worker knows each step only by its interface: the job names the steps in
 order (read -> [dedup] -> [holdout] -> segment -> [words] -> tokenize ->
 objective -> write) and this module builds them once per job and runs them
-per task.  The data between steps is a list of parts, one per side of the
-output (the training side, and a held-out side after a split step), each
-with its own random-stream key and file stem.  A task of a step's own stage
+per task.  Each step takes the sides' typed values the one before returned
+and returns its own (common/steps/base.py: documents, segmented, tokenized,
+records, written), one per side of the output (the training side, and a
+held-out side after a split step).  A task of a step's own stage
 (dedup's signature, bucket and resolve; the writer's finish) is run by the
 step that declares it.  Each step times its own stages, for the statistics
 the sink shows and for the benchmark.
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 
 from common.job.config import JobConfig
 from common.job.tasks import Task
+from common.objectives import TokenizedDocuments
 from common.output.files import TRAIN, ShardFile
-from common.readers import ParseReport
-from common.steps import JobContext, Part, TaskRun, TaskStats, job_steps
+from common.readers import Document, ParseReport
+from common.steps import Documents, JobContext, Lane, TaskRun, TaskStats, Written, job_steps
 from common.tokenization import Vocabulary
 
 #: The timers of a normal task (``TaskStats.timed``: seconds, by name; "words" with a words step only, "dedup"
@@ -63,31 +65,35 @@ class TaskProcessor:
             stats.counters[step.name] = dict(result.counters)
         return ShardResult(result.files, 0, stats)
 
-    def run_steps(self, task: Task, payload: bytes, stats: TaskStats) -> list[Part]:
-        """Every step over the task's one part (the training side); the parts they leave."""
-        run = TaskRun(task, payload, stats, ParseReport(), [Part(TRAIN, task.key, task.shard_stem)])
+    def run_steps(self, task: Task, payload: bytes, stats: TaskStats) -> list[Written]:
+        """Every step over the task's one side (the training side), each given what the one before returned;
+        the sides' files (a split step adds a side)."""
+        run = TaskRun(task, payload, stats, ParseReport())
+        parts: list = [Lane(TRAIN, task.key, task.shard_stem)]
         for step in self.steps:
-            step.run(run)
+            parts = step.apply(parts, run)
         stats.skipped = run.report.skipped
-        return run.parts
+        return parts
 
     # Parts of the list, for tests and benchmarks: the steps up to a point, chosen by what they make.
 
-    def _run(self, run: TaskRun, makes: tuple[str, ...]) -> None:
+    def _through(self, parts: list, run: TaskRun, makes: tuple[str, ...]) -> list:
         for step in self.steps:
             if step.makes in makes:
-                step.run(run)
+                parts = step.apply(parts, run)
+        return parts
 
-    def parse(self, task: Task, payload: bytes, report: ParseReport, stats: TaskStats) -> list:
+    def parse(self, task: Task, payload: bytes, report: ParseReport, stats: TaskStats) -> list[Document]:
         """The task's documents as the steps that make documents leave them (read, less what dedup removed)."""
-        run = TaskRun(task, payload, stats, report, [Part(TRAIN, task.key, task.shard_stem)])
-        self._run(run, ("documents",))
-        return run.parts[0].documents
+        run = TaskRun(task, payload, stats, report)
+        parts: list[Documents] = self._through([Lane(TRAIN, task.key, task.shard_stem)], run, ("documents",))
+        return parts[0].documents
 
-    def tokenize_documents(self, documents: list, report: ParseReport, stats: TaskStats) -> tuple[object, int]:
+    def tokenize_documents(self, documents: list[Document], report: ParseReport,
+                           stats: TaskStats) -> tuple[TokenizedDocuments, int]:
         """Segments and token ids of ``documents``, one side (TokenizedDocuments), and how many tokens they had."""
-        part = Part(TRAIN, "", "", list(documents))
-        self._run(TaskRun(None, b"", stats, report, [part]), ("segments", "words", "tokenized"))
+        run = TaskRun(None, b"", stats, report)
+        (part,) = self._through([Documents(TRAIN, "", "", list(documents))], run, ("segments", "words", "tokenized"))
         return part.tokenized, part.tokens
 
     def tokenize(self, task: Task, payload: bytes, stats: TaskStats):

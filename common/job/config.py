@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from common.job.params import Component, ParamValue, PluginError
 from common.objectives import objective_named
 from common.readers import reader_named
-from common.steps import FLOW, job_steps, step_named
+from common.steps import FLOW, Step, job_steps, step_named
 from common.steps import steps as known_steps
 from common.wire import envelope
 from common.wire.envelope import Count, Seconds
@@ -30,36 +30,71 @@ if TYPE_CHECKING:
     from common.job.tasks import InputFile
 
 
-def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
-                   added: tuple[Component, ...] = (), input_bytes: int = 0) -> tuple[Component, ...]:
-    """The steps of a job: every step that is on (``Step.enabled``, from its parameters: ``given`` by step name,
-    the rest at their defaults), each right after the step it names (``Step.after``; common/steps/base.py),
-    with its parameters as the job records them (``Step.resolve``: ``input_bytes``, every readable input's
-    size).  ``added``: steps given with --add-step, each placed right after the step its class names, in the
-    order given.  ValueError (one line) for parameters a step refuses, a step added twice, or an added step
-    whose place is not in the job."""
-    given = given or {}
-    unknown = sorted(set(given) - set(known_steps()))
-    if unknown:
-        raise ValueError(f"no step named {', '.join(unknown)}")
-    switched = {name: step_class for name, step_class in known_steps().items() if step_class.has_switch()}
-    following: dict[str | None, list] = {}
+def step_order() -> list[type[Step]]:
+    """Every step that says when it is on (``Step.has_switch``), in the order a job runs those it has: each right
+    after the step it names (``Step.after``); steps after the same one in the order of what they make (``FLOW``:
+    one that makes nothing new first), then by name.  ValueError (one line, naming the known steps) for a step
+    that names no known step."""
+    known = known_steps()
+    switched = {name: step_class for name, step_class in known.items() if step_class.has_switch()}
+    following: dict[str | None, list[type[Step]]] = {}
     for step_class in switched.values():
         following.setdefault(step_class.after, []).append(step_class)
     for anchor in following:
         if anchor is not None and anchor not in switched:
-            raise ValueError(f"step {following[anchor][0].name} runs after the {anchor} step, which is no step")
-    order: list = []
+            raise ValueError(f"step {following[anchor][0].name} runs after {unknown_place(anchor, known)}")
+    order: list[type[Step]] = []
+    flow = {made: rank for rank, made in enumerate(FLOW)}
 
     def place(anchor: str | None) -> None:
-        flow = {made: rank for rank, made in enumerate(FLOW)}  # a step that makes nothing new comes first
         for step_class in sorted(following.get(anchor, ()), key=lambda c: (flow.get(c.makes, -1), c.name)):
             order.append(step_class)
             place(step_class.name)
 
     place(None)
+    return order
+
+
+def unknown_place(anchor: str, known: Mapping[str, type[Step]], switched: bool = True) -> str:
+    """What a step whose ``after`` names a step it cannot follow is told, naming the steps it can follow: a step
+    that says when it is on (``switched``) follows one such step; a step added with --add-step, any step."""
+    places = sorted(name for name, step_class in known.items() if step_class.has_switch() or not switched)
+    if anchor in known:  # a step only --add-step adds: a step the job places itself cannot depend on it
+        return f"{anchor!r}, a step only --add-step adds (after takes one of {', '.join(places)})"
+    return f"{anchor!r}, which is no step (after takes one of {', '.join(places)})"
+
+
+def check_places(added: Iterable[str] = ()) -> None:
+    """ValueError (one line, naming the steps it can follow) for a known step that names a step it cannot follow
+    (``after = "tokenise"``), or a step in ``added`` (--add-step) that names no step: before anything is read."""
+    step_order()
+    known = known_steps()
+    for name in added:
+        anchor = step_named(name).after
+        if anchor not in known:
+            raise ValueError(f"--add-step {name} runs after {unknown_place(str(anchor), known, switched=False)}")
+
+
+def step_diagram(arrow: str = " → ") -> str:
+    """The data path as the docs show it (docs/architecture.md, generated and checked from this): every step a
+    job can switch on, in :func:`step_order`, those off by default in brackets."""
+    return arrow.join(step_class.name if step_class.enabled(step_class.make_params({})) else f"[{step_class.name}]"
+                      for step_class in step_order())
+
+
+def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, *,
+                   added: tuple[Component, ...] = (), input_bytes: int = 0) -> tuple[Component, ...]:
+    """The steps of a job: every step that is on (``Step.enabled``, from its parameters: ``given`` by step name,
+    the rest at their defaults), in :func:`step_order`, with its parameters as the job records them
+    (``Step.resolve``: ``input_bytes``, every readable input's size).  ``added``: steps given with --add-step,
+    each placed right after the step its class names, in the order given.  ValueError (one line) for parameters
+    a step refuses, a step added twice, or an added step whose place is not in the job."""
+    given = given or {}
+    unknown = sorted(set(given) - set(known_steps()))
+    if unknown:
+        raise ValueError(f"no step named {', '.join(unknown)}")
     steps_ = []
-    for step_class in order:
+    for step_class in step_order():
         params = step_class.make_params(dict(given.get(step_class.name, {})))
         if step_class.enabled(params):
             steps_.append(step_class.component(step_class.resolve(params, input_bytes)))
@@ -70,7 +105,11 @@ def standard_steps(given: Mapping[str, Mapping[str, ParamValue]] | None = None, 
         anchor = step_named(component.name).after
         places = [i for i, step in enumerate(steps_) if step.name == anchor]
         if not places:
-            raise ValueError(f"--add-step {component.name} runs after the {anchor} step, which this job has not")
+            if anchor not in known_steps():
+                raise ValueError(f"--add-step {component.name} runs after "
+                                 f"{unknown_place(str(anchor), known_steps(), switched=False)}")
+            raise ValueError(f"--add-step {component.name} runs after the {anchor} step, which this job has not "
+                             f"(its steps: {', '.join(step.name for step in steps_)})")
         at = places[-1] + 1
         while at < len(steps_) and placed[at]:  # after those added after the same step before it: in order
             at += 1

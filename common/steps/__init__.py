@@ -7,16 +7,23 @@ from common.job.params import Registry
 from common.output.files import FILE_FIELDS, TRAIN
 from common.steps.base import (
     FLOW,
+    Documents,
     InfoSection,
     JobContext,
     JobPlan,
+    Lane,
     Part,
+    Records,
     ReportSection,
+    Segmented,
     Side,
     StageResult,
     Step,
     TaskRun,
     TaskStats,
+    Tokenized,
+    Worded,
+    Written,
 )
 
 _REGISTRY: Registry[Step] = Registry(__name__, Step, "step")
@@ -108,5 +115,6 @@ def step_directories() -> tuple[str, ...]:
 
 __all__ = ["FLOW", "InfoSection", "ReportSection", "Side", "described_steps", "legacy_split", "reported_steps",
            "side_named", "sides", "split_of", "step_directories",
-           "JobContext", "JobPlan", "Part", "StageResult", "Step", "TaskRun", "TaskStats", "job_steps",
+           "Documents", "JobContext", "JobPlan", "Lane", "Part", "Records", "Segmented", "StageResult", "Step",
+           "TaskRun", "TaskStats", "Tokenized", "Worded", "Written", "job_steps",
            "plan_stages", "required_tasks", "step_named", "steps"]

@@ -16,14 +16,20 @@ A job's steps (``JobConfig.steps``), in the order they run::
     objective  a lazy stream of record batches, pass after pass ("build")
     write      the files, by the job's writer ("write")
 
-Between steps the data is a list of :class:`Part` s, one per side of the output: the training side
-(split ``""``) and, after a split step, the held-out side, each with its own random-stream key and file
-stem.  A part carries its documents, then its segments, then its token ids, then its batches, then its
-files.  The objective's batches are a generator the write step drains, so records are written pass by
-pass as they are made: memory holds one pass.
+Between steps the data is a list of typed values, one per side of the output (a :class:`Lane`: the
+training side, split ``""``, and after a split step the held-out side, each with its own random-stream key
+and file stem).  Each step takes the values the one before returned and returns its own (``Step[In, Out]``,
+:meth:`Step.apply`)::
+
+    Lane -> read -> Documents -> [dedup, holdout] -> Documents -> segment -> Segmented -> [words] -> Worded
+         -> tokenize -> Tokenized -> objective -> Records -> write -> Written
+
+so no step finds a field an earlier one has not filled.  The objective's records are a generator the write
+step drains, so records are written pass by pass as they are made: memory holds one pass.
 
 A step is a :class:`common.job.params.Configurable`: a module (or package) of :mod:`common.steps` with a
-``name`` and ``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.run`,
+``name`` and ``Params``, found by name (:func:`common.steps.step_named`).  It implements :meth:`Step.apply`
+(or :meth:`Step.run`, changing ``TaskRun.parts`` in place, as plugins written before ``apply`` do),
 names the step it follows (``after``) and says when it is on (:meth:`Step.enabled`, from its ``Params``, whose
 fields naming a ``flag`` are its own command-line options); it may also
 
@@ -46,7 +52,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from common.job.params import Component, Configurable, NoParams, flag_of
 from common.objectives import objective_named
@@ -59,6 +65,7 @@ if TYPE_CHECKING:  # names for the annotations only
 
     from common.job.tasks import Task
     from common.objectives import TokenizedDocuments
+    from common.objectives.base import Batch
     from common.readers import Document, ParseReport
     from common.storage.base import Storage
     from common.tokenization.vocabulary import SpecialIds, Vocabulary
@@ -115,30 +122,74 @@ class WordEncoder(Protocol):
 
 
 @dataclass
-class Part:
-    """One side of a task's output, as it goes through the steps."""
+class Lane:
+    """One side of a task's output (the training side, or one a split step adds), as every step's value for it
+    names it, whatever the stage."""
 
     split: str  # "" the training side; else the split that made it (its files are marked so)
     key: str  # the task key its random streams are drawn from
     stem: str  # what its files are named from (``part-<task id>``, ``holdout/part-<task id>``)
+
+
+@dataclass
+class Documents(Lane):
+    """A side's documents: what read makes, and dedup, holdout and a plugin's document steps take and give."""
+
     documents: list[Document] = field(default_factory=list)
-    segments: list | None = None  # per document, its segments, each a list of pieces (segment step)
-    words: WordEncoder | None = None  # word boundaries inside Han runs, per piece (words step)
-    tokenized: TokenizedDocuments | None = None  # (tokenize step)
-    tokens: int = 0  # tokens of its documents before segments were dropped
-    batches: Iterator | None = None  # the objective's record batches, made as they are drained
-    files: list[ShardFile] = field(default_factory=list)
+
+
+#: The name plugins know a side by (``TaskRun.parts``, for a step written against :meth:`Step.run`).
+Part = Documents
+
+
+@dataclass
+class Segmented(Documents):
+    """A side's documents and each one's segments, each a list of pieces (the segment step's)."""
+
+    segments: list[list[list[str]]] = field(default_factory=list)
+
+
+@dataclass
+class Worded(Segmented):
+    """Segments with the words inside their Han runs (the words step's): the tokenize step encodes through them."""
+
+    words: WordEncoder = field(kw_only=True)
+
+
+@dataclass
+class Tokenized(Lane):
+    """A side's token ids (the tokenize step's)."""
+
+    tokenized: TokenizedDocuments
+    tokens: int  # tokens of its documents before segments were dropped
+
+
+@dataclass
+class Records(Lane):
+    """A side's record batches, made by the objective as the write step drains them (memory holds one pass);
+    None for a side without documents: nothing to write."""
+
+    batches: Iterator[Batch] | None
+
+
+@dataclass
+class Written(Lane):
+    """A side's files (the write step's)."""
+
+    files: list[ShardFile]
 
 
 @dataclass
 class TaskRun:
-    """What the steps of one task share: the task, its payload, its statistics and its parts."""
+    """What the steps of one task share: the task, its payload, its statistics and its skipped documents (the
+    data itself goes from step to step: :meth:`Step.apply`)."""
 
     task: Task | None  # None: documents tokenized apart from a task (TaskProcessor.tokenize_documents)
     payload: bytes
     stats: TaskStats
     report: ParseReport  # documents skipped, by reason
-    parts: list[Part]
+    #: The sides as the step before left them, for a step written against :meth:`Step.run` (plugins).
+    parts: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -306,14 +357,22 @@ class Describes:
         return ""
 
 
-class Step(Configurable, Describes, abc.ABC):
-    """One step of a task.  ``params`` are the job's for it; ``job`` the :class:`JobContext`."""
+In = TypeVar("In", bound=Lane)
+Out = TypeVar("Out", bound=Lane)
+
+
+class Step(Configurable, Describes, abc.ABC, Generic[In, Out]):
+    """One step of a task, from a side's ``In`` value to its ``Out`` (``Step[Documents, Segmented]``: the segment
+    step).  ``params`` are the job's for it; ``job`` the :class:`JobContext`."""
 
     Params: ClassVar[type] = NoParams
     #: What the step gives each part (a Part field: "documents", "segments", "words", "tokenized", "batches",
     #: "files"), or "parts" for a step that adds parts: how a caller runs the steps up to a point
     #: (``TaskProcessor.parse``, ``tokenize``) without knowing their names.
     makes: ClassVar[str] = ""
+    #: The job's part this step runs ("reader", "tokenizer", "objective", "writer": a JobConfig field), whose
+    #: settings ``--show-steps`` lists as the step's options; "" for a step whose options are its own parameters.
+    runs: ClassVar[str] = ""
     #: The job stages this step's tasks run in (``Task.stage``), if it adds any.
     stages: ClassVar[tuple[str, ...]] = ()
     #: The step this one runs right after (None: the first, read).  The job's steps are every step that is on
@@ -347,9 +406,19 @@ class Step(Configurable, Describes, abc.ABC):
         self.params = params
         self.job = job
 
-    @abc.abstractmethod
+    def apply(self, parts: list[In], run: TaskRun) -> list[Out]:
+        """This step over every side: the sides as the step before gave them, the sides for the next (one more
+        for a split step).  A step written against :meth:`run` (plugins) is run through ``run.parts``."""
+        if type(self).run is Step.run:
+            raise NotImplementedError(f"step {self.name} implements neither apply() nor run()")
+        run.parts = list(parts)
+        self.run(run)
+        return run.parts
+
     def run(self, run: TaskRun) -> None:
-        """Do this step to every part of ``run`` (it may add parts, or counters)."""
+        """This step over ``run.parts`` in place (they may be replaced, or added to): what a step may implement
+        instead of :meth:`apply`, as plugins written before it do."""
+        run.parts = self.apply(run.parts, run)
 
     def run_stage(self, task, payload: bytes, stats: TaskStats) -> StageResult:
         """Do one task of this step's own stage (``task.stage`` is one of ``stages``)."""
@@ -377,5 +446,6 @@ class Step(Configurable, Describes, abc.ABC):
         return {f"step:{cls.name}": cls.version} if cls.version > 1 else {}
 
 
-__all__ = ["FLOW", "Describes", "InfoSection", "Job", "JobContext", "JobPlan", "Part", "ReportSection", "Side",
-           "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN"]
+__all__ = ["FLOW", "Describes", "Documents", "InfoSection", "Job", "JobContext", "JobPlan", "Lane", "Part", "Records",
+           "ReportSection", "Segmented", "Side", "StageResult", "Step", "TaskRun", "TaskStats", "TRAIN", "Tokenized",
+           "Worded", "Written"]

@@ -23,7 +23,7 @@ import click
 
 from common.job.params import param
 from common.output.files import TRAIN
-from common.steps.base import InfoSection, Part, Side, Step, TaskRun
+from common.steps.base import Documents, InfoSection, Side, Step, TaskRun
 
 #: The default --holdout-seed.
 DEFAULT_SEED = 0
@@ -101,7 +101,7 @@ class HoldoutParams:
         HoldoutSplit(self.fraction, self.seed)  # ValueError with the flag's name
 
 
-class Holdout(Step):
+class Holdout(Step[Documents, Documents]):
     name = "holdout"
     makes = "parts"
     Params = HoldoutParams
@@ -115,14 +115,16 @@ class Holdout(Step):
         super().__init__(params, job)
         self.split = HoldoutSplit(params.fraction, params.seed)
 
-    def run(self, run: TaskRun) -> None:
-        held_parts = []
-        for part in run.parts:
+    def apply(self, parts: list[Documents], run: TaskRun) -> list[Documents]:
+        kept, held_parts = [], []
+        for part in parts:
             if part.split != TRAIN:
+                kept.append(part)
                 continue
-            part.documents, held = self.split.split(part.documents)
-            held_parts.append(Part(SPLIT, task_key(part.key), stem(part.stem), held))
-        run.parts.extend(held_parts)
+            training, held = self.split.split(part.documents)
+            kept.append(Documents(part.split, part.key, part.stem, training))
+            held_parts.append(Documents(SPLIT, task_key(part.key), stem(part.stem), held))
+        return kept + held_parts
 
     @classmethod
     def identity(cls, params) -> dict:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from common.steps.base import Part, Step, TaskRun
+from common.objectives.base import Batch
+from common.steps.base import Records, Step, TaskRun, Tokenized
 
 
-class Objective(Step):
+class Objective(Step[Tokenized, Records]):
     name = "objective"
+    runs = "objective"
     makes = "batches"
     after = "tokenize"
 
@@ -19,11 +21,11 @@ class Objective(Step):
         return True
 
 
-    def run(self, run: TaskRun) -> None:
-        for part in run.parts:
-            part.batches = self._batches(part, run) if part.tokenized.num_documents else None
+    def apply(self, parts: list[Tokenized], run: TaskRun) -> list[Records]:
+        return [Records(part.split, part.key, part.stem,
+                        self._batches(part, run) if part.tokenized.num_documents else None) for part in parts]
 
-    def _batches(self, part: Part, run: TaskRun) -> Iterator:
+    def _batches(self, part: Tokenized, run: TaskRun) -> Iterator[Batch]:
         objective = self.job.objective
         for pass_index in range(objective.passes):
             batches = objective.batches(part.tokenized, part.key, pass_index)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from common.steps.base import Step, TaskRun
+from common.steps.base import Documents, Lane, Step, TaskRun
 
 
-class Read(Step):
+class Read(Step[Lane, Documents]):
     name = "read"
+    runs = "reader"
     makes = "documents"
 
     @classmethod
@@ -14,11 +15,11 @@ class Read(Step):
         return True  # always: the first step
 
 
-    def run(self, run: TaskRun) -> None:
+    def apply(self, parts: list[Lane], run: TaskRun) -> list[Documents]:
         reader = self.job.reader
         with run.stats.timed("parse"):
-            for part in run.parts:
-                part.documents = list(reader.documents(run.task, run.payload, run.report))
+            return [Documents(part.split, part.key, part.stem,
+                              list(reader.documents(run.task, run.payload, run.report))) for part in parts]
 
     @classmethod
     def identity(cls, params) -> dict:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from common.job.params import Component, NoParams, ParamValue, param
 from common.segmenters import segmenter_named
-from common.steps.base import Step, TaskRun
+from common.steps.base import Documents, Segmented, Step, TaskRun
 
 #: This step's timer (``TaskStats.timed``).  Its name is the one the sink's metric label
 #: (``mlm_sink_worker_stage_seconds{stage="split"}``) and the benchmark's records (bench/ratios.json) have known
@@ -27,7 +27,7 @@ class SegmentParams:
     options: object = dataclasses.field(default_factory=NoParams)  # the segmenter's own Params
 
 
-class Segment(Step):
+class Segment(Step[Documents, Segmented]):
     name = "segment"
     makes = "segments"
     Params = SegmentParams
@@ -56,10 +56,11 @@ class Segment(Step):
         super().__init__(params, job)
         self.segmenter = segmenter_named(params.segmenter)(params.options)
 
-    def run(self, run: TaskRun) -> None:
+    def apply(self, parts: list[Documents], run: TaskRun) -> list[Segmented]:
+        segments = self.segmenter.segments
         with run.stats.timed(TIMER):
-            for part in run.parts:
-                part.segments = [self.segmenter.segments(document.lines) for document in part.documents]
+            return [Segmented(part.split, part.key, part.stem, part.documents,
+                              [segments(document.lines) for document in part.documents]) for part in parts]
 
     @classmethod
     def identity(cls, params) -> dict:

@@ -24,7 +24,7 @@ import numpy as np
 
 from common.objectives import TokenizedDocuments
 from common.output.files import TRAIN
-from common.steps.base import Part, Step, TaskRun
+from common.steps.base import Segmented, Step, TaskRun, Tokenized, Worded
 
 #: The counters of documents by tokens: bin "up_to_N" holds documents of more than N/2 and at most N tokens.
 TOKENS_PER_DOCUMENT = "tokens_per_document"
@@ -43,8 +43,9 @@ def document_token_bins(tokens_per_document: np.ndarray) -> dict[str, int]:
     return {f"up_to_{1 << int(k)}": int(n) for k, n in zip(values, counts)}
 
 
-class Tokenize(Step):
+class Tokenize(Step[Segmented, Tokenized]):
     name = "tokenize"
+    runs = "tokenizer"
     makes = "tokenized"
     after = "words"
 
@@ -60,34 +61,33 @@ class Tokenize(Step):
         end already are the document's, as they always were)."""
         return self.job.vocabulary.paragraph_sensitive and self.job.objective.encodes_documents
 
-    def run(self, run: TaskRun) -> None:
-        for part in run.parts:
-            self._tokenize(part, run)
+    def apply(self, parts: list[Segmented], run: TaskRun) -> list[Tokenized]:
+        return [self._tokenize(part, run) for part in parts]
 
-    def _tokenize(self, part: Part, run: TaskRun) -> None:
+    def _tokenize(self, part: Segmented, run: TaskRun) -> Tokenized:
         stats, vocabulary = run.stats, self.job.vocabulary
         segmented = part.segments
+        words = part.words if isinstance(part, Worded) else None
         with stats.timed("tokenize"):
             pieces = [piece for segments in segmented for segment in segments for piece in segment]
         with stats.timed("tokenize"):
-            if part.words is None and self.whole_documents:
+            if words is None and self.whole_documents:
                 texts, cuts, unplaced = document_cuts(part.documents, segmented)
                 if unplaced:
                     run.report.skip("pieces_not_in_document_text", unplaced)  # kept, each piece encoded alone
                 ids, piece_lengths, word_starts = vocabulary.encode_documents(texts, cuts)
-            elif part.words is None:
+            elif words is None:
                 continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
                 ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
             else:
-                ids, piece_lengths, word_starts, unmapped = part.words.encode(vocabulary)
+                ids, piece_lengths, word_starts, unmapped = words.encode(vocabulary)
                 if unmapped:
                     run.report.skip("han_text_not_one_token_per_character", unmapped)  # kept, tokenizer's words
             lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
-            tokenized, unusable = TokenizedDocuments.from_segments(ids, lengths, [len(s) for s in segmented],
-                                                                   word_starts)
+            tokenized, unusable = TokenizedDocuments.from_segments(
+                ids, lengths, np.fromiter(map(len, segmented), dtype=np.int64, count=len(segmented)), word_starts)
         if unusable:
             run.report.skip("no_usable_sentence", unusable)
-        part.tokenized, part.tokens = tokenized, len(ids)
         stats.segments += tokenized.num_segments
         segment_offsets = np.asarray(tokenized.segment_offsets, dtype=np.int64)
         per_document = np.diff(segment_offsets[np.asarray(tokenized.document_offsets, dtype=np.int64)])
@@ -99,6 +99,7 @@ class Tokenize(Step):
         else:
             stats.count(part.split, "documents", tokenized.num_documents)
             stats.count(part.split, "tokens", len(ids))
+        return Tokenized(part.split, part.key, part.stem, tokenized, len(ids))
 
     @classmethod
     def identity(cls, params) -> dict:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.job.params import Component, NoParams, ParamsInstance
-from common.steps.base import Step, TaskRun
+from common.steps.base import Segmented, Step, TaskRun, Worded
 from common.tokenization import han_words
 from common.word_segmenters import NONE, make_word_segmenter, word_segmenter_named
+from common.word_segmenters.base import WordSegmenter
 
 #: The parameter naming the word segmenter; the others are that segmenter's own.
 NAME = "word_segmenter"
@@ -35,7 +36,14 @@ class WordEncoding:
         return han_words.encode_with_words(vocabulary, self.words, self.table)
 
 
-class Words(Step):
+def _segmenter_class(name: str) -> type[WordSegmenter]:
+    segmenter_class = word_segmenter_named(name)
+    if segmenter_class is None:
+        raise ValueError(f"the words step needs a word segmenter, not {name!r}")
+    return segmenter_class
+
+
+class Words(Step[Segmented, Worded]):
     name = "words"
     makes = "words"
     Params = WordsParams
@@ -53,15 +61,11 @@ class Words(Step):
             raise ValueError(f"the words step needs its {NAME}")
         if name == NONE and not given:  # no --word-segmenter: the step is off
             return WordsParams(NONE, NoParams())
-        segmenter_class = word_segmenter_named(name)
-        if segmenter_class is None:
-            raise ValueError(f"the words step needs a word segmenter, not {name!r}")
-        return WordsParams(name, segmenter_class.make_params(given))
+        return WordsParams(name, _segmenter_class(name).make_params(given))
 
     @classmethod
     def component(cls, params: WordsParams) -> Component:
-        segmenter_class = word_segmenter_named(params.word_segmenter)
-        return cls.component_of(segmenter_class.component(params.options))
+        return cls.component_of(_segmenter_class(params.word_segmenter).component(params.options))
 
     @classmethod
     def component_of(cls, segmenter: Component) -> Component:
@@ -70,18 +74,24 @@ class Words(Step):
 
     def __init__(self, params, job):
         super().__init__(params, job)
-        self.segmenter = make_word_segmenter(Component(params.word_segmenter, dataclasses.asdict(params.options)))
+        segmenter = make_word_segmenter(Component(params.word_segmenter, dataclasses.asdict(params.options)))
+        if segmenter is None:
+            raise ValueError(f"the words step needs a word segmenter, not {params.word_segmenter!r}")
+        self.segmenter = segmenter
         self.table = han_words.han_token_table(job.vocabulary)
 
-    def run(self, run: TaskRun) -> None:
-        for part in run.parts:
+    def apply(self, parts: list[Segmented], run: TaskRun) -> list[Worded]:
+        worded = []
+        for part in parts:
             pieces = [piece for segments in part.segments for segment in segments for piece in segment]
             with run.stats.timed("words"):
-                part.words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
+                words = WordEncoding(han_words.find_words(pieces, self.segmenter), self.table)
+            worded.append(Worded(part.split, part.key, part.stem, part.documents, part.segments, words=words))
+        return worded
 
     @classmethod
     def versions(cls, params, config) -> dict[str, int]:
-        version = word_segmenter_named(params.word_segmenter).version
+        version = _segmenter_class(params.word_segmenter).version
         return {**super().versions(params, config), **({f"word_segmenter:{params.word_segmenter}": version}
                                                         if version > 1 else {})}
 

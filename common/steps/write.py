@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from common.job.tasks import FINISH, decode_quarantined
 from common.output.files import TRAIN
-from common.steps.base import JobPlan, StageResult, Step, TaskRun
+from common.steps.base import JobPlan, Records, StageResult, Step, TaskRun, Written
 
 
-class Write(Step):
+class Write(Step[Records, Written]):
     name = "write"
+    runs = "writer"
     makes = "files"
     stages = (FINISH,)
     after = "objective"
@@ -24,9 +25,10 @@ class Write(Step):
         return True
 
 
-    def run(self, run: TaskRun) -> None:
+    def apply(self, parts: list[Records], run: TaskRun) -> list[Written]:
         stats = run.stats
-        for part in run.parts:
+        written_parts = []
+        for part in parts:
             files = []
             stem = self.job.writer.place(part.split, part.stem)  # the format's directory for the side, if it names one
             if part.batches is not None:
@@ -48,7 +50,8 @@ class Write(Step):
                     f.split = part.split
                 stats.count(part.split, "records", sum(f.records for f in files))
                 stats.count(part.split, "shards", len(files))
-            part.files = files
+            written_parts.append(Written(part.split, part.key, part.stem, files))
+        return written_parts
 
     def run_stage(self, task, payload: bytes, stats) -> StageResult:
         with stats.timed(FINISH):

@@ -11,9 +11,9 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from common.job.tasks import decode_quarantined
+from common.job.tasks import Task, decode_quarantined
 from common.readers import ParseReport
-from common.steps.base import InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
+from common.steps.base import Documents, InfoSection, JobPlan, ReportSection, StageResult, Step, TaskRun
 from common.steps.dedup import stages as dedup_stages
 from common.steps.dedup.keys import KeyMaker
 from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, DedupSettings
@@ -22,7 +22,7 @@ from common.steps.dedup.settings import BUCKET, RESOLVE, SIGNATURE, STAGES, Dedu
 MINHASH_VERSION = 2
 
 
-class Dedup(Step):
+class Dedup(Step[Documents, Documents]):
     name = "dedup"
     makes = "documents"
     Params = DedupSettings
@@ -39,20 +39,23 @@ class Dedup(Step):
 
     def __init__(self, params: DedupSettings, job):
         super().__init__(params, job)
-        self._keys = None
-        self._plan = None
+        self._keys: KeyMaker | None = None
+        self._plan: list[Task] | None = None
 
-    def run(self, run: TaskRun) -> None:
+    def apply(self, parts: list[Documents], run: TaskRun) -> list[Documents]:
+        if run.task is None:
+            raise ValueError("the dedup step needs the task its documents come from (its removals are by task)")
         with run.stats.timed("dedup"):
             removals = dedup_stages.read_removals(self.job.output, run.task, self.params.partitions)
             if not removals:
-                return
+                return parts
             for code, size in removals.values():
                 method = dedup_stages.METHODS[code]
                 run.stats.count(self.name, f"removed_{method}")
                 run.stats.count(self.name, f"removed_{method}_bytes", size)
-            for part in run.parts:
-                part.documents = [d for ordinal, d in enumerate(part.documents) if ordinal not in removals]
+            return [Documents(part.split, part.key, part.stem,
+                              [d for ordinal, d in enumerate(part.documents) if ordinal not in removals])
+                    for part in parts]
 
     def plan_of_tasks(self):
         """The normal tasks in corpus order (bucket and resolve tasks need it), read once per job."""
@@ -67,9 +70,8 @@ class Dedup(Step):
             with stats.timed("parse"):
                 documents = list(self.job.reader.documents(task, payload, report))
             with stats.timed("signature"):
-                if self._keys is None:
-                    self._keys = KeyMaker(self.params)
-                result = dedup_stages.write_signatures(output, self.params, self._keys, task, documents)
+                keys = self._keys = self._keys or KeyMaker(self.params)
+                result = dedup_stages.write_signatures(output, self.params, keys, task, documents)
         elif task.stage == BUCKET:
             with stats.timed("bucket"):
                 result = dedup_stages.find_pairs(output, task, self.plan_of_tasks(), decode_quarantined(payload))

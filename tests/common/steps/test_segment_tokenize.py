@@ -1,5 +1,6 @@
 """segment -> tokenize -> objective -> write over one part, each step by itself."""
 
+from common.steps import Records, Segmented, Tokenized, Written
 from common.steps.objective import Objective
 from common.steps.segment import Segment
 from common.steps.tokenize import Tokenize
@@ -8,16 +9,21 @@ from tests.common.steps.conftest import a_run, documents
 
 
 def test_each_step_gives_the_part_what_the_next_takes(job, tmp_path):
+    """Each step takes the sides the one before returned and returns its own typed value for each."""
     context = job(segmenter="blingfire")
     run = a_run(documents(3))
-    Segment(Segment.make_params({"segmenter": "blingfire"}), context).run(run)
-    part = run.parts[0]
-    assert [len(s) for s in part.segments] == [5, 5, 5]  # three sentences in the first line, two in the second
-    Tokenize(Tokenize.Params(), context).run(run)
-    assert part.tokenized.num_documents == 3 and run.stats.documents == 3 and run.stats.tokens == part.tokens > 30
-    Objective(Objective.Params(), context).run(run)
-    assert part.batches is not None and not list((tmp_path).iterdir())  # lazy: nothing made or written yet
-    Write(Write.Params(), context).run(run)
+    (segmented,) = Segment(Segment.make_params({"segmenter": "blingfire"}), context).apply(run.parts, run)
+    assert isinstance(segmented, Segmented) and segmented.documents == run.parts[0].documents
+    assert [len(s) for s in segmented.segments] == [5, 5, 5]  # three sentences in the first line, two in the second
+    (tokenized,) = Tokenize(Tokenize.Params(), context).apply([segmented], run)
+    assert isinstance(tokenized, Tokenized) and (tokenized.split, tokenized.key) == ("", run.task.key)
+    assert tokenized.tokenized.num_documents == 3 and run.stats.documents == 3
+    assert run.stats.tokens == tokenized.tokens > 30
+    (records,) = Objective(Objective.Params(), context).apply([tokenized], run)
+    assert isinstance(records, Records) and records.batches is not None
+    assert not list((tmp_path).iterdir())  # lazy: nothing made or written yet
+    (part,) = Write(Write.Params(), context).apply([records], run)
+    assert isinstance(part, Written) and part.stem == run.task.shard_stem
     assert len(part.files) == 1 and part.files[0].records == run.stats.instances > 0
     assert (tmp_path / part.files[0].name).exists()
     assert {"split", "tokenize", "build", "write"} <= set(run.stats.seconds)
