@@ -168,6 +168,8 @@ def pipeline(data: Path, work: Path, vocab: str, workers: int, *, task_size: str
     run.extra["steady_measured"] = steady is not None
     run.extra["steady_mb_s"] = (steady if steady is not None else run.bytes / wall) / 1e6
     run.peak_rss = {role: watcher.peak_rss(role) for role in ("ventilator", "sink", "worker")}
+    run.extra["cpu"] = {role: sum(watcher.cpu_total(w.process.pid) for w in watcher.processes(role))
+                        for role in ("ventilator", "sink", "worker", "worker supervisor")}
     run.extra["summary"] = json.loads((work / "out" / "summary.json").read_text())
     return run
 

@@ -47,6 +47,8 @@ from bench import corpus as corpora
 from bench.procs import REPO
 from bench.ratios import REFERENCES
 from bench.ratios import key as ratio_key
+from common.job.tasks import parse_size
+from ventilator.job import DEFAULT_TASK_SIZE
 
 SHARED = REPO.parent / "shared"
 WIKI = SHARED / "corpus" / "wiki"
@@ -463,6 +465,8 @@ class Results:
     notes: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # section -> error
     tables: list[str] = field(default_factory=list)  # markdown printed after the main table (scale curves)
+    scaling: list[ScalingPoint] = field(default_factory=list)  # the pipeline section's runs, one per worker count
+    scaling_task_bytes: int = 0
 
     def add(self, key: str, value: float) -> None:
         self.samples.setdefault(key, []).append(float(value))
@@ -935,20 +939,77 @@ def sink_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     shutil.rmtree(data.root)
 
 
+def scaling_counts(cores: int) -> list[int]:
+    """Worker counts for the scaling table: 1, 2, 4, ... below ``cores``, then ``cores`` itself."""
+    counts = [1]
+    while counts[-1] * 2 < cores:
+        counts.append(counts[-1] * 2)
+    if cores > 1:
+        counts.append(cores)
+    return counts
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One ``python -m ventilator --workers N`` run of the scaling table."""
+    workers: int
+    wall_s: float
+    steady_mb_s: float
+    cpu_s: dict[str, float]  # by role: ventilator, sink, worker (and the worker supervisor, if any)
+
+    def share(self, role: str) -> float:
+        return self.cpu_s.get(role, 0.0) / max(sum(self.cpu_s.values()), 1e-9)
+
+
+def scaling_table(points: list[ScalingPoint], vent_cpu_ms_task: float | None, task_bytes: int) -> str:
+    """Markdown: wall-clock and steady speed-up over 1 worker at each count, each role's CPU share, and the
+    workers one ventilator could feed by the scale simulation's CPU per task."""
+    base = next((p for p in points if p.workers == 1), None)
+    if base is None:
+        return ""
+    out = ["Scaling with cores (`python -m ventilator --workers N` on this machine, the pipeline section's input)",
+           "", "| workers | wall s | wall speed-up | steady MB/s | steady speed-up | ventilator CPU | sink CPU | "
+           "workers' CPU |", "|" + " --- |" * 8]
+    for p in points:
+        workers_cpu = p.share("worker") + p.share("worker supervisor")
+        out.append(f"| {p.workers} | {p.wall_s:.1f} | {base.wall_s / p.wall_s:.2f}× | {p.steady_mb_s:.2f} | "
+                   f"{p.steady_mb_s / base.steady_mb_s:.2f}× | {100 * p.share('ventilator'):.1f}% | "
+                   f"{100 * p.share('sink'):.1f}% | {100 * workers_cpu:.1f}% |")
+    out.append("")
+    if vent_cpu_ms_task:
+        tasks_s = 1000 / vent_cpu_ms_task
+        per_worker = base.steady_mb_s * MB / task_bytes  # tasks/s
+        default_tasks = base.steady_mb_s * MB / parse_size(DEFAULT_TASK_SIZE)
+        out.append(f"Projected ceiling of one ventilator (scale section: {vent_cpu_ms_task:.2f} ms of its CPU per task "
+                   f"handed out and confirmed): {tasks_s:,.0f} tasks/s. One worker here finishes {per_worker:.2f} "
+                   f"tasks/s of {task_bytes // 1024:,} KiB, so one ventilator core feeds ~{tasks_s / per_worker:,.0f} "
+                   f"such workers, or ~{tasks_s / default_tasks:,.0f} with the default {DEFAULT_TASK_SIZE}B tasks.")
+    else:
+        out.append("Projected ceiling of one ventilator: run the scale section too (`--only pipeline,scale`).")
+    out.append("")
+    return "\n".join(out)
+
+
 def pipeline_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    """The one-machine command at 1, 2, 4, ... up to this machine's cores: steady-state speed, wall time and
+    each role's share of the CPU; ``p_*`` rows compare 2 workers with 1."""
     from bench.roles import pipeline
 
     data = corpora.replicate(sources, tmp / "p-corpus", s.worker_copies)
     res.add("p_input_mb", data.bytes / MB)
+    counts = sorted(set(scaling_counts(os.cpu_count() or 1)) | {1, 2})
     whole_run = False
+    points: dict[int, list[ScalingPoint]] = {n: [] for n in counts}
     for repeat in range(s.repeats):
         runs = {}
-        for workers in (1, 2):
+        for workers in counts:
             log(f"pipeline: repeat {repeat + 1}/{s.repeats}, {workers} worker(s), {data.bytes / MB:.1f} MB")
             work = tmp / "runs" / f"p{workers}-{repeat}"
             runs[workers] = pipeline(data.root, work, str(VOCAB), workers, task_size=s.pipe_task,
                                      dupe_factor=s.pipe_dupe)
             shutil.rmtree(work)
+            points[workers].append(ScalingPoint(workers, runs[workers].wall, runs[workers].extra["steady_mb_s"],
+                                                runs[workers].extra["cpu"]))
         res.add("p1_mb_s", runs[1].extra["steady_mb_s"])
         res.add("p2_mb_s", runs[2].extra["steady_mb_s"])
         res.add("p_scaling", runs[2].extra["steady_mb_s"] / runs[1].extra["steady_mb_s"])
@@ -958,6 +1019,9 @@ def pipeline_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.notes[key] = f" ({s.pipe_task}B tasks)" if s.pipe_dupe == 10 else f" (d={s.pipe_dupe})"
         if whole_run:
             res.notes[key] += " (whole run: too short for a steady state)"
+    # The median run of each count (by wall time) stands for it.
+    res.scaling = [sorted(runs_of, key=lambda p: p.wall_s)[len(runs_of) // 2] for runs_of in points.values()]
+    res.scaling_task_bytes = parse_size(s.pipe_task)
     shutil.rmtree(data.root)
 
 
@@ -1571,6 +1635,8 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
                 log(f"{name} failed:\n{traceback.format_exc()}")
             shutil.rmtree(Path(tmp) / "runs", ignore_errors=True)
     derived_ventilator_rows(res)
+    if res.scaling:
+        res.tables.insert(0, scaling_table(res.scaling, res.value("sc_vent_cpu_ms"), res.scaling_task_bytes))
     table = render(res, settings, command.strip(), time.monotonic() - started, sections)
     print(table)
     if markdown:

@@ -122,3 +122,46 @@ def test_without_the_compiled_kernels_the_guard_says_build_them_not_re_record(mo
     assert "common/_kernels.c is not in use here" in message and "do not re-record" in message
     with pytest.raises(ratios.RecordRefused, match="common/_kernels.c"):
         ratios.save({"ratio_fast10_build": 1.0}, "now", path=Path("/nonexistent/never-written.json"))
+
+
+def test_scaling_counts_double_up_to_the_machines_cores():
+    from bench.run import scaling_counts
+
+    assert scaling_counts(1) == [1]
+    assert scaling_counts(2) == [1, 2]
+    assert scaling_counts(6) == [1, 2, 4, 6]
+    assert scaling_counts(8) == [1, 2, 4, 8]
+
+
+def test_the_scaling_table_states_speed_ups_cpu_shares_and_the_ventilators_ceiling():
+    from bench.run import ScalingPoint, scaling_table
+
+    points = [ScalingPoint(1, 10.0, 1.0, {"ventilator": 1.0, "sink": 1.0, "worker": 8.0}),
+              ScalingPoint(2, 5.5, 1.9, {"ventilator": 1.0, "sink": 1.0, "worker": 18.0})]
+    table = scaling_table(points, vent_cpu_ms_task=0.5, task_bytes=256 * 1024)
+    rows = [line for line in table.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert rows[0].split(" | ")[1:] == ["10.0", "1.00×", "1.00", "1.00×", "10.0%", "10.0%", "80.0% |"]
+    assert rows[1].split(" | ")[1:] == ["5.5", "1.82×", "1.90", "1.90×", "5.0%", "5.0%", "90.0% |"]
+    # 2,000 tasks/s of ventilator CPU; one worker finishes 1e6 / 262,144 = 3.81 tasks/s: ~524 workers.
+    assert "2,000 tasks/s" in table and "~524 such workers" in table
+    assert "Projected ceiling of one ventilator: run the scale section" in scaling_table(points, None, 1)
+
+
+def test_an_output_too_small_to_split_into_a_mixture_is_refused(tmp_path):
+    import json
+
+    from bench.loader_bench import split_output
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.jsonl").write_text(
+        "".join(json.dumps({"records": n, "shards": []}) + "\n" for n in (5, 0, 7)))
+    with pytest.raises(ValueError, match="2 task\\(s\\): too few to split into 3"):
+        split_output(tmp_path / "out", tmp_path / "parts")
+
+
+def test_the_loader_bench_stops_at_once_when_the_server_exits(tmp_path):
+    """The loader refusing its flags left the bench's client waiting 600 s, which ended CI's guard."""
+    from bench.loader_bench import measure
+
+    with pytest.raises(RuntimeError, match="the loader server exited"):
+        measure(tmp_path / "no-such-output", tmp_path / "work", 1, 1, False, "unused", timeout=300)
