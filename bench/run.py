@@ -48,7 +48,7 @@ from bench.procs import REPO
 from bench.ratios import REFERENCES
 from bench.ratios import key as ratio_key
 from common.job.tasks import parse_size
-from ventilator.job import DEFAULT_TASK_SIZE
+from ventilator.run_config import DEFAULT_TASK_SIZE
 
 SHARED = REPO.parent / "shared"
 WIKI = SHARED / "corpus" / "wiki"
