@@ -133,6 +133,8 @@ def read(how: str, *args: str) -> list[dict]:
     """One reader of tests/e2e/streaming_readers.py, in a process of its own (streaming's shared memory)."""
     (line,) = [json.loads(line) for line in run([sys.executable, "-m", "tests.e2e.streaming_readers", how,
                                                  *args]).splitlines()]
+    if how != "litdata":
+        assert line["vision"] == "streaming", f"{how}: read with {line['vision']} for streaming.vision"
     return line["samples"]
 
 
