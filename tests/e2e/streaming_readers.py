@@ -26,12 +26,16 @@ its contract is implemented here from those lines, never copied):
 
 MosaicML's ``streaming`` package imports ``streaming.vision`` (CIFAR-10,
 ImageNet) from its ``__init__``, and that needs torchvision, whose PyPI build
-is a CUDA one that cannot load beside the CPU torch this suite pins
-(``operator torchvision::nms does not exist``).  The image datasets are not
-what is tested: their module is replaced by an empty one before the import,
-and the reader (``streaming.base``) is MosaicML's own, untouched.  Run apart
-so that stand-in never reaches the test process, and so that each run's
-shared memory (streaming's) is released with it.
+is a CUDA one that cannot load beside the CPU torch the suite's environment
+pins (``operator torchvision::nms does not exist``; that environment holds
+streaming installed ``--no-deps``, its pins conflicting with transformers 5).
+Only where torchvision cannot be imported, the image datasets' module is
+replaced by an empty one before the import; the reader (``streaming.base``) is
+MosaicML's own, untouched.  Each JSON line says which (``"vision"``:
+``"streaming"`` or ``"stub"``): the readers' own venv (the ``readers`` extra,
+scripts/readers-venv.sh) must read with streaming's own.  Run apart so that
+stand-in never reaches the test process, and so that each run's shared memory
+(streaming's) is released with it.
 """
 
 from __future__ import annotations
@@ -53,10 +57,19 @@ def _plain(value):
 
 
 def _streaming():
-    sys.modules.setdefault("streaming.vision", types.ModuleType("streaming.vision"))
+    try:
+        import torchvision  # noqa: F401
+    except (ImportError, RuntimeError):  # none, or PyPI's CUDA build beside a CPU torch
+        sys.modules.setdefault("streaming.vision", types.ModuleType("streaming.vision"))
     import streaming
 
     return streaming
+
+
+def _vision() -> str:
+    """Whether ``streaming.vision`` is streaming's own module or the empty stand-in."""
+    module = sys.modules.get("streaming.vision")
+    return "none" if module is None else "streaming" if getattr(module, "__file__", None) else "stub"
 
 
 def read_mds(where: str) -> list[dict]:
@@ -166,11 +179,13 @@ def main(argv: list[str]) -> None:
         read = {"modernbert-streaming": read_modernbert_streaming, "modernbert-packed": read_modernbert_packed}[argv[0]]
         max_seq_len, pad_id = int(argv[1]), int(argv[2])
         for where in argv[3:]:
-            print(json.dumps({"directory": where, "samples": read(where, max_seq_len, pad_id)}), flush=True)
+            samples = read(where, max_seq_len, pad_id)
+            print(json.dumps({"directory": where, "samples": samples, "vision": _vision()}), flush=True)
         return
     read = {"mds": read_mds, "litdata": read_litdata}[argv[0]]
     for directory in argv[1:]:
-        print(json.dumps({"directory": directory, "samples": read(directory)}), flush=True)
+        samples = read(directory)
+        print(json.dumps({"directory": directory, "samples": samples, "vision": _vision()}), flush=True)
 
 
 if __name__ == "__main__":
