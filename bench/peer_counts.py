@@ -6,15 +6,10 @@ the table's rows.  No I/O beyond the bytes handed in, so the unit tests run in m
 from __future__ import annotations
 
 import json
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-#: Megatron's .idx header: magic, version (<Q), dtype code (<B), sequences (<Q), documents (<Q).
-MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
-_MEGATRON_HEADER = struct.Struct("<QBQQ")
 
 
 @dataclass(frozen=True)
@@ -25,17 +20,13 @@ class MegatronIndex:
 
 
 def megatron_index(data: bytes) -> MegatronIndex:
-    """Sequences and tokens of a Megatron-LM ``.idx`` (indexed_dataset's MMIDIDX layout): the sizes array
-    (int32, one per sequence) follows the header."""
-    if not data.startswith(MEGATRON_MAGIC):
-        raise ValueError("not a Megatron .idx (no MMIDIDX magic)")
-    at = len(MEGATRON_MAGIC)
-    _version, _dtype, sequences, documents = _MEGATRON_HEADER.unpack_from(data, at)
-    at += _MEGATRON_HEADER.size
-    if len(data) < at + 4 * sequences:
-        raise ValueError(f"a Megatron .idx cut short: {sequences} sizes announced, {len(data)} bytes")
-    sizes = np.frombuffer(data, dtype="<i4", count=sequences, offset=at)
-    return MegatronIndex(int(sequences), int(documents), int(sizes.sum(dtype=np.int64)))
+    """Sequences and tokens of a Megatron-LM ``.idx`` (indexed_dataset's MMIDIDX layout), parsed by the project's
+    Megatron reader (common/writers/megatron.py), which refuses a file of any other layout or length."""
+    from common.writers.megatron import IndexedDataset
+
+    index = IndexedDataset.parse_index(data)
+    return MegatronIndex(len(index.sequence_lengths), len(index.document_indices),
+                         int(index.sequence_lengths.sum(dtype=np.int64)))
 
 
 def mds_samples(index_json: str) -> int:

@@ -11,17 +11,19 @@ Each peer gets a Hugging Face tokenizer directory (tokenizer.json, and a tokeniz
 * the project: ``python -m ventilator --objective tokens --workers 1``, Megatron (whole documents), MDS and
   Parquet (``--max-seq-length 1024``);
 * Megatron-LM's ``tools/preprocess_data.py`` (``--tokenizer-type HuggingFaceTokenizer --workers 1``), run from a
-  snapshot of NVIDIA/Megatron-LM (megatron-core's wheel lacks ``tools/`` and ``megatron/training``);
+  snapshot of NVIDIA/Megatron-LM (megatron-core's wheel lacks ``tools/`` and ``megatron/training``) at its tag
+  core_v0.17.1: later releases need Python 3.12, for which no CPU build of torch lies on this kind of machine;
 * datatrove's ``JsonlReader`` + ``DocumentTokenizer`` in a ``LocalPipelineExecutor`` (1 task), from PyPI;
 * ModernBERT's ``src/convert_dataset.py --concat_tokens 1024``, from a snapshot of AnswerDotAI/ModernBERT: it
   takes only ``--dataset c4`` or ``the_pile``, which ``datasets.load_dataset`` reads from a local directory of
   that name when there is one, so it runs in a directory holding ``c4/train.jsonl`` (offline).
 
 Snapshots: ``MLM_BENCH_MEGATRON_DIR`` and ``MLM_BENCH_MODERNBERT_DIR`` name a checkout or a bare git
-directory (its HEAD's files are extracted into the cache).  Each peer gets a venv of its own under
-``MLM_BENCH_PEERS_CACHE`` (default ``~/.cache/mlm-bench/peers``), installed from the package index on first
-use (``torch==2.13.0``, the CPU build, where a peer imports torch).  A peer without its snapshot, or whose
-install or run fails, is a row saying why.
+directory (its files at ``Peer.ref``, or ``<variable>_REF``, are extracted into the cache).  Each peer gets a
+venv of its own under ``MLM_BENCH_PEERS_CACHE`` (default ``~/.cache/mlm-bench/peers``), installed from the
+package index on first use (``torch==2.13.0``, the CPU build, where a peer imports torch; torch 2.14.1 with
+torchvision 0.29.1 for ModernBERT's, whose ``streaming`` imports torchvision).  A peer without its snapshot, or
+whose install or run fails, is a row saying why.
 
 CPU: every process of a run (``RUSAGE_CHILDREN``), marginal per input MB (a one-document run's CPU
 subtracted), the tools' runs alternated within each round and the least of each over the rounds kept.
@@ -29,6 +31,7 @@ subtracted), the tools' runs alternated within each round and the least of each 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -49,6 +52,9 @@ from bench.whole_job import children_cpu
 
 MB = 1e6
 TORCH = "torch==2.13.0"  # the CPU build on this kind of machine's disk; never a CUDA download
+#: mosaicml-streaming imports torchvision, which PyPI's build cannot beside torch 2.13.0: the pair on this kind of
+#: machine's disk instead (docs/benchmarks.md, "Peers").
+TORCHVISION = ("torch==2.14.1", "torchvision==0.29.1")
 #: Tokens per record where a tool cuts at a length (ours' MDS and Parquet, ModernBERT's concatenation).
 SEQ = 1024
 #: The advantage each peer should be behind, per tokenizer.
@@ -163,13 +169,14 @@ class Peer:
     requirements: tuple[tuple[str, ...], ...]  # pip install steps, in order
     snapshot: str = ""  # env variable naming a checkout / git dir ("": none needed)
     paths: tuple[str, ...] = ()  # what the snapshot must hold
+    ref: str = "HEAD"  # what a git directory's files are taken at (``<snapshot>_REF`` overrides)
 
 
 PEERS = (
-    Peer("megatron", "Megatron-LM tools/preprocess_data.py", ((TORCH,), (TORCH, "numpy", "transformers")),
-         "MLM_BENCH_MEGATRON_DIR", ("tools", "megatron")),
-    Peer("datatrove", "datatrove DocumentTokenizer", (("datatrove", "tokenizers", "numpy"),)),
-    Peer("modernbert", "ModernBERT src/convert_dataset.py", ((TORCH,), (TORCH, "numpy", "datasets",
+    Peer("megatron", "Megatron-LM tools/preprocess_data.py", ((TORCH,), (TORCH, "numpy", "transformers", "triton")),
+         "MLM_BENCH_MEGATRON_DIR", ("tools", "megatron"), "core_v0.17.1"),
+    Peer("datatrove", "datatrove DocumentTokenizer", (("datatrove", "tokenizers", "numpy", "orjson"),)),
+    Peer("modernbert", "ModernBERT src/convert_dataset.py", (TORCHVISION, (*TORCHVISION, "numpy", "datasets",
                                                                            "mosaicml-streaming", "transformers",
                                                                            "tqdm")),
          "MLM_BENCH_MODERNBERT_DIR", ("src",)),
@@ -189,10 +196,16 @@ def environment(peer: Peer) -> Path:
     key = hashlib.sha256(json.dumps(peer.requirements).encode()).hexdigest()[:10]
     venv = cache_root() / f"{peer.name}-{key}"
     python = venv / "bin" / "python"
-    if (venv / "installed").is_file():
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:  # one install at a time, whichever run asks
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "installed").is_file():
+            _install(peer, venv, python)
+    return python
+
+
+def _install(peer: Peer, venv: Path, python: Path) -> None:
+    shutil.rmtree(venv, ignore_errors=True)
     log(f"installing {peer.name} into {venv} (once)")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     for step in peer.requirements:
@@ -202,7 +215,6 @@ def environment(peer: Peer) -> Path:
             lines = [line for line in result.stderr.splitlines() if line.strip() and "ignored" not in line]
             raise Unavailable(f"pip install {' '.join(step)} failed: {lines[-1] if lines else result.returncode}")
     (venv / "installed").write_text(" ".join(" ".join(step) for step in peer.requirements) + "\n")
-    return python
 
 
 def checkout(peer: Peer) -> Path | None:
@@ -216,14 +228,15 @@ def checkout(peer: Peer) -> Path | None:
     if all((root / part).exists() for part in peer.paths):
         return root
     git = ["git", "--git-dir", str(root)]
-    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    ref = os.environ.get(f"{peer.snapshot}_REF") or peer.ref
+    head = subprocess.run([*git, "rev-parse", f"{ref}^{{commit}}"], capture_output=True, text=True)
     if head.returncode:
-        raise Unavailable(f"{peer.snapshot}={given}: neither a checkout nor a git directory")
+        raise Unavailable(f"{peer.snapshot}={given}: neither a checkout nor a git directory holding {ref}")
     target = cache_root() / "src" / f"{peer.name}-{head.stdout.strip()[:12]}"
     if not (target / "extracted").is_file():
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        archive = subprocess.run([*git, "archive", "HEAD", *peer.paths], capture_output=True)
+        archive = subprocess.run([*git, "archive", head.stdout.strip(), *peer.paths], capture_output=True)
         if archive.returncode:
             raise Unavailable(f"git archive of {given} failed: {archive.stderr.decode()[-200:]}")
         tar = target / "head.tar"
@@ -358,7 +371,8 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
     available: dict[str, tuple[Path, Path | None]] = {}
     for peer in PEERS:
         try:
-            available[peer.name] = (environment(peer), checkout(peer))
+            source = checkout(peer)  # first: without its snapshot a peer installs nothing
+            available[peer.name] = (environment(peer), source)
         except Unavailable as why:
             log(f"{peer.name}: {why}")
             for family in families:
@@ -416,8 +430,7 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
                 outcome.measured[(family, tool)] = Measured(tool, marginal / ((corpus.bytes - one.bytes) / MB))
         reference = reference_tokens(tokenizers[family], full)
         outcome.reference[family] = reference
-        family_counts = [count for (f, _), count in counts.items() if f == family
-                         and "cold" not in count.tool]
+        family_counts = [count for (f, tool), count in counts.items() if f == family and "cold" not in tool]
         outcome.reconciled[family] = peer_counts.reconcile(family_counts, full.documents, reference)
         outcome.alone.update(tokenizers_alone(tokenizers[family], full.texts))
     return outcome
