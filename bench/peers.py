@@ -311,8 +311,8 @@ LocalPipelineExecutor(pipeline=[JsonlReader(source), DocumentTokenizer(output, t
 def run_peer(peer: Peer, python: Path, source: Path | None, tokenizer: Tokenizer, corpus: Corpus, work: Path
              ) -> Run:
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     out = work / "out"
+    out.mkdir(parents=True)  # Megatron's script writes beside its --output-prefix, into no new directory
     jsonl = corpus.path / "corpus.jsonl"
     env = dict(OFFLINE)
     if peer.name == "megatron":
@@ -321,7 +321,7 @@ def run_peer(peer: Peer, python: Path, source: Path | None, tokenizer: Tokenizer
         cpu = children_cpu([python, source / "tools" / "preprocess_data.py", "--input", jsonl, "--output-prefix",
                             out / "wiki", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
                             tokenizer.hf_dir, "--workers", "1", "--json-keys", "text"], work, env)
-        tokens, records = _sum_megatron(sorted(work.glob("out*.idx")) + sorted(out.parent.glob("out/*.idx")))
+        tokens, records = _sum_megatron(sorted(out.glob("*.idx")))
         return Run(cpu, Count(peer.label, tokens, records, specials_per_document=tokenizer.specials))
     if peer.name == "datatrove":
         cpu = children_cpu([python, "-c", _DATATROVE, corpus.path, out, tokenizer.json, work / "logs"], work, env)
@@ -333,6 +333,7 @@ def run_peer(peer: Peer, python: Path, source: Path | None, tokenizer: Tokenizer
         tokens = sum(path.stat().st_size for path in files) // size
         return Run(cpu, Count(peer.label, tokens, corpus.documents, specials_per_document=tokenizer.specials))
     assert source is not None and peer.name == "modernbert"
+    shutil.rmtree(out)  # ModernBERT's script refuses an --out_root that holds its split already
     (work / "c4").mkdir()
     (work / "c4" / "train.jsonl").symlink_to(jsonl.resolve())
     cpu = children_cpu([python, source / "src" / "convert_dataset.py", "--dataset", "c4", "--splits", "train",

@@ -861,12 +861,19 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
 def peers_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     """The tokens objective against Megatron-LM's, datatrove's and ModernBERT's converters on the same JSON Lines,
-    three tokenizers (bench/peers.py): 10 copies of the sample (20 MB), 2 rounds; quick: the cut sample, 1.  Its
+    three tokenizers (bench/peers.py): 10 copies of the sample (20 MB; ``--scale``), 2 rounds (``--repeats``);
+    quick: the cut sample, 1; ``MLM_BENCH_PEERS_FAMILIES`` (comma-separated) runs some tokenizers only.  Its
     tables are printed after the main one (no row of its own: bench.guard holds every row of the default set)."""
     from bench import peers
 
-    outcome = peers.measure(sources, tmp / "peers", VOCAB, 1 if s.quick else 10, 1 if s.quick else 2)
-    res.tables.append(peers.markdown(outcome))
+    families = tuple(f for f in os.environ.get("MLM_BENCH_PEERS_FAMILIES", ",".join(peers.TARGETS)).split(",") if f)
+    unknown = sorted(set(families) - set(peers.TARGETS))
+    if unknown:
+        raise ValueError(f"MLM_BENCH_PEERS_FAMILIES: unknown {', '.join(unknown)}; of {', '.join(peers.TARGETS)}")
+    copies = 1 if s.quick else (s.worker_copies if s.worker_copies != 4 else 10)
+    rounds = 1 if s.quick else (s.repeats if s.repeats != 3 else 2)
+    outcome = peers.measure(sources, tmp / "peers", VOCAB, copies, rounds, families)
+    res.tables.append(peers.markdown(outcome, families))
     shutil.rmtree(tmp / "peers", ignore_errors=True)
 
 
