@@ -176,9 +176,11 @@ PEERS = (
     Peer("megatron", "Megatron-LM tools/preprocess_data.py", ((TORCH,), (TORCH, "numpy", "transformers", "triton")),
          "MLM_BENCH_MEGATRON_DIR", ("tools", "megatron"), "core_v0.17.1"),
     Peer("datatrove", "datatrove DocumentTokenizer", (("datatrove", "tokenizers", "numpy", "orjson"),)),
-    Peer("modernbert", "ModernBERT src/convert_dataset.py", (TORCHVISION, (*TORCHVISION, "numpy", "datasets",
-                                                                           "mosaicml-streaming", "transformers",
-                                                                           "tqdm")),
+    # streaming 0.13.0's own bounds (numpy < 2.2, transformers < 5, datasets < 4 for its dev extra), given up
+    # front: left to pip's resolver, the install backtracked for over 40 minutes here.
+    Peer("modernbert", "ModernBERT src/convert_dataset.py",
+         (TORCHVISION, (*TORCHVISION, "mosaicml-streaming==0.13.0", "numpy<2.2", "transformers<5", "datasets<4",
+                        "tqdm")),
          "MLM_BENCH_MODERNBERT_DIR", ("src",)),
 )
 
