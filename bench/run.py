@@ -20,7 +20,8 @@ Sections (``--only`` to run some): worker, objectives, ventilator, sink, pipelin
 loader, batches (token-budget batches: padding waste, serving speed), report (mlm-report on a ~1 GB output),
 scale (bench/scale.py: one ventilator and sink, thousands of simulated workers, a million tasks; its curves are
 printed after the table), job (the whole job of BERT, ALBERT and ELECTRA against their own reference scripts:
-bench/whole_job.py).
+bench/whole_job.py).  Not run unless named: peers (the tokens objective against Megatron-LM's, datatrove's and
+ModernBERT's converters, three tokenizers: bench/peers.py; installs each into a venv of its own on first use).
 """
 
 from __future__ import annotations
@@ -424,6 +425,8 @@ STAGE_ROWS += [("electra", 1, "Worker electra (nanotoken)"), ("electraline", 1, 
                ("robertastatic", 10, "Worker roberta --masking static d=10")]
 SECTIONS = ("worker", "objectives", "job", "ventilator", "sink", "pipeline", "rss", "readers", "chinese", "dedup",
             "extras", "loader", "batches", "report", "scale")
+#: Sections run only when --only names them: peers installs other tools into venvs of their own (bench/peers.py).
+OPTIONAL_SECTIONS = ("peers",)
 
 
 # --------------------------------------------------------------------------
@@ -861,6 +864,24 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
             if key.startswith("job") and not key.startswith(("job_fixed", "job_input")):
                 res.notes[key] = res.notes.get(key, "") + " (quick: within the fixed cost's noise)"
     shutil.rmtree(work, ignore_errors=True)
+
+
+def peers_section(s: Settings, tmp: Path, res: Results, sources) -> None:
+    """The tokens objective against Megatron-LM's, datatrove's and ModernBERT's converters on the same JSON Lines,
+    three tokenizers (bench/peers.py): 10 copies of the sample (20 MB; ``--scale``), 2 rounds (``--repeats``);
+    quick: the cut sample, 1; ``MLM_BENCH_PEERS_FAMILIES`` (comma-separated) runs some tokenizers only.  Its
+    tables are printed after the main one (no row of its own: bench.guard holds every row of the default set)."""
+    from bench import peers
+
+    families = tuple(f for f in os.environ.get("MLM_BENCH_PEERS_FAMILIES", ",".join(peers.TARGETS)).split(",") if f)
+    unknown = sorted(set(families) - set(peers.TARGETS))
+    if unknown:
+        raise ValueError(f"MLM_BENCH_PEERS_FAMILIES: unknown {', '.join(unknown)}; of {', '.join(peers.TARGETS)}")
+    copies = 1 if s.quick else (s.worker_copies if s.worker_copies != 4 else 10)
+    rounds = 1 if s.quick else (s.repeats if s.repeats != 3 else 2)
+    outcome = peers.measure(sources, tmp / "peers", VOCAB, copies, rounds, families)
+    res.tables.append(peers.markdown(outcome, families))
+    shutil.rmtree(tmp / "peers", ignore_errors=True)
 
 
 def ventilator_section(s: Settings, tmp: Path, res: Results, sources) -> None:
@@ -1490,7 +1511,7 @@ SECTION_FUNCTIONS = {"worker": worker_section, "objectives": objectives_section,
                      "dedup": dedup_section, "chinese": chinese_section,
                      "extras": extras_section, "loader": loader_section, "batches": batches_section,
                      "report": report_section,
-                     "scale": scale_section}
+                     "scale": scale_section, "peers": peers_section}
 
 
 # --------------------------------------------------------------------------
@@ -1602,9 +1623,10 @@ def render(res: Results, s: Settings, command: str, elapsed: float, ran: list[st
 def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None, markdown: str | None,
          only: str, ratios_out: str | None, record_ratios: bool) -> None:
     sections = [name.strip() for name in only.split(",") if name.strip()]
-    unknown = sorted(set(sections) - set(SECTIONS))
+    unknown = sorted(set(sections) - set(SECTIONS) - set(OPTIONAL_SECTIONS))
     if unknown:
-        raise click.BadParameter(f"unknown section(s): {', '.join(unknown)}; of {', '.join(SECTIONS)}",
+        raise click.BadParameter(f"unknown section(s): {', '.join(unknown)}; of "
+                                 f"{', '.join(SECTIONS + OPTIONAL_SECTIONS)}",
                                  param_hint="--only")
     if record_ratios and (not quick or "worker" not in sections or repeats or scale):
         raise click.BadParameter("records the quick run's figures, as the suite measures them: use it with --quick "
@@ -1623,7 +1645,7 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
     res = Results()
     sources = corpora.load_sources(WIKI, settings.limit_per_file)
     with tempfile.TemporaryDirectory(prefix="mlm-bench-") as tmp:
-        for name in SECTIONS:
+        for name in SECTIONS + OPTIONAL_SECTIONS:
             if name not in sections:
                 continue
             section_started = time.monotonic()

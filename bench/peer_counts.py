@@ -1,0 +1,120 @@
+"""Pure parts of the peers bench (bench/peers.py): reading each tool's token count off its output's own index,
+reconciling the counts (each tool adds its special tokens at its own places and cuts at its own lengths), and
+the table's rows.  No I/O beyond the bytes handed in, so the unit tests run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MegatronIndex:
+    sequences: int
+    documents: int  # the document index's entries (Megatron counts a leading 0)
+    tokens: int
+
+
+def megatron_index(data: bytes) -> MegatronIndex:
+    """Sequences and tokens of a Megatron-LM ``.idx`` (indexed_dataset's MMIDIDX layout), parsed by the project's
+    Megatron reader (common/writers/megatron.py), which refuses a file of any other layout or length."""
+    from common.writers.megatron import IndexedDataset
+
+    index = IndexedDataset.parse_index(data)
+    return MegatronIndex(len(index.sequence_lengths), len(index.document_indices),
+                         int(index.sequence_lengths.sum(dtype=np.int64)))
+
+
+def mds_samples(index_json: str) -> int:
+    """Samples of an MDS output, from its index.json (mosaicml-streaming's layout: ``shards[*].samples``)."""
+    index = json.loads(index_json)
+    return sum(int(shard["samples"]) for shard in index["shards"])
+
+
+@dataclass(frozen=True)
+class Count:
+    """One tool's output, counted off its files, and what it adds or drops around the text's tokens.
+
+    ``specials_per_document``: tokens the tool adds to each document (the tokenizer's ``[CLS] $A [SEP]``
+    template, an end-of-document token); ``specials_per_record``: per record (ours, ``[CLS] ... [SEP]``
+    around each chunk); ``tail_cut``: the tool keeps only whole records of ``tail_cut`` tokens and drops the
+    rest of its buffer at the end (llm-foundry's and ModernBERT's concatenation): up to ``tail_cut - 1``
+    tokens fewer."""
+    tool: str
+    tokens: int
+    records: int
+    specials_per_document: int = 0
+    specials_per_record: int = 0
+    tail_cut: int = 0
+
+    def text_tokens(self, documents: int) -> int:
+        """The text's tokens: the output's, less the specials the tool added."""
+        return self.tokens - self.specials_per_document * documents - self.specials_per_record * self.records
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    tool: str
+    tokens: int
+    text_tokens: int
+    difference: int  # text tokens minus the reference's (tail_cut tools: before the tail they dropped)
+    agrees: bool
+    why: str
+
+
+def reconcile(counts: Sequence[Count], documents: int, reference: int) -> list[Reconciled]:
+    """Each count against ``reference`` (the tokenizer's own encoding of every document, no special token):
+    equal once the tool's specials are taken off, or, where the tool drops a tail, short by less than one
+    record."""
+    out = []
+    for count in counts:
+        text = count.text_tokens(documents)
+        difference = text - reference
+        parts = []
+        if count.specials_per_document:
+            parts.append(f"{count.specials_per_document} special(s) per document × {documents:,}")
+        if count.specials_per_record:
+            parts.append(f"{count.specials_per_record} special(s) per record × {count.records:,}")
+        if count.tail_cut:
+            agrees = -count.tail_cut < difference <= 0
+            parts.append(f"records of exactly {count.tail_cut:,} tokens: the last {-difference:,} dropped")
+        else:
+            agrees = difference == 0
+        why = "; ".join(parts) or "the text's tokens only"
+        if not agrees:
+            why += f"; {difference:+,} tokens unexplained"
+        out.append(Reconciled(count.tool, count.tokens, text, difference, agrees, why))
+    return out
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One tool's runs on one tokenizer: marginal CPU-s per input MB (the one-document run subtracted), or why
+    it has none."""
+    tool: str
+    cpu_s_per_mb: float | None = None
+    reason: str = ""
+
+
+def table_rows(family: str, ours: Measured, peers: Sequence[Measured], target: float) -> list[str]:
+    """Markdown rows for one tokenizer: ours, then each peer with its CPU-s/MB and ours' advantage over it (peer
+    / ours), against ``target``."""
+    rows = [f"| {family} | {ours.tool} | {_cpu(ours)} | – | |"]
+    for peer in peers:
+        if peer.cpu_s_per_mb is None or ours.cpu_s_per_mb is None:
+            rows.append(f"| {family} | {peer.tool} | {_cpu(peer)} | n/a | |")
+            continue
+        ratio = peer.cpu_s_per_mb / ours.cpu_s_per_mb
+        rows.append(f"| {family} | {peer.tool} | {peer.cpu_s_per_mb:.3f} | {ratio:.1f}× | "
+                    f"{'yes' if ratio >= target else 'no'} (≥ {target:g}×) |")
+    return rows
+
+
+def _cpu(measured: Measured) -> str:
+    if measured.cpu_s_per_mb is None:
+        return f"not run: {measured.reason}"
+    return f"{measured.cpu_s_per_mb:.3f}"

@@ -1,0 +1,79 @@
+"""The peers bench's pure parts (bench/peer_counts.py): token counts read off each tool's own index files,
+reconciled against the tokenizer's own count, and the table's rows.  Nothing is installed or run here: the bench
+itself (``python -m bench.run --only peers``) installs the peers."""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from bench.peer_counts import (
+    Count,
+    Measured,
+    mds_samples,
+    megatron_index,
+    reconcile,
+    table_rows,
+)
+
+
+def megatron_idx(sizes: list[int], documents: int) -> bytes:
+    """An .idx as Megatron-LM's indexed_dataset writes it: header, sizes, pointers, document index."""
+    header = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, len(sizes), documents)
+    pointers = np.concatenate([[0], np.cumsum(np.asarray(sizes[:-1], dtype=np.int64) * 4)]).astype("<i8")
+    return (header + np.asarray(sizes, dtype="<i4").tobytes() + pointers.tobytes()
+            + np.arange(documents, dtype="<i8").tobytes())
+
+
+def test_a_megatron_index_gives_its_sequences_and_tokens():
+    index = megatron_index(megatron_idx([5, 7, 100_000], 4))
+    assert (index.sequences, index.documents, index.tokens) == (3, 4, 100_012)
+
+
+def test_a_file_that_is_no_megatron_index_or_is_cut_short_is_refused():
+    with pytest.raises(ValueError, match="MMIDIDX header"):
+        megatron_index(b"PK\x03\x04" + bytes(40))
+    with pytest.raises(ValueError, match="counts ask for"):
+        megatron_index(megatron_idx([5, 7, 9], 4)[:40])
+
+
+def test_mds_samples_add_up_every_shard():
+    index = {"version": 2, "shards": [{"samples": 10, "raw_data": {"basename": "shard.00000.mds"}},
+                                      {"samples": 3, "raw_data": {"basename": "shard.00001.mds"}}]}
+    assert mds_samples(json.dumps(index)) == 13
+
+
+def test_each_tools_specials_and_dropped_tail_explain_its_count():
+    documents, text = 100, 50_000
+    counts = [
+        Count("ours megatron", text, documents),
+        Count("ours mds", text + 2 * 60, 60, specials_per_record=2),
+        Count("megatron", text + 2 * documents, documents, specials_per_document=2),
+        Count("modernbert", ((text + 2 * documents) // 1024) * 1024, 49, specials_per_document=2, tail_cut=1024),
+    ]
+    found = {r.tool: r for r in reconcile(counts, documents, text)}
+    assert all(r.agrees for r in found.values())
+    assert found["ours megatron"].why == "the text's tokens only"
+    assert found["ours mds"].text_tokens == text
+    assert "2 special(s) per document × 100" in found["megatron"].why
+    assert -1024 < found["modernbert"].difference <= 0
+    assert "the last" in found["modernbert"].why
+
+
+def test_a_count_off_by_a_token_is_unexplained():
+    found = reconcile([Count("datatrove", 50_000 + 2 * 100 + 1, 100, specials_per_document=2),
+                       Count("modernbert", 50_000 + 2 * 100 + 1, 4, specials_per_document=2, tail_cut=1024)],
+                      100, 50_000)
+    assert [r.agrees for r in found] == [False, False]
+    assert all("+1 tokens unexplained" in r.why for r in found)
+
+
+def test_rows_give_each_peers_advantage_against_its_target_and_a_peer_that_could_not_run_says_why():
+    rows = table_rows("wordpiece", Measured("ours mds", 0.1),
+                      [Measured("Megatron-LM", 0.85), Measured("datatrove", 0.6),
+                       Measured("ModernBERT", reason="no snapshot of its repository")], 8.0)
+    assert rows[0] == "| wordpiece | ours mds | 0.100 | – | |"
+    assert rows[1] == "| wordpiece | Megatron-LM | 0.850 | 8.5× | yes (≥ 8×) |"
+    assert rows[2] == "| wordpiece | datatrove | 0.600 | 6.0× | no (≥ 8×) |"
+    assert rows[3] == "| wordpiece | ModernBERT | not run: no snapshot of its repository | n/a | |"
