@@ -144,6 +144,8 @@ def upward_imports(graph, layered: list[list[str]]) -> set[tuple[str, str]]:
     found = set()
     for module in graph.modules:
         importer = layer_of(module, rank)
+        if importer is None and any(package.startswith(module + ".") for package in rank):
+            importer = (module, len(layered))  # a root of layered packages (common/__init__.py): below them all
         if importer is None:
             continue
         for imported in graph.find_modules_directly_imported_by(module):
