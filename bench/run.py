@@ -970,6 +970,17 @@ def scaling_counts(cores: int) -> list[int]:
     return counts
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (a cpuset or ``taskset`` leaves fewer than ``os.cpu_count()``)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def pipeline_worker_counts(quick: bool, cores: int) -> list[int]:
+    """The worker counts the pipeline section runs: 1 and 2 (its ``p_*`` rows) in the quick mode, CI's guard;
+    else the scaling table's (:func:`scaling_counts`) with those."""
+    return [1, 2] if quick else sorted(set(scaling_counts(cores)) | {1, 2})
+
+
 @dataclass(frozen=True)
 class ScalingPoint:
     """One ``python -m ventilator --workers N`` run of the scaling table."""
@@ -1018,7 +1029,7 @@ def pipeline_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     data = corpora.replicate(sources, tmp / "p-corpus", s.worker_copies)
     res.add("p_input_mb", data.bytes / MB)
-    counts = sorted(set(scaling_counts(os.cpu_count() or 1)) | {1, 2})
+    counts = pipeline_worker_counts(s.quick, usable_cores())
     whole_run = False
     points: dict[int, list[ScalingPoint]] = {n: [] for n in counts}
     for repeat in range(s.repeats):

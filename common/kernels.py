@@ -79,7 +79,9 @@ def _installed_build(name: str, beside: Path) -> ModuleType | None:
             continue
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             path = directory / f"{module_name}{suffix}"
-            if not path.is_file():
+            # The sha256 is compiled in as a string (setup.py): a file without it is another source's, or another
+            # package's (``common`` is a common name), passed over before any of its code runs.
+            if not path.is_file() or digest.encode() not in path.read_bytes():
                 continue
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:

@@ -144,6 +144,8 @@ def upward_imports(graph, layered: list[list[str]]) -> set[tuple[str, str]]:
     found = set()
     for module in graph.modules:
         importer = layer_of(module, rank)
+        if importer is None and any(package.startswith(module + ".") for package in rank):
+            importer = (module, len(layered))  # a root of layered packages (common/__init__.py): below them all
         if importer is None:
             continue
         for imported in graph.find_modules_directly_imported_by(module):
@@ -194,6 +196,20 @@ def test_the_checks_see_imports_inside_functions_and_for_types(tmp_path, monkeyp
     assert sorted(import_cycle(demo) or []) == ["layered_demo.low.a", "layered_demo.low.b"]
     (package / "low" / "b.py").write_text("def later():\n    pass\n")
     assert import_cycle(grimp.build_graph("layered_demo", cache_dir=None)) is None
+
+
+def test_an_import_in_a_layered_packages_own_init_is_found(tmp_path, monkeypatch):
+    """``common/__init__.py`` is in no layer (only its packages are), so an import of a role there went unseen:
+    a root holding layered packages is below all of them, and what it imports from any layer goes up."""
+    package = tmp_path / "rooted_demo"
+    (package / "low").mkdir(parents=True)
+    (package / "low" / "__init__.py").write_text("")
+    (package / "high.py").write_text("")
+    (package / "__init__.py").write_text("from rooted_demo import high\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    demo = grimp.build_graph("rooted_demo", cache_dir=None)
+    assert upward_imports(demo, layers("top: rooted_demo.high\nbottom: rooted_demo.low")) == {
+        ("rooted_demo", "rooted_demo.high")}
 
 
 def test_design_md_points_here():

@@ -165,3 +165,18 @@ def test_the_loader_bench_stops_at_once_when_the_server_exits(tmp_path):
 
     with pytest.raises(RuntimeError, match="the loader server exited"):
         measure(tmp_path / "no-such-output", tmp_path / "work", 1, 1, False, "unused", timeout=300)
+
+
+def test_the_quick_benchmark_runs_one_and_two_workers_on_any_machine(monkeypatch):
+    """CI's guard (``--quick``) runs the pipeline at 1 and 2 workers: on a 64-core runner the scaling table's
+    1, 2, 4 ... 64 workers would be six more whole jobs under the hang limit.  The full run counts the cores this
+    process may use (a cpuset or ``taskset`` leaves fewer than ``os.cpu_count()``)."""
+    import os
+
+    from bench.run import pipeline_worker_counts, usable_cores
+
+    assert pipeline_worker_counts(quick=True, cores=64) == [1, 2]
+    assert pipeline_worker_counts(quick=False, cores=64) == [1, 2, 4, 8, 16, 32, 64]
+    assert pipeline_worker_counts(quick=False, cores=1) == [1, 2]  # the p_scaling rows need 2
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cores() == len(os.sched_getaffinity(0))

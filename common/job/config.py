@@ -52,6 +52,10 @@ def step_order() -> list[type[Step]]:
             place(step_class.name)
 
     place(None)
+    looped = sorted(name for name in switched if switched[name] not in order)  # never reached from the first step
+    if looped:
+        raise ValueError(f"step {looped[0]} runs after {switched[looped[0]].after!r}, which runs after it in turn "
+                         f"(a loop: {', '.join(looped)}): it would never run")
     return order
 
 

@@ -138,8 +138,43 @@ class Documents(Lane):
     documents: list[Document] = field(default_factory=list)
 
 
-#: The name plugins know a side by (``TaskRun.parts``, for a step written against :meth:`Step.run`).
-Part = Documents
+@dataclass
+class Part(Documents):
+    """A side as a step written against :meth:`Step.run` (plugins before :meth:`Step.apply`) sees it in
+    ``TaskRun.parts``: every value's fields, as the one shared Part had them (what is not made yet is None), so
+    such a step runs wherever it is placed (``Step.apply`` converts to it and back)."""
+
+    segments: list | None = None
+    words: WordEncoder | None = None
+    tokenized: TokenizedDocuments | None = None
+    tokens: int = 0
+    batches: Iterator[Batch] | None = None
+    files: list[ShardFile] = field(default_factory=list)
+
+
+_PART_FIELDS = ("documents", "segments", "words", "tokenized", "tokens", "batches", "files")
+
+
+def _as_part(value: Lane, run: TaskRun) -> Part:
+    """A typed value as the Part a step written against ``run(run)`` expects: its own fields, and those the
+    steps before it stopped handing on (``TaskRun.dropped``: documents past tokenize, token ids past the
+    objective)."""
+    earlier = run.dropped.get(value.split, {})
+    fields = {name: getattr(value, name) if hasattr(value, name) else earlier[name]
+              for name in _PART_FIELDS if hasattr(value, name) or name in earlier}
+    return Part(value.split, value.key, value.stem, **fields)
+
+
+def _from_part(part: Lane, like: type[Lane]) -> Lane:
+    """A Part a ``run(run)`` step left, as the typed value the next step takes (the type it was given)."""
+    if not isinstance(part, Part):
+        return part  # the step handed on a typed value itself
+    if like is Segmented and part.words is not None:
+        like = Worded
+    if like is Part or like is Documents:
+        like = Documents
+    names = [f.name for f in dataclasses.fields(like)]
+    return like(**{name: getattr(part, name) for name in names})
 
 
 @dataclass
@@ -190,6 +225,15 @@ class TaskRun:
     report: ParseReport  # documents skipped, by reason
     #: The sides as the step before left them, for a step written against :meth:`Step.run` (plugins).
     parts: list[Any] = field(default_factory=list)
+    #: Per side (split), the fields a step took but does not hand on (:meth:`drop`): a ``run(run)`` step placed
+    #: after it still sees them on its Part, as it did when one Part went through every step.
+    dropped: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def drop(self, part: Lane, *names: str) -> None:
+        """Keep ``part``'s fields ``names``, which the step taking it does not hand on, for ``run(run)`` steps."""
+        kept = self.dropped.setdefault(part.split, {})
+        for name in names:
+            kept[name] = getattr(part, name)
 
 
 @dataclass
@@ -411,9 +455,10 @@ class Step(Configurable, Describes, abc.ABC, Generic[In, Out]):
         for a split step).  A step written against :meth:`run` (plugins) is run through ``run.parts``."""
         if type(self).run is Step.run:
             raise NotImplementedError(f"step {self.name} implements neither apply() nor run()")
-        run.parts = list(parts)
+        like = type(parts[0]) if parts else Documents
+        run.parts = [_as_part(part, run) for part in parts]
         self.run(run)
-        return run.parts
+        return [_from_part(part, like) for part in run.parts]  # type: ignore[misc]
 
     def run(self, run: TaskRun) -> None:
         """This step over ``run.parts`` in place (they may be replaced, or added to): what a step may implement

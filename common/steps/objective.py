@@ -22,6 +22,8 @@ class Objective(Step[Tokenized, Records]):
 
 
     def apply(self, parts: list[Tokenized], run: TaskRun) -> list[Records]:
+        for part in parts:  # what a run(run) step placed after this one still reads on its Part
+            run.drop(part, "tokenized", "tokens")
         return [Records(part.split, part.key, part.stem,
                         self._batches(part, run) if part.tokenized.num_documents else None) for part in parts]
 

@@ -62,6 +62,8 @@ class Tokenize(Step[Segmented, Tokenized]):
         return self.job.vocabulary.paragraph_sensitive and self.job.objective.encodes_documents
 
     def apply(self, parts: list[Segmented], run: TaskRun) -> list[Tokenized]:
+        for part in parts:  # what a run(run) step placed after this one still reads as part.documents
+            run.drop(part, "documents", "segments", *(("words",) if isinstance(part, Worded) else ()))
         return [self._tokenize(part, run) for part in parts]
 
     def _tokenize(self, part: Segmented, run: TaskRun) -> Tokenized:

@@ -302,6 +302,39 @@ def test_a_checkout_without_a_build_uses_the_installed_build_of_the_same_source(
     assert kernels._installed_build("pkg_for_test._kernels", checkout) is None
 
 
+FOREIGN = r"""
+#include <Python.h>
+#include <stdio.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__kernels(void) {
+    FILE *f = fopen(MARKER, "w");  /* what any code of another package's module could do when loaded */
+    if (f) fclose(f);
+    return PyModule_Create(&def);
+}
+"""
+
+
+def test_a_build_of_other_source_elsewhere_on_the_path_is_never_run(tmp_path, monkeypatch):
+    """Another package's ``common/_kernels`` (``common`` is a common name), or a build of other source, is passed
+    over without running its code: its compiled-in sha256 is read from the file before the module is loaded."""
+    import shutil
+    import sysconfig
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    assert compiler, "a C compiler (the kernels are built with one)"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    foreign, checkout = tmp_path / "site-packages" / "pkg_for_test", tmp_path / "checkout" / "pkg_for_test"
+    foreign.mkdir(parents=True)
+    checkout.mkdir(parents=True)
+    marker = tmp_path / "foreign_code_ran"
+    source = tmp_path / "foreign.c"
+    source.write_text(FOREIGN)
+    subprocess.run([compiler, "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                    f'-DMARKER="{marker}"', str(source), "-o", str(foreign / f"_kernels{suffix}")], check=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    assert kernels._installed_build("pkg_for_test._kernels", checkout) is None
+    assert not marker.exists(), "the foreign module's code ran before its source was checked"
+
+
 def unaligned(values: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``values`` one byte off its type's alignment (as np.frombuffer at an offset makes)."""
     raw = bytearray(values.nbytes + 1)

@@ -30,7 +30,7 @@ SKIPPED_COUNTER = "signature_tasks_skipped"
 def made_without_earlier_tasks(entry: dict) -> bool:
     """A manifest line of a stage's task that ran without some task of an
     earlier stage: its result lacks those tasks' documents (see
-    common/output/manifest.py, which has it and what followed done again)."""
+    sink/manifest.py, which has it and what followed done again)."""
     return bool((entry.get("dedup") or {}).get(SKIPPED_COUNTER))
 
 MODES = ("off", "exact", "minhash")
