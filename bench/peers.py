@@ -32,6 +32,7 @@ subtracted), the tools' runs alternated within each round and the least of each 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -103,7 +104,7 @@ def write_corpus(sources: list[tuple[str, bytes]], directory: Path, copies: int,
         for copy in range(copies):
             for text in texts:
                 if distinct and copy:
-                    text = _WORD.sub(lambda m, c=copy: f"{m.group(1)}x{c}", text)
+                    text = _WORD.sub(rf"\g<1>x{copy}", text)
                 out.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
                 documents += 1
     return Corpus(directory, path.stat().st_size, documents, tuple(texts), copies)
@@ -406,12 +407,11 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
             tokenizer = tokenizers[family]
             log(f"round {round_ + 1}/{rounds}, {family}, {full.bytes / MB:.1f} MB")
             jobs: list[tuple[str, Callable[[Corpus, Path], Run]]] = [
-                (f"ours {fmt}", lambda c, w, fmt=fmt, t=tokenizer: run_ours(fmt, t, c, w)) for fmt in OURS]
+                (f"ours {fmt}", functools.partial(run_ours, fmt, tokenizer)) for fmt in OURS]
             for peer in PEERS:
                 if peer.name in available:
                     python, source = available[peer.name]
-                    jobs.append((peer.label, lambda c, w, p=peer, py=python, s=source, t=tokenizer:
-                                 run_peer(p, py, s, t, c, w)))
+                    jobs.append((peer.label, functools.partial(run_peer, peer, python, source, tokenizer)))
             for tool, job in jobs:  # alternated: each tool's full run, then its one-document run
                 keep(family, tool, "full", job, full)
                 keep(family, tool, "one", job, one)
@@ -504,8 +504,8 @@ def markdown(outcome: Outcome, families: tuple[str, ...] = tuple(TARGETS)) -> st
               "| --- | --- | --- | --- |"]
     for family in families:
         hf, ours_alone = outcome.alone.get((family, "hf")), outcome.alone.get((family, "ours"))
-        best = min((m.cpu_s_per_mb for (f, _), m in outcome.measured.items() if f == family
-                    and m.tool.startswith("ours") and "cold" not in m.tool and m.cpu_s_per_mb), default=None)
-        bound = f"{hf / best:.1f}×" if hf and best else "n/a"
+        fastest = min((m.cpu_s_per_mb for (f, _), m in outcome.measured.items() if f == family
+                       and m.tool.startswith("ours") and "cold" not in m.tool and m.cpu_s_per_mb), default=None)
+        bound = f"{hf / fastest:.1f}×" if hf and fastest else "n/a"
         lines.append(f"| {family} | {hf or 0:.3f} | {ours_alone or 0:.3f} | {bound} |")
     return "\n".join(lines) + "\n"

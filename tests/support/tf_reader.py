@@ -43,7 +43,7 @@ def read_with_spec(path: str, spec: dict, compression: str = "") -> list[dict]:
     # tf.io.parse_example over batches of records: the same values as parse_single_example record by record
     # (TensorFlow's own batched parser), without an eager call per record (a d=10 job has ~50k of them).
     dataset = tf.data.TFRecordDataset(path, compression_type=compression or None).batch(4096)
-    examples = []
+    examples: list[dict] = []
     for batch in dataset:
         parsed = {k: v.numpy() for k, v in tf.io.parse_example(batch, spec).items()}
         examples.extend({k: v[i] for k, v in parsed.items()} for i in range(len(batch)))
