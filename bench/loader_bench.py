@@ -73,7 +73,7 @@ def split_output(output: Path, target: Path, parts: int = 3) -> list[Path]:
     import shutil
 
     lines = [line for line in (output / "manifest.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["records"]]  # a task that held no text wrote no shard
+             if line.strip() and json.loads(line).get("records")]  # a task that held no text wrote no shard
     if len(lines) < parts:
         raise ValueError(f"{output} has {len(lines)} task(s): too few to split into {parts} outputs")
     weights = list(range(1, parts + 1))

@@ -1409,8 +1409,8 @@ def mixture_rows(s: Settings, tmp: Path, res: Results, output: Path, sources) ->
     from bench.loader_bench import measure, split_output
     from bench.roles import pipeline
 
-    if sum(json.loads(line)["records"] > 0 for line in (output / "manifest.jsonl").read_text().splitlines()) < 3:
-        # a --quick output: 2 tasks of 256K
+    lines = (output / "manifest.jsonl").read_text().splitlines()
+    if sum((json.loads(line).get("records") or 0) > 0 for line in lines) < 3:  # a --quick output: 2 tasks of 256K
         data = corpora.replicate(sources, tmp / "l-mix-corpus", 1)
         pipeline(data.root, tmp / "runs" / "l-mix-data", str(VOCAB), 2, task_size="64K", dupe_factor=2)
         shutil.rmtree(data.root)
