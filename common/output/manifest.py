@@ -1,16 +1,8 @@
-"""The manifest: one JSON line per finished task, next to the shards.
+"""Reading the manifest: one JSON line per finished task, next to the shards (its lines and their files: the
+loader, mlm-verify, the formats, the card).
 
-It is the run's memory: the sink appends a line (and fsyncs) before telling
-the ventilator a task is done, and a restarted run skips every task it lists.
-A crash can leave a torn last line; it is dropped on load and the file is cut
-back to its last complete line.
-
-On S3 an object cannot be appended to, so the sink journals to a local file
-and publishes it as ``PREFIX/manifest.jsonl`` regularly and at the end; a
-sink started on another machine picks up from the published copy.
-
-This module reads a manifest (its lines and their files: the loader, mlm-verify, the formats, the card); the
-journal the sink keeps, which asks the steps and formats, is ``sink/manifest.py``.
+The journal the sink keeps (appending, fsync, torn last lines, publishing to S3), which asks the steps and
+formats, is ``sink/manifest.py``.
 """
 
 from __future__ import annotations
