@@ -79,3 +79,13 @@ def test_ventilator_help_is_in_sections():
         assert flags <= sections[heading], (heading, flags - sections[heading])
     everywhere = [flag for flags in sections.values() for flag in flags]
     assert len(everywhere) == len(set(everywhere)), "an option shown twice"
+
+
+@pytest.mark.parametrize("module", ["ventilator", "sink", "worker", "loader"])
+def test_every_option_says_what_it_does(module):
+    """An option whose help is only its env var and default tells a user nothing (--heartbeat-seconds had none)."""
+    now = cli_help.options(cli_help.help_text(module))
+    assert now
+    bare = sorted(flag for flag, option in now.items() if not option["text"].strip() or option["text"].lstrip()
+                  .startswith("["))
+    assert not bare, f"options without help: {', '.join(bare)}"

@@ -150,7 +150,7 @@ class JobSettings:
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=Deferred(AddableStep), multiple=True, default=(),
+        "--add-step", type=Deferred(AddableStep), multiple=True, default=(), metavar="STEP",
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
@@ -265,7 +265,9 @@ class DeliverySettings:
     lease_seconds: float = option("--lease-seconds", type=float, default=JobConfig.lease_seconds, show_envvar=True,
                                   help="A task whose worker sends no heartbeat for this long is handed to another.")
     heartbeat_seconds: float = option("--heartbeat-seconds", type=float, default=JobConfig.heartbeat_seconds,
-                                      show_envvar=True)
+                                      show_envvar=True,
+                                      help="How often workers and the sink tell the ventilator they are alive; one "
+                                           "silent for three of these and 5 s more counts as gone.")
     max_attempts: int = option("--max-attempts", type=click.IntRange(min=1), default=ServerOptions.max_attempts,
                                show_envvar=True,
                                help="A task that fails this often is quarantined and reported; the run goes on.")
