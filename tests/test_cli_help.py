@@ -89,3 +89,18 @@ def test_every_option_says_what_it_does(module):
     bare = sorted(flag for flag, option in now.items() if not option["text"].strip() or option["text"].lstrip()
                   .startswith("["))
     assert not bare, f"options without help: {', '.join(bare)}"
+
+
+def test_a_parameter_with_choices_shows_them_and_the_command_line_refuses_others():
+    """--pack, --masking, --megatron-level and --column-names showed as TEXT: their choices are declared once, on
+    the parameter (param(..., choices=...)), and shown and checked from there."""
+    import subprocess
+    import sys
+
+    now = cli_help.options(cli_help.help_text("ventilator"))
+    for flag, choices in {"--pack": "full-sentences|doc-sentences", "--masking": "none|static",
+                          "--megatron-level": "sentence|document", "--column-names": "ours|hf"}.items():
+        assert now[flag]["head"] == flag and sorted(now[flag]["choices"]) == sorted(choices.split("|")), now[flag]
+    result = subprocess.run([sys.executable, "-m", "ventilator", "--objective", "roberta", "--pack", "docs",
+                             "--show-steps"], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "'docs' is not one of" in result.stderr, result.stderr[-500:]

@@ -60,7 +60,8 @@ class When:
 
 
 def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `help` shadows a builtin: click's word
-          when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None) -> Any:
+          when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None,
+          choices: tuple[str, ...] = ()) -> Any:
     """A Params field with its command-line help (and, rarely, its own flag name).
 
     A step that says when it is on (``Step.enabled``) makes its fields that name their ``flag`` its own options,
@@ -73,9 +74,15 @@ def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `hel
     ``shared``: the axis's common parameter of that name (every objective's ``--max-seq-length``): variants
     that each declare it shared take one flag; otherwise two variants declaring one flag are refused
     (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``), for an axis
-    whose flags show their own default (the launchers' and publishers')."""
+    whose flags show their own default (the launchers' and publishers').  ``choices``: the values a string
+    parameter takes, shown by ``--help`` and checked by the command line (``validate`` still checks a job's)."""
+    settings = dict(cli or {})
+    if choices:
+        import click
+
+        settings.setdefault("type", click.Choice(list(choices)))
     return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when,
-                                            "shared": shared, "cli": dict(cli or {})})
+                                            "shared": shared, "cli": settings})
 
 
 def idle_fields(params: DataclassInstance) -> list[dataclasses.Field]:

@@ -62,9 +62,10 @@ class RobertaParams:
     max_seq_length: int = param(512, "Tokens per block, [CLS] and [SEP] included.  " + LENGTH_HELP,
                                 shared=True)
     pack: str = param("full-sentences", "full-sentences: blocks cross documents (a separator between two); "
-                                        "doc-sentences: a block stays within one document.")
+                                        "doc-sentences: a block stays within one document.", choices=PACKINGS)
     masking: str = param("none", "none: unmasked blocks with special_tokens_mask and word_starts, masked at train "
-                                 "time; static: masked here with BERT's 80/10/10 rule, --dupe-factor times.")
+                                 "time; static: masked here with BERT's 80/10/10 rule, --dupe-factor times.",
+                         choices=MASKINGS)
     masked_lm_prob: float = param(0.15, "Share of a block's tokens to mask, in (0, 1) (--masking static; 0.3 for "
                                         "MosaicBERT/ModernBERT).", when=STATIC, shared=True)
     max_predictions_per_seq: int = param(0, "At most this many masked positions per block (--masking static); 0: as "

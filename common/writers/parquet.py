@@ -58,6 +58,8 @@ else:  # imported when first used
 
 #: Records per row group: ~2-10 MB of token ids at 128-512 tokens, one read each.
 ROW_GROUP_ROWS = 8192
+#: --column-names' values.
+COLUMN_NAMINGS = ("ours", "hf")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class ParquetParams:
     column_names: str = param("ours", "Column names: ours (the objective's feature names: input_mask, segment_ids, "
                                       "next_sentence_labels) or hf (Hugging Face's: attention_mask, token_type_ids, "
                                       "next_sentence_label, plus labels (-100 but at masked positions) for masked "
-                                      "outputs), which BertForPreTraining and Trainer take as they are.", opt_in=True)
+                                      "outputs), which BertForPreTraining and Trainer take as they are.", opt_in=True,
+                              choices=COLUMN_NAMINGS)
 
     def validate(self) -> None:
         if self.bin_size < 0:
@@ -79,9 +82,6 @@ class ParquetParams:
         if self.column_names not in COLUMN_NAMINGS:
             raise ValueError(f"--column-names must be ours or hf, not {self.column_names!r}")
 
-
-#: --column-names' values.
-COLUMN_NAMINGS = ("ours", "hf")
 #: Hugging Face's argument names (BertForPreTraining.forward) for the features that have one.
 HF_NAMES = {"input_mask": "attention_mask", "segment_ids": "token_type_ids",
             "next_sentence_labels": "next_sentence_label"}
