@@ -20,22 +20,29 @@ from tests.support.helpers import WIKI, free_ports, need_shared
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
 
+def _job_with_a_standby_on_another_port(c: Cluster, tmp_path):
+    """The job's sink and ventilator, a second sink on another port (standing by), two workers with progress made:
+    the second sink's process and log."""
+    c.start_sink()
+    c.start_ventilator()
+    _wait_for(c.logs[1], "ready:", process=c.ventilator)
+    (port,) = free_ports(1)
+    second = c._start("second-sink", "sink", [
+        "--ventilator", f"127.0.0.1:{c.vport}", "--port", port, "--bind-host", "127.0.0.1",
+        "--state-dir", tmp_path / "state-2", "--publish-seconds", "1"])
+    second_log = c.logs[-1]
+    assert _wait_for(second_log, "standing by", "manifest", process=second) == "standing by", c.tail()
+    c.start_worker()
+    c.start_worker()
+    c.wait_for_progress(3)
+    return second, second_log
+
+
 def test_a_standby_sink_on_another_port_steps_aside_after_kill_9_and_a_sink_on_the_port_ends_the_job(tmp_path):
     need_shared()
     c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
     try:
-        c.start_sink()
-        c.start_ventilator()
-        _wait_for(c.logs[1], "ready:", process=c.ventilator)
-        (port,) = free_ports(1)
-        second = c._start("second-sink", "sink", [
-            "--ventilator", f"127.0.0.1:{c.vport}", "--port", port, "--bind-host", "127.0.0.1",
-            "--state-dir", tmp_path / "state-2", "--publish-seconds", "1"])
-        second_log = c.logs[-1]
-        assert _wait_for(second_log, "standing by", "manifest", process=second) == "standing by", c.tail()
-        c.start_worker()
-        c.start_worker()
-        c.wait_for_progress(3)
+        second, second_log = _job_with_a_standby_on_another_port(c, tmp_path)
         c.kill(c.sink)
         assert second.wait(timeout=120) == 1, c.tail()
         said = second_log.read_text()
@@ -57,18 +64,7 @@ def test_the_jobs_sink_keeps_the_books_after_a_ventilator_restart_welcomed_a_sta
     need_shared()
     c = Cluster(WIKI, tmp_path / "out", JOB, tmp_path)
     try:
-        c.start_sink()
-        c.start_ventilator()
-        _wait_for(c.logs[1], "ready:", process=c.ventilator)
-        (port,) = free_ports(1)
-        second = c._start("second-sink", "sink", [
-            "--ventilator", f"127.0.0.1:{c.vport}", "--port", port, "--bind-host", "127.0.0.1",
-            "--state-dir", tmp_path / "state-2", "--publish-seconds", "1"])
-        second_log = c.logs[-1]
-        assert _wait_for(second_log, "standing by", "manifest", process=second) == "standing by", c.tail()
-        c.start_worker()
-        c.start_worker()
-        c.wait_for_progress(3)
+        second, second_log = _job_with_a_standby_on_another_port(c, tmp_path)
         c.sink.send_signal(signal.SIGSTOP)
         c.kill(c.ventilator)
         c.start_ventilator()
