@@ -85,6 +85,10 @@ class AddableStep(click.Choice):
     def __init__(self) -> None:
         super().__init__(sorted(addable_steps()))
 
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        """The installed steps as a choice shows its values (``[demo-drop-digits]``); STEP with none, not ``[]``."""
+        return super().get_metavar(param, ctx) if self.choices else "STEP"
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value in self.choices:
             return value
@@ -150,7 +154,7 @@ class JobSettings:
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=Deferred(AddableStep), multiple=True, default=(), metavar="STEP",
+        "--add-step", type=Deferred(AddableStep), multiple=True, default=(),
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones

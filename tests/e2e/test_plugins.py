@@ -108,6 +108,8 @@ def test_help_lists_the_plugin_variants_and_their_flags(installed):
     plain = subprocess.run([sys.executable, "-m", "ventilator", "--help"], cwd=REPO, capture_output=True,
                            text=True, env={**os.environ, **with_path(), "COLUMNS": "200"}, timeout=120)
     assert plain.returncode == 0 and "demo-ids" not in plain.stdout
+    # --add-step shows the installed steps as a choice does, and STEP (not "[]") with none installed
+    assert "--add-step [demo-drop-digits]" in result.stdout and "--add-step STEP" in plain.stdout
 
 
 def test_a_plugin_step_is_off_until_its_own_flag_turns_it_on(installed, monkeypatch):
