@@ -58,6 +58,11 @@ SUMMARY_NAME = "summary.json"
 #: The largest count a message carries (common/wire/envelope.py: Count).
 MAX_COUNT = 2**53
 ACK_BATCH = 1000
+#: Acknowledgements held while the sink knows no job (before its Welcome, or standing by for another sink).
+#: Beyond this many, more are dropped and counted: their tasks stay unconfirmed, and the ventilator has them done
+#: again, so a flood (a hostile peer, or a fleet acking into a sink that stands by for hours) costs a counter,
+#: not the sink's memory.
+MAX_EARLY_ACKS = 100_000
 
 
 @dataclass
@@ -252,7 +257,7 @@ class SinkServer:
             if pull in events:
                 acks = self._drain_acks(pull)
                 if self.config is None:
-                    self._early_acks.extend(acks)
+                    self._hold(acks)
                 else:
                     self._record(acks, send)
             if dealer in events and self.inbox.receive(dealer, self._from_ventilator):
@@ -391,6 +396,15 @@ class SinkServer:
                 break
         acks, self._acks = self._acks, []
         return acks
+
+    def _hold(self, acks: list[protocol.TaskAck]) -> None:
+        """Keep acknowledgements until the job is known, at most MAX_EARLY_ACKS of them (the rest dropped and
+        counted: unconfirmed, their tasks are done again)."""
+        room = max(MAX_EARLY_ACKS - len(self._early_acks), 0)
+        self._early_acks.extend(acks[:room])
+        for _ in acks[room:]:
+            self.dropped.drop(f"acknowledgement while no job is known, beyond {MAX_EARLY_ACKS} held (its task is "
+                              f"done again)")
 
     def _ack(self, ack: protocol.TaskAck, _sender: Sender) -> None:
         self._acks.append(ack)

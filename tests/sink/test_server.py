@@ -189,3 +189,70 @@ def test_a_sink_whose_ventilator_stays_silent_says_so(tmp_path, monkeypatch, cap
     said = [r.getMessage() for r in caplog.records if "no answer from the ventilator" in r.getMessage()]
     assert len(said) == 1 and f"127.0.0.1:{vport}" in said[0], said
     assert f"wire protocol {protocol.PROTOCOL_VERSION}" in said[0] and hellos >= 1
+
+
+def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_bound(tmp_path, monkeypatch):
+    """A sink holds the acknowledgements that reach it before its Welcome (or while it stands by), to record them
+    once the job is known.  A flood of them (a hostile peer; a fleet acking into a sink standing by for hours)
+    held them all in memory.  Now at most MAX_EARLY_ACKS are held, the rest dropped and counted (unconfirmed,
+    their tasks are done again): a real sink over real sockets, played a ventilator that welcomes it late."""
+    import threading
+    import time
+
+    import zmq
+
+    import sink.server
+    from common.job.config import JobConfig
+    from common.job.params import Component
+    from common.wire import protocol
+    from tests.support.helpers import free_ports
+
+    monkeypatch.setattr(sink.server, "MAX_EARLY_ACKS", 5)
+    out = tmp_path / "out"
+    config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"), steps=steps_of("line"),
+                       tokenizer_json="")
+    context = zmq.Context()
+    ventilator = context.socket(zmq.ROUTER)
+    ventilator.setsockopt(zmq.LINGER, 0)
+    vport = ventilator.bind_to_random_port("tcp://127.0.0.1")
+
+    def receive(kind: type):
+        while True:
+            assert ventilator.poll(30_000), f"no {kind.__name__} from the sink"
+            identity, frame = ventilator.recv_multipart()
+            message = protocol.decode(frame)
+            if isinstance(message, kind):
+                return identity, message
+
+    (port,) = free_ports(1)
+    server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
+                                    state_dir=str(tmp_path / "state"), report_seconds=3600))
+    status: list[int] = []
+    thread = threading.Thread(target=lambda: status.append(server.run()), daemon=True)
+    thread.start()
+    identity, _hello = receive(protocol.Hello)  # not welcomed yet: the job is not known
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    ranges = [("src", n, n + 1) for n in range(8)]
+    for where in ranges:
+        push.send(protocol.encode(protocol.TaskAck(task_id_of(*where), config.job_id, "w", *where, "v", [], 0,
+                                                   protocol.AckStats())))
+    deadline = time.monotonic() + 60  # only a bound on a hang: the loop ends when the sink has dropped three
+    while sum(server.dropped.dropped.values()) < 3:
+        assert time.monotonic() < deadline, server.dropped.dropped
+        time.sleep(0.05)
+    assert len(server._early_acks) == 5
+    assert any("beyond 5 held" in reason for reason in server.dropped.dropped)
+    ventilator.send_multipart([identity, protocol.encode(protocol.Welcome(config.encoded(), config.job_id, "v1"))])
+    done: list[str] = []
+    while len(done) < 5:
+        done += receive(protocol.TasksDone)[1].task_ids
+    assert done == [task_id_of(*where) for where in ranges[:5]]
+    ventilator.send_multipart([identity, protocol.encode(protocol.Shutdown("done"))])
+    assert receive(protocol.SinkClosed)[1].error == ""
+    thread.join(30)
+    assert status == [0]
+    push.close()
+    ventilator.close()
+    context.term()
