@@ -32,6 +32,7 @@ from common.segmenters import segmenter_named
 from common.steps import plan_stages, step_named
 from common.steps.words import Words
 from common.storage import LocalStorage, Storage, StorageError, is_remote, open_storage
+from common.storage.s3 import endpoint_problem
 from common.tokenization import TokenizerError, Vocabulary, han_words, load_vocabulary
 from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
@@ -155,6 +156,9 @@ def _refuse_idle_flags(step_class, params) -> None:
 def validate(run: RunConfig) -> Checked:
     """Every refusal that needs no job id, in one line (JobError): the options, the tokenizer, the inputs
     (listed; only their first bytes read, to detect the format) and the components' parameters."""
+    endpoint = endpoint_problem(run.input.s3_endpoint_url)  # whether or not a path is s3://: it goes in the job
+    if endpoint:
+        raise JobError(endpoint)
     try:
         for name, given in run.job.steps.items():  # the steps' own flags, each step checking its own
             step_class = step_named(name)

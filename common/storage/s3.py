@@ -5,6 +5,7 @@ shard is never visible half-written; reads are pinned to the ETag listed at plan
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Iterator
 
 from common.job.tasks import InputFile
@@ -26,6 +27,26 @@ S3_BACKOFF_CODES = frozenset({"SlowDown", "QuotaExceeded", "ServiceUnavailable",
                               "RequestLimitExceeded", "TooManyRequests", "XMinioStorageFull"})
 
 
+def endpoint_problem(endpoint_url: str | None) -> str | None:
+    """Why ``endpoint_url`` (``--s3-endpoint-url``) cannot be used, or None.  The URL travels in the job to every
+    worker, lands in ``dataset_info.json`` and is quoted by botocore's errors: credentials in it
+    (``http://KEY:SECRET@host``) would be spread everywhere, so they are refused, and the URL is never echoed."""
+    if not endpoint_url:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(endpoint_url)
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is asked for
+    except ValueError as error:
+        return f"--s3-endpoint-url is not a URL ({error})"
+    if parts.username is not None or parts.password is not None:
+        return ("--s3-endpoint-url holds a user name or password (user:secret@host): a job's endpoint "
+                "travels to every worker and into the output, and errors quote it; boto3 reads credentials from its own chain (AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role)")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "--s3-endpoint-url must be an http:// or https:// URL naming a host (http://HOST:PORT)"
+    return None
+
+
 class S3Storage(Backend):
     """Amazon S3 or an S3-compatible store (``--s3-endpoint-url``)."""
 
@@ -45,6 +66,9 @@ class S3Storage(Backend):
         import boto3
         from botocore.config import Config
 
+        problem = endpoint_problem(endpoint_url)
+        if problem:
+            raise StorageError(problem)
         self.bucket, self.prefix = split_bucket_uri(uri, "s3")
         self.retry = retry or RetryPolicy()
         self.unlisted: dict[str, str] = {}  # a listing is all or nothing on S3

@@ -126,3 +126,36 @@ def test_a_steps_flags_at_their_defaults_or_with_the_step_on_are_accepted(corpus
     validate(_options(corpus, tmp_path, steps={"holdout": {"fraction": 0.0, "seed": 0}, "dedup": {"mode": "off"}}))
     validate(_options(corpus, tmp_path, steps={"holdout": {"fraction": 0.1, "seed": 5},
                                                "dedup": {"mode": "minhash", "ngram": 3}}))
+
+
+@pytest.mark.parametrize("endpoint, message", [
+    ("http://AKIAEXAMPLE:wJalrXUtnFEMI@127.0.0.1:7480", "holds a user name or password"),
+    ("https://AKIAEXAMPLE@s3.example.com", "holds a user name or password"),
+    ("s3.example.com:7480", "must be an http:// or https:// URL"),
+    ("ftp://s3.example.com", "must be an http:// or https:// URL"),
+    ("http://127.0.0.1:99999", "is not a URL"),
+])
+def test_an_s3_endpoint_with_credentials_or_no_host_is_refused_without_echoing_it(corpus, tmp_path, endpoint,
+                                                                                  message):
+    """The endpoint travels in the job to every worker, lands in dataset_info.json and is quoted by botocore's
+    errors: credentials in it were spread everywhere.  Refused before any work, whether or not a path is s3://,
+    and the refusal never quotes the URL (its secret)."""
+    options = _options(corpus, tmp_path, s3_endpoint_url=endpoint)
+    with pytest.raises(JobError, match=message) as refused:
+        validate(options)
+    assert "\n" not in str(refused.value) and "wJalrXUtnFEMI" not in str(refused.value)
+    assert "AKIAEXAMPLE" not in str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_s3_store_refuses_an_endpoint_with_credentials_itself():
+    """Every reader of s3:// (the worker given a hostile job, the loader, mlm-report) opens the store: it refuses
+    them too, in one line naming none of them."""
+    from common.storage import StorageError
+    from common.storage.s3 import S3Storage, endpoint_problem
+
+    assert endpoint_problem("") is None and endpoint_problem("http://127.0.0.1:7480") is None
+    assert endpoint_problem("https://s3.eu-west-1.amazonaws.com") is None
+    with pytest.raises(StorageError, match="holds a user name or password") as refused:
+        S3Storage("s3://bucket/prefix", "http://KEY:hunter2@127.0.0.1:7480")
+    assert "hunter2" not in str(refused.value)
