@@ -94,7 +94,14 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 def env_prefix(command: str) -> str:
     """The one rule for a command's variables: ``MLM_``, the command's name, ``_``, the option's flag
     (``mlm-loader --data``: ``MLM_LOADER_DATA``), so no role reads another's variable."""
-    return "MLM_" + command.upper().replace("-", "_")
+    return env_var("MLM", command)
+
+
+def env_var(prefix: str, flag: str) -> str:
+    """The variable of the option ``flag`` under ``prefix`` (:func:`env_prefix`'s): the prefix, ``_``, the flag's
+    words (``MLM_VENTILATOR`` and ``--dupe-factor``: ``MLM_VENTILATOR_DUPE_FACTOR``).  The only place the rule is
+    written: click's options get theirs from it (:func:`_settle`), and so do the names no command reads now."""
+    return f"{prefix}_{flag.lstrip('-').upper().replace('-', '_')}"
 
 
 #: The commands whose variables :func:`env_prefix` names (the console scripts' names, without ``mlm-``).
@@ -108,7 +115,7 @@ def stale_variables(ctx: click.Context, params: list[click.Parameter]) -> list[s
     stale = []
     for param in params:
         if isinstance(param, click.Option) and param.opts[-1].startswith("--") and isinstance(param.envvar, str):
-            old = "MLM_" + _long_flag(param).lstrip("-").upper().replace("-", "_")
+            old = env_var("MLM", _long_flag(param))
             if old != param.envvar and os.environ.get(old) and not old.startswith(owned):
                 stale.append(f"{old} (this command's {_long_flag(param)} is {param.envvar})")
     return stale
@@ -193,7 +200,7 @@ def _settle(param: click.Parameter, prefix: str | None) -> None:
     """What every option of every command has, whoever declared it: its variable by :func:`env_prefix`'s rule
     (from its flag), an integer's int64 range, and a float that is a number."""
     if isinstance(param, click.Option) and param.envvar is None and param.allow_from_autoenv and prefix:
-        param.envvar = f"{prefix}_{_long_flag(param).lstrip('-').upper().replace('-', '_')}"
+        param.envvar = env_var(prefix, _long_flag(param))
     if isinstance(param.type, click.IntRange) and not isinstance(param.type, _Int64Range):
         param.type = _Int64Range(param.type)
     elif type(param.type) is click.types.IntParamType:
