@@ -12,7 +12,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import DeferredCommand, PluginFailure, command_settings
+from common.job.cli_settings import DeferredCommand, PluginFailure, SectionedOption, command_settings
 from common.job.params import PluginError
 from common.storage import Storage, StorageError
 from common.wire.security import Curve, SecurityError
@@ -191,23 +191,24 @@ def _output_options(command: Callable) -> Callable:
 @click.option("--masked-lm-prob", type=click.FloatRange(0, 1, min_open=True), default=0.15, show_envvar=True,
               help="With --dynamic-masking: share of each sequence's tokens to mask.")
 @click.option("--max-predictions-per-seq", type=click.IntRange(min=1), default=None, show_envvar=True,
-              help="With --dynamic-masking of an unmasked output (--masking none): mask slots per record.  "
-                   "[default: ceil(length x --masked-lm-prob)]")
+              help="With --dynamic-masking of an unmasked output (--masking none): mask slots per record.",
+              cls=SectionedOption, shown_default="derived: ceil(length x --masked-lm-prob)")
 @click.option("--whole-word-mask", is_flag=True, show_envvar=True,
               help="With --dynamic-masking: mask whole words (the records' word_starts: --objective roberta --masking "
                    "none, electra --word-starts; Chinese words with --word-segmenter), as BERT's "
                    "--do-whole-word-mask does.")
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="Token-budget batches instead of --batch-size rows: whole samples (variable-length records, "
-                   "e.g. --objective tokens), at most this many tokens a batch per rank.  [default: off]")
+                   "e.g. --objective tokens), at most this many tokens a batch per rank.",
+              cls=SectionedOption, shown_default="off")
 @click.option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
               help="With --batch-tokens: flat (one row, position_ids, cu_seq_lens_q/k, max_length_q/k: "
                    "DataCollatorWithFlattening's flash-attention kwargs) or padded (similar lengths, padded to the "
-                   "longest, attention_mask).  "
-                   "[default: flat]")
+                   "longest, attention_mask).",
+              cls=SectionedOption, shown_default="flat")
 @click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
-              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
-                   "[default: 4096]")
+              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.",
+              cls=SectionedOption, shown_default="4096")
 @click.option("--weights", default=None, show_envvar=True,
               help="With several --data: each one's share of the tokens, in order (0.7,0.3; normalized).")
 @click.option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
@@ -223,7 +224,8 @@ def _output_options(command: Callable) -> Callable:
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
 @click.option("--s3-endpoint-url", default=None, show_envvar=True, help="An S3-compatible endpoint for s3:// data.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
-              help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
+              help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.",
+              cls=SectionedOption, shown_default="off")
 @click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(data: tuple[str, ...], split: str, allow_partial: bool, port: int, bind_host: str, batch_size: int,

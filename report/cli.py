@@ -13,7 +13,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import SectionedCommand, Size, command_settings
+from common.job.cli_settings import SectionedCommand, SectionedOption, Size, command_settings
 from common.job.params import PluginError
 from common.storage import StorageError, open_storage
 from report.build import REPORT_DIRECTORY, build_report
@@ -89,11 +89,11 @@ def unread_input(report: dict) -> str:
               help="Several outputs: the loader's --shuffle-window.")
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="Several outputs: the loader's --batch-tokens, if it has one: the plan then counts each record's "
-                   "own tokens, not its sequence length.  [default: as given; on when a source's records vary in "
-                   "length]")
+                   "own tokens, not its sequence length.", cls=SectionedOption,
+              shown_default="as given, else on when a source's records vary in length")
 @click.option("--mix-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
-              help="Several outputs: tokens of the stream to describe.  [default: to the last phase and one "
-                   "mixture epoch more]")
+              help="Several outputs: tokens of the stream to describe.", cls=SectionedOption,
+              shown_default="to the last phase and one mixture epoch more")
 @click.option("-v", "--verbose", count=True, help="More logging.")
 def main(outputs: tuple[str, ...], s3_endpoint_url: str, sample: int, input_sample: int, weights: str | None,
          temperature: float | None, mix_schedule: str | None, seed: int, shuffle_window: int, batch_tokens: int | None,

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 import click
 
-from common.job.cli_settings import SectionedCommand, command_settings
+from common.job.cli_settings import SectionedCommand, SectionedOption, command_settings
 from common.job.tasks import compression_of
 from common.readers import ParseReport, detect, reader_named, readers
 from common.readers.content import decompress
@@ -204,13 +204,14 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
                    "tokenizer.json) or sentencepiece (the SentencePiece library's Unigram, as a .model).")
 @click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
 @click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
-              help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
+              help="Lower-case the text.", cls=SectionedOption,
+              shown_default="on for wordpiece and unigram, off for bpe")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]),
               default="auto")
 @click.option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
               help="--model sentencepiece: the share of the corpus's characters the model covers (SentencePiece's "
-                   "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).  "
-                   f"[default: {DEFAULT_CHARACTER_COVERAGE}]")
+                   "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).", cls=SectionedOption,
+              shown_default=str(DEFAULT_CHARACTER_COVERAGE))
 def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None,
          corpus_format: str, character_coverage: float | None) -> None:
     """Train a tokenizer on a corpus: a BERT WordPiece vocab.txt (use it with
