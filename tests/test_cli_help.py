@@ -69,7 +69,7 @@ def test_ventilator_help_is_in_sections():
     assert len(everywhere) == len(set(everywhere)), "an option shown twice"
 
 
-@pytest.mark.parametrize("module", ["ventilator", "sink", "worker", "loader"])
+@pytest.mark.parametrize("module", cli_help.ROLES)
 def test_every_option_says_what_it_does(module):
     """An option whose help is only its env var and default tells a user nothing (--heartbeat-seconds had none)."""
     now = cli_help.options(cli_help.help_text(module))

@@ -202,12 +202,13 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 @click.option("--model", show_envvar=True, type=click.Choice(MODELS), default="wordpiece",
               help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE), unigram (ALBERT's SentencePiece-like Unigram, as "
                    "tokenizer.json) or sentencepiece (the SentencePiece library's Unigram, as a .model).")
-@click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
+@click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000,
+              help="Tokens the vocabulary holds, its special tokens included.")
 @click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
               help="Lower-case the text.", cls=SectionedOption,
               shown_default="on for wordpiece and unigram, off for bpe")
 @click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]),
-              default="auto")
+              default="auto", help="Input format; auto detects it from the first file.")
 @click.option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
               help="--model sentencepiece: the share of the corpus's characters the model covers (SentencePiece's "
                    "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).", cls=SectionedOption,

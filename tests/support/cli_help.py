@@ -62,7 +62,7 @@ def snapshot(module: str) -> dict[str, dict]:
 
 
 #: The roles whose --help is held to a snapshot.
-ROLES = ("ventilator", "sink", "worker", "loader", "report")
+ROLES = ("ventilator", "sink", "worker", "loader", "report", "sink.verify", "common.tokenization.training")
 
 if __name__ == "__main__":  # python -m tests.support.cli_help --write [ROLE ...]: record, on purpose
     if sys.argv[1:2] != ["--write"]:
