@@ -165,3 +165,22 @@ def test_every_declared_choice_is_shown_as_a_choice():
     for flag, choices in declared.items():
         assert sorted(now[flag]["choices"]) == sorted(choices), (flag, now[flag])
         assert not now[flag]["head"].endswith(" TEXT"), now[flag]
+
+
+@pytest.mark.parametrize("command", ["ventilator.cli", "sink.cli", "worker.cli", "loader.cli", "report.cli",
+                                     "sink.verify", "common.tokenization.training"])
+def test_every_option_of_every_command_is_declared_one_way(command):
+    """Each option is made from its declaration (``Option``, through ``cli_settings.click_option``), whoever
+    declared it (a settings field, a step's or a variant's parameter, a command written as a function): none
+    is a bare ``click.option`` whose default, variable or help would follow rules of its own."""
+    import importlib
+
+    import click
+
+    main = importlib.import_module(command).main
+    with click.Context(main, info_name=command) as ctx:
+        params = main.get_params(ctx)
+        help_option = main.get_help_option(ctx)
+    bare = [param.opts[0] for param in params if isinstance(param, click.Option) and param is not help_option
+            and getattr(param, "declaration", None) is None]
+    assert len(params) > 1 and not bare, f"options not made from a declaration: {bare}"

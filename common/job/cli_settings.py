@@ -94,8 +94,9 @@ class SectionedOption(click.Option):
     None means, each variant's own): in click's one bracket, instead of the value."""
 
     def __init__(self, *args: Any, section: str = "", section_after: str = "", shown_default: str = "",
-                 **kwargs: Any):
+                 declaration: Option | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.declaration = declaration  # what made it (click_option)
         self.section = section
         self.section_after = section_after
         self.shown_default = shown_default
@@ -394,7 +395,20 @@ def click_option(option: Option, name: str, default: Any = _MISSING, hint: Any =
     kwargs.setdefault("show_envvar", True)
     return click.option(*decls, name, cls=SectionedOption, section=option.section or section,
                         section_after=section_after, help=option.help,
-                        shown_default=option.shown_default or shown_default, **kwargs)
+                        shown_default=option.shown_default or shown_default, declaration=option, **kwargs)
+
+
+def command_option(*decls: str, default: Any = _MISSING, section: str = "", derived: str = "", described: str = "",
+                   help: str = "", **click_kwargs: Any) -> Callable:  # `help`: click's word
+    """The option ``decls`` (click's declarations; a name without dashes names its parameter) as a decorator, for a
+    command written as a function (mlm-loader, mlm-report, mlm-verify, mlm-train-vocab): declared as every option
+    is (:class:`common.job.params.Option`), the same arguments as a settings field's :func:`option`."""
+    flags = tuple(decl for decl in decls if decl.startswith("-"))
+    names = [decl for decl in decls if not decl.startswith("-")]
+    long = next(decl for decl in flags if decl.startswith("--")).split("/")[0].strip()
+    declared = Option(help=help, flag=long, decls=flags, section=section, derived=derived, described=described,
+                      click=click_kwargs)
+    return click_option(declared, names[0] if names else long[2:].replace("-", "_"), default)
 
 
 def _settings_option(f: dataclasses.Field, section: str = "") -> Callable:
