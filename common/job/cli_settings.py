@@ -1,8 +1,11 @@
 """Settings dataclasses whose fields are their command's options.
 
 A role's settings (the ventilator's RunConfig, the sink's and the worker's settings) are frozen dataclasses.
-Each field that a user can set carries its click option in its metadata (:func:`option`), so one declaration
-gives the option, its default and the typed value; :func:`add_options` puts the options on a click command,
+Each field that a user can set carries its declaration (:func:`option`: a :class:`common.job.params.Option`, as a
+step's or a variant's parameter does), so one declaration gives the option, its default and the typed value;
+:func:`click_option` makes every command's click options from declarations (:func:`command_option` for a command
+written as a function), and :func:`env_var` names every option's variable; :func:`add_options` puts the
+options on a click command,
 :func:`build` turns click's values back into the dataclass (groups nested as fields), and :func:`to_argv`
 writes a settings object as the command line that rebuilds it, which is how one process hands its settings
 to another (the ventilator starting the sink and the workers) without a second list of flags.

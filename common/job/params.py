@@ -3,12 +3,13 @@ is named in the job, configured from the command line, and shipped.
 
 Every axis of the pipeline (reader, objective, writer) is a set of
 components found by name.  A component declares its parameters as a frozen
-dataclass (``Params``) whose fields carry their command-line help in the
-field metadata.  The ventilator builds its command-line options from those
-dataclasses, so a new component brings its own flags, and the job carries
-the chosen component as a :class:`Component` (a name and a flat mapping of
-scalar values), so neither the roles nor the wire protocol know any
-component's parameters.
+dataclass (``Params``) whose fields are options (:func:`param`): each carries
+its one declaration, an :class:`Option` (flag, help, section, choices, default
+as shown, when it applies), as every option of every command does.  The
+ventilator builds its command-line options from those dataclasses, so a new
+component brings its own flags, and the job carries the chosen component as a
+:class:`Component` (a name and a flat mapping of scalar values), so neither the
+roles nor the wire protocol know any component's parameters.
 """
 
 from __future__ import annotations
