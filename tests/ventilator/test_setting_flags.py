@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import shutil
 
-import click
 import pytest
 
 from common.describe import dataset_info
@@ -78,9 +77,10 @@ def test_the_run_options_settings_are_named_by_their_declared_flags(corpus):
     for path, argv in changed.items():
         assert argv[0] == flags[path], (path, argv)
         needs = ["--do-whole-word-mask"] if path == "steps.words" else []  # else jieba's words do nothing
-        new, _ = _described(data, root, *needs, *argv)
+        new, command = _described(data, root, *needs, *argv)
         changes = dataset_info.changed_options(_described(data, root, *needs)[0] if needs else base, new, flags)
         assert any(change.startswith(f"{flags[path]} ") for change in changes), (path, changes)
+        assert argv[0] in command.split(), command  # the card's command: the same declaration's flag
     moved = dataset_info.changed_options(base, _described(other, root)[0], flags)
     assert any(change.startswith(f"{flags['input.uri']} ") for change in moved), moved
 
@@ -145,11 +145,3 @@ def test_a_steps_settings_are_named_by_their_declared_flags(corpus, step, f):
     changes = dataset_info.changed_options(base, new, described_flags())
     assert any(change.startswith(f"{flag} ") for change in changes), (flag, changes)
     assert flag in command.split(), command
-
-
-def test_the_card_command_names_every_choice_by_its_declared_flag():
-    """A choice's flag in --help and in the card's command are one: both come from the declaration."""
-    for f in option_fields(RunConfig):
-        option = option_of(f)
-        if isinstance(option.click.get("type"), click.Choice):
-            assert option.flag == option.decls[0].split("/")[0], option
