@@ -12,7 +12,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import DeferredCommand, PluginFailure, command_settings
+from common.job.cli_settings import DeferredCommand, PluginFailure, command_option, command_settings
 from common.job.params import PluginError
 from common.storage import Storage, StorageError
 from common.wire.security import Curve, SecurityError
@@ -157,75 +157,77 @@ def _output_options(command: Callable) -> Callable:
     """``--data`` and ``--split``, made when the command is first used (:class:`DeferredCommand`): the sides
     are the steps' (installed plugins' too), so importing the loader finds no step, and a plugin that cannot
     be loaded is the command's one line, ``--help`` included."""
-    command = click.option("--split", type=click.Choice(splits()), default="train", show_envvar=True,
+    command = command_option("--split", type=click.Choice(splits()), default="train", show_envvar=True,
                            help=_split_help())(command)
-    return click.option("--data", required=True, multiple=True, metavar="OUT", show_envvar=True,
+    return command_option("--data", required=True, multiple=True, metavar="OUT", show_envvar=True,
                         help="A finished output of this project (directory, s3://bucket/prefix or gs://bucket/prefix), "
                              "read through its manifest.  Several: a mixture (OUT=WEIGHT, --weights, --temperature "
                              "or --mix-schedule; docs/loader.md, Mixtures).")(command)
 
 
 @click.command(cls=DeferredCommand, options=_output_options, context_settings=command_settings("loader"))
-@click.option("--allow-partial", is_flag=True, show_envvar=True,
+@command_option("--allow-partial", is_flag=True, show_envvar=True,
               help="Serve an output whose job has not finished (no summary.json, or tasks quarantined): what is "
                    "in its manifest so far.")
-@click.option("--port", type=click.IntRange(1, 65535), default=LOADER_PORT, show_envvar=True,
+@command_option("--port", type=click.IntRange(1, 65535), default=LOADER_PORT, show_envvar=True,
               help="Port trainer ranks connect to.")
-@click.option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=256, show_envvar=True,
+@command_option("--bind-host", default="*", show_envvar=True, help="Interface to listen on (* for all).")
+@command_option("--batch-size", type=click.IntRange(min=1), default=256, show_envvar=True,
               help="Records per batch, per rank.")
-@click.option("--seed", type=int, default=0, show_envvar=True, help="Every epoch's order and masks derive from it.")
-@click.option("--shuffle-window", type=click.IntRange(min=1), default=65536, show_envvar=True,
+@command_option("--seed", type=int, default=0, show_envvar=True, help="Every epoch's order and masks derive from it.")
+@command_option("--shuffle-window", type=click.IntRange(min=1), default=65536, show_envvar=True,
               help="Records shuffled together after the shards are shuffled (a full shuffle if >= the records).")
-@click.option("--dynamic-masking", is_flag=True, show_envvar=True,
+@command_option("--dynamic-masking", is_flag=True, show_envvar=True,
               help="Draw new masks per (seed, epoch, record) from the restored original tokens.")
-@click.option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
+@command_option("--vocab-file", type=click.Path(dir_okay=False), default=None, show_envvar=True,
               help="With --dynamic-masking: the vocab.txt the output was made with ([MASK] id, vocabulary size).")
-@click.option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
+@command_option("--tokenizer", type=click.Path(), default=None, show_envvar=True,
               help="With --dynamic-masking: the tokenizer the output was made with instead (tokenizers JSON, "
                    "SentencePiece .model or a local model directory).")
-@click.option("--mask-id", type=click.IntRange(min=0), default=None, show_envvar=True,
+@command_option("--mask-id", type=click.IntRange(min=0), default=None, show_envvar=True,
               help="With --dynamic-masking and no --vocab-file: the [MASK] token's id.")
-@click.option("--vocab-size", type=click.IntRange(min=1), default=None, show_envvar=True,
+@command_option("--vocab-size", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="With --dynamic-masking and no --vocab-file: ids drawn for the 10% random replacements.")
-@click.option("--masked-lm-prob", type=click.FloatRange(0, 1, min_open=True), default=0.15, show_envvar=True,
+@command_option("--masked-lm-prob", type=click.FloatRange(0, 1, min_open=True), default=0.15, show_envvar=True,
               help="With --dynamic-masking: share of each sequence's tokens to mask.")
-@click.option("--max-predictions-per-seq", type=click.IntRange(min=1), default=None, show_envvar=True,
-              help="With --dynamic-masking of an unmasked output (--masking none): mask slots per record.  "
-                   "[default: ceil(length x --masked-lm-prob)]")
-@click.option("--whole-word-mask", is_flag=True, show_envvar=True,
+@command_option("--max-predictions-per-seq", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="With --dynamic-masking of an unmasked output (--masking none): mask slots per record.",
+              derived="ceil(length x --masked-lm-prob)")
+@command_option("--whole-word-mask", is_flag=True, show_envvar=True,
               help="With --dynamic-masking: mask whole words (the records' word_starts: --objective roberta --masking "
                    "none, electra --word-starts; Chinese words with --word-segmenter), as BERT's "
                    "--do-whole-word-mask does.")
-@click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
+@command_option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="Token-budget batches instead of --batch-size rows: whole samples (variable-length records, "
-                   "e.g. --objective tokens), at most this many tokens a batch per rank.  [default: off]")
-@click.option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
+                   "e.g. --objective tokens), at most this many tokens a batch per rank.",
+              described="off")
+@command_option("--batch-layout", type=click.Choice(LAYOUTS), default=None, show_envvar=True,
               help="With --batch-tokens: flat (one row, position_ids, cu_seq_lens_q/k, max_length_q/k: "
                    "DataCollatorWithFlattening's flash-attention kwargs) or padded (similar lengths, padded to the "
-                   "longest, attention_mask).  "
-                   "[default: flat]")
-@click.option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
-              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.  "
-                   "[default: 4096]")
-@click.option("--weights", default=None, show_envvar=True,
+                   "longest, attention_mask).",
+              described="flat")
+@command_option("--pack-window", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="With --batch-tokens: consecutive samples of the shuffled epoch packed together.",
+              described="4096")
+@command_option("--weights", default=None, show_envvar=True,
               help="With several --data: each one's share of the tokens, in order (0.7,0.3; normalized).")
-@click.option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
+@command_option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
               help="With several --data: shares proportional to each one's tokens ** this (XLM-R: 0.3).")
-@click.option("--mix-schedule", type=click.Path(dir_okay=False, exists=True), default=None, show_envvar=True,
+@command_option("--mix-schedule", type=click.Path(dir_okay=False, exists=True), default=None, show_envvar=True,
               help="With several --data: a JSON file of phases, each from a token count with its weights or "
                    "temperature (docs/loader.md, Mixtures).")
-@click.option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
+@command_option("--max-prefetch", type=click.IntRange(min=1), default=16, show_envvar=True,
               help="The most batches a rank may have in flight (its client asks for fewer or as many).")
-@click.option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
+@command_option("--cache-mb", type=click.IntRange(min=1), default=1024, show_envvar=True,
               help="Decoded shards kept in memory; give it at least one shuffle window's worth.")
-@click.option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
+@command_option("--curve-dir", type=click.Path(file_okay=False), default=None, show_envvar=True,
               help="Encrypt and authenticate with CURVE keys from this directory (made by mlm-keys).")
-@click.option("--s3-endpoint-url", default=None, show_envvar=True, help="An S3-compatible endpoint for s3:// data.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
-              help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.  [default: off]")
-@click.option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
-@click.option("-v", "--verbose", count=True, help="More logging.")
+@command_option("--s3-endpoint-url", default=None, show_envvar=True, help="An S3-compatible endpoint for s3:// data.")
+@command_option("--metrics-port", type=click.IntRange(0, 65535), default=None, show_envvar=True,
+              help="Serve Prometheus metrics (ranks, batches and bytes sent, cache) on this port.",
+              described="off")
+@command_option("--report-seconds", type=float, default=30.0, show_envvar=True, help="Throughput log interval.")
+@command_option("-v", "--verbose", count=True, help="More logging.")
 def main(data: tuple[str, ...], split: str, allow_partial: bool, port: int, bind_host: str, batch_size: int,
          seed: int, shuffle_window: int, dynamic_masking: bool, vocab_file: str | None, tokenizer: str | None,
          mask_id: int | None, vocab_size: int | None, masked_lm_prob: float, max_predictions_per_seq: int | None,

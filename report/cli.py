@@ -13,7 +13,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import SectionedCommand, Size, command_settings
+from common.job.cli_settings import SectionedCommand, Size, command_option, command_settings
 from common.job.params import PluginError
 from common.storage import StorageError, open_storage
 from report.build import REPORT_DIRECTORY, build_report
@@ -71,30 +71,30 @@ def unread_input(report: dict) -> str:
 
 @click.command(cls=SectionedCommand, context_settings=command_settings("report"))
 @click.argument("outputs", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX...", nargs=-1, required=True)
-@click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
-@click.option("--sample", default="64M", type=Size(), show_envvar=True,
+@command_option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
+@command_option("--sample", default="64M", type=Size(), show_envvar=True,
               help="Bytes of shards to read (whole files, spread over the output; a quarter more for the held-out "
                    "side). The manifest's counts are exact whatever it is.")
-@click.option("--input-sample", default="1M", type=Size(), show_envvar=True,
+@command_option("--input-sample", default="1M", type=Size(), show_envvar=True,
               help="Bytes of the job's input to tokenize again for [UNK] by script and the text behind it; 0: skip.")
-@click.option("--weights", default=None, show_envvar=True,
+@command_option("--weights", default=None, show_envvar=True,
               help="Several outputs: describe them mixed as mlm-loader --weights mixes them (0.7,0.3; or OUT=WEIGHT).")
-@click.option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
+@command_option("--temperature", type=click.FloatRange(0, 10), default=None, show_envvar=True,
               help="Several outputs: shares proportional to each one's tokens ** this, as mlm-loader --temperature.")
-@click.option("--mix-schedule", type=click.Path(dir_okay=False, exists=True), default=None, show_envvar=True,
+@command_option("--mix-schedule", type=click.Path(dir_okay=False, exists=True), default=None, show_envvar=True,
               help="Several outputs: mlm-loader's --mix-schedule file of phases (docs/loader.md, Mixtures).")
-@click.option("--seed", type=int, default=0, show_envvar=True,
+@command_option("--seed", type=int, default=0, show_envvar=True,
               help="Several outputs: the loader's --seed (the sources' orders, so which records fill each phase).")
-@click.option("--shuffle-window", type=click.IntRange(min=1), default=65536, show_envvar=True,
+@command_option("--shuffle-window", type=click.IntRange(min=1), default=65536, show_envvar=True,
               help="Several outputs: the loader's --shuffle-window.")
-@click.option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
+@command_option("--batch-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
               help="Several outputs: the loader's --batch-tokens, if it has one: the plan then counts each record's "
-                   "own tokens, not its sequence length.  [default: as given; on when a source's records vary in "
-                   "length]")
-@click.option("--mix-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
-              help="Several outputs: tokens of the stream to describe.  [default: to the last phase and one "
-                   "mixture epoch more]")
-@click.option("-v", "--verbose", count=True, help="More logging.")
+                   "own tokens, not its sequence length.",
+              described="as given, else on when a source's records vary in length")
+@command_option("--mix-tokens", type=click.IntRange(min=1), default=None, show_envvar=True,
+              help="Several outputs: tokens of the stream to describe.",
+              described="to the last phase and one mixture epoch more")
+@command_option("-v", "--verbose", count=True, help="More logging.")
 def main(outputs: tuple[str, ...], s3_endpoint_url: str, sample: int, input_sample: int, weights: str | None,
          temperature: float | None, mix_schedule: str | None, seed: int, shuffle_window: int, batch_tokens: int | None,
          mix_tokens: int | None, verbose: int) -> None:

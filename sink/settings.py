@@ -35,11 +35,12 @@ class SinkSettings:
     metrics_port: int | None = option("--metrics-port", type=click.IntRange(0, 65535), default=SinkOptions.metrics_port,
                                       show_envvar=True,
                                       help="Serve Prometheus metrics (manifest totals, throughput, stage times) on "
-                                           "this port.  [default: off]")
+                                           "this port.", described="off")
     instance_hourly_price: float | None = option(
         "--instance-hourly-price", type=click.FloatRange(min=0), default=SinkOptions.instance_hourly_price,
-        show_envvar=True, help="USD per worker instance-hour (e.g. the workers' spot price): the summary then gives "
-                               "the run's cost, per billion output tokens and per input GB.  [default: hours only]")
+        show_envvar=True, described="hours only",
+        help="USD per worker instance-hour (e.g. the workers' spot price): the summary then gives the run's cost, per "
+             "billion output tokens and per input GB.")
     verbose: int = option("-v", "--verbose", count=True, default=0, help="More logging.")
     storage: StorageSettings = field(default_factory=StorageSettings)
 

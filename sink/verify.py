@@ -23,7 +23,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common.describe import dataset_info
-from common.job.cli_settings import SectionedCommand, add_options, build, command_settings
+from common.job.cli_settings import SectionedCommand, add_options, build, command_option, command_settings
 from common.job.params import PluginError
 from common.job.tasks import FINISH
 from common.output.files import check_finished
@@ -183,7 +183,7 @@ def _read_back(storage, listed: dict, data: bytes, result: Verification, info: d
 
 @click.command(cls=SectionedCommand, context_settings=command_settings("verify", show_default=False))
 @click.argument("output", metavar="DIR|s3://BUCKET/PREFIX|gs://BUCKET/PREFIX")
-@click.option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
+@command_option("--s3-endpoint-url", default="", show_envvar=True, help="An S3-compatible endpoint instead of AWS.")
 @add_options(StorageSettings)
 def main(output: str, s3_endpoint_url: str, **storage_values) -> None:
     """Check every shard of OUTPUT against its manifest.jsonl.

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 
 from common.job.config import JobConfig, check_places, standard_steps
-from common.job.params import Component, ParamValue
+from common.job.params import Component, ParamValue, own_flag
 from common.job.tasks import InputFile, compression_of
 from common.objectives import objective_named
 from common.output.lock import OutputLock, OutputLocked
@@ -38,7 +38,7 @@ from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
-from ventilator.run_config import RunConfig
+from ventilator.run_config import RunConfig, described_flags
 from ventilator.server import Job
 
 log = logging.getLogger("ventilator")
@@ -146,7 +146,7 @@ def _refuse_idle_flags(step_class, params) -> None:
     defaults = step_class.make_params({})
     # A value from the environment: the command names its variable (common.job.cli_settings.naming_variables).
     idle = [flag for f in dataclasses.fields(step_class.Params)
-            if (flag := f.metadata.get("flag")) and not same(getattr(params, f.name), getattr(defaults, f.name))]
+            if (flag := own_flag(f)) and not same(getattr(params, f.name), getattr(defaults, f.name))]
     if idle:
         section = getattr(step_class.Params, "section", "") or f"Step {step_class.name}"
         raise ValueError(f"{', '.join(idle)} {'does' if len(idle) == 1 else 'do'} nothing here: the "
@@ -314,7 +314,8 @@ def _what_changed(output, config: JobConfig, old_id=None) -> str:
         old = dataset_info.read(output)
         if old is None:
             return ""
-        changes = dataset_info.changed_options(old, dataset_info.describe(config, {}, complete=False))
+        changes = dataset_info.changed_options(old, dataset_info.describe(config, {}, complete=False),
+                                               described_flags())
     except Exception:  # an unreadable description: the refusal stands without the detail
         return ""
     if not changes and "steps" not in old:  # described before the steps were: a step's option may differ

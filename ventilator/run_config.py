@@ -24,10 +24,10 @@ import click
 from common.job.cli_settings import (
     Deferred,
     DeferredCommand,
-    SectionedOption,
     Size,
     add_options,
     build,
+    click_option,
     command_settings,
     data_argv,
     option,
@@ -35,7 +35,17 @@ from common.job.cli_settings import (
     option_flags,
 )
 from common.job.config import JobConfig
-from common.job.params import Configurable, OptionSpec, ParamClash, ParamValue, PluginError, defaults_text, option_specs
+from common.job.params import (
+    Configurable,
+    OptionSpec,
+    ParamClash,
+    ParamValue,
+    PluginError,
+    defaults_text,
+    option_of,
+    option_specs,
+    own_flag,
+)
 from common.job.tasks import parse_size
 from common.objectives import objectives
 from common.readers import readers
@@ -94,7 +104,7 @@ class AddableStep(click.Choice):
             return value
         step = steps().get(value)
         if step is not None and step.has_switch():
-            flags = [f.metadata["flag"] for f in dataclasses.fields(step.Params) if f.metadata.get("flag")]
+            flags = [own_flag(f) for f in dataclasses.fields(step.Params) if own_flag(f)]
             self.fail(f"{value} is switched on by its own flags ({', '.join(flags)}), not --add-step", param, ctx)
         known = ", ".join(map(repr, self.choices)) or "none is installed"
         self.fail(f"no step {value!r}: --add-step takes a step that does not say when it is on ({known})", param, ctx)
@@ -106,8 +116,8 @@ def addable_steps() -> dict:
 
 
 def _token(role: str, example: str) -> Any:
-    return option(f"--{role}-token", default=None, show_envvar=True,
-                  help=f"The {example} where the tokenizer does not say.  [default: the tokenizer's]")
+    return option(f"--{role}-token", default=None, show_envvar=True, described="the tokenizer's",
+                  help=f"The {example} where the tokenizer does not say.")
 
 
 @dataclass(frozen=True)
@@ -115,14 +125,14 @@ class InputSettings:
     section: ClassVar[str] = "Input"  # its heading in --help
     decides_data: ClassVar[bool] = True  # its options are the dataset card's command (cli_settings.data_argv)
     data: str = option("--data", required=True, type=click.Path(), metavar="DIR|FILE|s3://BUCKET/PREFIX",
-                       show_envvar=True,
+                       describes="input.uri", show_envvar=True,
                        help="The corpus: WikiExtractor output (plain or --json), BERT's text format (one sentence per "
                             "line, blank line between documents), Parquet files or JSON Lines (docs/inputs.md).")
-    corpus_format: str = option("--format", type=_choice(readers, "auto"),
+    corpus_format: str = option("--format", type=_choice(readers, "auto"), describes="reader.name",
                                 default="auto", show_envvar=True,
                                 help="Input format; auto detects it from the first file.")
     task_size: int = option("--task-size", default=parse_size(DEFAULT_TASK_SIZE), cli_default=DEFAULT_TASK_SIZE,
-                            type=Size(), show_envvar=True,
+                            type=Size(), describes="input.task_size", show_envvar=True,
                             help="Bytes of input per task (8M, 256K, ...); compressed files are one task each.")
     shared_fs: bool = option("--shared-fs", is_flag=True, default=False, show_envvar=True, decides_data=False,
                              help="Workers can read --data themselves (same path): send byte ranges, not content. "
@@ -136,25 +146,26 @@ class JobSettings:
     section: ClassVar[str] = "Job"  # its heading in --help
     decides_data: ClassVar[bool] = True  # and its axes' parameters and steps' flags (data_command)
     output: str = option("--output", required=True, metavar="DIR|s3://BUCKET/PREFIX", show_envvar=True,
-                         decides_data=False,
+                         decides_data=False, section="Output",
                          help="Where shards and manifest.jsonl go.")
-    objective: str = option("--objective", type=_choice(objectives), default="bert",
-                            show_envvar=True, help="What the documents become (see the README's objectives table).")
-    output_format: str = option("--output-format", type=_choice(writers),
-                                default="tfrecord", show_envvar=True,
+    objective: str = option("--objective", type=_choice(objectives), default="bert", section="Objective",
+                            describes="objective.name", show_envvar=True,
+                            help="What the documents become (see the README's objectives table).")
+    output_format: str = option("--output-format", type=_choice(writers), section="Output",
+                                describes="writer.name", default="tfrecord", show_envvar=True,
                                 help="How the records are written (see the README's formats table).")
-    segmenter: str = option("--segmenter", type=_choice(segmenters, "auto"),
-                            default="auto", show_envvar=True,
+    segmenter: str = option("--segmenter", type=_choice(segmenters, "auto"), section="Segmentation and words",
+                            describes="segmenter", default="auto", show_envvar=True,
                             help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
                                  "as they are. auto: lines for --objective electra (its reference adds lines) and "
                                  "for the text format (already one sentence per line), sentences otherwise.")
     word_segmenter: str = option(
-        "--word-segmenter", type=_choice(word_segmenters, NO_WORD_SEGMENTER),
-        default=NO_WORD_SEGMENTER, show_envvar=True,
+        "--word-segmenter", type=_choice(word_segmenters, NO_WORD_SEGMENTER), section="Segmentation and words",
+        describes="steps.words", default=NO_WORD_SEGMENTER, show_envvar=True,
         help="Find words inside runs of Han characters (Chinese) for whole-word masking and the output's word "
              "starts (docs/tokenizers.md, \"Chinese words\"); other scripts keep the tokenizer's words.")
     add_step: tuple[str, ...] = option(
-        "--add-step", type=Deferred(AddableStep), multiple=True, default=(),
+        "--add-step", type=Deferred(AddableStep), multiple=True, default=(), describes="steps",
         show_envvar=True, help="Add a step to every task (one a plugin brings, say), right after the step it "
                                "names; its parameters are its own flags.  Repeat for several.")
     #: The axes' parameters given (readers', objectives', writers', word segmenters', added steps'; unset ones
@@ -183,9 +194,9 @@ class TokenizerSettings:
     unk_token: str | None = _token("unk", "unknown token ([UNK], <unk>)")
     do_lower_case: bool | None = option(
         "--do-lower-case/--no-do-lower-case", default=None, show_envvar=True,
-        help="Lower-case the text before the tokenizer (and strip accents, for a vocab.txt), whatever its family.  "
-             "[default: on for a vocab.txt (BERT's); for a SentencePiece .model the objective's reference (on for "
-             "bert, albert, electra); a tokenizers JSON or model directory as it says]")
+        help="Lower-case the text before the tokenizer (and strip accents, for a vocab.txt), whatever its family.",
+        described="on for a vocab.txt (BERT's); for a SentencePiece .model the objective's reference (on for bert, "
+                  "albert, electra); a tokenizers JSON or model directory as it says")
 
     def special_tokens(self) -> dict[str, str]:
         """The special tokens given, by role (cls, sep, mask, pad, unk)."""
@@ -229,11 +240,12 @@ class SinkGroup:
                             help="For the local sink: where it journals the manifest of an S3 output.")
     sink_metrics_port: int | None = option(
         "--sink-metrics-port", type=click.IntRange(0, 65535), default=SinkSettings.metrics_port, show_envvar=True,
-        help="The same for the sink started here (its --metrics-port).  [default: off]")
+        help="The same for the sink started here (its --metrics-port).", described="off")
     instance_hourly_price: float | None = option(
         "--instance-hourly-price", type=click.FloatRange(min=0), default=SinkSettings.instance_hourly_price,
-        show_envvar=True, help="For the sink started here (its --instance-hourly-price): USD per worker "
-                               "instance-hour, for the cost in its summary.  [default: hours only]")
+        show_envvar=True, described="hours only",
+        help="For the sink started here (its --instance-hourly-price): USD per worker instance-hour, for the cost "
+             "in its summary.")
 
     def __post_init__(self):
         if not self.sink_address:
@@ -287,7 +299,7 @@ class MetricsSettings:
     section: ClassVar[str] = "Metrics and autoscaling"  # its heading in --help
     metrics_port: int | None = option(
         "--metrics-port", type=click.IntRange(0, 65535), default=ServerOptions.metrics_port, show_envvar=True,
-        help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.  [default: off]")
+        help="Serve Prometheus metrics (task states, workers, redeliveries) on this port.", described="off")
     backlog_publisher: str = option(
         "--backlog-publisher", type=_choice(publishers), default=DEFAULT_PUBLISHER, show_envvar=True,
         help="Where the backlog is published for autoscaling, when its options are given (ventilator/publishers/).")
@@ -300,8 +312,8 @@ class MetricsSettings:
 class DisplaySettings:
     section: ClassVar[str] = "Display"  # its heading in --help
     progress: bool | None = option("--progress/--no-progress", default=None, show_envvar=True,
-                                   help="A progress bar, with every local process's log lines above it.  [default: "
-                                        "when stderr is a terminal]")
+                                   described="when stderr is a terminal",
+                                   help="A progress bar, with every local process's log lines above it.")
     verbose: int = option("-v", "--verbose", count=True, default=0, help="More logging.")
     show_steps: bool = option("--show-steps", is_flag=True, default=False,
                               help="Print the job's steps in the order every task runs them, each with its options, "
@@ -428,16 +440,16 @@ def _own_default(axis: Axis, spec: OptionSpec) -> tuple[bool, Any]:
 def component_options(command):
     """One option per flag of every variant's parameters (see :class:`Axis`)."""
     for axis, specs in reversed(axis_specs()):
+        every = len(axis.variants())
         for spec in reversed(specs):
-            decls = [f"{spec.flag}/--no-{spec.flag[2:]}" if spec.type is bool else spec.flag, spec.name]
-            kwargs: dict[str, Any] = {"type": None if spec.type is bool else spec.type, **spec.cli}
+            declared = dataclasses.replace(spec.option, flag=spec.flag)
             own, default = _own_default(axis, spec)
-            if own:
-                kwargs.update(default=default, help=spec.help)
-            else:
-                kwargs.update(default=None, show_default=False, help=f"{spec.help}  {defaults_text(spec)}")
-            command = click.option(*decls, cls=SectionedOption, section=axis.section, show_envvar=True,
-                                   **kwargs)(command)
+            if own:  # click shows the one default, as any option's
+                option = click_option(declared, spec.name, default, spec.type, section=axis.section)
+            else:  # unset unless given: each variant keeps its own
+                option = click_option(declared, spec.name, None, spec.type, section=axis.section,
+                                      shown_default=defaults_text(spec, every))
+            command = option(command)
     return command
 
 
@@ -471,9 +483,11 @@ def _variant_params(config: RunConfig, values: dict[str, Any]) -> RunConfig:
     return dataclasses.replace(config, job=dataclasses.replace(config.job, params=job_params))
 
 
-#: Options of a group shown under another heading of --help than their group's.
-FIELD_SECTIONS = {"output": "Output", "output_format": "Output", "objective": "Objective",
-                  "segmenter": "Segmentation and words", "word_segmenter": "Segmentation and words"}
+def described_flags() -> dict[str, str]:
+    """The flag of each setting of dataset_info.json the run's own options set, by its path (``input.task_size``),
+    from their declarations (``option(..., describes=...)``): what ``dataset_info.changed_options`` names."""
+    declared = [option_of(f) for f in option_fields(RunConfig)]
+    return {option.describes: option.flag for option in declared if option is not None and option.describes}
 
 
 @dataclass(frozen=True)
@@ -501,19 +515,16 @@ def step_flags() -> list[StepFlag]:
         hints = typing.get_type_hints(params_class)
         section = getattr(params_class, "section", "") or f"Step {step_name}"
         for f in dataclasses.fields(params_class):
-            flag = f.metadata.get("flag")
-            if not flag:
+            flag = own_flag(f)
+            declared = option_of(f)
+            if not flag or declared is None:
                 continue  # a parameter the job sets (segment's segmenter) or fixed (dedup's seed)
             name = flag[2:].replace("-", "_")
             if name in taken:
                 raise ParamClash(f"{flag} is declared by step {step_name} and {taken[name]}: one flag each")
             taken[name] = f"step {step_name}"
-            hint = hints[f.name]
-            settings = {"type": None if hint is bool else hint, "default": f.default, "show_envvar": True,
-                        "help": f.metadata.get("help", ""), **f.metadata.get("cli", {})}  # cli: a range, a choice
-            option = click.option(
-                f"{flag}/--no-{flag[2:]}" if hint is bool else flag, name, cls=SectionedOption, section=section,
-                section_after=getattr(params_class, "section_after", ""), **settings)
+            option = click_option(declared, name, f.default, hints[f.name], section=section,
+                                  section_after=getattr(params_class, "section_after", ""))
             made.append(StepFlag(step_name, f.name, name, option))
     return made
 
@@ -546,7 +557,7 @@ def run_options(command):
     let one silently win."""
     try:
         _load_variants()
-        command = add_options(RunConfig, FIELD_SECTIONS)(component_options(step_options(command)))
+        command = add_options(RunConfig)(component_options(step_options(command)))
     except ConfigError as error:
         raise VariantsError(str(error)) from None
     seen: dict[str, click.Parameter] = {}

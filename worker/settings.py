@@ -29,7 +29,7 @@ class WorkerSettings:
                              help="Where the ventilator listens (its --vport). Everything else, including the "
                                   "tokenizer, comes from it.")
     processes: int = option("--processes", type=click.IntRange(min=1), default=os.cpu_count() or 1,
-                            always_written=True, show_envvar=True, show_default="this host's cores",
+                            always_written=True, show_envvar=True, described="this host's cores",
                             help="Worker processes on this host (one core each).")
     sink: str = option("--sink", default=WorkerOptions.sink, metavar="HOST:PORT", show_envvar=True,
                        help="Override the sink address the ventilator hands out.")
@@ -44,9 +44,9 @@ class WorkerSettings:
                                         "mlm-keys).")
     idle_exit_seconds: float | None = option(
         "--idle-exit-seconds", type=click.FloatRange(min=0), default=WorkerOptions.idle_exit_seconds,
-        show_envvar=True, help="Exit 0 after this long (at least three heartbeats) without hearing from a ventilator "
-                               "(none started yet, or its job ended before this worker joined).  [default: wait for "
-                               "one]")
+        show_envvar=True, described="wait for one",
+        help="Exit 0 after this long (at least three heartbeats) without hearing from a ventilator (none started "
+             "yet, or its job ended before this worker joined).")
     spot_watch: bool = option("--spot-watch/--no-spot-watch", default=False, show_envvar=True,
                               help="On EC2: watch the instance metadata service (IMDSv2) for a spot interruption "
                                    "notice, a rebalance recommendation or the Auto Scaling group's scale-in, and "
@@ -61,8 +61,9 @@ class WorkerSettings:
                                    help="Which cloud --spot-watch asks: EC2's IMDSv2, or Google Compute Engine's "
                                         "metadata server (instance/preempted, a terminating maintenance event).")
     gce_metadata_host: str = option("--gce-metadata-host", default="", metavar="HOST[:PORT]", show_envvar=True,
-                                    help="The metadata server --spot-watch-cloud gce asks.  [default: "
-                                         "$GCE_METADATA_HOST, else metadata.google.internal, as Google's clients]")
+                                    help="The metadata server --spot-watch-cloud gce asks.",
+                                    described="$GCE_METADATA_HOST, else metadata.google.internal, as Google's "
+                                              "clients")
     notice_drain_seconds: float = option(
         "--notice-drain-seconds", type=click.FloatRange(min=0), default=DEFAULT_NOTICE_DRAIN_SECONDS,
         show_envvar=True, help="After a notice, how long to finish the current task before handing it back (a spot "
@@ -70,10 +71,10 @@ class WorkerSettings:
     lifecycle_hook: str = option("--lifecycle-hook", default="", metavar="NAME", show_envvar=True,
                                  help="With --spot-watch and --autoscaling-group: complete this termination "
                                       "lifecycle hook's action once drained, so scale-in waits for the drain and no "
-                                      "longer.  [default: none]")
+                                      "longer.", described="none")
     autoscaling_group: str = option("--autoscaling-group", default="", metavar="NAME", show_envvar=True,
-                                    help="The Auto Scaling group of this instance (for --lifecycle-hook).  "
-                                         "[default: none]")
+                                    help="The Auto Scaling group of this instance (for --lifecycle-hook).",
+                                    described="none")
     lifecycle_wait_seconds: float = option("--lifecycle-wait-seconds", type=click.FloatRange(min=0),
                                            default=LifecycleHook.wait_seconds, show_envvar=True,
                                            help="After exiting, how long to wait for the group to start terminating "

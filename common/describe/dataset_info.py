@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -149,18 +150,17 @@ def special_token_ids(info: dict | None) -> dict[str, int]:
             if isinstance(token, dict) and type(token.get("id")) is int and token["id"] >= 0}
 
 
-#: The options that set the description's settings outside a component's own parameters.
-_SETTING_FLAGS = {("input", "uri"): "--data", ("input", "task_size"): "--task-size", ("segmenter",): "--segmenter",
-                  ("objective", "name"): "--objective", ("writer", "name"): "--output-format",
-                  ("reader", "name"): "--format", ("tokenizer", "sha256"): "the tokenizer"}
-
-
 def _steps_with_sections() -> set[str]:
     """Steps whose settings have a section of their own in the description (compared there)."""
     return {"segment"} | {step.name for step in described_steps()}
 
 
-def _changed_steps(old: list, new: list) -> list[str]:
+def _flag(flags: Mapping[str, str], path: str) -> str:
+    """The option that sets the description's setting ``path`` (``input.task_size``), as its declaration says."""
+    return flags.get(path) or "--" + path.rsplit(".", 1)[-1].replace("_", "-")
+
+
+def _changed_steps(old: list, new: list, flags: Mapping[str, str]) -> list[str]:
     """The steps' parameters that differ (the word segmenter's, a plugin step's), and steps added or gone."""
     def by_name(steps: list) -> dict[str, dict]:
         return {s["name"]: s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)}
@@ -169,9 +169,10 @@ def _changed_steps(old: list, new: list) -> list[str]:
     changes = []
     for name in sorted((set(before) | set(after)) - _steps_with_sections()):
         if name not in before or name not in after:
-            changes.append(f"--add-step {name} {'added' if name in after else 'removed'}"
+            changes.append(f"{_flag(flags, 'steps')} {name} {'added' if name in after else 'removed'}"
                            if name not in ("words",) else
-                           f"--word-segmenter {(before.get(name) or {}).get('word_segmenter', 'none')} → "
+                           f"{_flag(flags, 'steps.words')} "
+                           f"{(before.get(name) or {}).get('word_segmenter', 'none')} → "
                            f"{(after.get(name) or {}).get('word_segmenter', 'none')}")
             continue
         for key in sorted((set(before[name]) | set(after[name])) - {"name"}):
@@ -182,22 +183,24 @@ def _changed_steps(old: list, new: list) -> list[str]:
                     flag = "--" + key.replace("_", "-")
                 changes.append(f"{flag} {before[name].get(key)} → {after[name].get(key)}")
     if [s for s in before if s in after] != [s for s in after if s in before]:
-        changes.append("the order of --add-step")
+        changes.append(f"the order of {_flag(flags, 'steps')}")
     return changes
 
 
-def changed_options(old: dict, new: dict) -> list[str]:
+def changed_options(old: dict, new: dict, flags: Mapping[str, str]) -> list[str]:
     """What differs between an output's description (``old``) and a new job's (``new``, :func:`describe`), as
     the options that set it with both values: ``--dupe-factor 10 → 5``.  The input files' versions are not
     in the description: an empty list with differing job ids (and both descriptions listing their steps) means
-    the corpus changed."""
+    the corpus changed.  Each flag is its option's declaration's: a step's or a variant's parameter's
+    (``flag_of``), or, for the settings the run's own options set, ``flags`` by the setting's path
+    (``input.task_size``: the declarations' ``describes``, ``ventilator.run_config.described_flags``)."""
     described = {step.name: step for step in described_steps()}
 
     def flag(section: str, key: str) -> str:
-        if (section, key) in _SETTING_FLAGS:
-            return _SETTING_FLAGS[(section, key)]
+        if f"{section}.{key}" in flags:
+            return flags[f"{section}.{key}"]
         if section in described:
-            return described[section].setting_flag(key)
+            return flag_of(described[section].Params, key)
         named = {"objective": "common.objectives:objective_named", "writer": "common.writers:writer_named",
                  "reader": "common.readers:reader_named"}.get(section)
         if named and isinstance(new.get(section), dict):
@@ -215,7 +218,7 @@ def changed_options(old: dict, new: dict) -> list[str]:
 
     changes = []
     if isinstance(old.get("steps"), list) and isinstance(new.get("steps"), list):
-        changes += _changed_steps(old["steps"], new["steps"])
+        changes += _changed_steps(old["steps"], new["steps"], flags)
     for section in ("input", "tokenizer", "reader", "segmenter", "objective", "writer", *described):
         before, after = old.get(section), new.get(section)
         if before == after:
@@ -228,7 +231,7 @@ def changed_options(old: dict, new: dict) -> list[str]:
         if not isinstance(before, dict) or not isinstance(after, dict):  # a step on one side only, or a name
             switch = described[section].info_section if section in described else None
             if switch is None:
-                changes.append(f"{_SETTING_FLAGS.get((section,), '--' + section)} {shown(before)} → {shown(after)}")
+                changes.append(f"{_flag(flags, section)} {shown(before)} → {shown(after)}")
             else:
                 key, off = switch.switch, switch.off
                 changes.append(f"{flag(section, key)} {shown((before or {}).get(key, off))} → "

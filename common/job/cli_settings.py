@@ -1,8 +1,11 @@
 """Settings dataclasses whose fields are their command's options.
 
 A role's settings (the ventilator's RunConfig, the sink's and the worker's settings) are frozen dataclasses.
-Each field that a user can set carries its click option in its metadata (:func:`option`), so one declaration
-gives the option, its default and the typed value; :func:`add_options` puts the options on a click command,
+Each field that a user can set carries its declaration (:func:`option`: a :class:`common.job.params.Option`, as a
+step's or a variant's parameter does), so one declaration gives the option, its default and the typed value;
+:func:`click_option` makes every command's click options from declarations (:func:`command_option` for a command
+written as a function), and :func:`env_var` names every option's variable; :func:`add_options` puts the
+options on a click command,
 :func:`build` turns click's values back into the dataclass (groups nested as fields), and :func:`to_argv`
 writes a settings object as the command line that rebuilds it, which is how one process hands its settings
 to another (the ventilator starting the sink and the workers) without a second list of flags.
@@ -15,43 +18,47 @@ import math
 import os
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from common.job.params import PluginError
+from common.job.params import Option, PluginError, declare, option_of
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-_KEY = "click_option"
-_DECIDES_DATA = "decides_data"
 _MISSING = dataclasses.MISSING
 #: A settings dataclass.
 S = TypeVar("S", bound="DataclassInstance")
 
 
-def option(*decls: str, default: Any = _MISSING, cli_default: Any = _MISSING, always_written: bool = False,
-           decides_data: bool | None = None, **click_kwargs: Any) -> Any:
+def option(*decls: str, default: Any = _MISSING, cli_default: Any = None, always_written: bool = False,
+           decides_data: bool | None = None, section: str = "", derived: str = "", described: str = "",
+           describes: str = "", help: str = "", **click_kwargs: Any) -> Any:  # `help`: click's word
     """A field that is the option ``decls`` (click's declarations, without the parameter name: the field's
-    name is that).  ``default`` is the one source of the default; ``cli_default`` only where the command line
-    shows it otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default,
-    which depends on the host (a worker's --processes: this host's cores, not the receiving one's).
+    name is that): a role's setting, declared as every option is (:class:`common.job.params.Option`).
+    ``default`` is the one source of the default; ``cli_default`` only where the command line shows it
+    otherwise (``8M`` for 8388608 bytes).  ``always_written``: to_argv writes it even at its default, which
+    depends on the host (a worker's --processes: this host's cores, not the receiving one's).
     ``decides_data``: whether the option's value changes the data made (:func:`data_argv`), where it is not
-    its group's ``decides_data`` (a class attribute; False if absent)."""
-    metadata = {_KEY: (decls, click_kwargs, cli_default, always_written), _DECIDES_DATA: decides_data}
-    if default is _MISSING:
-        return dataclasses.field(metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+    its group's ``decides_data`` (a class attribute; False if absent).  ``section``: its heading in --help, where
+    not its group's.  ``derived``/``described``: what the default is where its value does not say it (shown
+    once: ``[default: derived: ...]``).  ``describes``: the setting of dataset_info.json it sets (its changes
+    name this flag)."""
+    long = next(decl for decl in decls if decl.startswith("--"))
+    return declare(default, Option(help=help, flag=long.split("/")[0].strip(), decls=decls, section=section,
+                                   derived=derived, described=described, decides_data=decides_data,
+                                   always_written=always_written, cli_default=cli_default, describes=describes,
+                                   click=click_kwargs))
 
 
 def groups(settings_class: type) -> dict[str, type]:
     """The fields that hold a group of settings (a dataclass), by name: their class."""
     hints = typing.get_type_hints(settings_class)
     return {f.name: hints[f.name] for f in dataclasses.fields(settings_class)
-            if _KEY not in f.metadata and dataclasses.is_dataclass(hints[f.name])}
+            if option_of(f) is None and dataclasses.is_dataclass(hints[f.name])}
 
 
 def option_fields(settings_class: type) -> Iterator[dataclasses.Field]:
@@ -62,15 +69,22 @@ def option_fields(settings_class: type) -> Iterator[dataclasses.Field]:
 
 def option_flags(settings_class: type) -> dict[str, list[str]]:
     """Each option's flags by its field's name, groups opened (a switch's ``--no-`` flag too)."""
-    return {f.name: [part.strip() for decl in f.metadata[_KEY][0] for part in decl.split("/")]
+    return {f.name: [part.strip() for decl in _option(f).decls for part in decl.split("/")]
             for f in option_fields(settings_class)}
+
+
+def _option(f: dataclasses.Field) -> Option:
+    """The declaration of a field known to be an option."""
+    option = option_of(f)
+    assert option is not None, f.name
+    return option
 
 
 def _fields_by_group(settings_class: type) -> Iterator[tuple[dataclasses.Field, type]]:
     """(option field, the settings class that declares it), groups opened, in order."""
     nested = groups(settings_class)
     for f in dataclasses.fields(settings_class):
-        if _KEY in f.metadata:
+        if option_of(f) is not None:
             yield f, settings_class
         elif f.name in nested:
             yield from _fields_by_group(nested[f.name])
@@ -78,12 +92,23 @@ def _fields_by_group(settings_class: type) -> Iterator[tuple[dataclasses.Field, 
 
 class SectionedOption(click.Option):
     """An option shown under a heading of ``--help`` (:class:`SectionedCommand`); ``section_after``: the heading
-    its section follows, for options made elsewhere than their neighbours (a step's own flags)."""
+    its section follows, for options made elsewhere than their neighbours (a step's own flags).
+    ``shown_default``: its default as --help says it, where the value does not say it (a derived default, what
+    None means, each variant's own): in click's one bracket, instead of the value."""
 
-    def __init__(self, *args: Any, section: str = "", section_after: str = "", **kwargs: Any):
+    def __init__(self, *args: Any, section: str = "", section_after: str = "", shown_default: str = "",
+                 declaration: Option | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.declaration = declaration  # what made it (click_option)
         self.section = section
         self.section_after = section_after
+        self.shown_default = shown_default
+
+    def get_help_extra(self, ctx: click.Context) -> Any:  # click's OptionHelpExtra
+        extra = super().get_help_extra(ctx)
+        if self.shown_default:
+            extra["default"] = self.shown_default
+        return extra
 
 
 #: The range of every integer option: what every wire message, JSON reader and numpy array can hold.  A larger
@@ -94,7 +119,14 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 def env_prefix(command: str) -> str:
     """The one rule for a command's variables: ``MLM_``, the command's name, ``_``, the option's flag
     (``mlm-loader --data``: ``MLM_LOADER_DATA``), so no role reads another's variable."""
-    return "MLM_" + command.upper().replace("-", "_")
+    return env_var("MLM", command)
+
+
+def env_var(prefix: str, flag: str) -> str:
+    """The variable of the option ``flag`` under ``prefix`` (:func:`env_prefix`'s): the prefix, ``_``, the flag's
+    words (``MLM_VENTILATOR`` and ``--dupe-factor``: ``MLM_VENTILATOR_DUPE_FACTOR``).  The only place the rule is
+    written: click's options get theirs from it (:func:`_settle`), and so do the names no command reads now."""
+    return f"{prefix}_{flag.lstrip('-').upper().replace('-', '_')}"
 
 
 #: The commands whose variables :func:`env_prefix` names (the console scripts' names, without ``mlm-``).
@@ -108,7 +140,7 @@ def stale_variables(ctx: click.Context, params: list[click.Parameter]) -> list[s
     stale = []
     for param in params:
         if isinstance(param, click.Option) and param.opts[-1].startswith("--") and isinstance(param.envvar, str):
-            old = "MLM_" + _long_flag(param).lstrip("-").upper().replace("-", "_")
+            old = env_var("MLM", _long_flag(param))
             if old != param.envvar and os.environ.get(old) and not old.startswith(owned):
                 stale.append(f"{old} (this command's {_long_flag(param)} is {param.envvar})")
     return stale
@@ -193,7 +225,7 @@ def _settle(param: click.Parameter, prefix: str | None) -> None:
     """What every option of every command has, whoever declared it: its variable by :func:`env_prefix`'s rule
     (from its flag), an integer's int64 range, and a float that is a number."""
     if isinstance(param, click.Option) and param.envvar is None and param.allow_from_autoenv and prefix:
-        param.envvar = f"{prefix}_{_long_flag(param).lstrip('-').upper().replace('-', '_')}"
+        param.envvar = env_var(prefix, _long_flag(param))
     if isinstance(param.type, click.IntRange) and not isinstance(param.type, _Int64Range):
         param.type = _Int64Range(param.type)
     elif type(param.type) is click.types.IntParamType:
@@ -346,29 +378,59 @@ class DeferredCommand(SectionedCommand):
         self._params = value
 
 
-def click_option(f: dataclasses.Field, section: str = "") -> Callable:
-    decls, click_kwargs, cli_default, _ = f.metadata[_KEY]
-    kwargs = dict(click_kwargs)
+def click_option(option: Option, name: str, default: Any = _MISSING, hint: Any = None, section: str = "",
+                 section_after: str = "", shown_default: str = "") -> Callable:
+    """The click option (a decorator) that ``option`` declares, for the parameter ``name``: every option of every
+    command is made here, a role's setting, a step's flag and a variant's parameter alike.  ``hint``: the
+    field's type (a bool is a ``--x/--no-x`` switch); ``default``: the option's (MISSING: none, or required);
+    ``shown_default``: what --help says of the default where not the declaration's own."""
+    kwargs = dict(option.click)
     if isinstance(kwargs.get("type"), Deferred):
         kwargs["type"] = kwargs["type"].make()
-    if not kwargs.get("required"):
-        kwargs["default"] = f.default if cli_default is _MISSING else cli_default
-    return click.option(*decls, f.name, cls=SectionedOption, section=section, **kwargs)
+    if option.choices:
+        kwargs.setdefault("type", click.Choice(list(option.choices)))
+    if "type" not in kwargs and hint is not None and not option.decls:
+        kwargs["type"] = None if hint is bool else hint
+    flag = option.flag or "--" + name.replace("_", "-")
+    decls = option.decls or ((f"{flag}/--no-{flag[2:]}",) if hint is bool else (flag,))
+    if default is not _MISSING and not kwargs.get("required"):
+        kwargs["default"] = default
+    kwargs.setdefault("show_envvar", True)
+    return click.option(*decls, name, cls=SectionedOption, section=option.section or section,
+                        section_after=section_after, help=option.help,
+                        shown_default=option.shown_default or shown_default, declaration=option, **kwargs)
 
 
-def add_options(settings_class: type, sections: Mapping[str, str] | None = None) -> Callable:
-    """Decorator: the settings' options on a click command, in field order, each under its group's
-    ``section`` (a class attribute), or the one ``sections`` gives its field by name."""
+def command_option(*decls: str, default: Any = _MISSING, section: str = "", derived: str = "", described: str = "",
+                   help: str = "", **click_kwargs: Any) -> Callable:  # `help`: click's word
+    """The option ``decls`` (click's declarations; a name without dashes names its parameter) as a decorator, for a
+    command written as a function (mlm-loader, mlm-report, mlm-verify, mlm-train-vocab): declared as every option
+    is (:class:`common.job.params.Option`), the same arguments as a settings field's :func:`option`."""
+    flags = tuple(decl for decl in decls if decl.startswith("-"))
+    names = [decl for decl in decls if not decl.startswith("-")]
+    long = next(decl for decl in flags if decl.startswith("--")).split("/")[0].strip()
+    declared = Option(help=help, flag=long, decls=flags, section=section, derived=derived, described=described,
+                      click=click_kwargs)
+    return click_option(declared, names[0] if names else long[2:].replace("-", "_"), default)
+
+
+def _settings_option(f: dataclasses.Field, section: str = "") -> Callable:
+    """A role's setting's click option: its default is the field's, or as the command line shows it."""
+    option = _option(f)
+    default = f.default if option.cli_default is None else option.cli_default
+    return click_option(option, f.name, default, section=section)
+
+
+def add_options(settings_class: type) -> Callable:
+    """Decorator: the settings' options on a click command, in field order, each under its own ``section``
+    (its declaration's), or its group's (a class attribute)."""
     names = [f.name for f in option_fields(settings_class)]
     clashing = sorted({name for name in names if names.count(name) > 1})
     if clashing:
         raise TypeError(f"{settings_class.__name__}: two options named {', '.join(clashing)}")
-    by_field: Mapping[str, str] = sections or {}
-
     def decorate(command: Callable) -> Callable:
         for f, group in reversed(list(_fields_by_group(settings_class))):
-            section: str = by_field.get(f.name, "") or getattr(group, "section", "")
-            command = click_option(f, section)(command)
+            command = _settings_option(f, getattr(group, "section", ""))(command)
         return command
 
     return decorate
@@ -380,7 +442,7 @@ def build(settings_class: type[S], values: dict[str, Any]) -> S:
     kwargs = {}
     nested = groups(settings_class)
     for f in dataclasses.fields(settings_class):
-        if _KEY in f.metadata:
+        if option_of(f) is not None:
             if f.name in values:
                 kwargs[f.name] = values.pop(f.name)
         elif f.name in nested:
@@ -394,7 +456,7 @@ def to_argv(settings: DataclassInstance) -> list[str]:
     argv: list[str] = []
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
-        if _KEY not in f.metadata:
+        if option_of(f) is None:
             if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 argv += to_argv(value)
             continue
@@ -404,8 +466,9 @@ def to_argv(settings: DataclassInstance) -> list[str]:
 
 def _field_argv(f: dataclasses.Field, value: Any) -> list[str]:
     """One option's part of :func:`to_argv` (nothing at its default)."""
-    decls, click_kwargs, _, always_written = f.metadata[_KEY]
-    if value is None or (f.default is not _MISSING and value == f.default and not always_written):
+    option = _option(f)
+    decls, click_kwargs = option.decls, option.click
+    if value is None or (f.default is not _MISSING and value == f.default and not option.always_written):
         return []
     flags = [decl for decl in decls if decl.startswith("--")]
     if click_kwargs.get("count"):
@@ -437,15 +500,15 @@ def data_argv(settings: DataclassInstance, decides: bool = False) -> list[str]:
     decides = getattr(type(settings), "decides_data", decides)
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
-        if _KEY not in f.metadata:
+        if option_of(f) is None:
             if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 argv += data_argv(value, decides)
             continue
-        own = f.metadata.get(_DECIDES_DATA)
+        own = _option(f).decides_data
         if not (decides if own is None else own):
             continue
         part = _field_argv(f, value)
-        if len(part) == 2 and isinstance(f.metadata[_KEY][1].get("type"), click.Path):
+        if len(part) == 2 and isinstance(_option(f).click.get("type"), click.Path):
             part = [part[0], path_name(part[1])]
         argv += part
     return argv

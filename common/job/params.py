@@ -3,12 +3,13 @@ is named in the job, configured from the command line, and shipped.
 
 Every axis of the pipeline (reader, objective, writer) is a set of
 components found by name.  A component declares its parameters as a frozen
-dataclass (``Params``) whose fields carry their command-line help in the
-field metadata.  The ventilator builds its command-line options from those
-dataclasses, so a new component brings its own flags, and the job carries
-the chosen component as a :class:`Component` (a name and a flat mapping of
-scalar values), so neither the roles nor the wire protocol know any
-component's parameters.
+dataclass (``Params``) whose fields are options (:func:`param`): each carries
+its one declaration, an :class:`Option` (flag, help, section, choices, default
+as shown, when it applies), as every option of every command does.  The
+ventilator builds its command-line options from those dataclasses, so a new
+component brings its own flags, and the job carries the chosen component as a
+:class:`Component` (a name and a flat mapping of scalar values), so neither the
+roles nor the wire protocol know any component's parameters.
 """
 
 from __future__ import annotations
@@ -59,36 +60,82 @@ class When:
     described: str  # the condition as the flags say it: "--masking static"
 
 
+#: The field metadata key of an option's declaration (:class:`Option`).
+OPTION = "option"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option, declared once, on the dataclass field it sets (:func:`declare`): a step's or a
+    variant's parameter (:func:`param`) and a role's setting (``common.job.cli_settings.option``) alike.  Its
+    click option, its ``--help`` entry (under ``section``, one default shown once), its variable
+    (``common.job.cli_settings.env_var``), the refusal of a value that does nothing (``when``), the flag that
+    dataset_info.json's changes name (``describes``) and the job's record (``opt_in``) all come from it."""
+
+    help: str
+    flag: str = ""  # the long flag; "" for a parameter: ``--`` and the field's name (a step's: no flag at all)
+    decls: tuple[str, ...] = ()  # click's declarations where there are more ("-v", "--verbose"; "--x/--no-x")
+    section: str = ""  # its heading in --help; "" for its group's (a class attribute ``section``)
+    choices: tuple[str, ...] = ()  # a string's values: shown by --help and checked by the command line
+    derived: str = ""  # the default is worked out when the job is planned: how ("from --minhash-threshold")
+    described: str = ""  # what its default means, where the value does not say ("off" for None)
+    when: When | None = None  # where it does something: elsewhere a value other than its default is refused
+    opt_in: bool = False  # a switch added to a variant later: left off, not recorded in the job
+    shared: bool = False  # the axis's common parameter: variants that each declare it shared take one flag
+    decides_data: bool | None = None  # whether the data depends on it, where not its group's ``decides_data``
+    always_written: bool = False  # handed on (cli_settings.to_argv) even at its default: it depends on the host
+    cli_default: Any = None  # the default as the command line shows it, where not the value (8M); None: the value
+    describes: str = ""  # the setting of dataset_info.json it sets, by path ("input.task_size")
+    click: dict[str, Any] = field(default_factory=dict)  # click's settings beyond these: type, metavar, ...
+
+    @property
+    def shown_default(self) -> str:
+        """The default as --help says it where its value does not: ``derived: ...`` or what it means."""
+        return f"derived: {self.derived}" if self.derived else self.described
+
+
+def declare(default: Any, option: Option) -> Any:
+    """The dataclass field declared by ``option``, with ``default`` (MISSING: required): the one way an option
+    is made, whichever spelling (:func:`param`, ``cli_settings.option``) names it."""
+    if default is dataclasses.MISSING:
+        return field(metadata={OPTION: option})
+    return field(default=default, metadata={OPTION: option})
+
+
+def option_of(f: dataclasses.Field) -> Option | None:
+    """The option a field declares; None for a field that is none (a group, a value the command collects)."""
+    return f.metadata.get(OPTION)
+
+
 def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `help` shadows a builtin: click's word
           when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None,
-          choices: tuple[str, ...] = ()) -> Any:
-    """A Params field with its command-line help (and, rarely, its own flag name).
+          choices: tuple[str, ...] = (), derived: str = "", described: str = "") -> Any:
+    """A Params field that is an option (:class:`Option`, :func:`declare`): the plugin API's spelling, its
+    default and help first.
 
     A step that says when it is on (``Step.enabled``) makes its fields that name their ``flag`` its own options,
     with their defaults as they are (a feature's flags: ``--holdout-fraction``), checked by the field's type or
-    by ``cli``'s ``type`` (a range, a choice).
+    by ``cli``'s ``type`` (a range).  A variant's fields are all options (``--`` and the field's name, or
+    ``flag``).
 
     ``opt_in``: a switch added to a variant after jobs were run with it (its default is "off" for good).  Left
     at its default, it is not recorded in the job, so adding it changes no existing job's id (a resume of an
     output written before finds its job).  ``when``: the parameter does something only then (:class:`When`).
     ``shared``: the axis's common parameter of that name (every objective's ``--max-seq-length``): variants
     that each declare it shared take one flag; otherwise two variants declaring one flag are refused
-    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``), for an axis
-    whose flags show their own default (the launchers' and publishers').  ``choices``: the values a string
-    parameter takes, shown by ``--help`` and checked by the command line (``validate`` still checks a job's)."""
-    settings = dict(cli or {})
-    if choices:
-        import click
-
-        settings.setdefault("type", click.Choice(list(choices)))
-    return field(default=default, metadata={"help": help, "flag": flag, "opt_in": opt_in, "when": when,
-                                            "shared": shared, "cli": settings})
+    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``: a range).
+    ``choices``: the values a string parameter takes, shown by ``--help`` and checked by the command line
+    (``validate`` still checks a job's).  ``derived``: the default (0, say) means "worked out when the job is
+    planned", and how; ``described``: what the default means where its value does not say it."""
+    return declare(default, Option(help=help, flag=flag, choices=tuple(choices), derived=derived,
+                                   described=described, when=when, opt_in=opt_in, shared=shared,
+                                   click=dict(cli or {})))
 
 
 def idle_fields(params: DataclassInstance) -> list[dataclasses.Field]:
     """The fields set to other than their default that do nothing with the rest of ``params`` (:class:`When`)."""
-    return [f for f in dataclasses.fields(params) if f.metadata.get("when") is not None
-            and getattr(params, f.name) != f.default and not f.metadata["when"].holds(params)]
+    return [f for f in dataclasses.fields(params) if (option := option_of(f)) is not None and option.when is not None
+            and getattr(params, f.name) != f.default and not option.when.holds(params)]
 
 
 class Configurable:
@@ -120,7 +167,8 @@ class Configurable:
         if idle:
             by_condition: dict[str, list[str]] = {}
             for f in idle:
-                by_condition.setdefault(f.metadata["when"].described, []).append(flag_of(cls.Params, f.name))
+                when = typing.cast(When, typing.cast(Option, option_of(f)).when)
+                by_condition.setdefault(when.described, []).append(flag_of(cls.Params, f.name))
             raise ValueError("; ".join(f"{', '.join(flags)} {'does' if len(flags) == 1 else 'do'} nothing but with "
                                        f"{condition}: leave {'it' if len(flags) == 1 else 'them'} out"
                                        for condition, flags in by_condition.items()))
@@ -131,7 +179,7 @@ class Configurable:
         """The job's record of this component with ``params``: every field (but opt-in switches left off),
         so a later change of a default cannot change what a job means."""
         recorded = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)
-                    if not (f.metadata.get("opt_in") and getattr(params, f.name) == f.default)}
+                    if not ((option := option_of(f)) and option.opt_in and getattr(params, f.name) == f.default)}
         return Component(cls.name, recorded)
 
 
@@ -143,10 +191,17 @@ def _coerce(params_class: type, name: str, value: ParamValue) -> ParamValue:
     return value
 
 
+def own_flag(f: dataclasses.Field) -> str:
+    """The flag a field's declaration names itself; "" where it names none."""
+    option = option_of(f)
+    return option.flag if option is not None else ""
+
+
 def flag_of(params_class: type, name: str) -> str:
+    """The flag of the parameter ``name``: its declaration's, else ``--`` and its name."""
     for f in dataclasses.fields(params_class):
-        if f.name == name and f.metadata.get("flag"):
-            return f.metadata["flag"]
+        if f.name == name and own_flag(f):
+            return own_flag(f)
     return "--" + name.replace("_", "-")
 
 
@@ -161,7 +216,7 @@ class OptionSpec:
     defaults: dict[str, Any]  # component name -> its default
     declared_by: str = ""  # the first component with the field, to name in a clash
     field_name: str = ""  # the Params field it sets (the same in every component that takes it)
-    cli: dict[str, Any] = field(default_factory=dict)  # click's settings beyond these (param(cli=...))
+    option: Option = field(default_factory=lambda: Option(help=""))  # the first component's declaration
     shared: bool = False
 
 
@@ -187,12 +242,12 @@ def option_specs(components: Iterable[type[Configurable]]) -> list[OptionSpec]:
         hints = typing.get_type_hints(component.Params)
         for f in dataclasses.fields(component.Params):
             flag = flag_of(component.Params, f.name)
-            shared = bool(f.metadata.get("shared"))
+            option = option_of(f) or Option(help="")
+            shared = option.shared
             spec = specs.get(flag)
             if spec is None:
-                spec = specs[flag] = OptionSpec(flag[2:].replace("-", "_"), flag, hints[f.name],
-                                                f.metadata.get("help", ""), {}, _described(component), f.name,
-                                                dict(f.metadata.get("cli") or {}), shared)
+                spec = specs[flag] = OptionSpec(flag[2:].replace("-", "_"), flag, hints[f.name], option.help, {},
+                                                _described(component), f.name, option, shared)
             elif spec.type is not hints[f.name]:
                 raise ParamClash(f"{spec.flag} is declared {_type_name(spec.type)} by {spec.declared_by} and "
                                  f"{_type_name(hints[f.name])} by {_described(component)}: "
@@ -205,12 +260,23 @@ def option_specs(components: Iterable[type[Configurable]]) -> list[OptionSpec]:
     return list(specs.values())
 
 
-def defaults_text(spec: OptionSpec) -> str:
-    values = {repr(v) if isinstance(v, str) else str(v).lower() if isinstance(v, bool) else str(v)
-              for v in spec.defaults.values()}
+def shown_value(value: Any, flag: str) -> str:
+    """A default as --help shows it, as click shows one: a switch by its flag's words (``no-gzip``), "" as
+    ``""``, anything else as it prints."""
+    if isinstance(value, bool):
+        return flag[2:] if value else f"no-{flag[2:]}"
+    return '""' if value == "" else str(value)
+
+
+def defaults_text(spec: OptionSpec, variants: int = 0) -> str:
+    """The default of a variant's option as --help shows it: the value where every one of the axis's
+    ``variants`` (a count; 0: all that declare it) takes it, else with the variants that take it
+    (``full-sentences (roberta)``), or each variant's own (``albert 512, bert 128``)."""
+    values = {shown_value(v, spec.flag) for v in spec.defaults.values()}
     if len(values) == 1:
-        return f"[default: {values.pop()}]"
-    return "[default: " + ", ".join(f"{name} {v}" for name, v in spec.defaults.items()) + "]"
+        value = values.pop()
+        return value if not variants or len(spec.defaults) >= variants else f"{value} ({', '.join(spec.defaults)})"
+    return ", ".join(f"{name} {shown_value(v, spec.flag)}" for name, v in spec.defaults.items())
 
 
 #: Installed packages add variants through one entry-point group per axis: ``mlm_pipeline.<axis package>``

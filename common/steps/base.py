@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
-from common.job.params import Component, Configurable, NoParams, flag_of
+from common.job.params import Component, Configurable, NoParams
 from common.objectives import objective_named
 from common.output.files import TRAIN, ShardFile
 from common.readers import reader_named
@@ -377,11 +377,6 @@ class Describes:
     def info(cls, params: dict) -> dict:
         """Its section of dataset_info.json from its parameters as the job carries them."""
         return dict(params)
-
-    @classmethod
-    def setting_flag(cls, key: str) -> str:
-        """The option that sets ``key`` of its section (for ``changed_options``)."""
-        return flag_of(getattr(cls, "Params", NoParams), key)
 
     @classmethod
     def card_lines(cls, section: dict | None) -> list[str]:

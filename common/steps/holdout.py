@@ -141,10 +141,6 @@ class Holdout(Step[Documents, Documents]):
         return {"fraction": params["fraction"], "seed": params["seed"], "directory": DIRECTORY}
 
     @classmethod
-    def setting_flag(cls, key: str) -> str:
-        return {"fraction": "--holdout-fraction", "seed": "--holdout-seed"}.get(key) or super().setting_flag(key)
-
-    @classmethod
     def card_lines(cls, section: dict | None) -> list[str]:
         if not section:
             return ["- held out: nothing (no --holdout-fraction)"]

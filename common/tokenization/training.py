@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 import click
 
-from common.job.cli_settings import SectionedCommand, command_settings
+from common.job.cli_settings import SectionedCommand, command_option, command_settings
 from common.job.tasks import compression_of
 from common.readers import ParseReport, detect, reader_named, readers
 from common.readers.content import decompress
@@ -194,23 +194,25 @@ def train_vocabulary(lines, vocab_size: int, do_lower_case: bool = True) -> list
 
 
 @click.command(cls=SectionedCommand, context_settings=command_settings("train-vocab"))
-@click.option("--data", show_envvar=True, required=True, metavar="PATH", callback=_existing_corpus,
+@command_option("--data", show_envvar=True, required=True, metavar="PATH", callback=_existing_corpus,
               help="Corpus directory or file (any supported format), or an object store's prefix (s3://, gs://).")
-@click.option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False),
+@command_option("--output", show_envvar=True, required=True, type=click.Path(dir_okay=False),
               help="File to write: vocab.txt (wordpiece, one token per line), tokenizer.json (bpe, unigram) or a "
                    ".model (sentencepiece).")
-@click.option("--model", show_envvar=True, type=click.Choice(MODELS), default="wordpiece",
+@command_option("--model", show_envvar=True, type=click.Choice(MODELS), default="wordpiece",
               help="wordpiece (BERT), bpe (RoBERTa's byte-level BPE), unigram (ALBERT's SentencePiece-like Unigram, as "
                    "tokenizer.json) or sentencepiece (the SentencePiece library's Unigram, as a .model).")
-@click.option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000)
-@click.option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
-              help="Lower-case the text.  [default: on for wordpiece and unigram, off for bpe]")
-@click.option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]),
-              default="auto")
-@click.option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
+@command_option("--vocab-size", show_envvar=True, type=click.IntRange(min=10), default=8000,
+              help="Tokens the vocabulary holds, its special tokens included.")
+@command_option("--do-lower-case/--no-do-lower-case", show_envvar=True, default=None,
+              help="Lower-case the text.",
+              described="on for wordpiece and unigram, off for bpe")
+@command_option("--format", "corpus_format", show_envvar=True, type=click.Choice(["auto", *sorted(readers())]),
+              default="auto", help="Input format; auto detects it from the first file.")
+@command_option("--character-coverage", show_envvar=True, type=click.FloatRange(0.9, 1.0), default=None,
               help="--model sentencepiece: the share of the corpus's characters the model covers (SentencePiece's "
-                   "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).  "
-                   f"[default: {DEFAULT_CHARACTER_COVERAGE}]")
+                   "setting; 1.0 for small alphabets, 0.9995 for Chinese/Japanese).",
+              described=str(DEFAULT_CHARACTER_COVERAGE))
 def main(data: str, output: str, model: str, vocab_size: int, do_lower_case: bool | None,
          corpus_format: str, character_coverage: float | None) -> None:
     """Train a tokenizer on a corpus: a BERT WordPiece vocab.txt (use it with

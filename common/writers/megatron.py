@@ -67,7 +67,8 @@ class MegatronParams:
     megatron_level: str = param("sentence", "sentence: each sentence a sequence, documents delimited (Megatron's "
                                             "BERT); document: one sequence per document (GPT, T5).", choices=LEVELS)
     megatron_merge_size: str = param("4G", "After the normal pass, merge the tasks' pairs into pairs of about "
-                                           "this size (Megatron-LM's merge_datasets); 0: keep one pair per task.")
+                                           "this size (Megatron-LM's merge_datasets); 0: keep one pair per task.",
+                                     cli={"metavar": "SIZE"})
 
     def validate(self) -> None:
         if self.megatron_level not in LEVELS:

@@ -72,9 +72,10 @@ def test_option_specs_merge_fields_declared_shared_and_show_each_default():
 
     specs = {spec.flag: spec for spec in option_specs([Sharing, Other])}
     assert specs["--rate"].defaults == {"sharing": 0.5, "other": 0.25}
-    assert defaults_text(specs["--rate"]) == "[default: sharing 0.5, other 0.25]"
+    assert defaults_text(specs["--rate"]) == "sharing 0.5, other 0.25"
     assert specs["--the-label"].name == "the_label" and specs["--the-label"].field_name == "label"
-    assert defaults_text(specs["--the-label"]) == "[default: 'x']"
+    assert defaults_text(specs["--the-label"]) == "x"
+    assert defaults_text(specs["--the-label"], variants=2) == "x (sharing)", "which variants take it"
 
     @dataclasses.dataclass(frozen=True)
     class ClashParams:

@@ -1,7 +1,9 @@
 """The options a command's ``--help`` shows, as users read them: flags, metavar, help text, env var, default.
 
 Parsed from the rendered ``python -m ROLE --help`` (not from click's objects), so a snapshot recorded on one
-implementation of the command line holds another to the same text.
+implementation of the command line holds another to the same text.  The snapshots (tests/data/cli_help/) are
+changed on purpose, never by a test: ``python -m tests.support.cli_help --write`` records every role's, and the
+diff is reviewed with the change that made it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ def snapshot(module: str) -> dict[str, dict]:
     return json.loads((SNAPSHOTS / f"{module}.json").read_text())
 
 
-if __name__ == "__main__":  # python -m tests.support.cli_help ventilator sink worker: record (only before a change)
-    for name in sys.argv[1:]:
+#: The roles whose --help is held to a snapshot.
+ROLES = ("ventilator", "sink", "worker", "loader", "report", "sink.verify", "common.tokenization.training")
+
+if __name__ == "__main__":  # python -m tests.support.cli_help --write [ROLE ...]: record, on purpose
+    if sys.argv[1:2] != ["--write"]:
+        sys.exit("usage: python -m tests.support.cli_help --write [ROLE ...] (records tests/data/cli_help/)")
+    for name in sys.argv[2:] or ROLES:
         record(name)

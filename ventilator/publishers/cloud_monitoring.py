@@ -55,8 +55,8 @@ class CloudMonitoringParams:
 
     project: str = param("", "With --backlog-publisher cloud-monitoring: publish the backlog (backlog, pending_tasks, "
                              "leased_tasks, workers, worker_hosts, job_active) to Google Cloud Monitoring as this "
-                             "project's custom metrics, for the workers' managed instance group (docs/fleet.md).  "
-                             "[default: off]", flag="--cloud-monitoring-project", cli={"metavar": "PROJECT"})
+                             "project's custom metrics, for the workers' managed instance group (docs/fleet.md).",
+                         flag="--cloud-monitoring-project", cli={"metavar": "PROJECT"}, described="off")
     prefix: str = param(CloudMonitoringOptions.prefix, "The metrics' type prefix: <prefix>/backlog is what the "
                                                        "group's autoscaler reads (terraform/gcp).",
                         flag="--cloud-monitoring-prefix")

@@ -35,10 +35,10 @@ class CloudWatchParams:
 
     namespace: str = param("", "Publish the backlog (Backlog, PendingTasks, LeasedTasks, Workers, WorkerHosts, "
                                "JobActive) to CloudWatch under this namespace, for the workers' Auto Scaling group "
-                               "(docs/fleet.md).  [default: off]", flag="--cloudwatch-namespace",
-                           cli={"metavar": "NAMESPACE"})
-    region: str = param("", "Region of --cloudwatch-namespace.  [default: boto3's (AWS_DEFAULT_REGION, "
-                            "~/.aws/config)]", flag="--cloudwatch-region")
+                               "(docs/fleet.md).", flag="--cloudwatch-namespace", cli={"metavar": "NAMESPACE"},
+                           described="off")
+    region: str = param("", "Region of --cloudwatch-namespace.", flag="--cloudwatch-region",
+                        described="boto3's (AWS_DEFAULT_REGION, ~/.aws/config)")
     seconds: float = param(CloudWatchOptions.interval_seconds, "How often the backlog is published.",
                            flag="--cloudwatch-seconds", cli={"type": click.FloatRange(min=0.1)})
 

@@ -47,7 +47,7 @@ class DedupSettings:
     section_after: ClassVar[str] = "Tokenizer"  # the heading it follows
     mode: str = param("off", "Remove duplicate documents across the whole corpus before the normal pass: exact (same "
                              "normalised text) or minhash (also near-duplicates). See docs/dedup.md.",
-                      flag="--dedup", cli={"type": click.Choice(MODES)})
+                      flag="--dedup", choices=MODES)
     ngram: int = param(5, "Words per shingle (--dedup minhash).", flag="--minhash-ngram",
                        cli={"type": click.IntRange(min=1)}, when=MINHASH)
     #: MinHash permutations (= bands * rows when both are given)
@@ -56,15 +56,15 @@ class DedupSettings:
     threshold: float = param(0.8, "Jaccard similarity the LSH bands and rows are chosen for, as datasketch does "
                                   "(--dedup minhash).", flag="--minhash-threshold", when=MINHASH)
     #: 0: derived from threshold and perm
-    bands: int = param(0, "LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.  [default: "
-                          "derived]", flag="--minhash-bands", cli={"type": click.IntRange(min=0)},
-                    when=MINHASH)
-    rows: int = param(0, "Rows (permutations) per LSH band, with --minhash-bands.  [default: derived]",
-                      flag="--minhash-rows", cli={"type": click.IntRange(min=0)},
-                    when=MINHASH)
+    bands: int = param(0, "LSH bands, with --minhash-rows, instead of --minhash-threshold's choice.",
+                       flag="--minhash-bands", cli={"type": click.IntRange(min=0)}, when=MINHASH,
+                       derived="from --minhash-threshold and --minhash-perm")
+    rows: int = param(0, "Rows (permutations) per LSH band, with --minhash-bands.", flag="--minhash-rows",
+                      cli={"type": click.IntRange(min=0)}, when=MINHASH,
+                      derived="from --minhash-threshold and --minhash-perm")
     #: bucket tasks; 0: one per 256 MiB of input (at least 1, at most 1024)
-    partitions: int = param(0, "Bucket tasks (each holds 1/N of the keys).  [default: one per 256 MiB of input]",
-                            flag="--dedup-partitions", cli={"type": click.IntRange(0, 65535)})
+    partitions: int = param(0, "Bucket tasks (each holds 1/N of the keys).", flag="--dedup-partitions",
+                            cli={"type": click.IntRange(0, 65535)}, derived="one per 256 MiB of input")
     seed: int = param(1, "of the MinHash permutations (no flag: fixed)")
 
     @property

@@ -125,10 +125,6 @@ class Dedup(Step[Documents, Documents]):
     CLUSTERS_LIMIT = 16 << 20
 
     @classmethod
-    def setting_flag(cls, key: str) -> str:
-        return {"mode": "--dedup", "partitions": "--dedup-partitions"}.get(key) or "--minhash-" + key.replace("_", "-")
-
-    @classmethod
     def report(cls, counters: dict[str, int], read: Callable[[str, int], bytes | None]) -> dict:
         """Its counters, and the documents per cluster (clusters.jsonl: the kept one and its removed copies;
         ``sizes`` as a list of values, drawn as the section's histogram)."""

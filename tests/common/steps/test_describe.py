@@ -135,8 +135,10 @@ def test_a_plugin_steps_side_and_counters_are_described_everywhere(output, plugi
     assert info["dev_totals"] == totals["dev"] and info["dev_totals"]["shards"] == 1
     assert info["holdout"]["fraction"] == 0.25 and info["dedup"] is None  # the built-in sections are unchanged
     off = {**info, "demo-validation": None}
-    assert "--demo-every none → 3" not in dataset_info.changed_options(off, info)
-    assert "--demo-every 0 → 3" in dataset_info.changed_options(off, info)
+    from ventilator.run_config import described_flags
+
+    assert "--demo-every none → 3" not in dataset_info.changed_options(off, info, described_flags())
+    assert "--demo-every 0 → 3" in dataset_info.changed_options(off, info, described_flags())
 
     # mlm-verify checks each side's totals against the manifest's files of that side
     assert verify_output(storage).problems == []
