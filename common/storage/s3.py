@@ -40,8 +40,8 @@ def endpoint_problem(endpoint_url: str | None) -> str | None:
         return f"--s3-endpoint-url is not a URL ({error})"
     if parts.username is not None or parts.password is not None:
         return ("--s3-endpoint-url holds a user name or password (user:secret@host): a job's endpoint "
-                "travels to every worker and into the output, and errors quote it; boto3 reads credentials from its own chain (AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role)")
+                "travels to every worker and into the output, and errors quote it; boto3 reads credentials "
+                "from its own chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role)")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "--s3-endpoint-url must be an http:// or https:// URL naming a host (http://HOST:PORT)"
     return None
