@@ -25,6 +25,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,15 +90,15 @@ COVERAGE: dict[tuple[str, str], Here | Elsewhere] = {
         Elsewhere("tests/e2e/test_s3_parquet.py (Parquet from S3), tests/common/test_holdout.py",
                   "an S3 bucket: the suite's Ceph radosgw"),
     ("Output formats", "python -m ventilator --data corpus/ --output out-pq/ --vocab-file vocab.txt "
-                       "--output-format parquet --bin-size 64"): Here("base"),
+                       "--output-format parquet --bin-size 64 --workers 8"): Here("base", "--workers 2"),
     ("Output formats", "python -m ventilator --data corpus/ --output out-mg/ --vocab-file vocab.txt "
-                       "--objective tokens --output-format megatron"): Here("base"),
+                       "--objective tokens --output-format megatron --workers 8"): Here("base", "--workers 2"),
     ("Output formats", "python -m ventilator --data corpus/ --output out-mds/ --vocab-file vocab.txt "
-                       "--objective tokens --max-seq-length 1024 --output-format mds"):
-        Here("base", "read back by streaming: scripts/readers-venv.sh"),
+                       "--objective tokens --max-seq-length 1024 --output-format mds --workers 8"):
+        Here("base", "--workers 2; read back by streaming: scripts/readers-venv.sh"),
     ("Output formats", "python -m ventilator --data corpus/ --output out-ld/ --vocab-file vocab.txt "
-                       "--objective tokens --max-seq-length 1024 --output-format litdata"):
-        Here("base", "read back by litdata: scripts/readers-venv.sh"),
+                       "--objective tokens --max-seq-length 1024 --output-format litdata --workers 8"):
+        Here("base", "--workers 2; read back by litdata: scripts/readers-venv.sh"),
     ("Feeding trainers: the loader",
      "python -m loader --data /tmp/mlm-out --port 5560 --batch-size 256 [--dynamic-masking --vocab-file vocab.txt]"):
         Here("base", "the quick start's output, a free port, the optional part given; the section's LoaderClient "
@@ -143,6 +144,7 @@ COVERAGE: dict[tuple[str, str], Here | Elsewhere] = {
     ("Development", "bash scripts/numpy-only.sh"): Elsewhere(".ci/run", "CI's own step"),
 }
 
+STARTED = time.monotonic()
 VENVS = ("base", "report", "gcs", "trainer")
 
 
@@ -150,8 +152,9 @@ def classify(command: Command) -> Here | Elsewhere:
     return COVERAGE[(command.section, command.text)]
 
 
-def unclassified() -> list[Command]:
-    return [c for c in readme_commands() if (c.section, c.text) not in COVERAGE]
+def unclassified(found: list[Command]) -> list[Command]:
+    """The commands of ``found`` (the README's) that :data:`COVERAGE` does not place."""
+    return [c for c in found if (c.section, c.text) not in COVERAGE]
 
 
 def commands_for(venv: str) -> list[Command]:
@@ -222,7 +225,7 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("MLM_") and k != "PYTHONPATH"}
 
 
-def sh(argv: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+def sh(argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=environment())
     assert result.returncode == 0, (shlex.join(argv), result.stdout[-2000:], result.stderr[-3000:])
     return result
@@ -261,6 +264,7 @@ def verify(output: Path) -> None:
 
 #: Per output (its README name): objective, format, and feature names it must and must not have.
 EXPECTED = {
+    "mlm-out": ("bert", "tfrecord", {"masked_lm_positions", "next_sentence_labels"}, set()),
     "out-bert": ("bert", "tfrecord", {"masked_lm_positions", "next_sentence_labels"}, set()),
     "out-albert": ("albert", "tfrecord", {"masked_lm_positions", "next_sentence_labels", "token_boundary"}, set()),
     "out-electra": ("electra", "tfrecord", {"input_ids", "input_mask", "segment_ids"},
@@ -301,7 +305,8 @@ def check_output(name: str, output: Path) -> dict:
         assert "train/index.json" in files, (name, files)
     elif fmt == "litdata":
         assert [f for f in files if f.endswith("index.json")], (name, files)
-    print(f"  {name}: {summary['records']} records, {fmt}, mlm-verify passes", flush=True)
+    print(f"  {name}: {summary['records']} records, {fmt}, mlm-verify passes ({time.monotonic() - STARTED:.0f} s)",
+          flush=True)
     return summary
 
 
@@ -342,7 +347,7 @@ def chinese_corpus(directory: Path) -> None:
 
 def make_inputs(work: Path) -> None:
     """The README's placeholders made real with this venv's own mlm-train-vocab (vocab.txt: the quick start's)."""
-    train_vocab(work, "examples/corpus", work / "spiece.model", "--model", "sentencepiece", "--vocab-size", "2000")
+    train_vocab(work, "examples/corpus", work / "spiece.model", "--model", "sentencepiece", "--vocab-size", "1000")
     train_vocab(work, "examples/corpus", work / "roberta" / "tokenizer.json", "--model", "bpe", "--vocab-size", "2000")
     (work / "roberta" / "tokenizer_config.json").write_text(json.dumps(ROBERTA_CONFIG))
     chinese_corpus(work / "zhwiki-extracted")
