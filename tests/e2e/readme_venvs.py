@@ -17,7 +17,6 @@ Only the standard library is imported at the top: ``install-lines`` runs before 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
@@ -30,8 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.e2e.readme_commands import (
-    MODERNBERT, REPO, Command, check_modernbert_run, free_ports, modernbert_install_commands, python_blocks,
-    readme_commands, readme_section, run_modernbert_section, ventilator_sockets)
+    MODERNBERT,
+    REPO,
+    Command,
+    check_modernbert_run,
+    free_ports,
+    modernbert_install_commands,
+    python_blocks,
+    readme_commands,
+    readme_section,
+    run_modernbert_section,
+    ventilator_sockets,
+)
 
 
 @dataclass(frozen=True)
@@ -281,15 +290,26 @@ EXPECTED = {
 }
 
 
-def check_output(name: str, output: Path) -> dict:
-    """The output is complete, passes mlm-verify, and is the objective and format its command asks for, with
-    the records its format's readers look for; its summary, for more checks."""
+#: The tokenizer family each output's --tokenizer / --vocab-file gives (WordPiece where not named).
+TOKENIZER_MODELS = {"out-albert": "Unigram", "out-roberta": "BPE"}
+#: The objective's flags a command may give, checked against what the output records.
+OBJECTIVE_FLAGS = ("--masking", "--masked-lm-prob", "--max-seq-length", "--dupe-factor")
+
+
+def check_output(name: str, output: Path, argv: list[str] | None = None) -> dict:
+    """The output is complete, passes mlm-verify, and is the objective, settings, tokenizer and format its command
+    asks for, with the records its format's readers look for; its summary, for more checks."""
     verify(output)
     info, summary = output_info(output)
     objective, fmt, has, lacks = EXPECTED[name]
     assert summary["complete"] and summary["records"] > 0 and not summary["quarantined"], (name, summary)
     assert summary["kernels"] == {"compiled": summary["tasks"]}, (name, summary["kernels"])
     assert (info["objective"]["name"], info["format"]) == (objective, fmt), (name, info["objective"], info["format"])
+    assert info["tokenizer"]["model"] == TOKENIZER_MODELS.get(name, "WordPiece"), (name, info["tokenizer"]["model"])
+    for flag in OBJECTIVE_FLAGS:
+        if argv and flag in argv:
+            given, recorded = argv[argv.index(flag) + 1], info["objective"][flag[2:].replace("-", "_")]
+            assert str(recorded) == given, (name, flag, given, recorded)
     names = set(info["feature_names"])
     assert has <= names and not lacks & names, (name, sorted(names))
     files = sorted(p.relative_to(output).as_posix() for p in output.rglob("*") if p.is_file())
@@ -300,6 +320,13 @@ def check_output(name: str, output: Path) -> dict:
 
         table = pyarrow.dataset.dataset(output / "train", format="parquet").to_table()
         assert table.num_rows == summary["records"] and has <= set(table.column_names), (name, table.schema)
+        if "chinese_ref" in has:  # whole-word refs inside each row, and the vocabulary knows the text
+            rows = table.to_pylist()
+            assert sum(bool(r["chinese_ref"]) for r in rows) > len(rows) // 2, (name, rows[:2])
+            assert all(0 < i < len(r["input_ids"]) for r in rows for i in r["chinese_ref"]), name
+            unk = info["tokenizer"]["special_tokens"]["unk"]["id"]
+            ids = [i for r in rows for i in r["input_ids"]]
+            assert ids.count(unk) < 0.01 * len(ids), (name, ids.count(unk), len(ids))
     elif fmt == "megatron":
         assert [f for f in files if f.endswith(".bin")] and [f for f in files if f.endswith(".idx")], (name, files)
     elif fmt == "mds":
@@ -315,7 +342,7 @@ def run_ventilator(runs: Runs, command: Command, extra: list[str] | None = None)
     argv = runs.argv(command) + ventilator_sockets(runs.work / "state") + (extra or [])
     sh(argv)
     output = Path(argv[argv.index("--output") + 1])
-    check_output(output.name, output)
+    check_output(output.name, output, argv)
     return output
 
 
@@ -374,17 +401,10 @@ print(json.dumps([sorted(own), clashing]))
 
 
 def check_venv() -> None:
-    """A venv of its own (none of the machine's site-packages), and the project installed in it, not from here."""
+    """A venv of its own: none of the machine's site-packages."""
     assert sys.prefix != sys.base_prefix, "not in a venv"
     assert not [p for p in sys.path if p.startswith(sys.base_prefix) and "site-packages" in p], \
         "the venv sees the machine's site-packages"
-    installed = Path(str(importlib.metadata.distribution("mlm-pipeline").locate_file("")))
-    assert installed.resolve() != REPO.resolve() or venv_is_editable(), installed
-
-
-def venv_is_editable() -> bool:
-    direct = importlib.metadata.distribution("mlm-pipeline").read_text("direct_url.json") or "{}"
-    return bool(json.loads(direct).get("dir_info", {}).get("editable"))
 
 
 def quick_start(runs: Runs) -> None:
