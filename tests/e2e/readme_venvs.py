@@ -526,9 +526,12 @@ def check_report(work: Path) -> None:
     report = work / "mlm-out" / "report"
     page = (report / "index.html").read_text(encoding="utf-8")
     data = json.loads((report / "report.json").read_text())
+    _, summary = output_info(work / "mlm-out")
+    assert data["ok"] and not data["problems"], data["problems"]
+    assert data["sides"]["train"]["sequences"] == summary["records"], (data["sides"], summary["records"])
     assert "<svg" in page and "<script" not in page, "a self-contained page with its plots"
-    assert data, data
-    print(f"  mlm-report: {len(page)} bytes of page, report.json with {sorted(data)[:6]}...", flush=True)
+    print(f"  mlm-report: {len(page)} bytes of page with its plots; report.json: {summary['records']} sequences, "
+          "no problem", flush=True)
     runs.done()
 
 
