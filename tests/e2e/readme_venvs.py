@@ -27,6 +27,7 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.readme_commands import (
     MODERNBERT,
@@ -169,8 +170,12 @@ def unclassified(found: list[Command]) -> list[Command]:
 
 def commands_for(venv: str) -> list[Command]:
     """The README's commands this module runs in ``venv``, in README order."""
-    return [c for c in readme_commands() if isinstance(COVERAGE.get((c.section, c.text)), Here)
-            and COVERAGE[(c.section, c.text)].venv == venv]
+    found = []
+    for command in readme_commands():
+        where = COVERAGE.get((command.section, command.text))
+        if isinstance(where, Here) and where.venv == venv:
+            found.append(command)
+    return found
 
 
 def install_lines(venv: str) -> list[str]:
@@ -249,7 +254,8 @@ class Runs:
         self.ran: set[tuple[str, str]] = set()
 
     def argv(self, command: Command, port: int | None = None) -> list[str]:
-        assert classify(command) == COVERAGE[(command.section, command.text)]
+        where = classify(command)
+        assert isinstance(where, Here) and where.venv == self.venv, (command, where)
         self.ran.add((command.section, command.text))
         return bind(command.text, self.work, port)
 
@@ -452,7 +458,7 @@ def loader(runs: Runs) -> None:
     server = subprocess.Popen(argv, cwd=REPO, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True)
     try:
-        scope = {"rank": 0, "world_size": 1, "saved_state": None, "train_step": train_step}
+        scope: dict[str, Any] = {"rank": 0, "world_size": 1, "saved_state": None, "train_step": train_step}
         try:
             exec(snippet.replace('"loader-host:5560"', f'"127.0.0.1:{port}"'), scope)
         except Enough:
