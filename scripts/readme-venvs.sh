@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's commands after their install lines, in fresh venvs (no system site-packages) over a fresh `git clone`
-# of this checkout's HEAD, so nothing is built in place: the compiled kernels come from the README's `pip install .`.
+# of this checkout's HEAD (uncommitted changes are not in it), so nothing is built in place: the compiled kernels
+# come from the README's `pip install .`.
 # tests/e2e/readme_venvs.py says which README command runs in which venv (its COVERAGE table) and checks each:
 #   base:    `pip install .` as written, `pip check`; the quick start, Recipes, Tokenizers, Output formats, the
 #            loader (with the section's LoaderClient snippet), the fleet's mlm-keys, ventilator and workers (CURVE);
@@ -8,7 +9,7 @@
 #   gcs:     `pip install '.[gcs]'` into that venv, then its client imports;
 #   trainer: a venv of its own, the ModernBERT section's install line, then that section's commands.
 # The readers' install is scripts/readers-venv.sh.  Used by .ci/run, apart from the suite; prints each install's and
-# check's time.  Time budget: each install 30 minutes, each check 20.
+# check's time.  Time budget: each install 30 minutes, each check 20, the whole step 60 (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
