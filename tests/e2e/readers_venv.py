@@ -15,7 +15,8 @@ environment where this project writes an output and the readers read it whole:
   ``NoStreamingDataset`` contracts (tests/e2e/streaming_readers.py) and ``litdata.StreamingDataset``: every
   document, put back together from its chunks, equals the tokenizer's ``encode`` of its text.
 
-Only the standard library is imported at the top: ``install-line`` runs before the venv has anything.
+Only the standard library is imported at the top (here and in tests/e2e/readme_commands.py): ``install-line`` runs
+before the venv has anything.
 """
 
 from __future__ import annotations
@@ -24,46 +25,30 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e.readme_commands import REPO, bash_blocks, free_ports, modernbert_section_commands, readme_section
+
 MAX = 8192
-
-
-def readme_section(title: str) -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
 def install_line() -> str:
     """The README Install block's line for the readers."""
-    block = re.findall(r"```bash\n(.*?)```", readme_section("Install"), re.S)[0]
+    block = bash_blocks(readme_section("Install"))[0]
     (line,) = [line for line in block.splitlines() if "[readers]" in line]
     return line.split("#", 1)[0].strip()
 
 
 def modernbert_commands() -> list[list[str]]:
     """The ModernBERT section's tokenizer and ventilator commands, as argv."""
-    block = re.findall(r"```bash\n(.*?)```", readme_section("Training a ModernBERT-style encoder"), re.S)[1]
-    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    commands = [shlex.split(line) for line in modernbert_section_commands()]
     assert [c[:3] for c in commands[:2]] == [["python", "-m", "common.tokenization.training"],
                                              ["python", "-m", "ventilator"]], commands
     return commands[:2]
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def run(argv: list[str], timeout: float = 600) -> str:
