@@ -4,7 +4,8 @@
 # come from the README's `pip install .`.
 # tests/e2e/readme_venvs.py says which README command runs in which venv (its COVERAGE table) and checks each:
 #   base:    `pip install .` as written, `pip check`; the quick start, Recipes, Tokenizers, Output formats, the
-#            loader (with the section's LoaderClient snippet), the fleet's mlm-keys, ventilator and workers (CURVE);
+#            loader (with the section's LoaderClient snippet), the fleet's mlm-keys, ventilator and workers (CURVE),
+#            the held-out split's s3:// command against a Ceph radosgw (scripts/s3-server.sh);
 #   report:  `pip install '.[report]'` into that venv, then `mlm-report`;
 #   gcs:     `pip install '.[gcs]'` into that venv, then its client imports;
 #   trainer: a venv of its own, the ModernBERT section's install line, then that section's commands.

@@ -97,8 +97,9 @@ COVERAGE: dict[tuple[str, str], Here | Elsewhere] = {
      "python -m ventilator --data s3://my-bucket/fineweb-edu/data/CC-MAIN-2024-10 --output "
      "s3://my-bucket/bert-128/fineweb-edu --vocab-file vocab.txt --text-column text --id-column id "
      "--holdout-fraction 0.001"):
-        Elsewhere("tests/e2e/test_s3_parquet.py (Parquet from S3), tests/common/test_holdout.py",
-                  "an S3 bucket: the suite's Ceph radosgw"),
+        Here("base", "a real S3 store: a one-node Ceph radosgw (scripts/s3-server.sh; CI installs it) whose bucket "
+                     "holds examples/corpus as Parquet (text, id); boto3 finds its endpoint and keys by its own "
+                     "variables (AWS_ENDPOINT_URL), as a user's does; --workers 2 added (a fleet's start elsewhere)"),
     ("Output formats", "python -m ventilator --data corpus/ --output out-pq/ --vocab-file vocab.txt "
                        "--output-format parquet --bin-size 64 --workers 8"): Here("base", "--workers 2"),
     ("Output formats", "python -m ventilator --data corpus/ --output out-mg/ --vocab-file vocab.txt "
@@ -293,6 +294,7 @@ EXPECTED = {
     "out-mds": ("tokens", "mds", {"input_ids"}, set()),
     "out-ld": ("tokens", "litdata", {"input_ids"}, set()),
     "out-fleet": ("bert", "tfrecord", {"masked_lm_positions", "next_sentence_labels"}, set()),
+    "fineweb-edu": ("bert", "tfrecord", {"masked_lm_positions", "next_sentence_labels"}, set()),
 }
 
 
@@ -508,6 +510,69 @@ def fleet(runs: Runs) -> None:
     assert len(by_worker) >= 1, summary["this_run"]
 
 
+def wikiextractor_documents(root: Path) -> list[tuple[str, str]]:
+    """(id, text) of every WikiExtractor document under ``root``: the lines after its title line."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        for doc_id, body in re.findall(r'<doc id="([^"]*)"[^>]*>\n[^\n]*\n(.*?)</doc>', path.read_text(encoding="utf-8"),
+                                       re.S):
+            found.append((doc_id, body.strip("\n")))
+    return found
+
+
+def s3_input(runs: Runs) -> None:
+    """The held-out split's command as written, against a real S3 store: a one-node Ceph radosgw started by
+    scripts/s3-server.sh (CI installs it), its bucket holding examples/corpus as one Parquet file of ``text`` and
+    ``id`` columns.  boto3 finds the endpoint and keys by its own variables (AWS_ENDPOINT_URL), as a user's does;
+    a fleet's workers start elsewhere, so ``--workers 2`` is added.  The output, on S3, passes mlm-verify there and
+    is checked as every other once copied down."""
+    import boto3
+    import pyarrow
+    import pyarrow.parquet
+
+    (command,) = runs.section("Input formats and the held-out split")
+    state, (port,) = runs.work / "s3-server", free_ports(1)
+    started = subprocess.run(["bash", "scripts/s3-server.sh", "start", str(state), str(port)], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert started.returncode == 0, ("scripts/s3-server.sh could not start radosgw", started.stderr[-3000:])
+    try:
+        exported = dict(re.findall(r"^export (\w+)=(\S*)$", started.stdout, re.M))
+        env = {**environment(), **exported, "AWS_ENDPOINT_URL": exported["S3_ENDPOINT_URL"]}
+        client = boto3.session.Session(aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                                       region_name=env["AWS_DEFAULT_REGION"]).client(
+                                           "s3", endpoint_url=env["AWS_ENDPOINT_URL"])
+        argv = runs.argv(command) + ventilator_sockets(runs.work / "state-s3") + ["--workers", "2"]
+        data, output = argv[argv.index("--data") + 1], argv[argv.index("--output") + 1]
+        bucket, prefix = data.removeprefix("s3://").split("/", 1)
+        documents = wikiextractor_documents(REPO / "examples" / "corpus")
+        table = pyarrow.table({"id": [d for d, _ in documents], "text": [t for _, t in documents]})
+        local = runs.work / "fineweb-edu.parquet"
+        pyarrow.parquet.write_table(table, local, row_group_size=16)
+        client.create_bucket(Bucket=bucket)
+        client.upload_file(str(local), bucket, f"{prefix}/000_00000.parquet")
+        ran = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert ran.returncode == 0, (shlex.join(argv), ran.stderr[-3000:])
+        verified = subprocess.run([str(Path(sys.executable).parent / "mlm-verify"), output], cwd=REPO, env=env,
+                                  capture_output=True, text=True, timeout=600)
+        assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+        out_bucket, out_prefix = output.removeprefix("s3://").split("/", 1)
+        copy = runs.work / "fineweb-edu"
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=out_bucket, Prefix=f"{out_prefix}/"):
+            for item in page.get("Contents", []):
+                target = copy / item["Key"].removeprefix(f"{out_prefix}/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(out_bucket, item["Key"], str(target))
+        summary = check_output("fineweb-edu", copy, argv)
+        info, _ = output_info(copy)
+        # every document read from S3 (one Parquet row each), on one side or the other, by the command's split
+        assert summary["documents"] + summary["holdout"]["documents"] == len(documents), (summary, len(documents))
+        assert info["holdout"]["fraction"] == 0.001 and info["input"]["uri"] == data, (info["holdout"], info["input"])
+    finally:
+        subprocess.run(["bash", "scripts/s3-server.sh", "stop", str(state)], cwd=REPO, capture_output=True,
+                       timeout=120)
+
+
 def check_base(work: Path) -> None:
     check_venv()
     runs = Runs("base", work)
@@ -519,6 +584,7 @@ def check_base(work: Path) -> None:
             run_ventilator(runs, command)
     loader(runs)
     fleet(runs)
+    s3_input(runs)
     runs.done()
 
 

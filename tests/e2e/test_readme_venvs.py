@@ -49,7 +49,7 @@ def test_the_venvs_are_made_by_the_readmes_install_lines():
 
 #: What a README command run on one machine must not keep: a cloud, a cluster's path, a host to fill in, the
 #: fixed ports another run may hold, a fleet's process count.
-UNBOUND = re.compile(r"s3://|gs://|/shared/|HOST|^/tmp/|\b5557\b|\b5560\b|^(corpus|out|keys|roberta)/$|"
+UNBOUND = re.compile(r"s3://(?!my-bucket/)|gs://|/shared/|HOST|^/tmp/|\b5557\b|\b5560\b|^(corpus|out|keys|roberta)/$|"
                      r"^(vocab\.txt|spiece\.model|chinese-vocab\.txt|zhwiki-extracted|out-.*)$")
 
 
@@ -64,14 +64,15 @@ def test_every_command_run_here_has_its_placeholders_bound(venv):
         for flag in ("--workers", "--processes"):
             assert flag not in argv or int(argv[argv.index(flag) + 1]) <= 2, argv
         for arg in argv[1:]:
-            if "/" in arg and not arg.startswith(f"{work}/") and not arg.startswith("127.0.0.1:"):
+            if "/" in arg and not arg.startswith((f"{work}/", "127.0.0.1:", "s3://my-bucket/")):
                 assert (REPO / arg).exists(), (command.text, arg)
 
 
 def test_every_ventilator_run_on_one_machine_starts_its_workers():
     """Without --workers the ventilator waits for workers started elsewhere: on one machine, forever."""
     one_machine = [c for venv in readme_venvs.VENVS for c in readme_venvs.commands_for(venv)
-                   if c.text.startswith("python -m ventilator ") and c.section != "Running on a fleet"]
+                   if c.text.startswith("python -m ventilator ") and c.section != "Running on a fleet"
+                   and "--data s3://" not in c.text]  # S3 at a fleet's scale: run here with --workers 2 added
     assert len(one_machine) >= 10
     assert [c.text for c in one_machine if "--workers" not in c.text] == []
 
@@ -79,8 +80,7 @@ def test_every_ventilator_run_on_one_machine_starts_its_workers():
 def test_what_is_not_run_here_names_what_covers_it():
     elsewhere = {key: where for key, where in readme_venvs.COVERAGE.items()
                  if isinstance(where, readme_venvs.Elsewhere)}
-    assert {section for section, _ in elsewhere} == {"Install", "Input formats and the held-out split",
-                                                     "Running on a fleet", "Development"}
+    assert {section for section, _ in elsewhere} == {"Install", "Running on a fleet", "Development"}
     for (_, text), where in elsewhere.items():
         named = re.findall(r"(?:tests|scripts|\.ci)/[\w./-]+", where.by)
         assert named and all((REPO / path).exists() for path in named), (text, where)
