@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from common.job.params import flag_of
+from common.job.params import flag_of, own_flag
 from common.objectives import objective_named
 from common.objectives.base import Ragged
 from common.steps import described_steps, step_named
@@ -165,11 +165,21 @@ def _changed_steps(old: list, new: list, flags: Mapping[str, str]) -> list[str]:
     def by_name(steps: list) -> dict[str, dict]:
         return {s["name"]: s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)}
 
+    def switched(name: str) -> str:
+        """What turns the step ``name`` on: its own flags for a step that says when it is on (--add-step
+        refuses it), else --add-step and its name."""
+        try:
+            step = step_named(name)
+        except (ValueError, KeyError):  # not installed here: as it was added
+            step = None
+        own = [own_flag(f) for f in dataclasses.fields(step.Params) if own_flag(f)] if step else []
+        return ", ".join(own) if step is not None and step.has_switch() and own else f"{_flag(flags, 'steps')} {name}"
+
     before, after = by_name(old), by_name(new)
     changes = []
     for name in sorted((set(before) | set(after)) - _steps_with_sections()):
         if name not in before or name not in after:
-            changes.append(f"{_flag(flags, 'steps')} {name} {'added' if name in after else 'removed'}"
+            changes.append(f"{switched(name)} {'added' if name in after else 'removed'}"
                            if name not in ("words",) else
                            f"{_flag(flags, 'steps.words')} "
                            f"{(before.get(name) or {}).get('word_segmenter', 'none')} → "

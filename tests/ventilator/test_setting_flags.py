@@ -145,3 +145,50 @@ def test_a_steps_settings_are_named_by_their_declared_flags(corpus, step, f):
     changes = dataset_info.changed_options(base, new, described_flags())
     assert any(change.startswith(f"{flag} ") for change in changes), (flag, changes)
     assert flag in command.split(), command
+
+
+_CHANGES = """
+import json, sys
+from common.describe import dataset_info
+from ventilator.job import identify, validate
+from ventilator.run_config import described_flags, parse
+
+base, *argvs = json.loads(sys.argv[1])
+def described(argv):
+    run = parse([*base, *argv])
+    return dataset_info.describe(identify(run, validate(run)), {}, complete=False)
+before, after = (described(argv) for argv in argvs)
+print(json.dumps([dataset_info.changed_options(before, after, described_flags()),
+                  dataset_info.changed_options(after, before, described_flags())]))
+"""
+
+
+@pytest.mark.parametrize("argv, flag", [(["--show-census"], "--show-census"),
+                                        (["--add-step", "show-drop"], "--add-step show-drop")])
+def test_a_plugin_step_switched_on_or_off_is_named_by_what_switches_it(corpus, tmp_path, argv, flag):
+    """A plugin step on by its own flag (``--show-census``), turned on or off since the output was made: the refused
+    resume named ``--add-step show-census``, which is refused (the step is switched on by its own flag), instead of
+    the flag the step declares.  A step added with --add-step is still named so.  A real plugin, found by its
+    entry point in a subprocess (tests/ventilator/test_show_steps.py's)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.helpers import REPO
+    from tests.support.plugins import fake_install
+    from tests.ventilator.test_show_steps import PLUGIN
+
+    data, _, root = corpus
+    site = fake_install(tmp_path / "site", "show-steps-plugin",
+                        "[mlm_pipeline.steps]\nshow-census = show_steps_plugin:Count\n"
+                        "show-drop = show_steps_plugin:Drop\n", {"show_steps_plugin": PLUGIN})
+    base = ["--data", str(data), "--output", str(root / "out"), "--vocab-file", str(VOCAB)]
+    result = subprocess.run([sys.executable, "-c", _CHANGES, json.dumps([base, [], argv])], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                                str(site), os.environ.get("PYTHONPATH")]))},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    added, removed = json.loads(result.stdout)
+    assert len(added) == 1 and added[0].startswith(f"{flag} ") and added[0].endswith("added"), added
+    assert len(removed) == 1 and removed[0].startswith(f"{flag} ") and removed[0].endswith("removed"), removed
