@@ -24,6 +24,7 @@ import numpy as np
 from common.job.params import flag_of, own_flag
 from common.objectives import objective_named
 from common.objectives.base import Ragged
+from common.segmenters import segmenter_named
 from common.steps import described_steps, step_named
 from common.tokenization.vocabulary import described_vocabulary
 from common.writers import writer_named
@@ -194,6 +195,23 @@ def _changed_steps(old: list, new: list, flags: Mapping[str, str]) -> list[str]:
                 changes.append(f"{flag} {before[name].get(key)} → {after[name].get(key)}")
     if [s for s in before if s in after] != [s for s in after if s in before]:
         changes.append(f"the order of {_flag(flags, 'steps')}")
+    return changes + _changed_segmenter(before.get("segment") or {}, after.get("segment") or {})
+
+
+def _changed_segmenter(before: dict, after: dict) -> list[str]:
+    """The segmenter's own parameters that differ (its name is the "segmenter" section's): by its declared flags.
+    Another segmenter: none (its parameters are its own; --segmenter's change says it)."""
+    name = after.get("segmenter")
+    if name != before.get("segmenter"):
+        return []
+    changes = []
+    for key in sorted((set(before) | set(after)) - {"name", "segmenter"}):
+        if before.get(key) != after.get(key):
+            try:
+                flag = flag_of(segmenter_named(name).Params, key)
+            except (ValueError, KeyError, AttributeError, TypeError):  # not installed here
+                flag = "--" + key.replace("_", "-")
+            changes.append(f"{flag} {before.get(key)} → {after.get(key)}")
     return changes
 
 

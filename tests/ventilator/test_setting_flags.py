@@ -192,3 +192,55 @@ def test_a_plugin_step_switched_on_or_off_is_named_by_what_switches_it(corpus, t
     added, removed = json.loads(result.stdout)
     assert len(added) == 1 and added[0].startswith(f"{flag} ") and added[0].endswith("added"), added
     assert len(removed) == 1 and removed[0].startswith(f"{flag} ") and removed[0].endswith("removed"), removed
+
+
+SEGMENTER = '''
+from dataclasses import dataclass
+
+from mlm_pipeline.plugin import Segmenter, param
+
+
+@dataclass(frozen=True)
+class ChunkParams:
+    chunk_words: int = param(1, "Words per segment.", flag="--chunk-size-words")
+
+
+class Chunks(Segmenter):
+    name = "chunk-words"
+    Params = ChunkParams
+
+    def segments(self, lines):
+        n = self.params.chunk_words
+        return [[" ".join(words[i:i + n])] for words in (line.split() for line in lines)
+                for i in range(0, len(words), n)]
+'''
+
+
+def test_a_segmenters_own_parameter_changed_is_named_by_its_flag(corpus, tmp_path):
+    """A segmenter's own parameter (a plugin's: the built-in ones have none) changed since the output was made: the
+    refused resume said "no option changed: the corpus changed since", as the segment step's section was compared by
+    the segmenter's name alone.  Now it names the parameter's declared flag; another segmenter is --segmenter's
+    change alone (its parameters are its own)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.helpers import REPO
+    from tests.support.plugins import fake_install
+
+    data, _, root = corpus
+    site = fake_install(tmp_path / "site", "chunk-segmenter", "[mlm_pipeline.segmenters]\nchunk-words = chunk_seg:Chunks\n",
+                        {"chunk_seg": SEGMENTER})
+    base = ["--data", str(data), "--output", str(root / "out"), "--vocab-file", str(VOCAB)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+    def changes(before: list[str], after: list[str]) -> list[str]:
+        result = subprocess.run([sys.executable, "-c", _CHANGES, json.dumps([base, before, after])], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)[0]
+
+    chosen = ["--segmenter", "chunk-words"]
+    assert changes(chosen, [*chosen, "--chunk-size-words", "3"]) == ["--chunk-size-words 1 → 3"]
+    assert changes(["--segmenter", "line"], [*chosen, "--chunk-size-words", "3"]) == ["--segmenter line → chunk-words"]
