@@ -202,7 +202,7 @@ def _changed_segmenter(before: dict, after: dict) -> list[str]:
     """The segmenter's own parameters that differ (its name is the "segmenter" section's): by its declared flags.
     Another segmenter: none (its parameters are its own; --segmenter's change says it)."""
     name = after.get("segmenter")
-    if name != before.get("segmenter"):
+    if not isinstance(name, str) or name != before.get("segmenter"):
         return []
     changes = []
     for key in sorted((set(before) | set(after)) - {"name", "segmenter"}):
