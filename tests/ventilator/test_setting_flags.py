@@ -244,3 +244,18 @@ def test_a_segmenters_own_parameter_changed_is_named_by_its_flag(corpus, tmp_pat
     chosen = ["--segmenter", "chunk-words"]
     assert changes(chosen, [*chosen, "--chunk-size-words", "3"]) == ["--chunk-size-words 1 → 3"]
     assert changes(["--segmenter", "line"], [*chosen, "--chunk-size-words", "3"]) == ["--segmenter line → chunk-words"]
+
+
+def test_a_step_turned_on_since_says_its_switch_went_from_the_value_its_flag_takes_for_off(corpus):
+    """A refused resume after --dedup minhash was added said ``--dedup none → minhash``: --dedup takes ``off``
+    (``--dedup none`` is refused).  Each described step's "off" is its switch's default, a value its flag takes."""
+    data, _, root = corpus
+    for step in described_steps():
+        switch = step.info_section
+        assert switch is not None, step.name
+        default = next(f.default for f in dataclasses.fields(step.Params) if f.name == switch.switch)
+        assert switch.off == default, (step.name, switch.off, default)
+    base, _ = _described(data, root)
+    on, _ = _described(data, root, "--dedup", "minhash")
+    assert dataset_info.changed_options(base, on, described_flags()) == ["--dedup off → minhash"]
+    assert dataset_info.changed_options(on, base, described_flags()) == ["--dedup minhash → off"]
