@@ -33,6 +33,8 @@ def endpoint_problem(endpoint_url: str | None) -> str | None:
     (``http://KEY:SECRET@host``) would be spread everywhere, so they are refused, and the URL is never echoed."""
     if not endpoint_url:
         return None
+    if not isinstance(endpoint_url, str):  # a recorded one (dataset_info.json) is any JSON value
+        return "--s3-endpoint-url is not a URL (not a string)"
     # Any "@": a secret may hold "/", "?" or "#" (an AWS secret key does), which end urlsplit's host early, so
     # its user:secret@ would be read as a host and a port, and accepted.  An endpoint needs no "@".
     if "@" in endpoint_url:

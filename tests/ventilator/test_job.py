@@ -192,3 +192,16 @@ def test_an_ipv6_s3_endpoint_is_still_taken():
     for endpoint in ("http://[::1]:7480", "https://[::1]", "http://[fe80::1%25eth0]:7480/"):
         assert endpoint_problem(endpoint) is None, endpoint
     assert "is not a URL" in (endpoint_problem("http://[::1:7480") or "")
+
+
+@pytest.mark.parametrize("endpoint", [5, 1.5, True, ["http://127.0.0.1:7480"], {"url": "x"}])
+def test_an_s3_endpoint_of_another_type_is_the_stores_one_line_refusal(endpoint):
+    """An output's dataset_info.json records the job's endpoint, and mlm-report opens the input at it: a hostile
+    or damaged one is any JSON value.  Not a string, the store refused it with a TypeError (mlm-report's
+    traceback: it catches the store's StorageError); now its one line."""
+    from common.storage import StorageError
+    from common.storage.s3 import S3Storage, endpoint_problem
+
+    assert "is not a URL" in (endpoint_problem(endpoint) or "")
+    with pytest.raises(StorageError, match="is not a URL"):
+        S3Storage("s3://bucket/prefix", endpoint)
