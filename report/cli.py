@@ -13,7 +13,7 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs
-from common.job.cli_settings import SectionedCommand, Size, command_option, command_settings
+from common.job.cli_settings import SectionedCommand, Size, command_option, command_settings, naming_variables
 from common.job.params import PluginError
 from common.storage import StorageError, open_storage
 from report.build import REPORT_DIRECTORY, build_report
@@ -55,7 +55,7 @@ def _mixture(outputs, weights, temperature, schedule, seed, shuffle_window, by_t
     except MixtureError as error:
         raise click.UsageError(str(error)) from None
     except (StorageError, OSError) as error:
-        click.echo(f"mlm-report: error: {error}", err=True)
+        click.echo(f"mlm-report: error: {naming_variables(str(error))}", err=True)
         sys.exit(1)
     if opened is None:
         raise click.UsageError("a mixture needs several outputs")
@@ -116,7 +116,7 @@ def main(outputs: tuple[str, ...], s3_endpoint_url: str, sample: int, input_samp
     try:
         report = write_report(output, s3_endpoint_url, sample, input_sample, mixture)
     except (StorageError, OSError, PluginError) as error:
-        click.echo(f"mlm-report: error: {error}", err=True)
+        click.echo(f"mlm-report: error: {naming_variables(str(error))}", err=True)
         sys.exit(1)
     except ImportError as error:
         click.echo(f"mlm-report: error: {error.name or error} is not installed: pip install "

@@ -63,6 +63,9 @@ ACK_BATCH = 1000
 #: again, so a flood (a hostile peer, or a fleet acking into a sink that stands by for hours) costs a counter,
 #: not the sink's memory.
 MAX_EARLY_ACKS = 100_000
+#: And at most about this many bytes of them (encoded): one may be up to the socket's 1 MiB (MAX_INBOUND_BYTES), so
+#: the count alone let a hostile peer's bulky acknowledgements hold 100 GB.
+MAX_EARLY_ACK_BYTES = 64 << 20
 
 
 @dataclass
@@ -170,6 +173,7 @@ class SinkServer:
         self._last_hello = 0.0
         self._acks: list[protocol.TaskAck] = []
         self._early_acks: list[protocol.TaskAck] = []
+        self._early_ack_bytes = 0  # their size encoded (MAX_EARLY_ACK_BYTES)
         self._exit_code: int | None = None
         self._pull: zmq.Socket | None = None
         self._dealer: zmq.Socket | None = None
@@ -308,7 +312,7 @@ class SinkServer:
         self._hello_done(self._send)
         if self._early_acks:
             self._record(self._early_acks, self._send)
-            self._early_acks = []
+            self._early_acks, self._early_ack_bytes = [], 0
 
     def _heartbeat_reply(self, message: protocol.HeartbeatReply, _sender: Sender) -> None:
         # Every message the ventilator had queued before our Hello reached it is answered
@@ -400,11 +404,13 @@ class SinkServer:
     def _hold(self, acks: list[protocol.TaskAck]) -> None:
         """Keep acknowledgements until the job is known, at most MAX_EARLY_ACKS of them (the rest dropped and
         counted: unconfirmed, their tasks are done again)."""
-        room = max(MAX_EARLY_ACKS - len(self._early_acks), 0)
-        self._early_acks.extend(acks[:room])
-        for _ in acks[room:]:
-            self.dropped.drop(f"acknowledgement while no job is known, beyond {MAX_EARLY_ACKS} held (its task is "
-                              f"done again)")
+        for ack in acks:
+            if len(self._early_acks) >= MAX_EARLY_ACKS or self._early_ack_bytes >= MAX_EARLY_ACK_BYTES:
+                self.dropped.drop(f"acknowledgement while no job is known, beyond {MAX_EARLY_ACKS} held or "
+                                  f"{MAX_EARLY_ACK_BYTES:,} bytes (its task is done again)")
+                continue
+            self._early_acks.append(ack)
+            self._early_ack_bytes += len(protocol.encode(ack))
 
     def _ack(self, ack: protocol.TaskAck, _sender: Sender) -> None:
         self._acks.append(ack)

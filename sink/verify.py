@@ -23,7 +23,14 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common.describe import dataset_info
-from common.job.cli_settings import SectionedCommand, add_options, build, command_option, command_settings
+from common.job.cli_settings import (
+    SectionedCommand,
+    add_options,
+    build,
+    command_option,
+    command_settings,
+    naming_variables,
+)
 from common.job.params import PluginError
 from common.job.tasks import FINISH
 from common.output.files import check_finished
@@ -198,7 +205,7 @@ def main(output: str, s3_endpoint_url: str, **storage_values) -> None:
     try:
         result = verify_output(open_storage(output, s3_endpoint_url or None))
     except (StorageError, PluginError) as error:
-        click.echo(f"mlm-verify: error: {error}", err=True)
+        click.echo(f"mlm-verify: error: {naming_variables(str(error))}", err=True)
         sys.exit(1)
     for problem in result.problems:
         click.echo(f"mlm-verify: {problem}", err=True)

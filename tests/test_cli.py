@@ -170,3 +170,21 @@ def test_a_refusal_a_variable_caused_names_it_and_another_roles_variable_is_not_
     assert ran.returncode == 2 and len(errors) == 1, ran.stderr
     assert "MLM_DUPE_FACTOR (this command's --dupe-factor is MLM_VENTILATOR_DUPE_FACTOR)" in errors[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("module, command, variable", [
+    ("loader", ["--data", "s3://bucket/prefix"], "MLM_LOADER_S3_ENDPOINT_URL"),
+    ("report", ["s3://bucket/prefix"], "MLM_REPORT_S3_ENDPOINT_URL"),
+    ("sink.verify", ["s3://bucket/prefix"], "MLM_VERIFY_S3_ENDPOINT_URL"),
+])
+def test_an_endpoint_with_credentials_from_a_variable_is_refused_naming_the_variable_not_the_secret(
+        module, command, variable):
+    """--s3-endpoint-url from the environment, holding user:secret@: the loader's refusal named its variable,
+    mlm-report's and mlm-verify's did not (their errors were printed without ``naming_variables``)."""
+    base = {key: value for key, value in os.environ.items() if not key.startswith("MLM_")}
+    ran = subprocess.run([sys.executable, "-m", module, *command], capture_output=True, text=True, timeout=120,
+                         cwd=REPO, env={**base, variable: "http://AKIAEXAMPLE:wJalrXUtnFEMI@127.0.0.1:7480"})
+    errors = [line for line in ran.stderr.splitlines() if "rror" in line]
+    assert ran.returncode == 1 and len(errors) == 1, ran.stderr
+    assert f"--s3-endpoint-url (from {variable}) holds a user name or password" in errors[0], errors[0]
+    assert "wJalrXUtnFEMI" not in ran.stderr + ran.stdout and "AKIAEXAMPLE" not in ran.stderr + ran.stdout

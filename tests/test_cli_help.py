@@ -184,3 +184,27 @@ def test_every_option_of_every_command_is_declared_one_way(command):
     bare = [param.opts[0] for param in params if isinstance(param, click.Option) and param is not help_option
             and getattr(param, "declaration", None) is None]
     assert len(params) > 1 and not bare, f"options not made from a declaration: {bare}"
+
+
+#: The click hooks the commands' options override, and the click release that first calls each as they are
+#: written: click 8.1 never calls ``get_help_extra`` (every derived default, "[default: off]" and the like, gone
+#: from --help) and calls ``get_metavar(param)`` without ``ctx`` (``python -m ventilator --help`` a TypeError).
+CLICK_HOOKS = {"SectionedOption.get_help_extra": (8, 2), "AddableStep.get_metavar(param, ctx)": (8, 2)}
+
+
+def test_the_declared_click_floor_calls_every_hook_the_options_override():
+    """setup.cfg's ``click>=`` is what a user's environment may hold: every hook overridden must be called there."""
+    import configparser
+    import inspect
+
+    from common.job.cli_settings import SectionedOption
+    from tests.support.helpers import REPO
+    from ventilator.run_config import AddableStep
+
+    assert "get_help_extra" in vars(SectionedOption)  # overridden: the table above says since when it is called
+    assert list(inspect.signature(AddableStep.get_metavar).parameters) == ["self", "param", "ctx"]
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    floor = re.search(r"^\s*click>=(\d+)\.(\d+)", config["options"]["install_requires"], re.M)
+    assert floor, config["options"]["install_requires"]
+    assert (int(floor[1]), int(floor[2])) >= max(CLICK_HOOKS.values()), (floor[0], CLICK_HOOKS)

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from common.job.params import flag_of
+from common.job.params import flag_of, own_flag
 from common.objectives import objective_named
 from common.objectives.base import Ragged
+from common.segmenters import segmenter_named
 from common.steps import described_steps, step_named
 from common.tokenization.vocabulary import described_vocabulary
 from common.writers import writer_named
@@ -165,11 +166,21 @@ def _changed_steps(old: list, new: list, flags: Mapping[str, str]) -> list[str]:
     def by_name(steps: list) -> dict[str, dict]:
         return {s["name"]: s for s in steps if isinstance(s, dict) and isinstance(s.get("name"), str)}
 
+    def switched(name: str) -> str:
+        """What turns the step ``name`` on: its own flags for a step that says when it is on (--add-step
+        refuses it), else --add-step and its name."""
+        try:
+            step = step_named(name)
+        except (ValueError, KeyError):  # not installed here: as it was added
+            step = None
+        own = [own_flag(f) for f in dataclasses.fields(step.Params) if own_flag(f)] if step else []
+        return ", ".join(own) if step is not None and step.has_switch() and own else f"{_flag(flags, 'steps')} {name}"
+
     before, after = by_name(old), by_name(new)
     changes = []
     for name in sorted((set(before) | set(after)) - _steps_with_sections()):
         if name not in before or name not in after:
-            changes.append(f"{_flag(flags, 'steps')} {name} {'added' if name in after else 'removed'}"
+            changes.append(f"{switched(name)} {'added' if name in after else 'removed'}"
                            if name not in ("words",) else
                            f"{_flag(flags, 'steps.words')} "
                            f"{(before.get(name) or {}).get('word_segmenter', 'none')} → "
@@ -184,6 +195,23 @@ def _changed_steps(old: list, new: list, flags: Mapping[str, str]) -> list[str]:
                 changes.append(f"{flag} {before[name].get(key)} → {after[name].get(key)}")
     if [s for s in before if s in after] != [s for s in after if s in before]:
         changes.append(f"the order of {_flag(flags, 'steps')}")
+    return changes + _changed_segmenter(before.get("segment") or {}, after.get("segment") or {})
+
+
+def _changed_segmenter(before: dict, after: dict) -> list[str]:
+    """The segmenter's own parameters that differ (its name is the "segmenter" section's): by its declared flags.
+    Another segmenter: none (its parameters are its own; --segmenter's change says it)."""
+    name = after.get("segmenter")
+    if not isinstance(name, str) or name != before.get("segmenter"):
+        return []
+    changes = []
+    for key in sorted((set(before) | set(after)) - {"name", "segmenter"}):
+        if before.get(key) != after.get(key):
+            try:
+                flag = flag_of(segmenter_named(name).Params, key)
+            except (ValueError, KeyError, AttributeError, TypeError):  # not installed here
+                flag = "--" + key.replace("_", "-")
+            changes.append(f"{flag} {before.get(key)} → {after.get(key)}")
     return changes
 
 

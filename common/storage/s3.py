@@ -33,15 +33,19 @@ def endpoint_problem(endpoint_url: str | None) -> str | None:
     (``http://KEY:SECRET@host``) would be spread everywhere, so they are refused, and the URL is never echoed."""
     if not endpoint_url:
         return None
-    try:
-        parts = urllib.parse.urlsplit(endpoint_url)
-        parts.port  # noqa: B018 - urlsplit checks the port only when it is asked for
-    except ValueError as error:
-        return f"--s3-endpoint-url is not a URL ({error})"
-    if parts.username is not None or parts.password is not None:
+    if not isinstance(endpoint_url, str):  # a recorded one (dataset_info.json) is any JSON value
+        return "--s3-endpoint-url is not a URL (not a string)"
+    # Any "@": a secret may hold "/", "?" or "#" (an AWS secret key does), which end urlsplit's host early, so
+    # its user:secret@ would be read as a host and a port, and accepted.  An endpoint needs no "@".
+    if "@" in endpoint_url:
         return ("--s3-endpoint-url holds a user name or password (user:secret@host): a job's endpoint "
                 "travels to every worker and into the output, and errors quote it; boto3 reads credentials "
                 "from its own chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, ~/.aws, an instance role)")
+    try:
+        parts = urllib.parse.urlsplit(endpoint_url)
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is asked for
+    except ValueError:  # its words quote the text it could not read (a port, a host): not repeated
+        return "--s3-endpoint-url is not a URL (its host or port cannot be read: http://HOST:PORT, http://[IPv6]:PORT)"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "--s3-endpoint-url must be an http:// or https:// URL naming a host (http://HOST:PORT)"
     return None

@@ -256,3 +256,51 @@ def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_bound(tmp_pat
     push.close()
     ventilator.close()
     context.term()
+
+
+def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_byte_bound_too(tmp_path, monkeypatch):
+    """MAX_EARLY_ACKS bounds how many acknowledgements are held before the Welcome, but one may be up to the
+    socket's 1 MiB (a hostile peer's stats): 100,000 of them were 100 GB.  The held ones are bounded in bytes too
+    (MAX_EARLY_ACK_BYTES, encoded), the rest dropped and counted: a real sink over real sockets, never welcomed."""
+    import threading
+    import time
+
+    import zmq
+
+    import sink.server
+    from common.wire import protocol
+    from tests.support.helpers import free_ports
+
+    monkeypatch.setattr(sink.server, "MAX_EARLY_ACK_BYTES", 300_000)
+    context = zmq.Context()
+    ventilator = context.socket(zmq.ROUTER)
+    ventilator.setsockopt(zmq.LINGER, 0)
+    vport = ventilator.bind_to_random_port("tcp://127.0.0.1")
+    (port,) = free_ports(1)
+    server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
+                                    state_dir=str(tmp_path / "state"), report_seconds=3600))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert ventilator.poll(30_000), "no Hello from the sink"
+    identity, _hello = ventilator.recv_multipart()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(f"tcp://127.0.0.1:{port}")
+    bulky = protocol.AckStats(skipped={f"reason {n:06d}": n for n in range(5000)})  # ~100 KB encoded
+    size = len(protocol.encode(protocol.TaskAck("t", "j", "w", "src", 0, 1, "v", [], 0, bulky)))
+    assert 50_000 < size < 1024 * 1024
+    for n in range(10):
+        push.send(protocol.encode(protocol.TaskAck(task_id_of("src", n, n + 1), "j", "w", "src", n, n + 1, "v", [],
+                                                   0, bulky)))
+    deadline = time.monotonic() + 60  # only a bound on a hang: the loop ends when the sink has seen all ten
+    while len(server._early_acks) + sum(server.dropped.dropped.values()) < 10:
+        assert time.monotonic() < deadline, server.dropped.dropped
+        time.sleep(0.05)
+    held = len(server._early_acks)
+    assert held * size <= 300_000 + size and held < 10, (held, size)
+    assert any("held" in reason for reason in server.dropped.dropped)
+    ventilator.send_multipart([identity, protocol.encode(protocol.Shutdown("done"))])
+    thread.join(30)
+    push.close()
+    ventilator.close()
+    context.term()

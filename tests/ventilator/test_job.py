@@ -159,3 +159,49 @@ def test_the_s3_store_refuses_an_endpoint_with_credentials_itself():
     with pytest.raises(StorageError, match="holds a user name or password") as refused:
         S3Storage("s3://bucket/prefix", "http://KEY:hunter2@127.0.0.1:7480")
     assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize("endpoint, message", [
+    # An AWS secret key holds "/" (and "+"): urlsplit ends the host at the "/", reads "SECRET..." as the port, and
+    # its error quoted it; with digits before the "/" the URL parsed, and the secret was accepted and spread.
+    ("http://AKIAEXAMPLE:wJalrXUtnFEMI/K7MDENG@127.0.0.1:7480", "holds a user name or password"),
+    ("http://AKIAEXAMPLE:1234/K7MDENG@127.0.0.1:7480", "holds a user name or password"),
+    ("http://AKIAEXAMPLE:wJalrXUtnFEMI?K7MDENG@127.0.0.1:7480", "holds a user name or password"),
+    ("http://AKIAEXAMPLE:wJalrXUtnFEMI#K7MDENG@127.0.0.1:7480", "holds a user name or password"),
+    # No "@", but a port or a host urlsplit cannot read: the refusal says so without quoting them.
+    ("http://127.0.0.1:wJalrXUtnFEMI", "is not a URL"),
+    ("http://AKIAEXAMPLE:wJalrXUtnFEMI\uff20127.0.0.1:7480", "is not a URL"),
+])
+def test_an_s3_endpoint_whose_secret_holds_a_slash_is_refused_without_quoting_any_of_it(endpoint, message):
+    """urllib's own errors quote the text they could not read (a port, a host): the refusal is the store's own
+    words, and a user:secret@ is found whatever the secret holds."""
+    from common.storage import StorageError
+    from common.storage.s3 import S3Storage, endpoint_problem
+
+    problem = endpoint_problem(endpoint)
+    assert problem is not None and message in problem
+    assert "wJalrXUtnFEMI" not in problem and "AKIAEXAMPLE" not in problem.upper() and "K7MDENG" not in problem
+    with pytest.raises(StorageError) as refused:
+        S3Storage("s3://bucket/prefix", endpoint)
+    assert "wJalrXUtnFEMI" not in str(refused.value) and "K7MDENG" not in str(refused.value)
+
+
+def test_an_ipv6_s3_endpoint_is_still_taken():
+    from common.storage.s3 import endpoint_problem
+
+    for endpoint in ("http://[::1]:7480", "https://[::1]", "http://[fe80::1%25eth0]:7480/"):
+        assert endpoint_problem(endpoint) is None, endpoint
+    assert "is not a URL" in (endpoint_problem("http://[::1:7480") or "")
+
+
+@pytest.mark.parametrize("endpoint", [5, 1.5, True, ["http://127.0.0.1:7480"], {"url": "x"}])
+def test_an_s3_endpoint_of_another_type_is_the_stores_one_line_refusal(endpoint):
+    """An output's dataset_info.json records the job's endpoint, and mlm-report opens the input at it: a hostile
+    or damaged one is any JSON value.  Not a string, the store refused it with a TypeError (mlm-report's
+    traceback: it catches the store's StorageError); now its one line."""
+    from common.storage import StorageError
+    from common.storage.s3 import S3Storage, endpoint_problem
+
+    assert "is not a URL" in (endpoint_problem(endpoint) or "")
+    with pytest.raises(StorageError, match="is not a URL"):
+        S3Storage("s3://bucket/prefix", endpoint)

@@ -145,3 +145,117 @@ def test_a_steps_settings_are_named_by_their_declared_flags(corpus, step, f):
     changes = dataset_info.changed_options(base, new, described_flags())
     assert any(change.startswith(f"{flag} ") for change in changes), (flag, changes)
     assert flag in command.split(), command
+
+
+_CHANGES = """
+import json, sys
+from common.describe import dataset_info
+from ventilator.job import identify, validate
+from ventilator.run_config import described_flags, parse
+
+base, *argvs = json.loads(sys.argv[1])
+def described(argv):
+    run = parse([*base, *argv])
+    return dataset_info.describe(identify(run, validate(run)), {}, complete=False)
+before, after = (described(argv) for argv in argvs)
+print(json.dumps([dataset_info.changed_options(before, after, described_flags()),
+                  dataset_info.changed_options(after, before, described_flags())]))
+"""
+
+
+@pytest.mark.parametrize("argv, flag", [(["--show-census"], "--show-census"),
+                                        (["--add-step", "show-drop"], "--add-step show-drop")])
+def test_a_plugin_step_switched_on_or_off_is_named_by_what_switches_it(corpus, tmp_path, argv, flag):
+    """A plugin step on by its own flag (``--show-census``), turned on or off since the output was made: the refused
+    resume named ``--add-step show-census``, which is refused (the step is switched on by its own flag), instead of
+    the flag the step declares.  A step added with --add-step is still named so.  A real plugin, found by its
+    entry point in a subprocess (tests/ventilator/test_show_steps.py's)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.helpers import REPO
+    from tests.support.plugins import fake_install
+    from tests.ventilator.test_show_steps import PLUGIN
+
+    data, _, root = corpus
+    site = fake_install(tmp_path / "site", "show-steps-plugin",
+                        "[mlm_pipeline.steps]\nshow-census = show_steps_plugin:Count\n"
+                        "show-drop = show_steps_plugin:Drop\n", {"show_steps_plugin": PLUGIN})
+    base = ["--data", str(data), "--output", str(root / "out"), "--vocab-file", str(VOCAB)]
+    result = subprocess.run([sys.executable, "-c", _CHANGES, json.dumps([base, [], argv])], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                                str(site), os.environ.get("PYTHONPATH")]))},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    added, removed = json.loads(result.stdout)
+    assert len(added) == 1 and added[0].startswith(f"{flag} ") and added[0].endswith("added"), added
+    assert len(removed) == 1 and removed[0].startswith(f"{flag} ") and removed[0].endswith("removed"), removed
+
+
+SEGMENTER = '''
+from dataclasses import dataclass
+
+from mlm_pipeline.plugin import Segmenter, param
+
+
+@dataclass(frozen=True)
+class ChunkParams:
+    chunk_words: int = param(1, "Words per segment.", flag="--chunk-size-words")
+
+
+class Chunks(Segmenter):
+    name = "chunk-words"
+    Params = ChunkParams
+
+    def segments(self, lines):
+        n = self.params.chunk_words
+        return [[" ".join(words[i:i + n])] for words in (line.split() for line in lines)
+                for i in range(0, len(words), n)]
+'''
+
+
+def test_a_segmenters_own_parameter_changed_is_named_by_its_flag(corpus, tmp_path):
+    """A segmenter's own parameter (a plugin's: the built-in ones have none) changed since the output was made: the
+    refused resume said "no option changed: the corpus changed since", as the segment step's section was compared by
+    the segmenter's name alone.  Now it names the parameter's declared flag; another segmenter is --segmenter's
+    change alone (its parameters are its own)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.helpers import REPO
+    from tests.support.plugins import fake_install
+
+    data, _, root = corpus
+    site = fake_install(tmp_path / "site", "chunk-segmenter", "[mlm_pipeline.segmenters]\nchunk-words = chunk_seg:Chunks\n",
+                        {"chunk_seg": SEGMENTER})
+    base = ["--data", str(data), "--output", str(root / "out"), "--vocab-file", str(VOCAB)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+
+    def changes(before: list[str], after: list[str]) -> list[str]:
+        result = subprocess.run([sys.executable, "-c", _CHANGES, json.dumps([base, before, after])], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)[0]
+
+    chosen = ["--segmenter", "chunk-words"]
+    assert changes(chosen, [*chosen, "--chunk-size-words", "3"]) == ["--chunk-size-words 1 → 3"]
+    assert changes(["--segmenter", "line"], [*chosen, "--chunk-size-words", "3"]) == ["--segmenter line → chunk-words"]
+
+
+def test_a_step_turned_on_since_says_its_switch_went_from_the_value_its_flag_takes_for_off(corpus):
+    """A refused resume after --dedup minhash was added said ``--dedup none → minhash``: --dedup takes ``off``
+    (``--dedup none`` is refused).  Each described step's "off" is its switch's default, a value its flag takes."""
+    data, _, root = corpus
+    for step in described_steps():
+        switch = step.info_section
+        assert switch is not None, step.name
+        default = next(f.default for f in dataclasses.fields(step.Params) if f.name == switch.switch)
+        assert switch.off == default, (step.name, switch.off, default)
+    base, _ = _described(data, root)
+    on, _ = _described(data, root, "--dedup", "minhash")
+    assert dataset_info.changed_options(base, on, described_flags()) == ["--dedup off → minhash"]
+    assert dataset_info.changed_options(on, base, described_flags()) == ["--dedup minhash → off"]

@@ -117,7 +117,7 @@ class Dedup(Step[Documents, Documents]):
 
     # --- How it describes itself (common/steps/base.py ``Describes``): its sections, its files -------------
 
-    info_section = InfoSection(switch="mode", off="none")
+    info_section = InfoSection(switch="mode", off="off")  # --dedup off
     report_section = ReportSection("Dedup", "The job ran without --dedup.", histogram="sizes",
                                    x_label="documents in a cluster", y_label="clusters")
     directories = ("dedup",)  # the stages' files (docs/dedup.md)
