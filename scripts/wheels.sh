@@ -33,8 +33,13 @@ done
 [ -f "$ca" ] || fail "no CA bundle at $ca (set PIP_CERT)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/mlm-wheels.XXXXXX")
+arches=() pids=()
 cleanup() {
-    local mounted
+    local mounted pid
+    # Each platform runs under its own `timeout` (a process group of its own): stopped and waited for first, so
+    # nothing still writes in a root while it is unmounted and removed.
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
     mounted=$(awk -v w="$work/" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r)
     for point in $mounted; do umount "$point" 2>/dev/null || umount -l "$point" || true; done
     if awk -v w="$work/" 'index($2, w) == 1 {found=1} END {exit !found}' /proc/self/mounts; then
@@ -44,6 +49,7 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # stopped (a timeout): the roots are still unmounted and removed
 start=$SECONDS
 
 # The sdist every platform builds from: the project's own reproducible one (setuptools' PEP 517 hook, as
@@ -155,7 +161,6 @@ wait_host() { while [ ! -e "$work/host.done" ]; do [ -e "$work/host.failed" ] &&
 (host_job && touch "$work/host.done" || touch "$work/host.failed") >"$work/host-step.log" 2>&1 &
 host=$!
 
-arches=() pids=()
 while read -r arch machine; do
     if [ "$machine" != "$(uname -m)" ]; then
         [ -e /proc/sys/fs/binfmt_misc/status ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
