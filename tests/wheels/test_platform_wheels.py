@@ -82,10 +82,18 @@ def test_the_wheel_file_tags_must_agree_with_the_name(tmp_path):
 def test_the_sdist_holds_the_kernels_and_their_build(tmp_path):
     """The sdist every platform builds from (the project's build-sdist.sh, as scripts/wheels.sh makes it) holds
     setup.py and common/_kernels.c, and the digest the wheels' builds must compile in is the checkout's source's."""
-    sdist = subprocess.run(["bash", "ansible/roles/mlm/files/build-sdist.sh", str(REPO), str(tmp_path)], cwd=REPO,
-                           capture_output=True, text=True, check=True, timeout=300).stdout.strip()
+    # The tracked files, as a fresh clone has them: tar in build-sdist.sh fails on a file that changes while it
+    # reads the tree, and other tests write into the checkout (__pycache__, in-place builds).
+    source = tmp_path / "src"
+    source.mkdir()
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    files = [name for name in tracked.decode().split("\0") if name and (REPO / name).is_file()]
+    subprocess.run(["cp", "--parents", "-t", str(source), *files], cwd=REPO, check=True)
+    result = subprocess.run(["bash", "ansible/roles/mlm/files/build-sdist.sh", str(source), str(tmp_path / "dist")],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
     expected = hashlib.sha256((REPO / "common/_kernels.c").read_bytes()).hexdigest()
-    assert pw.sdist_kernels_digest(Path(sdist)) == expected
+    assert pw.sdist_kernels_digest(Path(result.stdout.strip())) == expected
 
 
 def test_an_sdist_without_the_c_source_is_refused(tmp_path):
