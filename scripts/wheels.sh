@@ -147,6 +147,15 @@ platform() {
         say "blingfire loads here"
     else
         say "blingfire does not load here (--segmenter blingfire cannot run): ${bling##*$'\n'}"
+        # the default segmenter's job is then refused in one line before any work, not quarantined task by task
+        local refused rc=0
+        refused=$(in_root sh -c "cd /build/run && /build/venv-test/bin/python -m ventilator --data /build/corpus \
+            --output /build/refused --vocab-file /build/vocab.txt --workers 1 $(sockets)" 2>&1) || rc=$?
+        [ "$rc" -ne 0 ] && [ "$(printf '%s\n' "$refused" | grep -c 'error: ')" -eq 1 ] &&
+            printf '%s\n' "$refused" | grep -q "Bling Fire's library does not load on this $machine machine" &&
+            [ ! -e "$root/build/refused" ] ||
+            { printf '%s\n' "$refused" | tail -20; fail "$arch: a blingfire job was not refused in one line before any work"; }
+        say "a job on the default segmenter is refused before any work: ${refused##*$'\n'}"
     fi
 
     in_root sh -c "cd /build/run && /build/venv-test/bin/python -m ventilator ${job[*]} $(sockets)" \

@@ -206,6 +206,9 @@ def validate(run: RunConfig) -> Checked:
                                                             or reader_class.default_segmenter))
     except ValueError as error:
         raise JobError(str(error)) from None
+    unavailable = segmenter_class.unavailable()  # a native library that does not load here: before any work
+    if unavailable:
+        raise JobError(unavailable)
     extra = (word_segmenter_class,) if word_segmenter_class is not None else ()
     reader_given, objective_given, writer_given, own_given, *more_given = split_params(
         run.job.params, reader_class, objective_class, writer_class, segmenter_class, *extra, *added_classes)

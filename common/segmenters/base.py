@@ -22,7 +22,16 @@ class Segmenter(Configurable, abc.ABC):
     Params: ClassVar[type] = NoParams
 
     def __init__(self, params=None):
+        problem = type(self).unavailable()
+        if problem:  # a worker's job it cannot run here: one line (its tasks fail with it), never a crash per task
+            raise ValueError(problem)
         self.params = params if params is not None else self.Params()
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this segmenter cannot run on this machine (a native library that does not load), or None: the
+        ventilator refuses the job with it before any work, and a worker that cannot run it says so once."""
+        return None
 
     @abc.abstractmethod
     def segments(self, lines: list[str]) -> list[list[str]]:
