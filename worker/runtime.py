@@ -204,6 +204,7 @@ class WorkerProcess:
         if removed:
             log.info("%s: removed %d spool file(s) of worker processes that died", self.worker_id, removed)
         host, port = parse_address(self.options.ventilator, VENTILATOR_PORT)
+        log.info("%s: started, asking %s for work", self.worker_id, endpoint(host, port))
         dealer = make_socket(self.context, zmq.DEALER, max_message_bytes=-1)  # task content
         dealer.setsockopt(zmq.IDENTITY, self.worker_id.encode())
         if self.options.curve:
