@@ -14,6 +14,54 @@ class Unreachable(LocalStorage):
         raise StorageError(f"put {name}: endpoint down")
 
 
+class PlayedVentilator:
+    """A ventilator's ROUTER on a loopback port with no ventilator behind it, a real sink (in a thread) pointed at
+    it, and a worker's PUSH to that sink: the test plays the ventilator's messages."""
+
+    def __init__(self, tmp_path) -> None:
+        import threading
+
+        import zmq
+
+        from tests.support.helpers import free_ports
+
+        self.context = zmq.Context()
+        self.router = self.context.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.LINGER, 0)
+        vport = self.router.bind_to_random_port("tcp://127.0.0.1")
+        (port,) = free_ports(1)
+        self.server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
+                                             state_dir=str(tmp_path / "state"), report_seconds=3600))
+        self.status: list[int] = []
+        self.thread = threading.Thread(target=lambda: self.status.append(self.server.run()), daemon=True)
+        self.thread.start()
+        self.push = self.context.socket(zmq.PUSH)
+        self.push.setsockopt(zmq.LINGER, 0)
+        self.push.connect(f"tcp://127.0.0.1:{port}")
+
+    def receive(self, kind: type):
+        """The sink's next message of ``kind`` (others skipped): (its identity, the message)."""
+        from common.wire import protocol
+
+        while True:
+            assert self.router.poll(30_000), f"no {kind.__name__} from the sink"
+            identity, frame = self.router.recv_multipart()
+            message = protocol.decode(frame)
+            if isinstance(message, kind):
+                return identity, message
+
+    def send(self, identity: bytes, message: object) -> None:
+        from common.wire import protocol
+
+        self.router.send_multipart([identity, protocol.encode(message)])
+
+    def close(self) -> None:
+        self.thread.join(30)
+        self.push.close()
+        self.router.close()
+        self.context.term()
+
+
 def test_a_manifest_it_cannot_publish_is_exit_status_1(tmp_path, caplog):
     """The ventilator has already exited 0: the sink's status is what tells
     the operator (and the one-machine command) that the output is incomplete."""
@@ -196,102 +244,59 @@ def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_bound(tmp_pat
     once the job is known.  A flood of them (a hostile peer; a fleet acking into a sink standing by for hours)
     held them all in memory.  Now at most MAX_EARLY_ACKS are held, the rest dropped and counted (unconfirmed,
     their tasks are done again): a real sink over real sockets, played a ventilator that welcomes it late."""
-    import threading
     import time
-
-    import zmq
 
     import sink.server
     from common.job.config import JobConfig
     from common.job.params import Component
     from common.wire import protocol
-    from tests.support.helpers import free_ports
 
     monkeypatch.setattr(sink.server, "MAX_EARLY_ACKS", 5)
-    out = tmp_path / "out"
-    config = JobConfig(data_uri="d", output_uri=str(out), reader=Component("wikiextractor"), steps=steps_of("line"),
-                       tokenizer_json="")
-    context = zmq.Context()
-    ventilator = context.socket(zmq.ROUTER)
-    ventilator.setsockopt(zmq.LINGER, 0)
-    vport = ventilator.bind_to_random_port("tcp://127.0.0.1")
-
-    def receive(kind: type):
-        while True:
-            assert ventilator.poll(30_000), f"no {kind.__name__} from the sink"
-            identity, frame = ventilator.recv_multipart()
-            message = protocol.decode(frame)
-            if isinstance(message, kind):
-                return identity, message
-
-    (port,) = free_ports(1)
-    server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
-                                    state_dir=str(tmp_path / "state"), report_seconds=3600))
-    status: list[int] = []
-    thread = threading.Thread(target=lambda: status.append(server.run()), daemon=True)
-    thread.start()
-    identity, _hello = receive(protocol.Hello)  # not welcomed yet: the job is not known
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(f"tcp://127.0.0.1:{port}")
+    config = JobConfig(data_uri="d", output_uri=str(tmp_path / "out"), reader=Component("wikiextractor"),
+                       steps=steps_of("line"), tokenizer_json="")
+    played = PlayedVentilator(tmp_path)
+    server = played.server
+    identity, _hello = played.receive(protocol.Hello)  # not welcomed yet: the job is not known
     ranges = [("src", n, n + 1) for n in range(8)]
     for where in ranges:
-        push.send(protocol.encode(protocol.TaskAck(task_id_of(*where), config.job_id, "w", *where, "v", [], 0,
-                                                   protocol.AckStats())))
+        played.push.send(protocol.encode(protocol.TaskAck(task_id_of(*where), config.job_id, "w", *where, "v", [], 0,
+                                                          protocol.AckStats())))
     deadline = time.monotonic() + 60  # only a bound on a hang: the loop ends when the sink has dropped three
     while sum(server.dropped.dropped.values()) < 3:
         assert time.monotonic() < deadline, server.dropped.dropped
         time.sleep(0.05)
     assert len(server._early_acks) == 5
     assert any("beyond 5 held" in reason for reason in server.dropped.dropped)
-    ventilator.send_multipart([identity, protocol.encode(protocol.Welcome(config.encoded(), config.job_id, "v1"))])
+    played.send(identity, protocol.Welcome(config.encoded(), config.job_id, "v1"))
     done: list[str] = []
     while len(done) < 5:
-        done += receive(protocol.TasksDone)[1].task_ids
+        done += played.receive(protocol.TasksDone)[1].task_ids
     assert done == [task_id_of(*where) for where in ranges[:5]]
-    ventilator.send_multipart([identity, protocol.encode(protocol.Shutdown("done"))])
-    assert receive(protocol.SinkClosed)[1].error == ""
-    thread.join(30)
-    assert status == [0]
-    push.close()
-    ventilator.close()
-    context.term()
+    played.send(identity, protocol.Shutdown("done"))
+    assert played.receive(protocol.SinkClosed)[1].error == ""
+    played.close()
+    assert played.status == [0]
 
 
 def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_byte_bound_too(tmp_path, monkeypatch):
     """MAX_EARLY_ACKS bounds how many acknowledgements are held before the Welcome, but one may be up to the
     socket's 1 MiB (a hostile peer's stats): 100,000 of them were 100 GB.  The held ones are bounded in bytes too
     (MAX_EARLY_ACK_BYTES, encoded), the rest dropped and counted: a real sink over real sockets, never welcomed."""
-    import threading
     import time
-
-    import zmq
 
     import sink.server
     from common.wire import protocol
-    from tests.support.helpers import free_ports
 
     monkeypatch.setattr(sink.server, "MAX_EARLY_ACK_BYTES", 300_000)
-    context = zmq.Context()
-    ventilator = context.socket(zmq.ROUTER)
-    ventilator.setsockopt(zmq.LINGER, 0)
-    vport = ventilator.bind_to_random_port("tcp://127.0.0.1")
-    (port,) = free_ports(1)
-    server = SinkServer(SinkOptions(ventilator=f"127.0.0.1:{vport}", port=port, bind_host="127.0.0.1",
-                                    state_dir=str(tmp_path / "state"), report_seconds=3600))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    assert ventilator.poll(30_000), "no Hello from the sink"
-    identity, _hello = ventilator.recv_multipart()
-    push = context.socket(zmq.PUSH)
-    push.setsockopt(zmq.LINGER, 0)
-    push.connect(f"tcp://127.0.0.1:{port}")
+    played = PlayedVentilator(tmp_path)
+    server = played.server
+    identity, _hello = played.receive(protocol.Hello)
     bulky = protocol.AckStats(skipped={f"reason {n:06d}": n for n in range(5000)})  # ~100 KB encoded
     size = len(protocol.encode(protocol.TaskAck("t", "j", "w", "src", 0, 1, "v", [], 0, bulky)))
     assert 50_000 < size < 1024 * 1024
     for n in range(10):
-        push.send(protocol.encode(protocol.TaskAck(task_id_of("src", n, n + 1), "j", "w", "src", n, n + 1, "v", [],
-                                                   0, bulky)))
+        played.push.send(protocol.encode(protocol.TaskAck(task_id_of("src", n, n + 1), "j", "w", "src", n, n + 1, "v",
+                                                          [], 0, bulky)))
     deadline = time.monotonic() + 60  # only a bound on a hang: the loop ends when the sink has seen all ten
     while len(server._early_acks) + sum(server.dropped.dropped.values()) < 10:
         assert time.monotonic() < deadline, server.dropped.dropped
@@ -299,8 +304,5 @@ def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_byte_bound_to
     held = len(server._early_acks)
     assert held * size <= 300_000 + size and held < 10, (held, size)
     assert any("held" in reason for reason in server.dropped.dropped)
-    ventilator.send_multipart([identity, protocol.encode(protocol.Shutdown("done"))])
-    thread.join(30)
-    push.close()
-    ventilator.close()
-    context.term()
+    played.send(identity, protocol.Shutdown("done"))
+    played.close()
