@@ -68,8 +68,9 @@ class Reconciled:
 
 def reconcile(counts: Sequence[Count], documents: int, reference: int) -> list[Reconciled]:
     """Each count against ``reference`` (the tokenizer's own encoding of every document, no special token):
-    equal once the tool's specials are taken off, or, where the tool drops a tail, short by less than one
-    record."""
+    equal once the tool's specials are taken off, or, where the tool concatenates into records of ``tail_cut``
+    tokens, exactly the whole records of its stream (the text's tokens and its specials, in order): every record
+    that long and the last ``stream % tail_cut`` tokens dropped, not one more or fewer."""
     out = []
     for count in counts:
         text = count.text_tokens(documents)
@@ -80,15 +81,34 @@ def reconcile(counts: Sequence[Count], documents: int, reference: int) -> list[R
         if count.specials_per_record:
             parts.append(f"{count.specials_per_record} special(s) per record × {count.records:,}")
         if count.tail_cut:
-            agrees = -count.tail_cut < difference <= 0
-            parts.append(f"records of exactly {count.tail_cut:,} tokens: the last {-difference:,} dropped")
+            stream = reference + count.specials_per_document * documents
+            dropped = stream % count.tail_cut
+            unexplained = count.tokens - (stream - dropped)
+            agrees = unexplained == 0 and count.records * count.tail_cut == count.tokens
+            parts.append(f"records of exactly {count.tail_cut:,} tokens: the last {dropped:,} of the stream's "
+                         f"{stream:,} dropped")
+            if count.records * count.tail_cut != count.tokens:
+                parts.append(f"{count.records:,} records hold {count.tokens:,} tokens, not "
+                             f"{count.records * count.tail_cut:,}")
         else:
+            unexplained = difference
             agrees = difference == 0
         why = "; ".join(parts) or "the text's tokens only"
-        if not agrees:
-            why += f"; {difference:+,} tokens unexplained"
+        if unexplained:
+            why += f"; {unexplained:+,} tokens unexplained"
         out.append(Reconciled(count.tool, count.tokens, text, difference, agrees, why))
     return out
+
+
+def concatenated(tool: str, record_bytes: Sequence[int], itemsize: int, specials_per_document: int,
+                 tail_cut: int) -> Count:
+    """The count of a concatenating tool's MDS output from each record's byte length as the reader returns it
+    (ModernBERT's and llm-foundry's converters write ``np.asarray(ids).tobytes()``, int64 on Linux)."""
+    odd = [size for size in record_bytes if size % itemsize]
+    if odd:
+        raise ValueError(f"{tool}: {len(odd)} record(s) not a whole number of {itemsize}-byte ids, e.g. {odd[0]}")
+    return Count(tool, sum(record_bytes) // itemsize, len(record_bytes), specials_per_document=specials_per_document,
+                 tail_cut=tail_cut)
 
 
 @dataclass(frozen=True)

@@ -210,14 +210,20 @@ def environment(peer: Peer) -> Path:
 def _install(peer: Peer, venv: Path, python: Path) -> None:
     shutil.rmtree(venv, ignore_errors=True)
     log(f"installing {peer.name} into {venv} (once)")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    started = time.monotonic()
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True)
+    if made.returncode:
+        raise Unavailable(f"python -m venv failed: {(made.stderr.strip().splitlines() or ['?'])[-1]}")
     for step in peer.requirements:
         result = subprocess.run([str(python), "-m", "pip", "install", "-q", *step], capture_output=True, text=True,
                                 stdin=subprocess.DEVNULL)
         if result.returncode:
             lines = [line for line in result.stderr.splitlines() if line.strip() and "ignored" not in line]
             raise Unavailable(f"pip install {' '.join(step)} failed: {lines[-1] if lines else result.returncode}")
-    (venv / "installed").write_text(" ".join(" ".join(step) for step in peer.requirements) + "\n")
+    seconds = time.monotonic() - started
+    log(f"installed {peer.name} in {seconds:.0f} s")
+    (venv / "installed").write_text(" ".join(" ".join(step) for step in peer.requirements)
+                                    + f"\ninstalled in {seconds:.0f} s\n")
 
 
 def checkout(peer: Peer) -> Path | None:
@@ -230,11 +236,15 @@ def checkout(peer: Peer) -> Path | None:
     root = Path(given)
     if all((root / part).exists() for part in peer.paths):
         return root
-    git = ["git", "--git-dir", str(root)]
     ref = os.environ.get(f"{peer.snapshot}_REF") or peer.ref
-    head = subprocess.run([*git, "rev-parse", f"{ref}^{{commit}}"], capture_output=True, text=True)
-    if head.returncode:
-        raise Unavailable(f"{peer.snapshot}={given}: neither a checkout nor a git directory holding {ref}")
+    for candidate in (root, root / ".git", root / "repo"):  # a git directory, a checkout's, a mirror's
+        git = ["git", "--git-dir", str(candidate)]
+        head = subprocess.run([*git, "rev-parse", f"{ref}^{{commit}}"], capture_output=True, text=True)
+        if head.returncode == 0:
+            break
+    else:
+        raise Unavailable(f"{peer.snapshot}={given}: neither a checkout holding {', '.join(peer.paths)} nor a git "
+                          f"directory holding {ref}")
     target = cache_root() / "src" / f"{peer.name}-{head.stdout.strip()[:12]}"
     if not (target / "extracted").is_file():
         shutil.rmtree(target, ignore_errors=True)
@@ -310,6 +320,20 @@ LocalPipelineExecutor(pipeline=[JsonlReader(source), DocumentTokenizer(output, t
                       tasks=1, workers=1, logging_dir=logs).run()
 """
 
+#: Each record's byte length, read by mosaicml-streaming's own MDS reader (as ModernBERT's trainer reads it).
+_MDS_RECORDS = """
+import json, os, sys
+from streaming.base.format import reader_from_json
+root, split = sys.argv[1:]
+with open(os.path.join(root, split, "index.json")) as handle:
+    shards = json.load(handle)["shards"]
+sizes = []
+for shard in shards:
+    reader = reader_from_json(root, split, shard)
+    sizes += [len(reader.get_item(i)["tokens"]) for i in range(reader.samples)]
+print(json.dumps(sizes))
+"""
+
 
 def run_peer(peer: Peer, python: Path, source: Path | None, tokenizer: Tokenizer, corpus: Corpus, work: Path
              ) -> Run:
@@ -341,9 +365,18 @@ def run_peer(peer: Peer, python: Path, source: Path | None, tokenizer: Tokenizer
     (work / "c4" / "train.jsonl").symlink_to(jsonl.resolve())
     cpu = children_cpu([python, source / "src" / "convert_dataset.py", "--dataset", "c4", "--splits", "train",
                         "--out_root", out, "--concat_tokens", SEQ, "--tokenizer", tokenizer.hf_dir], work, env)
-    samples = peer_counts.mds_samples((out / "train" / "index.json").read_text())
-    return Run(cpu, Count(peer.label, samples * SEQ, samples, specials_per_document=tokenizer.specials,
-                          tail_cut=SEQ))
+    index = out / "train" / "index.json"
+    if not index.is_file():
+        raise RuntimeError(f"ModernBERT's converter wrote no {index.relative_to(work)}")
+    read = subprocess.run([str(python), "-c", _MDS_RECORDS, str(out), "train"], capture_output=True, text=True,
+                          env={**os.environ, **env}, stdin=subprocess.DEVNULL, cwd=work)
+    if read.returncode:
+        raise RuntimeError(f"streaming could not read ModernBERT's output: {read.stderr[-2000:]}")
+    record_bytes = json.loads(read.stdout.splitlines()[-1])
+    samples = peer_counts.mds_samples(index.read_text())
+    if samples != len(record_bytes):
+        raise RuntimeError(f"ModernBERT's index.json lists {samples} samples, streaming read {len(record_bytes)}")
+    return Run(cpu, peer_counts.concatenated(peer.label, record_bytes, 8, tokenizer.specials, SEQ))
 
 
 # --------------------------------------------------------------------------
@@ -377,10 +410,11 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
         try:
             source = checkout(peer)  # first: without its snapshot a peer installs nothing
             available[peer.name] = (environment(peer), source)
-        except Unavailable as why:
+        except Exception as error:  # no snapshot, a failed install: the peer's row says why, the rest go on
+            why = str(error) if isinstance(error, Unavailable) else f"{type(error).__name__}: {error}"
             log(f"{peer.name}: {why}")
             for family in families:
-                outcome.measured[(family, peer.label)] = Measured(peer.label, reason=str(why))
+                outcome.measured[(family, peer.label)] = Measured(peer.label, reason=why[:300])
     least: dict[tuple[str, str, str], float] = {}
     counts: dict[tuple[str, str], Count] = {}
     failed: dict[tuple[str, str], str] = {}

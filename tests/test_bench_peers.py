@@ -11,6 +11,7 @@ import pytest
 from bench.peer_counts import (
     Count,
     Measured,
+    concatenated,
     mds_samples,
     megatron_index,
     reconcile,
@@ -63,10 +64,31 @@ def test_each_tools_specials_and_dropped_tail_explain_its_count():
 
 def test_a_count_off_by_a_token_is_unexplained():
     found = reconcile([Count("datatrove", 50_000 + 2 * 100 + 1, 100, specials_per_document=2),
-                       Count("modernbert", 50_000 + 2 * 100 + 1, 4, specials_per_document=2, tail_cut=1024)],
+                       Count("modernbert", 49 * 1024 + 1, 49, specials_per_document=2, tail_cut=1024)],
                       100, 50_000)
     assert [r.agrees for r in found] == [False, False]
     assert all("+1 tokens unexplained" in r.why for r in found)
+
+
+def test_a_concatenating_tool_must_drop_exactly_its_streams_tail():
+    """[CLS] doc [SEP] streamed into records of exactly 1,024: 50,000 text tokens + 2 × 100 specials = 50,200, so
+    49 records (50,176 tokens) and the last 24 dropped.  A record fewer, or a record that is not 1,024 long, is
+    unexplained, though each is short of the stream by less than a record."""
+    exact, short, uneven = reconcile([
+        Count("modernbert", 49 * 1024, 49, specials_per_document=2, tail_cut=1024),
+        Count("modernbert", 48 * 1024, 48, specials_per_document=2, tail_cut=1024),
+        Count("modernbert", 49 * 1024 - 8, 49, specials_per_document=2, tail_cut=1024)], 100, 50_000)
+    assert exact.agrees and exact.difference == -24
+    assert "the last 24 of the stream's 50,200 dropped" in exact.why and "unexplained" not in exact.why
+    assert not short.agrees and "-1,024 tokens unexplained" in short.why
+    assert not uneven.agrees and "49 records hold 50,168 tokens, not 50,176" in uneven.why
+
+
+def test_a_concatenated_mds_output_is_counted_from_its_records_int64_bytes():
+    count = concatenated("modernbert", [1024 * 8, 1024 * 8, 1024 * 8], 8, 2, 1024)
+    assert (count.tokens, count.records, count.specials_per_document, count.tail_cut) == (3072, 3, 2, 1024)
+    with pytest.raises(ValueError, match="not a whole number of 8-byte ids"):
+        concatenated("modernbert", [1024 * 8, 1023 * 8 + 4], 8, 2, 1024)
 
 
 def test_rows_give_each_peers_advantage_against_its_target_and_a_peer_that_could_not_run_says_why():
@@ -77,3 +99,17 @@ def test_rows_give_each_peers_advantage_against_its_target_and_a_peer_that_could
     assert rows[1] == "| wordpiece | Megatron-LM | 0.850 | 8.5× | yes (≥ 8×) |"
     assert rows[2] == "| wordpiece | datatrove | 0.600 | 6.0× | no (≥ 8×) |"
     assert rows[3] == "| wordpiece | ModernBERT | not run: no snapshot of its repository | n/a | |"
+
+
+def test_a_peer_snapshot_that_is_missing_or_no_repository_is_unavailable_with_the_reason(tmp_path, monkeypatch):
+    from bench.peers import PEERS, Unavailable, checkout
+
+    modernbert = next(peer for peer in PEERS if peer.name == "modernbert")
+    monkeypatch.setenv("MLM_BENCH_PEERS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(Unavailable, match="no snapshot of its repository: set MLM_BENCH_MODERNBERT_DIR"):
+        checkout(modernbert)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "empty"))
+    with pytest.raises(Unavailable, match="neither a checkout holding src nor a git directory holding HEAD"):
+        checkout(modernbert)
