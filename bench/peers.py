@@ -397,6 +397,24 @@ class Outcome:
     load: list[float] = field(default_factory=list)
 
 
+def ready(peers: tuple[Peer, ...], families: tuple[str, ...]
+          ) -> tuple[dict[str, tuple[Path, Path | None]], dict[tuple[str, str], Measured]]:
+    """Each peer's python and snapshot, or, per family, its row saying why it cannot run: no snapshot, or an
+    install that failed in any way (the rest go on)."""
+    available: dict[str, tuple[Path, Path | None]] = {}
+    unavailable: dict[tuple[str, str], Measured] = {}
+    for peer in peers:
+        try:
+            source = checkout(peer)  # first: without its snapshot a peer installs nothing
+            available[peer.name] = (environment(peer), source)
+        except Exception as error:
+            why = str(error) if isinstance(error, Unavailable) else f"{type(error).__name__}: {error}"
+            log(f"{peer.name}: {why}")
+            for family in families:
+                unavailable[(family, peer.label)] = Measured(peer.label, reason=why[:300])
+    return available, unavailable
+
+
 def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: int, rounds: int,
             families: tuple[str, ...] = tuple(TARGETS)) -> Outcome:
     outcome = Outcome(rounds=rounds)
@@ -405,16 +423,8 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
     one = write_corpus(sources, work / "one", 1, first_only=True)
     outcome.corpus_mb, outcome.documents = full.bytes / MB, full.documents
     tokenizers = prepare_tokenizers(work / "tokenizers", vocab)
-    available: dict[str, tuple[Path, Path | None]] = {}
-    for peer in PEERS:
-        try:
-            source = checkout(peer)  # first: without its snapshot a peer installs nothing
-            available[peer.name] = (environment(peer), source)
-        except Exception as error:  # no snapshot, a failed install: the peer's row says why, the rest go on
-            why = str(error) if isinstance(error, Unavailable) else f"{type(error).__name__}: {error}"
-            log(f"{peer.name}: {why}")
-            for family in families:
-                outcome.measured[(family, peer.label)] = Measured(peer.label, reason=why[:300])
+    available, unavailable = ready(PEERS, families)
+    outcome.measured.update(unavailable)
     least: dict[tuple[str, str, str], float] = {}
     counts: dict[tuple[str, str], Count] = {}
     failed: dict[tuple[str, str], str] = {}

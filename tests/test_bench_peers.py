@@ -113,3 +113,16 @@ def test_a_peer_snapshot_that_is_missing_or_no_repository_is_unavailable_with_th
     monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "empty"))
     with pytest.raises(Unavailable, match="neither a checkout holding src nor a git directory holding HEAD"):
         checkout(modernbert)
+
+
+def test_a_peer_without_its_snapshot_is_a_row_per_tokenizer_saying_why_and_installs_nothing(tmp_path, monkeypatch):
+    from bench.peers import PEERS, ready
+
+    modernbert = next(peer for peer in PEERS if peer.name == "modernbert")
+    monkeypatch.setenv("MLM_BENCH_PEERS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "nowhere"))
+    available, rows = ready((modernbert,), ("wordpiece", "bpe"))
+    assert available == {}
+    assert sorted(rows) == [("bpe", modernbert.label), ("wordpiece", modernbert.label)]
+    assert all("set MLM_BENCH_MODERNBERT_DIR" in row.reason and row.cpu_s_per_mb is None for row in rows.values())
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").glob("modernbert-*"))
