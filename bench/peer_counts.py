@@ -120,6 +120,15 @@ class Measured:
     reason: str = ""
 
 
+def marginal(tool: str, full_cpu: float, one_cpu: float, megabytes: float) -> Measured:
+    """CPU-s per MB beyond the one-document run's; none where the full run cost no more than that run (the
+    machine's noise is larger than the work: a larger ``--scale`` or a quieter machine)."""
+    if full_cpu <= one_cpu or megabytes <= 0:
+        return Measured(tool, reason=f"within noise: the full run's {full_cpu:.2f} CPU-s ≤ the one-document "
+                                     f"run's {one_cpu:.2f}")
+    return Measured(tool, (full_cpu - one_cpu) / megabytes)
+
+
 def table_rows(family: str, ours: Measured, peers: Sequence[Measured], target: float) -> list[str]:
     """Markdown rows for one tokenizer: ours, then each peer with its CPU-s/MB and ours' advantage over it (peer
     / ours), against ``target``."""

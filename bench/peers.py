@@ -231,8 +231,10 @@ def checkout(peer: Peer) -> Path | None:
     if not peer.snapshot:
         return None
     given = os.environ.get(peer.snapshot, "")
-    if not given or not Path(given).is_dir():
+    if not given:
         raise Unavailable(f"no snapshot of its repository: set {peer.snapshot} to a checkout or git directory")
+    if not Path(given).is_dir():
+        raise Unavailable(f"{peer.snapshot}={given} is no directory: set it to a checkout or git directory")
     root = Path(given)
     if all((root / part).exists() for part in peer.paths):
         return root
@@ -473,8 +475,8 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
             corpus = cold if "cold" in tool else full
             base = tool.replace(", cold cache", "")
             if (family, tool, "full") in least and (family, base, "one") in least:
-                marginal = max(least[(family, tool, "full")] - least[(family, base, "one")], 1e-9)
-                outcome.measured[(family, tool)] = Measured(tool, marginal / ((corpus.bytes - one.bytes) / MB))
+                outcome.measured[(family, tool)] = peer_counts.marginal(
+                    tool, least[(family, tool, "full")], least[(family, base, "one")], (corpus.bytes - one.bytes) / MB)
         reference = reference_tokens(tokenizers[family], full)
         outcome.reference[family] = reference
         family_counts = [count for (f, tool), count in counts.items() if f == family and "cold" not in tool]

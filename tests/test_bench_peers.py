@@ -12,6 +12,7 @@ from bench.peer_counts import (
     Count,
     Measured,
     concatenated,
+    marginal,
     mds_samples,
     megatron_index,
     reconcile,
@@ -101,13 +102,27 @@ def test_rows_give_each_peers_advantage_against_its_target_and_a_peer_that_could
     assert rows[3] == "| wordpiece | ModernBERT | not run: no snapshot of its repository | n/a | |"
 
 
+def test_a_full_run_that_cost_no_more_than_the_one_document_run_has_no_figure_and_no_ratio():
+    """Under load a small run's marginal can come out at or below zero; it was once clamped to 1e-9 CPU-s and
+    printed as a 1,358,200,000× advantage."""
+    assert marginal("ours mds", 12.5, 10.5, 2.0) == Measured("ours mds", 1.0)
+    noise = marginal("ours mds", 10.4, 10.5, 2.0)
+    assert noise.cpu_s_per_mb is None and noise.reason == "within noise: the full run's 10.40 CPU-s ≤ the one-document run's 10.50"
+    rows = table_rows("wordpiece", noise, [Measured("datatrove", 0.6)], 8.0)
+    assert rows == ["| wordpiece | ours mds | not run: within noise: the full run's 10.40 CPU-s ≤ the one-document run's "
+                    "10.50 | – | |", "| wordpiece | datatrove | 0.600 | n/a | |"]
+
+
 def test_a_peer_snapshot_that_is_missing_or_no_repository_is_unavailable_with_the_reason(tmp_path, monkeypatch):
     from bench.peers import PEERS, Unavailable, checkout
 
     modernbert = next(peer for peer in PEERS if peer.name == "modernbert")
     monkeypatch.setenv("MLM_BENCH_PEERS_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("MLM_BENCH_MODERNBERT_DIR", raising=False)
     with pytest.raises(Unavailable, match="no snapshot of its repository: set MLM_BENCH_MODERNBERT_DIR"):
+        checkout(modernbert)
+    monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(Unavailable, match="MLM_BENCH_MODERNBERT_DIR=.*nowhere is no directory"):
         checkout(modernbert)
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("MLM_BENCH_MODERNBERT_DIR", str(tmp_path / "empty"))
@@ -124,5 +139,5 @@ def test_a_peer_without_its_snapshot_is_a_row_per_tokenizer_saying_why_and_insta
     available, rows = ready((modernbert,), ("wordpiece", "bpe"))
     assert available == {}
     assert sorted(rows) == [("bpe", modernbert.label), ("wordpiece", modernbert.label)]
-    assert all("set MLM_BENCH_MODERNBERT_DIR" in row.reason and row.cpu_s_per_mb is None for row in rows.values())
+    assert all("nowhere is no directory" in row.reason and row.cpu_s_per_mb is None for row in rows.values())
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").glob("modernbert-*"))
