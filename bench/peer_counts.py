@@ -6,6 +6,7 @@ the table's rows.  No I/O beyond the bytes handed in, so the unit tests run in m
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,6 +119,17 @@ class Measured:
     tool: str
     cpu_s_per_mb: float | None = None
     reason: str = ""
+
+
+_RAISED = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
+
+
+def failure_reason(output: str, fallback: str, limit: int = 200) -> str:
+    """The line of a failed run's output that says why: its last exception line (``OSError: We couldn't
+    connect to ...`` where a tool wants a hub offline, not the advice printed after it), else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)]
+    return (raised[-1] if raised else lines[-1] if lines else fallback)[:limit]
 
 
 def marginal(tool: str, full_cpu: float, one_cpu: float, megabytes: float) -> Measured:

@@ -437,8 +437,7 @@ def measure(sources: list[tuple[str, bytes]], work: Path, vocab: Path, copies: i
         try:
             run = job(corpus, work / "run")
         except Exception as error:  # the peer's row says why; the others go on
-            lines = [line for line in str(error).splitlines() if line.strip()]
-            failed[(family, tool)] = (lines[-1] if lines else type(error).__name__)[:200]
+            failed[(family, tool)] = peer_counts.failure_reason(str(error), type(error).__name__)
             log(f"{family} {tool}: failed:\n{str(error)[-2000:]}")
             return
         key = (family, tool, which)

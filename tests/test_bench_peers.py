@@ -12,6 +12,7 @@ from bench.peer_counts import (
     Count,
     Measured,
     concatenated,
+    failure_reason,
     marginal,
     mds_samples,
     megatron_index,
@@ -111,6 +112,17 @@ def test_a_full_run_that_cost_no_more_than_the_one_document_run_has_no_figure_an
     rows = table_rows("wordpiece", noise, [Measured("datatrove", 0.6)], 8.0)
     assert rows == ["| wordpiece | ours mds | not run: within noise: the full run's 10.40 CPU-s ≤ the one-document run's "
                     "10.50 | – | |", "| wordpiece | datatrove | 0.600 | n/a | |"]
+
+
+def test_a_failed_peer_run_is_reported_by_its_exception_line_not_the_advice_after_it():
+    output = ("python convert_dataset.py ...: exit 1\nTraceback (most recent call last):\n  File \"x.py\", line 3\n"
+              "    raise OSError(\nOSError: We couldn't connect to 'https://huggingface.co' to load the files.\n"
+              "Check your internet connection or see how to run the library in offline mode.\n")
+    assert failure_reason(output, "RuntimeError") == "OSError: We couldn't connect to 'https://huggingface.co' to load the files."
+    assert failure_reason("exit 2\nusage: tool [-h]\n", "RuntimeError") == "usage: tool [-h]"
+    assert failure_reason("", "RuntimeError") == "RuntimeError"
+    assert failure_reason("datasets.exceptions.DatasetNotFoundError: no c4", "x") == (
+        "datasets.exceptions.DatasetNotFoundError: no c4")
 
 
 def test_a_peer_snapshot_that_is_missing_or_no_repository_is_unavailable_with_the_reason(tmp_path, monkeypatch):
