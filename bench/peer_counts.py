@@ -121,6 +121,25 @@ class Measured:
     reason: str = ""
 
 
+def concatenation_mismatch(records: dict[int, list[int]], documents: Sequence[Sequence[int]], copies: int,
+                           tail_cut: int) -> str:
+    """Where records of a concatenating tool (by their index) differ from the stream they must be cut from:
+    ``documents`` (each document's ids, its specials included) ``copies`` times over, in order, cut every
+    ``tail_cut`` tokens; "" where every record given is its slice."""
+    one = np.fromiter((i for ids in documents for i in ids), dtype=np.int64)
+    for index, ids in sorted(records.items()):
+        start = index * tail_cut
+        if index < 0 or start + tail_cut > one.size * copies:
+            return f"record {index} lies past the stream's {one.size * copies:,} tokens"
+        want = one[np.arange(start, start + tail_cut) % one.size]
+        got = np.asarray(ids, dtype=np.int64)
+        if got.shape != want.shape or not np.array_equal(got, want):
+            at = next((i for i, (a, b) in enumerate(zip(got.tolist(), want.tolist())) if a != b),
+                      min(got.size, want.size))
+            return f"record {index} differs from the tokenizer's stream at its token {at:,} (of {got.size:,})"
+    return ""
+
+
 _RAISED = re.compile(r"^(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
 
 

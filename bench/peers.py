@@ -325,15 +325,20 @@ LocalPipelineExecutor(pipeline=[JsonlReader(source), DocumentTokenizer(output, t
 #: Each record's byte length, read by mosaicml-streaming's own MDS reader (as ModernBERT's trainer reads it).
 _MDS_RECORDS = """
 import json, os, sys
+import numpy as np
 from streaming.base.format import reader_from_json
 root, split = sys.argv[1:]
 with open(os.path.join(root, split, "index.json")) as handle:
     shards = json.load(handle)["shards"]
-sizes = []
+sizes, ends = [], {}
 for shard in shards:
     reader = reader_from_json(root, split, shard)
-    sizes += [len(reader.get_item(i)["tokens"]) for i in range(reader.samples)]
-print(json.dumps(sizes))
+    for i in range(reader.samples):
+        tokens = reader.get_item(i)["tokens"]
+        if not sizes or (shard is shards[-1] and i == reader.samples - 1):
+            ends[len(sizes)] = np.frombuffer(tokens, np.int64).tolist()
+        sizes.append(len(tokens))
+print(json.dumps({"sizes": sizes, "ends": ends}))
 """
 
 
@@ -374,11 +379,18 @@ def run_peer(peer: Peer, python: Path, source: Path | None, tokenizer: Tokenizer
                           env={**os.environ, **env}, stdin=subprocess.DEVNULL, cwd=work)
     if read.returncode:
         raise RuntimeError(f"streaming could not read ModernBERT's output: {read.stderr[-2000:]}")
-    record_bytes = json.loads(read.stdout.splitlines()[-1])
+    records = json.loads(read.stdout.splitlines()[-1])
     samples = peer_counts.mds_samples(index.read_text())
-    if samples != len(record_bytes):
-        raise RuntimeError(f"ModernBERT's index.json lists {samples} samples, streaming read {len(record_bytes)}")
-    return Run(cpu, peer_counts.concatenated(peer.label, record_bytes, 8, tokenizer.specials, SEQ))
+    if samples != len(records["sizes"]):
+        raise RuntimeError(f"ModernBERT's index.json lists {samples} samples, streaming read {len(records['sizes'])}")
+    from tokenizers import Tokenizer as HFTokenizer
+
+    documents = [e.ids for e in HFTokenizer.from_file(str(tokenizer.json)).encode_batch(list(corpus.texts))]
+    mismatch = peer_counts.concatenation_mismatch({int(k): v for k, v in records["ends"].items()}, documents,
+                                                  corpus.copies, SEQ)
+    if mismatch:
+        raise RuntimeError(f"ModernBERT's output: {mismatch}")
+    return Run(cpu, peer_counts.concatenated(peer.label, records["sizes"], 8, tokenizer.specials, SEQ))
 
 
 # --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from bench.peer_counts import (
     Count,
     Measured,
     concatenated,
+    concatenation_mismatch,
     failure_reason,
     marginal,
     mds_samples,
@@ -101,6 +102,17 @@ def test_rows_give_each_peers_advantage_against_its_target_and_a_peer_that_could
     assert rows[1] == "| wordpiece | Megatron-LM | 0.850 | 8.5× | yes (≥ 8×) |"
     assert rows[2] == "| wordpiece | datatrove | 0.600 | 6.0× | no (≥ 8×) |"
     assert rows[3] == "| wordpiece | ModernBERT | not run: no snapshot of its repository | n/a | |"
+
+
+def test_a_concatenating_tools_records_must_be_its_streams_slices_copy_after_copy():
+    """Two documents [CLS] a b [SEP] and [CLS] c [SEP] (ids 1 10 11 2, 1 12 2), 3 copies: 21 tokens, records of 4."""
+    documents, stream = [[1, 10, 11, 2], [1, 12, 2]], [1, 10, 11, 2, 1, 12, 2] * 3
+    assert concatenation_mismatch({0: stream[0:4], 4: stream[16:20]}, documents, 3, 4) == ""
+    assert concatenation_mismatch({1: [1, 12, 2, 2]}, documents, 3, 4) == (
+        "record 1 differs from the tokenizer's stream at its token 3 (of 4)")
+    assert concatenation_mismatch({0: stream[0:3]}, documents, 3, 4) == (
+        "record 0 differs from the tokenizer's stream at its token 3 (of 3)")
+    assert concatenation_mismatch({5: stream[20:21]}, documents, 3, 4) == "record 5 lies past the stream's 21 tokens"
 
 
 def test_a_full_run_that_cost_no_more_than_the_one_document_run_has_no_figure_and_no_ratio():
