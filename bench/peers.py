@@ -16,7 +16,8 @@ Each peer gets a Hugging Face tokenizer directory (tokenizer.json, and a tokeniz
 * datatrove's ``JsonlReader`` + ``DocumentTokenizer`` in a ``LocalPipelineExecutor`` (1 task), from PyPI;
 * ModernBERT's ``src/convert_dataset.py --concat_tokens 1024``, from a snapshot of AnswerDotAI/ModernBERT: it
   takes only ``--dataset c4`` or ``the_pile``, which ``datasets.load_dataset`` reads from a local directory of
-  that name when there is one, so it runs in a directory holding ``c4/train.jsonl`` (offline).
+  that name when there is one, so it runs in a directory holding ``c4/train.jsonl`` (offline); its MDS output is
+  read back by streaming's own reader in its venv, counted and its first and last records checked id for id.
 
 Snapshots: ``MLM_BENCH_MEGATRON_DIR`` and ``MLM_BENCH_MODERNBERT_DIR`` name a checkout or a bare git
 directory (its files at ``Peer.ref``, or ``<variable>_REF``, are extracted into the cache).  Each peer gets a
@@ -322,7 +323,8 @@ LocalPipelineExecutor(pipeline=[JsonlReader(source), DocumentTokenizer(output, t
                       tasks=1, workers=1, logging_dir=logs).run()
 """
 
-#: Each record's byte length, read by mosaicml-streaming's own MDS reader (as ModernBERT's trainer reads it).
+#: Each record's byte length, and the first and last records' ids, read by mosaicml-streaming's own MDS reader
+#: (as ModernBERT's trainer reads it), in the peer's venv.
 _MDS_RECORDS = """
 import json, os, sys
 import numpy as np
