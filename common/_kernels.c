@@ -1,5 +1,6 @@
 /* Compiled kernels for the per-record work of masked-LM objectives and the TFRecord encoder, and for the
- * per-sentence cut of a document's text after Bling Fire (issue #33).
+ * per-sentence cut of a document's text after Bling Fire (issue #33), and byte-level BPE's pre-tokens looked up in
+ * a word cache (common/tokenization/fast_bpe.py).
  *
  * Each function does exactly what a numpy function of the project does, on the same inputs (the random draws
  * are made by numpy in the caller and passed in, so the streams are unchanged): common/kernels.py chooses this
@@ -904,6 +905,165 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------------ byte-level words */
+
+/* Character classes of GPT-2's pre-tokenizing pattern, one byte per code point (common/tokenization/byte_level.py
+ * builds the table): \p{L}, \p{N}, \s, anything else, and characters the table cannot vouch for. */
+enum { CHAR_OTHER = 0, CHAR_LETTER = 1, CHAR_NUMBER = 2, CHAR_SPACE = 3, CHAR_UNSURE = 4 };
+#define CHAR_CLASSES 0x110000
+
+/* Where the pre-token starting at i ends, by HF tokenizers' ByteLevel pattern
+ * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ (its alternatives tried in order). */
+static Py_ssize_t pre_token_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i, const uint8_t *classes) {
+    Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c == '\'' && i + 1 < n) {
+        Py_UCS4 d = PyUnicode_READ(kind, data, i + 1);
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if (i + 2 < n) {
+            Py_UCS4 e = PyUnicode_READ(kind, data, i + 2);
+            if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+        }
+    }
+    int run = classes[c];
+    Py_ssize_t j = i + 1;
+    if (c == ' ' && j < n) {  /* " ?": a space joins the run of letters, digits or other characters after it */
+        int next = classes[PyUnicode_READ(kind, data, j)];
+        if (next != CHAR_SPACE) run = next;
+    }
+    if (run != CHAR_SPACE) {
+        while (j < n && classes[PyUnicode_READ(kind, data, j)] == run) j++;
+        return j;
+    }
+    while (j < n && classes[PyUnicode_READ(kind, data, j)] == CHAR_SPACE) j++;
+    /* \s+(?!\S): a run of two or more before a non-space leaves its last character to the word after it */
+    return (j == n || j - i == 1) ? j : j - 1;
+}
+
+typedef struct {
+    int32_t *ids;
+    Py_ssize_t used, size;
+} IdBuffer;
+
+static int id_buffer_add(IdBuffer *buffer, const char *ids, Py_ssize_t count) {
+    if (buffer->used + count > buffer->size) {
+        Py_ssize_t size = buffer->size ? buffer->size : 4096;
+        while (size < buffer->used + count) {
+            if (size > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(int32_t)) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            size *= 2;
+        }
+        int32_t *grown = PyMem_Realloc(buffer->ids, (size_t)size * sizeof(int32_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        buffer->ids = grown;
+        buffer->size = size;
+    }
+    memcpy(buffer->ids + buffer->used, ids, (size_t)count * sizeof(int32_t));
+    buffer->used += count;
+    return 0;
+}
+
+/* One text's pre-tokens, each looked up in ``cache`` (str -> bytes of native int32 ids) or else given to
+ * ``miss`` (which returns those bytes, and keeps them in the cache): the ids appended to ``out``.  Returns 1 when
+ * the text holds a character the table cannot vouch for (nothing appended; the caller asks HF), 0 when encoded,
+ * -1 on an error. */
+static int encode_one(PyObject *text, const uint8_t *classes, PyObject *cache, PyObject *miss, IdBuffer *out) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (kind != PyUnicode_1BYTE_KIND) {  /* Latin-1 text holds only characters every table classes */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= CHAR_CLASSES || classes[c] == CHAR_UNSURE) return 1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_ssize_t end = pre_token_end(kind, data, n, i, classes);
+        PyObject *word = PyUnicode_Substring(text, i, end);
+        if (word == NULL) return -1;
+        PyObject *ids = PyDict_GetItemWithError(cache, word);  /* borrowed */
+        if (ids != NULL) {
+            Py_INCREF(ids);
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(word);
+            return -1;
+        } else {
+            ids = PyObject_CallOneArg(miss, word);
+            if (ids == NULL) {
+                Py_DECREF(word);
+                return -1;
+            }
+        }
+        Py_DECREF(word);
+        if (!PyBytes_Check(ids) || PyBytes_GET_SIZE(ids) % (Py_ssize_t)sizeof(int32_t) != 0) {
+            Py_DECREF(ids);
+            PyErr_SetString(PyExc_TypeError, "byte_level_encode: a word's ids are not bytes of int32");
+            return -1;
+        }
+        int failed = id_buffer_add(out, PyBytes_AS_STRING(ids), PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t));
+        Py_DECREF(ids);
+        if (failed) return -1;
+        i = end;
+    }
+    return 0;
+}
+
+/* common.tokenization.fast_bpe: ``texts`` (a list of str) cut into byte-level BPE pre-tokens, each pre-token's ids
+ * from ``cache`` or ``miss``.  Returns (bytes of int32 ids, bytes of int64 lengths); a text the class table cannot
+ * vouch for gets length -1 and no ids (the caller encodes it with HF). */
+static PyObject *byte_level_encode(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *texts, *cache, *miss;
+    Py_buffer classes;
+    if (!PyArg_ParseTuple(args, "O!y*O!O", &PyList_Type, &texts, &classes, &PyDict_Type, &cache, &miss)) return NULL;
+    PyObject *result = NULL;
+    IdBuffer out = {NULL, 0, 0};
+    Py_ssize_t count = PyList_GET_SIZE(texts);
+    int64_t *lengths = NULL;
+    if (classes.len != CHAR_CLASSES) {
+        PyErr_Format(PyExc_ValueError, "byte_level_encode: the class table holds %zd bytes, %d needed", classes.len,
+                     CHAR_CLASSES);
+        goto done;
+    }
+    if (!PyCallable_Check(miss)) {
+        PyErr_SetString(PyExc_TypeError, "byte_level_encode: miss is not callable");
+        goto done;
+    }
+    lengths = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(int64_t));
+    if (lengths == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t t = 0; t < count; t++) {
+        PyObject *text = PyList_GET_ITEM(texts, t);
+        if (!PyUnicode_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "byte_level_encode: a text is not a str");
+            goto done;
+        }
+        Py_INCREF(text);  /* miss runs Python code, which could change the list */
+        Py_ssize_t before = out.used;
+        int status = encode_one(text, (const uint8_t *)classes.buf, cache, miss, &out);
+        Py_DECREF(text);
+        if (status < 0) goto done;
+        lengths[t] = status ? -1 : (int64_t)(out.used - before);
+        if (count != PyList_GET_SIZE(texts)) {
+            PyErr_SetString(PyExc_RuntimeError, "byte_level_encode: the list of texts changed");
+            goto done;
+        }
+    }
+    /* y# of a NULL pointer is None: no ids (no text, or only empty ones) is b"" */
+    result = Py_BuildValue("(y#y#)", out.ids ? (const char *)out.ids : "", out.used * (Py_ssize_t)sizeof(int32_t),
+                           (const char *)lengths, count * (Py_ssize_t)sizeof(int64_t));
+done:
+    PyMem_Free(out.ids);
+    PyMem_Free(lengths);
+    PyBuffer_Release(&classes);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------------ module */
 
 static PyObject *crc32c_masked(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -923,6 +1083,7 @@ static PyMethodDef methods[] = {
     {"crc32c_masked", crc32c_masked, METH_VARARGS, "TFRecord's masked CRC32C of a buffer."},
     {"cut_segments", cut_segments, METH_VARARGS, "A document's text cut at its sentence starts, as segments."},
     {"select_ngrams", select_ngrams, METH_VARARGS, "ALBERT's n-gram selection from given draws."},
+    {"byte_level_encode", byte_level_encode, METH_VARARGS, "Texts as byte-level BPE pre-tokens' cached ids."},
     {NULL, NULL, 0, NULL},
 };
 
