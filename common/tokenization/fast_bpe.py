@@ -34,7 +34,6 @@ import tempfile
 import unicodedata
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
