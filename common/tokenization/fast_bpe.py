@@ -33,6 +33,7 @@ import re
 import tempfile
 import unicodedata
 import zlib
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +116,8 @@ def _byte_chars() -> list[str]:
 
 
 BYTE_CHARS = _byte_chars()
+#: ``str.translate`` table from a word's UTF-8 bytes (read as Latin-1) to ByteLevel's characters.
+_BYTE_LEVEL = {byte: char for byte, char in enumerate(BYTE_CHARS)}
 
 
 @dataclass(frozen=True)
@@ -203,8 +206,8 @@ class WordCacheEncoder:
         self._cache: dict[str, bytes] = {}
 
     def _miss(self, word: str) -> bytes:
-        mapped = "".join([BYTE_CHARS[b] for b in word.encode("utf-8")])
-        ids = np.fromiter((token.id for token in self._model.tokenize(mapped)), dtype=np.int32).tobytes()
+        mapped = word.encode("utf-8").decode("latin-1").translate(_BYTE_LEVEL)
+        ids = array("i", [token.id for token in self._model.tokenize(mapped)]).tobytes()
         self._cache[word] = ids
         return ids
 
@@ -220,7 +223,7 @@ class WordCacheEncoder:
             texts = [self._normalizer.normalize_str(text) for text in texts]
         added = self._added
         split = [] if added is None else [i for i, text in enumerate(texts) if added.search(text)]
-        if not split:
+        if added is None or not split:
             return self._encode(texts)
         parts = {i: added.split(texts[i]) for i in split}
         runs = [part for i, text in enumerate(texts) for part in parts.get(i, [text]) if isinstance(part, str)]
