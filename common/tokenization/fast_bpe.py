@@ -203,22 +203,25 @@ class WordCacheEncoder:
         self._kernel = kernel
         self._classes = classes
         self._added = added
-        self._cache: dict[str, bytes] = {}
+        self._cache = kernel.word_cache()  # the kernel's own table: nothing allocated per looked-up word
 
     def _miss(self, word: str) -> bytes:
+        """A word's ids from the tokenizer's own BPE model, over its bytes as ByteLevel maps them (kept by the
+        kernel)."""
         mapped = word.encode("utf-8").decode("latin-1").translate(_BYTE_LEVEL)
-        ids = array("i", [token.id for token in self._model.tokenize(mapped)]).tobytes()
-        self._cache[word] = ids
-        return ids
+        return array("i", [token.id for token in self._model.tokenize(mapped)]).tobytes()
+
+    def cached_words(self) -> int:
+        return int(self._kernel.word_cache_size(self._cache)[0])
 
     def clear_cache(self) -> None:
         """Forget memoized words (for benchmarks of a cold process)."""
-        self._cache.clear()
+        self._kernel.word_cache_clear(self._cache)
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         texts = list(texts)
-        if len(self._cache) > CACHE_ENTRIES:
-            self._cache.clear()
+        if self.cached_words() > CACHE_ENTRIES:
+            self.clear_cache()
         if self._normalizer is not None:
             texts = [self._normalizer.normalize_str(text) for text in texts]
         added = self._added

@@ -126,7 +126,7 @@ def test_the_cache_is_bounded_and_stays_exact(monkeypatch):
     lines = list(corpus_lines()[:300])
     for start in range(0, 300, 30):
         assert rows(encoder, lines[start:start + 30]) == hf_rows(tokenizer, lines[start:start + 30])
-        assert len(encoder._cache) <= 50 + sum(len(line.split()) * 3 for line in lines[start:start + 30])
+        assert encoder.cached_words() <= 50 + sum(len(line.split()) * 3 for line in lines[start:start + 30])
     assert rows(encoder, []) == [] and rows(encoder, ["", ""]) == [[], []]
 
 
@@ -182,29 +182,64 @@ def test_without_the_kernels_kitoken_or_hf_is_used(monkeypatch):
     assert make_fast_encoder(modernbert) is None
 
 
+def _new(kernel):
+    return kernel.word_cache()
+
+
 @pytest.mark.parametrize("call, error", [
-    (lambda k, c: k.byte_level_encode(["a"], c[:100], {}, lambda w: b""), ValueError),
-    (lambda k, c: k.byte_level_encode(["a", 3], c, {}, lambda w: b""), TypeError),
-    (lambda k, c: k.byte_level_encode(["a"], c, {}, lambda w: "ids"), TypeError),
-    (lambda k, c: k.byte_level_encode(["a"], c, {}, lambda w: b"\x01\x02\x03"), TypeError),
-    (lambda k, c: k.byte_level_encode(["a"], c, {"a": 5}, lambda w: b""), TypeError),
-    (lambda k, c: k.byte_level_encode(["a"], c, {}, None), TypeError),
-    (lambda k, c: k.byte_level_encode(("a",), c, {}, lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c[:100], _new(k), lambda w: b""), ValueError),
+    (lambda k, c: k.byte_level_encode(["a", 3], c, _new(k), lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), lambda w: "ids"), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), lambda w: b"\x01\x02\x03"), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, {"a": b""}, lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), None), TypeError),
+    (lambda k, c: k.byte_level_encode(("a",), c, _new(k), lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), lambda w: 1 / 0), ZeroDivisionError),
+    (lambda k, c: k.word_cache_clear("a cache"), TypeError),
+    (lambda k, c: k.word_cache_size(None), TypeError),
 ])
 def test_bad_calls_into_the_kernel_raise(call, error):
     with pytest.raises(error):
         call(kernels.compiled, fast_bpe.char_classes())
 
 
-def test_a_miss_that_changes_the_list_is_refused():
-    texts = ["a b", "c d"]
+def test_a_miss_that_changes_the_list_or_the_cache_is_refused():
+    kernel, classes = kernels.compiled, fast_bpe.char_classes()
+    texts, cache = ["a b", "c d"], kernel.word_cache()
 
-    def miss(word):
+    def grows(word):
         texts.append("e")
         return b""
 
     with pytest.raises(RuntimeError, match="changed"):
-        kernels.compiled.byte_level_encode(texts, fast_bpe.char_classes(), {}, miss)
+        kernel.byte_level_encode(texts, classes, cache, grows)
+    for reenter in (lambda: kernel.word_cache_clear(cache), lambda: kernel.byte_level_encode(["x"], classes, cache,
+                                                                                              lambda w: b"")):
+        def miss(word, reenter=reenter):
+            reenter()
+            return b""
+
+        with pytest.raises(RuntimeError, match="in use"):
+            kernel.byte_level_encode(["fresh words"], classes, cache, miss)
+    assert kernel.word_cache_size(cache)[0] >= 1  # what was added before stays; the cache is usable again
+    ids, lengths = kernel.byte_level_encode(["q z"], classes, cache, lambda w: bytes(4))
+    assert len(ids) == 8 and lengths == np.array([2], dtype=np.int64).tobytes()
+
+
+def test_one_word_is_one_entry_whatever_the_width_of_its_text():
+    """Keys are code points: "word" from a Latin-1, a UCS-2 and a UCS-4 text is asked for once."""
+    kernel, classes, asked = kernels.compiled, fast_bpe.char_classes(), []
+
+    def miss(word):
+        asked.append(word)
+        return np.array([len(asked)], dtype=np.int32).tobytes()
+
+    cache = kernel.word_cache()
+    ids, _ = kernel.byte_level_encode(["word é", "word \u0100", "word \U0001F600"], classes, cache, miss)
+    assert asked.count("word") == 1 and len(asked) == 4
+    assert np.frombuffer(ids, dtype=np.int32).tolist() == [1, 2, 1, 3, 1, 4]
+    kernel.word_cache_clear(cache)
+    assert kernel.word_cache_size(cache)[0] == 0
 
 
 def test_a_table_that_misclasses_is_caught_by_the_probes(monkeypatch):
