@@ -339,10 +339,16 @@ def _rows() -> list[Row]:
         Row("fam_wordpiece", "Tokenizer family WordPiece (bert-base-uncased, nanotoken): MB per CPU-s", "{:.1f}"),
         Row("fam_bpe_hf", "Tokenizer family byte-level BPE (RoBERTa-style, trained here), HF tokenizers: MB per CPU-s",
             "{:.1f}"),
-        Row("fam_bpe", "Tokenizer family byte-level BPE, as the worker runs it (kitoken where exact): MB per CPU-s",
-            "{:.1f}"),
+        Row("fam_bpe", "Tokenizer family byte-level BPE, as the worker runs it (the word cache where exact): MB per "
+            "CPU-s", "{:.1f}"),
         Row("fam_bpe_ratio", "Tokenizer family byte-level BPE: worker's encoder / HF tokenizers (same run)",
             "{:.1f}×"),
+        Row("fam_modernbert_hf", "Tokenizer family byte-level BPE of ModernBERT's shape (runs of spaces as added "
+            "tokens, trained here), HF tokenizers: MB per CPU-s", "{:.1f}"),
+        Row("fam_modernbert", "Tokenizer family byte-level BPE of ModernBERT's shape, as the worker runs it: MB per "
+            "CPU-s", "{:.1f}"),
+        Row("fam_modernbert_ratio", "Tokenizer family byte-level BPE of ModernBERT's shape: worker's encoder / HF "
+            "tokenizers (same run)", "{:.1f}×"),
         Row("fam_unigram", "Tokenizer family Unigram (ALBERT-style tokenizer.json, trained here), HF: MB per CPU-s",
             "{:.1f}"),
         Row("fam_spm", "Tokenizer family SentencePiece .model (converted, trained here), HF: MB per CPU-s", "{:.1f}",
@@ -1312,11 +1318,13 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
     from bench import extras
     from common.tokenization import Vocabulary
     from common.tokenization.training import train_bpe, train_unigram
+    from tests.support.tokenizer_families import modernbert_like
 
     lines = segments[:2000] if s.quick else segments
     size = 1000 if s.quick else 8000
     log(f"extras: training a BPE and a Unigram tokenizer of {size} pieces for the family rows")
     bpe = Vocabulary.from_tokenizer(train_bpe(lines, size, do_lower_case=False))
+    modernbert = Vocabulary.from_tokenizer(modernbert_like(lines, size))
     unigram = Vocabulary.from_tokenizer(train_unigram(lines[:4000], size, do_lower_case=True))
     spm_model = spm = None
     if extras.installed("sentencepiece"):
@@ -1335,7 +1343,7 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
         spm = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue(), num_threads=1)
         spm_model = Vocabulary.from_tokenizer(Tokenizer.from_str(convert(model.getvalue())))
 
-    for vocabulary in (wordpiece, bpe, unigram, spm_model):
+    for vocabulary in (wordpiece, bpe, modernbert, unigram, spm_model):
         if vocabulary is not None:
             vocabulary._fast_encoder()  # made (and checked against HF) once per worker, not per task: not timed
 
@@ -1352,11 +1360,18 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
         res.add("fam_bpe_hf", hf)
         res.add("fam_bpe", worker)
         res.add("fam_bpe_ratio", worker / hf)
+        hf = rate(lambda texts: modernbert._encode_hf(texts, with_words=False))
+        worker = rate(modernbert.encode_many)
+        res.add("fam_modernbert_hf", hf)
+        res.add("fam_modernbert", worker)
+        res.add("fam_modernbert_ratio", worker / hf)
         res.add("fam_unigram", rate(unigram.encode_many))
         if spm_model is not None and spm is not None:  # made together
             res.add("fam_spm", rate(spm_model.encode_many))
             res.add("fam_spm_native", rate(lambda texts: spm.encode(texts, num_threads=1)))
-    res.notes["fam_bpe"] = " (kitoken)" if bpe._fast_encoder() is not None else " (HF: kitoken not exact here)"
+    for row, vocabulary in (("fam_bpe", bpe), ("fam_modernbert", modernbert)):
+        fast = vocabulary._fast_encoder()
+        res.notes[row] = f" ({fast.name})" if fast is not None else " (HF: no faster encoder is exact here)"
 
 
 def loader_section(s: Settings, tmp: Path, res: Results, sources) -> None:

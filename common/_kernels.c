@@ -1,5 +1,6 @@
 /* Compiled kernels for the per-record work of masked-LM objectives and the TFRecord encoder, and for the
- * per-sentence cut of a document's text after Bling Fire (issue #33).
+ * per-sentence cut of a document's text after Bling Fire (issue #33), and byte-level BPE's pre-tokens looked up in
+ * a word cache (common/tokenization/fast_bpe.py).
  *
  * Each function does exactly what a numpy function of the project does, on the same inputs (the random draws
  * are made by numpy in the caller and passed in, so the streams are unchanged): common/kernels.py chooses this
@@ -904,6 +905,314 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------------ byte-level words */
+
+/* Character classes of GPT-2's pre-tokenizing pattern, one byte per code point (common/tokenization/fast_bpe.py
+ * builds the table): \p{L}, \p{N}, \s, anything else, and characters the table cannot vouch for. */
+enum { CHAR_OTHER = 0, CHAR_LETTER = 1, CHAR_NUMBER = 2, CHAR_SPACE = 3, CHAR_UNSURE = 4 };
+#define CHAR_CLASSES 0x110000
+
+/* Where the pre-token starting at i ends, by HF tokenizers' ByteLevel pattern
+ * 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ (its alternatives tried in order). */
+static Py_ssize_t pre_token_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t i, const uint8_t *classes) {
+    Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c == '\'' && i + 1 < n) {
+        Py_UCS4 d = PyUnicode_READ(kind, data, i + 1);
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if (i + 2 < n) {
+            Py_UCS4 e = PyUnicode_READ(kind, data, i + 2);
+            if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) return i + 3;
+        }
+    }
+    int run = classes[c];
+    Py_ssize_t j = i + 1;
+    if (c == ' ' && j < n) {  /* " ?": a space joins the run of letters, digits or other characters after it */
+        int next = classes[PyUnicode_READ(kind, data, j)];
+        if (next != CHAR_SPACE) run = next;
+    }
+    if (run != CHAR_SPACE) {
+        while (j < n && classes[PyUnicode_READ(kind, data, j)] == run) j++;
+        return j;
+    }
+    while (j < n && classes[PyUnicode_READ(kind, data, j)] == CHAR_SPACE) j++;
+    /* \s+(?!\S): a run of two or more before a non-space leaves its last character to the word after it */
+    return (j == n || j - i == 1) ? j : j - 1;
+}
+
+/* A growable array of int32 (ids) or of code points. */
+typedef struct {
+    int32_t *items;
+    Py_ssize_t used, size;
+} Int32s;
+
+static int int32s_reserve(Int32s *array, Py_ssize_t more) {
+    if (more <= array->size - array->used) return 0;
+    Py_ssize_t size = array->size ? array->size : 4096;
+    while (size - array->used < more) {
+        if (size > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(int32_t)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        size *= 2;
+    }
+    int32_t *grown = PyMem_Realloc(array->items, (size_t)size * sizeof(int32_t));
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    array->items = grown;
+    array->size = size;
+    return 0;
+}
+
+static int int32s_add(Int32s *array, const int32_t *items, Py_ssize_t count) {
+    if (int32s_reserve(array, count) < 0) return -1;
+    memcpy(array->items + array->used, items, (size_t)count * sizeof(int32_t));
+    array->used += count;
+    return 0;
+}
+
+/* The word cache: a pre-token's code points -> its ids, in an open-addressed table over two arenas.  Keys are code
+ * points, not a str's storage, so a word is one entry whatever the width of the text it came from; nothing is
+ * allocated per looked-up word (a str per word and a dict lookup cost ~3x the whole cut). */
+typedef struct {
+    uint64_t hash;
+    Py_ssize_t key, ids;  /* offsets into the arenas */
+    int32_t key_length, id_count;
+} WordSlot;
+
+typedef struct {
+    WordSlot *slots;  /* hash 0 marks an empty slot (a word's hash is never 0) */
+    Py_ssize_t capacity, count;
+    Int32s keys, ids;
+    int busy;  /* set while byte_level_encode runs: the miss callback must not re-enter with this cache */
+} WordCache;
+
+#define WORD_CACHE "common._kernels.WordCache"
+
+static void word_cache_free(PyObject *capsule) {
+    WordCache *cache = PyCapsule_GetPointer(capsule, WORD_CACHE);
+    if (cache == NULL) return;
+    PyMem_Free(cache->slots);
+    PyMem_Free(cache->keys.items);
+    PyMem_Free(cache->ids.items);
+    PyMem_Free(cache);
+}
+
+static WordCache *word_cache_of(PyObject *capsule) {
+    if (!PyCapsule_IsValid(capsule, WORD_CACHE)) {
+        PyErr_SetString(PyExc_TypeError, "not a word cache (common._kernels.word_cache())");
+        return NULL;
+    }
+    return PyCapsule_GetPointer(capsule, WORD_CACHE);
+}
+
+static PyObject *word_cache(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) {
+    WordCache *cache = PyMem_Calloc(1, sizeof(WordCache));
+    if (cache == NULL) return PyErr_NoMemory();
+    PyObject *capsule = PyCapsule_New(cache, WORD_CACHE, word_cache_free);
+    if (capsule == NULL) PyMem_Free(cache);
+    return capsule;
+}
+
+/* (words held, bytes held): for the caller's bound. */
+static PyObject *word_cache_size(PyObject *Py_UNUSED(self), PyObject *capsule) {
+    WordCache *cache = word_cache_of(capsule);
+    if (cache == NULL) return NULL;
+    Py_ssize_t bytes = (cache->capacity * (Py_ssize_t)sizeof(WordSlot)) +
+                       (cache->keys.size + cache->ids.size) * (Py_ssize_t)sizeof(int32_t);
+    return Py_BuildValue("(nn)", cache->count, bytes);
+}
+
+static PyObject *word_cache_clear(PyObject *Py_UNUSED(self), PyObject *capsule) {
+    WordCache *cache = word_cache_of(capsule);
+    if (cache == NULL) return NULL;
+    if (cache->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "word cache: cleared while in use");
+        return NULL;
+    }
+    PyMem_Free(cache->slots);
+    PyMem_Free(cache->keys.items);
+    PyMem_Free(cache->ids.items);
+    memset(cache, 0, sizeof(WordCache));
+    Py_RETURN_NONE;
+}
+
+static uint64_t word_hash(int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
+    uint64_t hash = 0xcbf29ce484222325ULL;  /* FNV-1a over the code points */
+    for (Py_ssize_t i = start; i < end; i++) {
+        hash ^= PyUnicode_READ(kind, data, i);
+        hash *= 0x100000001b3ULL;
+    }
+    return hash ? hash : 1;
+}
+
+static WordSlot *word_find(WordCache *cache, uint64_t hash, int kind, const void *data, Py_ssize_t start,
+                           Py_ssize_t end) {
+    if (cache->capacity == 0) return NULL;
+    Py_ssize_t mask = cache->capacity - 1, length = end - start;
+    for (Py_ssize_t at = (Py_ssize_t)(hash & (uint64_t)mask);; at = (at + 1) & mask) {
+        WordSlot *slot = &cache->slots[at];
+        if (slot->hash == 0) return slot;
+        if (slot->hash != hash || slot->key_length != length) continue;
+        const int32_t *key = cache->keys.items + slot->key;
+        Py_ssize_t k = 0;
+        while (k < length && (Py_UCS4)key[k] == PyUnicode_READ(kind, data, start + k)) k++;
+        if (k == length) return slot;
+    }
+}
+
+static int word_cache_grow(WordCache *cache) {
+    Py_ssize_t capacity = cache->capacity ? cache->capacity * 2 : 1024;
+    if (capacity > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(WordSlot)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    WordSlot *slots = PyMem_Calloc((size_t)capacity, sizeof(WordSlot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < cache->capacity; i++) {
+        WordSlot *old = &cache->slots[i];
+        if (old->hash == 0) continue;
+        Py_ssize_t at = (Py_ssize_t)(old->hash & (uint64_t)(capacity - 1));
+        while (slots[at].hash != 0) at = (at + 1) & (capacity - 1);
+        slots[at] = *old;
+    }
+    PyMem_Free(cache->slots);
+    cache->slots = slots;
+    cache->capacity = capacity;
+    return 0;
+}
+
+/* Ask ``miss`` for the word text[start:end] (bytes of native int32 ids) and keep them; the new slot or NULL. */
+static WordSlot *word_add(WordCache *cache, uint64_t hash, PyObject *text, Py_ssize_t start, Py_ssize_t end,
+                          PyObject *miss) {
+    PyObject *word = PyUnicode_Substring(text, start, end);
+    if (word == NULL) return NULL;
+    PyObject *ids = PyObject_CallOneArg(miss, word);
+    Py_DECREF(word);
+    if (ids == NULL) return NULL;
+    if (!PyBytes_Check(ids) || PyBytes_GET_SIZE(ids) % (Py_ssize_t)sizeof(int32_t) != 0 ||
+        PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t) > INT32_MAX || end - start > INT32_MAX) {
+        Py_DECREF(ids);
+        PyErr_SetString(PyExc_TypeError, "byte_level_encode: a word's ids are not bytes of int32");
+        return NULL;
+    }
+    Py_ssize_t count = PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t);
+    if ((cache->count + 1) * 2 > cache->capacity && word_cache_grow(cache) < 0) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    if (int32s_reserve(&cache->keys, end - start) < 0 || int32s_reserve(&cache->ids, count) < 0) {
+        Py_DECREF(ids);
+        return NULL;
+    }
+    WordSlot *slot = word_find(cache, hash, kind, data, start, end);  /* empty: the word was not there */
+    slot->hash = hash;
+    slot->key = cache->keys.used;
+    slot->key_length = (int32_t)(end - start);
+    for (Py_ssize_t i = start; i < end; i++) cache->keys.items[cache->keys.used++] = (int32_t)PyUnicode_READ(kind, data, i);
+    slot->ids = cache->ids.used;
+    slot->id_count = (int32_t)count;
+    memcpy(cache->ids.items + cache->ids.used, PyBytes_AS_STRING(ids), (size_t)count * sizeof(int32_t));
+    cache->ids.used += count;
+    cache->count++;
+    Py_DECREF(ids);
+    return slot;
+}
+
+/* One text's pre-tokens' ids appended to ``out``.  Returns 1 when the text holds a character the table cannot
+ * vouch for (nothing appended; the caller asks HF), 0 when encoded, -1 on an error. */
+static int encode_one(PyObject *text, const uint8_t *classes, WordCache *cache, PyObject *miss, Int32s *out) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (kind != PyUnicode_1BYTE_KIND) {  /* Latin-1 text holds only characters every table classes */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= CHAR_CLASSES || classes[c] == CHAR_UNSURE) return 1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_ssize_t end = pre_token_end(kind, data, n, i, classes);
+        uint64_t hash = word_hash(kind, data, i, end);
+        WordSlot *slot = word_find(cache, hash, kind, data, i, end);
+        if (slot == NULL || slot->hash == 0) {
+            slot = word_add(cache, hash, text, i, end, miss);
+            if (slot == NULL) return -1;
+        }
+        if (int32s_add(out, cache->ids.items + slot->ids, slot->id_count) < 0) return -1;
+        i = end;
+    }
+    return 0;
+}
+
+/* common.tokenization.fast_bpe: ``texts`` (a list of str) cut into byte-level BPE pre-tokens, each pre-token's ids
+ * from the word ``cache`` (word_cache()) or else from ``miss`` (a callable: the word -> bytes of native int32 ids).
+ * Returns (bytes of int32 ids, bytes of int64 lengths); a text the class table cannot vouch for gets length -1 and
+ * no ids (the caller encodes it with HF). */
+static PyObject *byte_level_encode(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *texts, *capsule, *miss;
+    Py_buffer classes;
+    if (!PyArg_ParseTuple(args, "O!y*OO", &PyList_Type, &texts, &classes, &capsule, &miss)) return NULL;
+    PyObject *result = NULL;
+    Int32s out = {NULL, 0, 0};
+    Py_ssize_t count = PyList_GET_SIZE(texts);
+    int64_t *lengths = NULL;
+    WordCache *cache = word_cache_of(capsule);
+    if (cache == NULL) goto release;
+    if (cache->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "byte_level_encode: the word cache is in use (a miss called back)");
+        goto release;
+    }
+    if (classes.len != CHAR_CLASSES) {
+        PyErr_Format(PyExc_ValueError, "byte_level_encode: the class table holds %zd bytes, %d needed", classes.len,
+                     CHAR_CLASSES);
+        goto release;
+    }
+    if (!PyCallable_Check(miss)) {
+        PyErr_SetString(PyExc_TypeError, "byte_level_encode: miss is not callable");
+        goto release;
+    }
+    lengths = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(int64_t));
+    if (lengths == NULL) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    cache->busy = 1;
+    for (Py_ssize_t t = 0; t < count; t++) {
+        PyObject *text = PyList_GET_ITEM(texts, t);
+        if (!PyUnicode_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "byte_level_encode: a text is not a str");
+            goto done;
+        }
+        Py_INCREF(text);  /* miss runs Python code, which could change the list */
+        Py_ssize_t before = out.used;
+        int status = encode_one(text, (const uint8_t *)classes.buf, cache, miss, &out);
+        Py_DECREF(text);
+        if (status < 0) goto done;
+        lengths[t] = status ? -1 : (int64_t)(out.used - before);
+        if (count != PyList_GET_SIZE(texts)) {
+            PyErr_SetString(PyExc_RuntimeError, "byte_level_encode: the list of texts changed");
+            goto done;
+        }
+    }
+    /* y# of a NULL pointer is None: no ids (no text, or only empty ones) is b"" */
+    result = Py_BuildValue("(y#y#)", out.items ? (const char *)out.items : "", out.used * (Py_ssize_t)sizeof(int32_t),
+                           (const char *)lengths, count * (Py_ssize_t)sizeof(int64_t));
+done:
+    cache->busy = 0;
+release:
+    PyMem_Free(out.items);
+    PyMem_Free(lengths);
+    PyBuffer_Release(&classes);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------------ module */
 
 static PyObject *crc32c_masked(PyObject *Py_UNUSED(self), PyObject *args) {
@@ -923,6 +1232,10 @@ static PyMethodDef methods[] = {
     {"crc32c_masked", crc32c_masked, METH_VARARGS, "TFRecord's masked CRC32C of a buffer."},
     {"cut_segments", cut_segments, METH_VARARGS, "A document's text cut at its sentence starts, as segments."},
     {"select_ngrams", select_ngrams, METH_VARARGS, "ALBERT's n-gram selection from given draws."},
+    {"byte_level_encode", byte_level_encode, METH_VARARGS, "Texts as byte-level BPE pre-tokens' cached ids."},
+    {"word_cache", word_cache, METH_NOARGS, "An empty word cache for byte_level_encode."},
+    {"word_cache_size", word_cache_size, METH_O, "A word cache's (words, bytes)."},
+    {"word_cache_clear", word_cache_clear, METH_O, "Empty a word cache."},
     {NULL, NULL, 0, NULL},
 };
 

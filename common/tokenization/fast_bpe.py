@@ -1,37 +1,45 @@
-"""A faster byte-level BPE encoder with exactly HF ``tokenizers``' output.
+"""Faster byte-level BPE encoders with exactly HF ``tokenizers``' output.
 
-HF ``tokenizers`` runs a RoBERTa-style byte-level BPE at ~2-3 MB/s per core
-on Wikipedia text.  ``kitoken`` (0.11) reads the same tokenizer.json and
-runs it at ~10-15 MB/s, single-threaded; it is used where it has been shown
-to give HF's ids (tests/common/tokenization/test_tokenizer_speed_candidates.py: the whole shared
-corpus, the adversarial strings of tests/common/tokenization/test_fast_wordpiece.py and 5,000
-random Unicode strings; tests/common/tokenization/test_document_tokens.py: whole multi-paragraph
-documents), that is a BPE model after a ByteLevel pre-tokenizer
-with no normalizer.  Candidates measured for the other families, not used
-(docs/tokenizers.md has the figures):
+HF ``tokenizers`` runs a byte-level BPE at ~1.5-3 MB/s per core on Wikipedia text, most of it pre-tokenizing and
+building its Encoding objects, not merging: a word's pieces depend on the word alone.  Two encoders here, the
+first that reproduces the tokenizer is used (:func:`make_fast_encoder`):
 
-* kitoken on a byte-level BPE with a Lowercase normalizer: lower-cases a
-  word-final ``Σ`` to ``ς`` where HF gives ``σ``;
-* kitoken on Unigram (converted SentencePiece, or trained by tokenizers):
-  emits ``▁`` for whitespace-only texts where HF gives nothing, the same
-  sigma difference, and other ids on a corpus sentence; it also needs
-  ``Strip`` renamed and the unknown token declared special to load at all;
-* ``sentencepiece`` itself on a converted ``.model`` is exact and ~10x
-  faster than HF, but workers receive tokenizers JSON, not the ``.model``.
+* :class:`WordCacheEncoder`, this project's: the text cut into GPT-2's pre-tokens by a compiled kernel
+  (``byte_level_encode`` in common/_kernels.c, HF's pattern rule for rule over a table of character classes), each
+  pre-token's ids looked up in a dictionary and, on a miss, asked of the tokenizer's own BPE model
+  (``model.tokenize``), so the merges are HF's by construction.  Added tokens matched in text (ModernBERT's runs
+  of spaces) are cut out first as HF does (leftmost-longest).  A text holding a character the table cannot vouch
+  for (unassigned in this Python's Unicode, which HF's may know) is encoded by HF.  Needs the compiled kernels.
+* :class:`KitokenEncoder`: ``kitoken`` (0.11) reads the same tokenizer.json; exact for a BPE after ByteLevel with
+  no normalizer and no added token (RoBERTa's shape), shown on the whole shared corpus, the adversarial strings of
+  tests/common/tokenization/test_fast_wordpiece.py and 5,000 random Unicode strings
+  (tests/common/tokenization/test_tokenizer_speed_candidates.py).  Used where the kernels are not built.
 
-As for nanotoken (common/tokenization/fast_wordpiece.py), the encoder is
-compared with HF on probe texts when it is made, and anything outside the
-shape shown exact gets ``None`` (HF is used).
+Candidates measured and not used (docs/tokenizers.md has the figures): kitoken with a Lowercase normalizer
+(lower-cases a word-final ``Σ`` to ``ς`` where HF gives ``σ``) and on Unigram; ``sentencepiece`` on a converted
+``.model`` (exact, but workers receive tokenizers JSON).
+
+As for nanotoken (common/tokenization/fast_wordpiece.py), an encoder is compared with HF on probe texts when it is
+made, and anything outside the shape shown exact gets ``None`` (HF is used).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import os
+import re
+import tempfile
+import unicodedata
+import zlib
+from array import array
+from dataclasses import dataclass
 
 import numpy as np
 
-from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf
+from common import kernels
+from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf, probe_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +47,237 @@ log = logging.getLogger(__name__)
 BPE_PROBES = PROBES + ("a\tb  c\n\nd \t e   ", "  leading and trailing  ", "I'm we'll they've it's 'S 'LL",
                        "a\u00a0b\u2003c", "x\r\n\r\ny", "12,800.5 3rd 4th", "ΟΔΟΣ Σ σς ΣΑΣ", "\u0301\u0301 x",
                        # A document of paragraphs, as objectives cut from a document's encoding encode it whole
-                       "First paragraph.\n\nSecond, after a break.\n \nThird\r\n\tfourth.\n\n\n他来了。\n")
+                       "First paragraph.\n\nSecond, after a break.\n \nThird\r\n\tfourth.\n\n\n他来了。\n",
+                       # GPT-2's pattern, rule by rule: contractions, " ?" before letters, digits and others,
+                       # \s+(?!\S) leaving a run's last space, the \x1c-\x1f controls (not \s there, \s to Python)
+                       "'s't're've'm'll'd 're 'x don't '''s !'s ' s", "a \n b  \t\nc \x1c\x1d\x1e\x1f d \x1c",
+                       "x  \u3000y\u2028 z \u0085 1 22 ٣٤ ½ \u2160 \u00b2", "  ", "\n", " a", "a ", "a" * 300 + "  ")
+
+#: The character classes of ``byte_level_encode`` (common/_kernels.c).
+OTHER, LETTER, NUMBER, SPACE, UNSURE = 0, 1, 2, 3, 4
+#: Unicode White_Space, HF's ``\s`` (Python's str.isspace adds \x1c-\x1f, which the pattern's \s does not match).
+WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                        "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+#: The words the cache holds before it is emptied (Zipf: most of the speed for a few MB).
+CACHE_ENTRIES = 1 << 17
+_CLASS_OF_CATEGORY = {"Lu": LETTER, "Ll": LETTER, "Lt": LETTER, "Lm": LETTER, "Lo": LETTER,
+                      "Nd": NUMBER, "Nl": NUMBER, "No": NUMBER, "Cn": UNSURE, "Cs": UNSURE}
+_TABLE_RULE = "v1"
 
 
-def unsupported_reason(tokenizer_json: str) -> str | None:
+def build_char_classes() -> bytes:
+    """One class per code point from this Python's Unicode database: a character it has not assigned is UNSURE
+    (HF's regex engine may know it: its text goes to HF).  ~0.35 CPU-s; :func:`char_classes` keeps it on disk."""
+    category = unicodedata.category
+    table = bytearray(_CLASS_OF_CATEGORY.get(category(chr(c)), OTHER) for c in range(0x110000))
+    for char in WHITE_SPACE:
+        table[ord(char)] = SPACE
+    return bytes(table)
+
+
+@functools.lru_cache(maxsize=1)
+def char_classes() -> bytes:
+    """:func:`build_char_classes`, read from the user's cache directory when this machine built it before (one
+    small file per Unicode version and rule), else built and kept there."""
+    path = probe_cache_dir().parent / "char-classes" / f"{unicodedata.unidata_version}-{_TABLE_RULE}.zlib"
+    try:
+        table = zlib.decompress(path.read_bytes())
+        if len(table) == 0x110000 and max(table) <= UNSURE:
+            return table
+    except (OSError, zlib.error):
+        pass
+    table = build_char_classes()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(zlib.compress(table, 9))
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as error:
+        log.debug("character classes not kept in %s: %s", path.parent, error)
+    return table
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's byte-to-character map (HF's ByteLevel alphabet): printable bytes stand for themselves, the rest
+    for characters from U+0100 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+BYTE_CHARS = _byte_chars()
+#: ``str.translate`` table from a word's UTF-8 bytes (read as Latin-1) to ByteLevel's characters.
+_BYTE_LEVEL = {byte: char for byte, char in enumerate(BYTE_CHARS)}
+
+
+@dataclass(frozen=True)
+class AddedTokens:
+    """The added tokens HF matches in text before pre-tokenizing, as two leftmost-longest passes: the ones not
+    normalized over the raw text, then the normalized ones (there is no normalizer: over the same text)."""
+
+    raw: re.Pattern[str] | None
+    normalized: re.Pattern[str] | None
+    ids: dict[str, int]
+
+    @staticmethod
+    def _pattern(contents: list[str]) -> re.Pattern[str] | None:
+        # Longest first: at one position an alternation takes the first that matches, so this is leftmost-longest.
+        contents = sorted(set(contents), key=lambda c: (-len(c), c))
+        return re.compile("(" + "|".join(map(re.escape, contents)) + ")") if contents else None
+
+    @classmethod
+    def of(cls, tokens: list[dict], ids: dict[str, int]) -> AddedTokens | None:
+        if not tokens:
+            return None
+        raw = [t["content"] for t in tokens if not t.get("normalized", True)]
+        normalized = [t["content"] for t in tokens if t.get("normalized", True)]
+        return cls(cls._pattern(raw), cls._pattern(normalized), ids)
+
+    def split(self, text: str) -> list[str | int]:
+        """``text`` as its runs of plain text (str) and the added tokens' ids (int), in order."""
+        parts: list[str | int] = [text]
+        for pattern in (self.raw, self.normalized):
+            if pattern is None:
+                continue
+            cut: list[str | int] = []
+            for part in parts:
+                if isinstance(part, int):
+                    cut.append(part)
+                    continue
+                for k, piece in enumerate(pattern.split(part)):
+                    if k % 2:
+                        cut.append(self.ids[piece])
+                    elif piece:
+                        cut.append(piece)
+            parts = cut
+        return parts
+
+    def search(self, text: str) -> bool:
+        return any(p is not None and p.search(text) is not None for p in (self.raw, self.normalized))
+
+
+def word_cache_unsupported(spec: dict) -> str | None:
+    """Why :class:`WordCacheEncoder` does not reproduce this tokenizer, or None."""
+    if spec.get("truncation") is not None or spec.get("padding") is not None:
+        return "truncation or padding is set"
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE":
+        return "the model is not BPE"
+    if model.get("dropout"):
+        return "BPE dropout is set (a word's pieces are drawn, not fixed)"
+    if spec.get("pre_tokenizer") is None or {k: v for k, v in spec["pre_tokenizer"].items() if k != "trim_offsets"} \
+            != {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}:
+        return "the pre-tokenizer is not ByteLevel with its regex and no prefix space"
+    added = spec.get("added_tokens") or []
+    for token in added:
+        if token.get("special"):
+            return "special added tokens are matched in text"
+        if token.get("lstrip") or token.get("rstrip") or token.get("single_word"):
+            return f"added token {token.get('content')!r} strips or matches single words"
+        if not isinstance(token.get("content"), str) or not token["content"]:
+            return "an added token has no content"
+    if added and spec.get("normalizer") is not None:
+        return "added tokens are matched in normalized text"
+    return None
+
+
+class WordCacheEncoder:
+    """``encode_many`` as HF gives it: pre-tokens cut by the compiled kernel, each one's ids cached."""
+
+    name = "word cache"
+
+    def __init__(self, hf, kernel, classes: bytes, added: AddedTokens | None):
+        self._hf = hf
+        self._model = hf.model
+        self._normalizer = hf.normalizer
+        self._kernel = kernel
+        self._classes = classes
+        self._added = added
+        self._cache = kernel.word_cache()  # the kernel's own table: nothing allocated per looked-up word
+
+    def _miss(self, word: str) -> bytes:
+        """A word's ids from the tokenizer's own BPE model, over its bytes as ByteLevel maps them (kept by the
+        kernel)."""
+        mapped = word.encode("utf-8").decode("latin-1").translate(_BYTE_LEVEL)
+        return array("i", [token.id for token in self._model.tokenize(mapped)]).tobytes()
+
+    def cached_words(self) -> int:
+        return int(self._kernel.word_cache_size(self._cache)[0])
+
+    def clear_cache(self) -> None:
+        """Forget memoized words (for benchmarks of a cold process)."""
+        self._kernel.word_cache_clear(self._cache)
+
+    def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        texts = list(texts)
+        if self.cached_words() > CACHE_ENTRIES:
+            self.clear_cache()
+        if self._normalizer is not None:
+            texts = [self._normalizer.normalize_str(text) for text in texts]
+        added = self._added
+        split = [] if added is None else [i for i, text in enumerate(texts) if added.search(text)]
+        if added is None or not split:
+            return self._encode(texts)
+        parts = {i: added.split(texts[i]) for i in split}
+        runs = [part for i, text in enumerate(texts) for part in parts.get(i, [text]) if isinstance(part, str)]
+        ids, lengths = self._encode(runs)
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        chunks: list[np.ndarray] = []
+        out_lengths = np.zeros(len(texts), dtype=np.int64)
+        run = 0
+        for i in range(len(texts)):
+            for part in parts.get(i, [texts[i]]):
+                if isinstance(part, str):
+                    chunk = ids[starts[run]:starts[run + 1]]
+                    run += 1
+                else:
+                    chunk = np.array([part], dtype=np.int32)
+                chunks.append(chunk)
+                out_lengths[i] += len(chunk)
+        return (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)), out_lengths
+
+    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Pre-split texts (no added token in them) through the kernel; those it declines through HF."""
+        raw_ids, raw_lengths = self._kernel.byte_level_encode(texts, self._classes, self._cache, self._miss)
+        ids = np.frombuffer(raw_ids, dtype=np.int32)
+        lengths = np.frombuffer(raw_lengths, dtype=np.int64).copy()
+        declined = np.flatnonzero(lengths < 0)
+        if not declined.size:
+            return ids, lengths
+        encodings = self._hf.encode_batch([texts[i] for i in declined], add_special_tokens=False)
+        by_text = dict(zip(declined.tolist(), (np.asarray(e.ids, dtype=np.int32) for e in encodings)))
+        starts = np.concatenate([[0], np.cumsum(np.maximum(lengths, 0))])
+        chunks = [by_text[i] if i in by_text else ids[starts[i]:starts[i + 1]] for i in range(len(texts))]
+        for i, chunk in by_text.items():
+            lengths[i] = len(chunk)
+        return (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)), lengths
+
+
+def _word_cache_encoder(spec: dict, hf) -> WordCacheEncoder | None:
+    reason = word_cache_unsupported(spec)
+    if reason is not None:
+        log.info("word-cache BPE not used: %s", reason)
+        return None
+    kernel = kernels.compiled
+    if kernel is None or not hasattr(kernel, "byte_level_encode"):
+        log.info("word-cache BPE not used: the compiled kernels are not built (%s)", kernels.status)
+        return None
+    added = AddedTokens.of(spec.get("added_tokens") or [], {t["content"]: t["id"] for t in
+                                                             spec.get("added_tokens") or []})
+    return WordCacheEncoder(hf, kernel, char_classes(), added)
+
+
+def kitoken_unsupported(tokenizer_json: str) -> str | None:
     """Why this tokenizer is outside what kitoken has been shown to reproduce, or None."""
     try:
         spec = json.loads(tokenizer_json)
@@ -86,9 +321,8 @@ class KitokenEncoder:
         return flat, lengths
 
 
-def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None):
-    """An encoder with exactly HF's ids for this byte-level BPE, or None (use HF)."""
-    reason = unsupported_reason(tokenizer_json)
+def _kitoken_encoder(tokenizer_json: str) -> KitokenEncoder | None:
+    reason = kitoken_unsupported(tokenizer_json)
     if reason is not None:
         log.info("fast BPE not used: %s", reason)
         return None
@@ -102,7 +336,30 @@ def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None):
     except Exception as error:  # kitoken raises bare exceptions for what it cannot read
         log.info("fast BPE not used: kitoken refuses this tokenizer (%s)", error)
         return None
-    if check and not agrees_with_hf(encoder, tokenizer_json, BPE_PROBES, hf=hf):
-        log.warning("fast BPE not used: kitoken differs from HF tokenizers on the probe texts")
-        return None
     return encoder
+
+
+def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None):
+    """An encoder with exactly HF's ids for this byte-level BPE (the word cache, else kitoken), or None (use HF).
+    ``hf``: the HF tokenizer of ``tokenizer_json`` when the caller has it (not read again)."""
+    try:
+        spec = json.loads(tokenizer_json)
+    except ValueError as error:
+        log.info("fast BPE not used: not JSON: %s", error)
+        return None
+    if not isinstance(spec, dict):
+        log.info("fast BPE not used: not a tokenizers JSON object")
+        return None
+    if hf is None:
+        from tokenizers import Tokenizer
+
+        hf = Tokenizer.from_str(tokenizer_json)
+    for make in (lambda: _word_cache_encoder(spec, hf), lambda: _kitoken_encoder(tokenizer_json)):
+        encoder = make()
+        if encoder is None:
+            continue
+        if check and not agrees_with_hf(encoder, tokenizer_json, BPE_PROBES, hf=hf):
+            log.warning("fast BPE not used: %s differs from HF tokenizers on the probe texts", encoder.name)
+            continue
+        return encoder
+    return None

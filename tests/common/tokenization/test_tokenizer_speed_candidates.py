@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from common.tokenization import Vocabulary, load_tokenizer
-from common.tokenization.fast_bpe import KitokenEncoder, make_fast_encoder, unsupported_reason
+from common.tokenization.fast_bpe import KitokenEncoder, WordCacheEncoder, _kitoken_encoder, make_fast_encoder
+from common.tokenization.fast_bpe import kitoken_unsupported as unsupported_reason
 from tests.common.tokenization.test_fast_wordpiece import ADVERSARIAL, assert_identical, documents_texts
 from tests.support.helpers import need_shared
 from tests.support.tokenizer_families import tokenizer_path, vocabulary_of
@@ -45,7 +46,7 @@ def random_texts(count: int, seed: int) -> list[str]:
 def bpe():
     need_shared()
     vocabulary = vocabulary_of("bpe")
-    encoder = vocabulary._fast_encoder()
+    encoder = _kitoken_encoder(vocabulary.text_tokenizer.to_str())  # where the compiled kernels are not built
     assert isinstance(encoder, KitokenEncoder), unsupported_reason(vocabulary.text_tokenizer.to_str())
     return vocabulary, encoder
 
@@ -77,7 +78,8 @@ def rows(encode, texts):
 
 
 def test_kitoken_differs_where_it_is_not_used():
-    """Why HF is kept for a lower-casing BPE and for Unigram: the differences found, pinned."""
+    """Why kitoken is not used for a lower-casing BPE (the word cache is, or HF) and for Unigram: the differences
+    found, pinned."""
     need_shared()
     spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
     spec["normalizer"] = {"type": "Lowercase"}
@@ -101,20 +103,25 @@ def test_kitoken_differs_where_it_is_not_used():
         found["whitespace-only text"] = True
     if len(found) < 2:
         pytest.skip(f"this kitoken matches HF where it did not (still differing: {sorted(found)}): evaluate it again")
-    assert make_fast_encoder(json.dumps(spec)) is None and unigram._fast_encoder() is None
+    assert _kitoken_encoder(json.dumps(spec)) is None and _kitoken_encoder(json.dumps(unigram_spec)) is None
+    word_cache = make_fast_encoder(json.dumps(spec))
+    assert word_cache is None or isinstance(word_cache, WordCacheEncoder)
 
 
 def test_a_kitoken_that_drifts_from_hf_is_not_used(monkeypatch):
     need_shared()
     json_text = vocabulary_of("bpe").text_tokenizer.to_str()
     assert make_fast_encoder(json_text) is not None
-    original = KitokenEncoder.__call__
 
-    def drifting(self, texts):
-        ids, lengths = original(self, texts)
-        return np.where(ids == ids.max(initial=0), 0, ids).astype(np.int32), lengths
+    def drifting(original):
+        def call(self, texts):
+            ids, lengths = original(self, texts)
+            return np.where(ids == ids.max(initial=0), 0, ids).astype(np.int32), lengths
+        return call
 
-    monkeypatch.setattr(KitokenEncoder, "__call__", drifting)
+    monkeypatch.setattr(WordCacheEncoder, "__call__", drifting(WordCacheEncoder.__call__))
+    assert isinstance(make_fast_encoder(json_text), KitokenEncoder)  # the next exact candidate
+    monkeypatch.setattr(KitokenEncoder, "__call__", drifting(KitokenEncoder.__call__))
     assert make_fast_encoder(json_text) is None
     monkeypatch.setenv("MLM_FAST_BPE", "0")
     assert Vocabulary.from_tokenizer(load_tokenizer(tokenizer_file=tokenizer_path("bpe")))._fast_encoder() is None

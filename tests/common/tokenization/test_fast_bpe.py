@@ -1,0 +1,252 @@
+"""The byte-level BPE word cache (common/tokenization/fast_bpe.py, ``byte_level_encode`` in common/_kernels.c)
+gives exactly HF ``tokenizers``' ids: HF's own answer on the whole input is the oracle, for ModernBERT's shape
+(added runs of spaces matched in text), RoBERTa's and a lower-casing one; its character classes are HF's for
+every code point it vouches for; bad calls into the kernel raise instead of reading what they do not own."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+
+import numpy as np
+import pytest
+from tokenizers import AddedToken, Tokenizer, pre_tokenizers
+
+from common import kernels
+from common.tokenization import Vocabulary, fast_bpe
+from common.tokenization.fast_bpe import (
+    BPE_PROBES,
+    LETTER,
+    NUMBER,
+    OTHER,
+    SPACE,
+    UNSURE,
+    WordCacheEncoder,
+    build_char_classes,
+    make_fast_encoder,
+    word_cache_unsupported,
+)
+from tests.common.tokenization.test_fast_wordpiece import ADVERSARIAL, documents_texts
+from tests.common.tokenization.test_tokenizer_speed_candidates import random_texts
+from tests.support.helpers import need_shared
+from tests.support.tokenizer_families import corpus_lines, vocabulary_of
+
+pytestmark = pytest.mark.skipif(kernels.compiled is None, reason="the compiled kernels are not built")
+
+
+def hf_rows(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
+    return [encoding.ids for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
+
+
+def rows(encoder, texts: list[str]) -> list[list[int]]:
+    ids, lengths = encoder(texts)
+    assert ids.dtype == np.int32 and lengths.dtype == np.int64 and int(lengths.sum()) == len(ids)
+    return [row.tolist() for row in np.split(ids, np.cumsum(lengths)[:-1])] if len(texts) else []
+
+
+def word_cache(tokenizer: Tokenizer) -> WordCacheEncoder:
+    encoder = make_fast_encoder(tokenizer.to_str(), hf=tokenizer)
+    assert isinstance(encoder, WordCacheEncoder), word_cache_unsupported(json.loads(tokenizer.to_str()))
+    return encoder
+
+
+def lowercased_roberta() -> Tokenizer:
+    spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
+    spec["normalizer"] = {"type": "Lowercase"}  # kitoken's final sigma differs here; HF's normalizer runs in ours
+    return Vocabulary.from_json(json.dumps(spec)).text_tokenizer
+
+
+SHAPES = {
+    "modernbert": lambda: vocabulary_of("modernbert").text_tokenizer,
+    "roberta": lambda: vocabulary_of("bpe").text_tokenizer,
+    "lowercase": lowercased_roberta,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SHAPES))
+def shape(request):
+    need_shared()
+    tokenizer = SHAPES[request.param]()
+    return tokenizer, word_cache(tokenizer)
+
+
+def test_the_word_cache_is_hf_on_the_whole_corpus(shape):
+    tokenizer, encoder = shape
+    sentences, lines = documents_texts()
+    documents = ["\n".join(corpus_lines()[i:i + 20]) for i in range(0, len(corpus_lines()), 20)]
+    for texts in (documents, lines, sentences):
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)  # warm: every word from the cache
+
+
+def test_the_word_cache_is_hf_on_adversarial_and_random_text(shape):
+    tokenizer, encoder = shape
+    spaces = [" " * n + "x" + " " * n for n in range(0, 60, 3)] + ["a" + " " * 25 + "b", "\t  \n   \x1c  "]
+    texts = list(BPE_PROBES) + ADVERSARIAL + spaces + random_texts(5000, 29)
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+def test_texts_with_characters_it_cannot_vouch_for_are_hfs_too(shape):
+    """Unassigned in this Python's Unicode (HF's tables are newer): such a text goes to HF whole, in its place."""
+    tokenizer, encoder = shape
+    classes = fast_bpe.char_classes()
+    unsure = [chr(c) for c in (0x0378, 0x1C89, 0x105C0, 0x10D40, 0x2FFFF, 0xE0080) if classes[c] == UNSURE]
+    assert len(unsure) >= 4
+    texts = ["before", *(f"a {c}b {c}1 {c}" for c in unsure), "after words", "", "a" + "".join(unsure)]
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+def test_modernberts_runs_of_spaces_are_its_added_tokens():
+    need_shared()
+    tokenizer = vocabulary_of("modernbert").text_tokenizer
+    encoder = word_cache(tokenizer)
+    texts = ["a  b", "a" + " " * 24 + "b", "a" + " " * 25 + "b", " " * 50, "x \t  y", "  lead", "trail  "]
+    got = rows(encoder, texts)
+    assert got == hf_rows(tokenizer, texts)
+    assert tokenizer.token_to_id(" " * 24) in got[2]
+
+
+def test_added_tokens_are_matched_as_hf_matches_them():
+    """Two passes, leftmost-longest: tokens not normalized over the raw text first, then the normalized ones."""
+    need_shared()
+    spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
+    tokenizer = Tokenizer.from_str(json.dumps(spec))
+    tokenizer.add_tokens([AddedToken("ab", normalized=False), AddedToken("xa", normalized=True),
+                          AddedToken("xab", normalized=True), AddedToken("b c", normalized=True)])
+    encoder = word_cache(tokenizer)
+    texts = ["xab", "xxab", "b c ab xa", "abab c", "xa xab xxa", "no token here", "ab"]
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+def test_the_cache_is_bounded_and_stays_exact(monkeypatch):
+    need_shared()
+    tokenizer = vocabulary_of("modernbert").text_tokenizer
+    encoder = word_cache(tokenizer)
+    monkeypatch.setattr(fast_bpe, "CACHE_ENTRIES", 50)
+    lines = list(corpus_lines()[:300])
+    for start in range(0, 300, 30):
+        assert rows(encoder, lines[start:start + 30]) == hf_rows(tokenizer, lines[start:start + 30])
+        assert encoder.cached_words() <= 50 + sum(len(line.split()) * 3 for line in lines[start:start + 30])
+    assert rows(encoder, []) == [] and rows(encoder, ["", ""]) == [[], []]
+
+
+def _joined_with(prefix: str, chars: list[str]) -> list[bool]:
+    """Whether HF's ByteLevel pattern keeps ``prefix + c`` as one pre-token, for each c (one call per 20,000)."""
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    out: list[bool] = []
+    for start in range(0, len(chars), 20000):
+        chunk = chars[start:start + 20000]
+        step = len(prefix) + 2
+        spans = {offsets for _, offsets in pre.pre_tokenize_str("\n".join(prefix + c for c in chunk))}
+        out += [(k * step, k * step + len(prefix) + 1) in spans for k in range(len(chunk))]
+    return out
+
+
+def test_the_character_classes_are_hfs_for_every_character_they_vouch_for():
+    """Every assigned code point (and every 97th private-use one): \\p{L}, \\p{N}, other or \\s as HF's regex
+    engine sees it, found by which one-character neighbours it joins."""
+    classes = build_char_classes()
+    assert classes == fast_bpe.char_classes()
+    chars = [chr(c) for c in range(0x110000) if classes[c] != UNSURE
+             and (unicodedata.category(chr(c)) != "Co" or c % 97 == 0)]
+    letter, number, other = _joined_with("a", chars), _joined_with("1", chars), _joined_with("!", chars)
+    seen = [LETTER if a else NUMBER if n else OTHER if o else SPACE for a, n, o in zip(letter, number, other)]
+    wrong = [(f"U+{ord(c):04X}", classes[ord(c)], hf) for c, hf in zip(chars, seen) if classes[ord(c)] != hf]
+    assert not wrong, wrong[:20]
+    assert classes[0x1C] == OTHER and classes[0x3000] == SPACE and classes[0x378] == UNSURE
+
+
+def test_unsupported_shapes_are_named():
+    need_shared()
+    spec = json.loads(vocabulary_of("modernbert").text_tokenizer.to_str())
+    assert word_cache_unsupported(spec) is None
+    for change, reason in ((lambda s: s.update(truncation={"max_length": 8}), "truncation"),
+                           (lambda s: s["model"].update(dropout=0.1), "dropout"),
+                           (lambda s: s["pre_tokenizer"].update(add_prefix_space=True), "pre-tokenizer"),
+                           (lambda s: s.update(pre_tokenizer={"type": "Whitespace"}), "pre-tokenizer"),
+                           (lambda s: s["added_tokens"][0].update(lstrip=True), "strips"),
+                           (lambda s: s["added_tokens"][0].update(special=True), "special"),
+                           (lambda s: s.update(normalizer={"type": "Lowercase"}), "normalized text")):
+        changed = json.loads(json.dumps(spec))
+        change(changed)
+        assert reason in (word_cache_unsupported(changed) or ""), reason
+    assert "not BPE" in word_cache_unsupported(json.loads(vocabulary_of("unigram").text_tokenizer.to_str()))
+
+
+def test_without_the_kernels_kitoken_or_hf_is_used(monkeypatch):
+    need_shared()
+    monkeypatch.setattr(kernels, "compiled", None)
+    roberta = vocabulary_of("bpe").text_tokenizer.to_str()
+    modernbert = vocabulary_of("modernbert").text_tokenizer.to_str()
+    assert getattr(make_fast_encoder(roberta), "name", "kitoken") == "kitoken"
+    assert make_fast_encoder(modernbert) is None
+
+
+def _new(kernel):
+    return kernel.word_cache()
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda k, c: k.byte_level_encode(["a"], c[:100], _new(k), lambda w: b""), ValueError),
+    (lambda k, c: k.byte_level_encode(["a", 3], c, _new(k), lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), lambda w: "ids"), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), lambda w: b"\x01\x02\x03"), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, {"a": b""}, lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), None), TypeError),
+    (lambda k, c: k.byte_level_encode(("a",), c, _new(k), lambda w: b""), TypeError),
+    (lambda k, c: k.byte_level_encode(["a"], c, _new(k), lambda w: 1 / 0), ZeroDivisionError),
+    (lambda k, c: k.word_cache_clear("a cache"), TypeError),
+    (lambda k, c: k.word_cache_size(None), TypeError),
+])
+def test_bad_calls_into_the_kernel_raise(call, error):
+    with pytest.raises(error):
+        call(kernels.compiled, fast_bpe.char_classes())
+
+
+def test_a_miss_that_changes_the_list_or_the_cache_is_refused():
+    kernel, classes = kernels.compiled, fast_bpe.char_classes()
+    texts, cache = ["a b", "c d"], kernel.word_cache()
+
+    def grows(word):
+        texts.append("e")
+        return b""
+
+    with pytest.raises(RuntimeError, match="changed"):
+        kernel.byte_level_encode(texts, classes, cache, grows)
+    for reenter in (lambda: kernel.word_cache_clear(cache), lambda: kernel.byte_level_encode(["x"], classes, cache,
+                                                                                              lambda w: b"")):
+        def miss(word, reenter=reenter):
+            reenter()
+            return b""
+
+        with pytest.raises(RuntimeError, match="in use"):
+            kernel.byte_level_encode(["fresh words"], classes, cache, miss)
+    assert kernel.word_cache_size(cache)[0] >= 1  # what was added before stays; the cache is usable again
+    ids, lengths = kernel.byte_level_encode(["q z"], classes, cache, lambda w: bytes(4))
+    assert len(ids) == 8 and lengths == np.array([2], dtype=np.int64).tobytes()
+
+
+def test_one_word_is_one_entry_whatever_the_width_of_its_text():
+    """Keys are code points: "word" from a Latin-1, a UCS-2 and a UCS-4 text is asked for once."""
+    kernel, classes, asked = kernels.compiled, fast_bpe.char_classes(), []
+
+    def miss(word):
+        asked.append(word)
+        return np.array([len(asked)], dtype=np.int32).tobytes()
+
+    cache = kernel.word_cache()
+    ids, _ = kernel.byte_level_encode(["word é", "word \u0100", "word \U0001F600"], classes, cache, miss)
+    assert asked.count("word") == 1 and len(asked) == 4
+    assert np.frombuffer(ids, dtype=np.int32).tolist() == [1, 2, 1, 3, 1, 4]
+    kernel.word_cache_clear(cache)
+    assert kernel.word_cache_size(cache)[0] == 0
+
+
+def test_a_table_that_misclasses_is_caught_by_the_probes(monkeypatch):
+    """The guard when made: a table that disagrees with HF (here: "e" as a space) is not used."""
+    need_shared()
+    table = bytearray(fast_bpe.char_classes())
+    table[ord("e")] = SPACE
+    monkeypatch.setattr(fast_bpe, "char_classes", lambda: bytes(table))
+    encoder = make_fast_encoder(vocabulary_of("modernbert").text_tokenizer.to_str())
+    assert encoder is None
