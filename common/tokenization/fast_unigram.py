@@ -40,6 +40,7 @@ import re
 import unicodedata
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,6 +55,10 @@ CACHE_ENTRIES = 1 << 17
 RUST_WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
                    "\u200a\u2028\u2029\u202f\u205f\u3000")
 
+#: Whitespace a normalizer may turn into a space, alone (NFKC: no-break spaces; Precompiled: line feed and tab
+#: too): the word path splits on them as on spaces.
+_SPACES = "\n\t\xa0\u3000"
+
 #: The ``tokenizers`` release and Python Unicode version :data:`_TABLE_DIFFERENCES` was measured with.
 VERIFIED_WITH = ("0.23.3", "14.0.0")
 #: Assigned (in Python's tables) code points whose NFC/NFD/NFKC/NFKD/StripAccents/Lowercase differ between
@@ -66,7 +71,7 @@ _REGEXES = {" {2,}": re.compile(" {2,}"), "^ +| +$": re.compile("^ +| +$", re.MU
 
 #: Characters after which a grapheme cluster may go on (or before which, for Prepend), so HF's
 #: Precompiled, which works per cluster, may not act per character; and unassigned ones.
-_JOINING = r"[^\p{GCB=Other}\p{GCB=Control}\p{GCB=LF}\p{GCB=LV}\p{GCB=LVT}]|\p{Cn}"
+_JOINING = r"[^\p{GCB=Other}\p{GCB=Control}\p{GCB=LF}\p{GCB=LV}\p{GCB=LVT}]|\p{Cn}|[\x00\U00010000-\U0010ffff]"
 
 #: More probes: what Unigram's normalizers and Metaspace are subtle about.
 UNIGRAM_PROBES = PROBES + (
@@ -86,65 +91,75 @@ def _lower(text: str) -> str:
     return text.replace("\u03a3", "\u03c3").lower()
 
 
+#: Characters past the Basic Multilingual Plane are rare in text: a text with one has the table-led steps run
+#: by HF (their tables are kept to the BMP, which ``re`` tests from a bitmap; larger classes it scans).
+_ASTRAL = "\U00010000-\U0010ffff"
+
+
 @functools.cache
 def _marks() -> re.Pattern[str]:
-    """Every mark (category M) in Python's tables: what HF's StripAccents drops."""
-    marks = "".join(chr(c) for c in range(0x110000)
+    """Every mark (category M) of the BMP in Python's tables: what HF's StripAccents drops."""
+    marks = "".join(chr(c) for c in range(0x10000)
                     if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c))[0] == "M")
     return re.compile(f"[{re.escape(marks)}]+")
 
 
+def _class(ranges: list[tuple[int, int]]) -> str:
+    return "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
 @functools.cache
 def _unsafe() -> re.Pattern[str]:
-    """A character that Python's tables may treat otherwise than ``tokenizers``': unassigned in Python, or
-    listed in :data:`_TABLE_DIFFERENCES`."""
+    """A character that Python's tables may treat otherwise than ``tokenizers``': unassigned in Python (or
+    a surrogate), listed in :data:`_TABLE_DIFFERENCES`, or past the BMP."""
     ranges: list[tuple[int, int]] = []
     start = None
-    for c in range(0x110000):
-        unassigned = not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) == "Cn"
+    for c in range(0x10000):
+        unassigned = unicodedata.category(chr(c)) in ("Cn", "Cs")
         if unassigned and start is None:
             start = c
         elif not unassigned and start is not None:
             ranges.append((start, c - 1))
             start = None
     if start is not None:
-        ranges.append((start, 0x10FFFF))
-    ranges += _TABLE_DIFFERENCES
-    return re.compile("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges) + "]")
+        ranges.append((start, 0xFFFF))
+    ranges += [(a, b) for a, b in _TABLE_DIFFERENCES if a <= 0xFFFF]
+    return re.compile(f"[{_class(ranges)}{_ASTRAL}]")
 
 
 def precompiled_table(charsmap: bytes) -> dict[str, str]:
     """What SentencePiece's precompiled charsmap (a darts-clone double-array trie, then the replacements, NUL
-    ended) gives each single character, found as spm_precompiled does: the shortest key that is a prefix of
-    the character's UTF-8.  Every code point is walked through the trie at once (numpy)."""
+    ended) gives each character of the BMP alone, found as spm_precompiled does: the shortest key that is a
+    prefix of the character's UTF-8.  Every such code point is walked through the trie at once (numpy)."""
     size = int.from_bytes(charsmap[:4], "little")
+    if size % 4 or size + 4 > len(charsmap) or size == 0:
+        raise ValueError("the trie's size does not fit the charsmap")
     units = np.frombuffer(charsmap[4:4 + size], dtype="<u4").astype(np.int64)
     replacements = charsmap[4 + size:]
-    codes = np.array([c for c in range(0x110000) if not 0xD800 <= c < 0xE000], dtype=np.int64)
-    encoded = [chr(c).encode() for c in codes.tolist()]
-    width = np.array([len(b) for b in encoded], dtype=np.int64)
-    utf8 = np.zeros((len(codes), 4), dtype=np.int64)
-    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    rows = np.repeat(np.arange(len(codes)), width)
-    columns = np.arange(len(flat)) - np.repeat(np.cumsum(width) - width, width)
-    utf8[rows, columns] = flat
+    codes = np.array([c for c in range(1, 0x10000) if not 0xD800 <= c < 0xE000], dtype=np.int64)
+    width = 1 + (codes >= 0x80) + (codes >= 0x800)
+    lead = np.select([width == 1, width == 2], [codes, 0xC0 | (codes >> 6)], 0xE0 | (codes >> 12))
+    second = np.where(width == 2, 0x80 | (codes & 0x3F), 0x80 | ((codes >> 6) & 0x3F))
+    third = 0x80 | (codes & 0x3F)
+    utf8 = np.stack([lead, second, third], axis=1)
 
     def offset(unit: np.ndarray) -> np.ndarray:
         return (unit >> 10) << ((unit & (1 << 9)) >> 6)
 
+    last = len(units) - 1
     node = np.zeros(len(codes), dtype=np.int64) ^ offset(units[0])
     alive = np.ones(len(codes), dtype=bool)
     found = np.full(len(codes), -1, dtype=np.int64)
-    for column in range(4):
+    for column in range(3):
         byte = utf8[:, column]
-        alive &= (column < width) & (byte != 0)
+        alive &= column < width
         node = np.where(alive, node ^ byte, 0)
-        inside = alive & (node >= 0) & (node < len(units))
-        unit = np.where(inside, units[np.clip(node, 0, len(units) - 1)], 0)
-        alive &= inside & ((unit & ((1 << 31) | 0xFF)) == byte)
+        alive &= (node >= 0) & (node <= last)
+        unit = np.where(alive, units[np.clip(node, 0, last)], 0)
+        alive &= (unit & ((1 << 31) | 0xFF)) == byte
         node = np.where(alive, node ^ offset(unit), 0)
-        leaf = alive & (((unit >> 8) & 1) == 1) & (found < 0) & (node < len(units))
-        found = np.where(leaf, units[np.clip(node, 0, len(units) - 1)] & ((1 << 31) - 1), found)
+        leaf = alive & (((unit >> 8) & 1) == 1) & (found < 0) & (node >= 0) & (node <= last)
+        found = np.where(leaf, units[np.clip(node, 0, last)] & ((1 << 31) - 1), found)
     table = {}
     for code, start in zip(codes[found >= 0].tolist(), found[found >= 0].tolist()):
         end = replacements.find(b"\0", start)
@@ -186,13 +201,28 @@ def _precompiled_step(table: dict[str, str]) -> Step:
     return step
 
 
-def _steps(normalizer: dict | None) -> list[Step] | str:
+@dataclass
+class _Step:
+    """One normalizer step in Python.  ``kind``: ``char`` (acts on each character or grapheme alone: a space
+    stays a space and nothing spans one), ``strip`` (the text's edges), ``collapse`` (runs of spaces)."""
+
+    run: Step
+    kind: str
+    #: For a Precompiled step: characters that may join a grapheme cluster (HF maps clusters, not characters).
+    joining: object = None
+    #: For a ``strip`` step: the characters it strips.
+    strips: str = ""
+    #: For a Replace step: its pattern.
+    pattern: str = ""
+
+
+def _steps(normalizer: dict | None) -> list[_Step] | str:
     """The normalizer as Python steps, or why it cannot be."""
     if normalizer is None:
         return []
     kind = normalizer.get("type")
     if kind == "Sequence":
-        steps: list[Step] = []
+        steps: list[_Step] = []
         for inner in normalizer.get("normalizers") or []:
             got = _steps(inner)
             if isinstance(got, str):
@@ -200,47 +230,113 @@ def _steps(normalizer: dict | None) -> list[Step] | str:
             steps += got
         return steps
     if kind in ("NFC", "NFD", "NFKC", "NFKD"):
-        return [_Guarded(functools.partial(unicodedata.normalize, kind), _unsafe(), normalizer)]
+        return [_Step(_Guarded(functools.partial(unicodedata.normalize, kind), _unsafe(), normalizer), "char")]
     if kind == "Lowercase":
-        return [_Guarded(_lower, _unsafe(), normalizer)]
+        return [_Step(_Guarded(_lower, _unsafe(), normalizer), "char")]
     if kind == "StripAccents":
         marks = _marks()
-        return [_Guarded(lambda text: marks.sub("", text), _unsafe(), normalizer)]
+        return [_Step(_Guarded(lambda text: marks.sub("", text), _unsafe(), normalizer), "char")]
     if kind == "Strip":
         left, right = normalizer.get("strip_left"), normalizer.get("strip_right")
         if left and right:
-            return [lambda text: text.strip(RUST_WHITESPACE)]
+            return [_Step(lambda text: text.strip(RUST_WHITESPACE), "strip", strips=RUST_WHITESPACE)]
         if left:
-            return [lambda text: text.lstrip(RUST_WHITESPACE)]
+            return [_Step(lambda text: text.lstrip(RUST_WHITESPACE), "other")]
         if right:
-            return [lambda text: text.rstrip(RUST_WHITESPACE)]
+            return [_Step(lambda text: text.rstrip(RUST_WHITESPACE), "other")]
         return []
     if kind == "Replace":
         pattern, content = normalizer.get("pattern") or {}, normalizer.get("content")
         if not isinstance(content, str):
             return "a Replace without a string content"
-        if isinstance(pattern.get("String"), str) and pattern["String"]:
-            old = pattern["String"]
-            return [lambda text: text.replace(old, content)]
-        regex = _REGEXES.get(pattern.get("Regex"))
-        if regex is None:
-            return f"the Replace pattern {pattern!r} is not one this module emulates"
-        if "\\" in content:
-            return "a Replace content with a backslash"
-        return [lambda text: regex.sub(content, text) if regex.search(text) else text]
+        old = pattern.get("String")
+        if isinstance(old, str) and old:
+            spaced = " " in old or " " in content
+            return [_Step(lambda text: text.replace(old, content), "other" if spaced else "char", pattern=old)]
+        source = pattern.get("Regex")
+        regex = _REGEXES.get(source) if isinstance(source, str) else None
+        if regex is None or content != {" {2,}": " ", "^ +| +$": ""}[source]:
+            return f"the Replace {pattern!r} -> {content!r} is not one this module emulates"
+        if source == " {2,}":
+            return [_Step(lambda text: regex.sub(" ", text) if "  " in text else text, "collapse")]
+        return [_Step(lambda text: regex.sub("", text), "strip", strips=" ")]
     if kind == "Precompiled":
         charsmap = normalizer.get("precompiled_charsmap")
         if not isinstance(charsmap, str):
             return "a Precompiled normalizer without a charsmap"
         try:
             table = precompiled_table(base64.b64decode(charsmap))
-        except (ValueError, UnicodeDecodeError, IndexError) as error:
+        except (ValueError, UnicodeDecodeError) as error:
             return f"the precompiled charsmap cannot be read ({error})"
         import regex as regex_module
 
         joining = regex_module.compile(_JOINING)
-        return [_Guarded(_precompiled_step(table), joining, normalizer, ascii_safe=False)]
+        run = _Guarded(_precompiled_step(table), joining, normalizer, ascii_safe=False)
+        return [_Step(run, "other" if " " in table else "char", joining=joining)]
     return f"the normalizer {kind!r} is not emulated"
+
+
+@dataclass
+class _Words:
+    """How a text is encoded word by word (split on spaces), when its normalizer allows: character steps,
+    then stripping and collapsing spaces.  A word's ids are then its own ('▁' + the word normalized), kept
+    by raw word, so a warm cache normalizes nothing.  A word whose normalized form holds a space or the
+    ``▁``, is empty, or has whitespace (or a joining character) at an edge is "dirty": its text takes the
+    per-text path."""
+
+    steps: list[_Step]
+    strip: str
+    spaces: str
+    joining: list
+    #: A strip step anchored at every line (Oniguruma's ``^ +| +$``): a word holding a line feed is dirty.
+    lines: bool
+
+    def run(self, text: str) -> str:
+        for step in self.steps:
+            text = step.run(text)
+        return text
+
+    def normalize(self, word: str) -> str | None:
+        """The word normalized, or None when it is dirty."""
+        for joining in self.joining:
+            if joining.match(word) or joining.match(word[-1]):
+                return None
+        normalized = self.run(word)
+        if not normalized or " " in normalized or "\u2581" in normalized:
+            return None
+        if self.lines and "\n" in normalized:
+            return None
+        # Whitespace the normalizer made at a word's edge would be stripped at the text's edges.
+        if normalized[0] in RUST_WHITESPACE and word[0] not in RUST_WHITESPACE:
+            return None
+        if normalized[-1] in RUST_WHITESPACE and word[-1] not in RUST_WHITESPACE:
+            return None
+        return normalized
+
+
+def _words(steps: list[_Step], prepend: bool) -> _Words | None:
+    """The word path for these steps, or None (every text takes the per-text path)."""
+    kinds = [step.kind for step in steps]
+    chars = kinds.index("strip") if "strip" in kinds else len(kinds)
+    chars = min(chars, kinds.index("collapse") if "collapse" in kinds else len(kinds))
+    if not prepend or any(kind != "char" for kind in kinds[:chars]):
+        return None
+    tail = kinds[chars:]
+    if "collapse" not in tail or "strip" not in tail or any(kind not in ("strip", "collapse") for kind in tail):
+        return None
+    words = _Words(steps[:chars], "".join(step.strips for step in steps[chars:]), "",
+                   [step.joining for step in steps[:chars] if step.joining is not None],
+                   any(step.strips == " " for step in steps[chars:]))
+    # A tab or line feed that the character steps turn into a space, alone as in any text (no Replace pattern
+    # holds it), is a space between words: replaced first.
+    patterns = "".join(step.pattern for step in steps[:chars])
+    words.spaces = "".join(char for char in _SPACES if char not in patterns and words.run(char) == " ")
+    # Stripping the raw text's edges must be what the normalizer does: each character it strips
+    # normalizes to whitespace only.
+    for char in words.strip:
+        if words.run(char).strip(RUST_WHITESPACE if "\t" in words.strip else " "):
+            return None
+    return words
 
 
 def unsupported_reason(tokenizer_json: str) -> str | None:
@@ -263,6 +359,8 @@ def unsupported_reason(tokenizer_json: str) -> str | None:
         return f"Metaspace prepend_scheme {pre.get('prepend_scheme')!r}"
     if spec.get("added_tokens"):
         return "added tokens are matched in text"
+    if not isinstance(spec.get("normalizer"), dict | None):
+        return "the normalizer is not an object"
     steps = _steps(spec.get("normalizer"))
     if isinstance(steps, str):
         return steps
@@ -285,51 +383,93 @@ class UnigramEncoder:
 
     name = "unigram-cache"
 
-    def __init__(self, hf, steps: list[Step], prepend: bool):
+    def __init__(self, hf, steps: list[_Step], prepend: bool):
         self._model = hf.model
-        self._steps = steps
+        self._steps = [step.run for step in steps]
         self._prepend = prepend
-        self._cache: dict = {}
+        self._words = _words(steps, prepend)
+        #: Pre-token (after '▁', or a 1-tuple for a first one without) -> its ids as int32 bytes.
+        self._pieces: dict = {}
+        #: Raw word -> its ids as int32 bytes, or None for a dirty word (the word path).
+        self._by_word: dict = {}
         self.clear_cache()
 
     def clear_cache(self) -> None:
-        """Forget the pre-tokens' ids (for benchmarks of a cold process; and when the cache is full)."""
-        self._cache.clear()
-        self._cache[None] = b""  # an empty first part: no pre-token
+        """Forget the ids kept (for benchmarks of a cold process; and when a cache is full)."""
+        self._pieces.clear()
+        self._pieces[None] = b""  # an empty first part: no pre-token
+        self._by_word.clear()
+        self._by_word[""] = b""  # a run of spaces, collapsed
 
-    def _fill(self, parts: list) -> None:
-        cache, tokenize = self._cache, self._model.tokenize
+    def _tokens(self, piece: str) -> bytes:
+        return array("i", [token.id for token in self._model.tokenize(piece)]).tobytes()
+
+    def _fill_pieces(self, parts: list) -> None:
+        cache = self._pieces
         missing = set(parts).difference(cache)
         if len(cache) + len(missing) > CACHE_ENTRIES:
             self.clear_cache()
             missing = set(parts).difference(cache)
         for key in missing:
-            piece = key[0] if isinstance(key, tuple) else "\u2581" + key
-            cache[key] = array("i", [token.id for token in tokenize(piece)]).tobytes()
+            cache[key] = self._tokens(key[0] if isinstance(key, tuple) else "\u2581" + key)
+
+    def _fill_words(self, words: list[str]) -> bool:
+        """Adds the words not kept; whether every word is clean."""
+        cache = self._by_word
+        missing = set(words).difference(cache)
+        if len(cache) + len(missing) > CACHE_ENTRIES:
+            self.clear_cache()
+            missing = set(words).difference(cache)
+        assert self._words is not None
+        normalize = self._words.normalize
+        for word in missing:
+            normalized = normalize(word)
+            cache[word] = None if normalized is None else self._tokens("\u2581" + normalized)
+        return all(cache[word] is not None for word in words)
 
     def normalize(self, text: str) -> str:
+        """The text as HF's normalizer gives it."""
         for step in self._steps:
             text = step(text)
         return text
 
+    def _encode_text(self, text: str) -> bytes:
+        """The per-text path: the whole normalizer, then Metaspace's split; pre-tokens kept."""
+        for step in self._steps:
+            text = step(text)
+        parts: list = text.replace(" ", "\u2581").split("\u2581")
+        first = parts[0]
+        if not first:
+            parts[0] = None
+        elif not self._prepend:
+            parts[0] = (first,)
+        try:
+            return b"".join(map(self._pieces.get, parts))
+        except TypeError:  # a pre-token not kept yet
+            self._fill_pieces(parts)
+            return b"".join(map(self._pieces.__getitem__, parts))
+
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        cache = self._cache
-        get = cache.get
         chunks = []
-        for text in texts:
-            for step in self._steps:
-                text = step(text)
-            parts: list = text.replace(" ", "\u2581").split("\u2581")
-            first = parts[0]
-            if not first:
-                parts[0] = None
-            elif not self._prepend:
-                parts[0] = (first,)
-            try:
-                chunks.append(b"".join(map(get, parts)))
-            except TypeError:  # a pre-token not in the cache
-                self._fill(parts)
-                chunks.append(b"".join(map(cache.__getitem__, parts)))
+        words_path = self._words
+        if words_path is None:
+            chunks = [self._encode_text(text) for text in texts]
+        else:
+            get = self._by_word.get
+            strip, spaces = words_path.strip, words_path.spaces
+            for text in texts:
+                raw = text
+                for space in spaces:
+                    if space in text:
+                        text = text.replace(space, " ")
+                words = text.strip(strip).split(" ")
+                try:
+                    chunks.append(b"".join(map(get, words)))
+                except TypeError:  # a word not kept yet, or a dirty one
+                    if self._fill_words(words):
+                        chunks.append(b"".join(map(self._by_word.__getitem__, words)))
+                    else:
+                        chunks.append(self._encode_text(raw))
         lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)) // 4
         ids = np.frombuffer(bytearray(b"".join(chunks)), dtype=np.int32)
         return ids, lengths
