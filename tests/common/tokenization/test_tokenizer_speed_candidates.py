@@ -101,7 +101,7 @@ def test_kitoken_differs_where_it_is_not_used():
         found["whitespace-only text"] = True
     if len(found) < 2:
         pytest.skip(f"this kitoken matches HF where it did not (still differing: {sorted(found)}): evaluate it again")
-    assert make_fast_encoder(json.dumps(spec)) is None and unigram._fast_encoder() is None
+    assert make_fast_encoder(json.dumps(spec)) is None and not isinstance(unigram._fast_encoder(), KitokenEncoder)
 
 
 def test_a_kitoken_that_drifts_from_hf_is_not_used(monkeypatch):
