@@ -301,12 +301,22 @@ class _Words:
             text = step.run(text)
         return text
 
-    def normalize(self, word: str) -> str | None:
-        """The word normalized, or None when it is dirty."""
-        for joining in self.joining:
-            if joining.match(word) or joining.match(word[-1]):
-                return None
-        normalized = self.run(word)
+    def normalize(self, words: list[str]) -> list[str | None]:
+        """The words normalized, None for a dirty one.  The character steps run once over the words joined by
+        spaces (nothing spans a space), unless a word's normalized form holds a space (then word by word)."""
+        edges = [bool(self.joining) and self._joins(word) for word in words]
+        kept = [word for word, joins in zip(words, edges) if not joins]
+        parts = self.run(" ".join(kept)).split(" ")
+        if len(parts) != len(kept):
+            parts = [self.run(word) for word in kept]
+        normalized = iter(parts)
+        return [None if joins else self._clean(word, next(normalized)) for word, joins in zip(words, edges)]
+
+    def _joins(self, word: str) -> bool:
+        """A character at the word's edge may join a space's grapheme cluster."""
+        return any(joining.match(word) or joining.match(word[-1]) for joining in self.joining)
+
+    def _clean(self, word: str, normalized: str) -> str | None:
         if not normalized or " " in normalized or "\u2581" in normalized:
             return None
         if self.lines and "\n" in normalized:
@@ -420,19 +430,17 @@ class UnigramEncoder:
         for key in missing:
             cache[key] = self._tokens(key[0] if isinstance(key, tuple) else "\u2581" + key)
 
-    def _fill_words(self, words: list[str]) -> bool:
-        """Adds the words not kept; whether every word is clean."""
+    def _fill_words(self, words: list[str]) -> None:
+        """Adds the words not kept (None for a dirty one)."""
         cache = self._by_word
-        missing = set(words).difference(cache)
+        missing = list(set(words).difference(cache))
         if len(cache) + len(missing) > CACHE_ENTRIES:
             self.clear_cache()
-            missing = set(words).difference(cache)
+            missing = list(set(words).difference(cache))
         assert self._words is not None
-        normalize = self._words.normalize
-        for word in missing:
-            normalized = normalize(word)
-            cache[word] = None if normalized is None else self._tokens("\u2581" + normalized)
-        return all(cache[word] is not None for word in words)
+        tokens = self._tokens
+        for word, normalized in zip(missing, self._words.normalize(missing)):
+            cache[word] = None if normalized is None else tokens("\u2581" + normalized)
 
     def normalize(self, text: str) -> str:
         """The text as HF's normalizer gives it."""
@@ -473,9 +481,10 @@ class UnigramEncoder:
                 try:
                     chunks.append(b"".join(map(get, words)))
                 except TypeError:  # a word not kept yet, or a dirty one
-                    if self._fill_words(words):
+                    self._fill_words(words)
+                    try:
                         chunks.append(b"".join(map(self._by_word.__getitem__, words)))
-                    else:
+                    except TypeError:  # a dirty word: the per-text path
                         chunks.append(self._encode_text(raw))
         lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)) // 4
         ids = np.frombuffer(bytearray(b"".join(chunks)), dtype=np.int32)
