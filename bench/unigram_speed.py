@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import click
 import numpy as np
@@ -21,7 +22,7 @@ def main(repeats: int) -> None:
     from tests.support.helpers import WIKI
     from tests.support.tokenizer_families import corpus_lines, vocabulary_of
 
-    reader = reader_named("wikiextractor")()
+    reader: Any = reader_named("wikiextractor")()
     documents = ["\n".join(document.lines) for path in sorted(WIKI.rglob("wiki_*"))
                  for document in reader.parse(path.read_bytes(), 0, ParseReport())]
     forms = {"lines": list(corpus_lines()), "documents": documents}

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from tokenizers.normalizers import Normalizer
 
 from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf
 
@@ -172,14 +173,16 @@ def precompiled_table(charsmap: bytes) -> dict[str, str]:
     return table
 
 
-def _component(spec: dict):
+def _component(spec: dict) -> Normalizer:
     """HF's own normalizer for one step (run where the emulation cannot vouch for a text)."""
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_str(json.dumps({
+    normalizer = Tokenizer.from_str(json.dumps({
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": spec,
         "pre_tokenizer": None, "post_processor": None, "decoder": None,
         "model": {"type": "WordLevel", "vocab": {"x": 0}, "unk_token": "x"}})).normalizer
+    assert normalizer is not None
+    return normalizer
 
 
 class _Guarded:
@@ -187,7 +190,7 @@ class _Guarded:
 
     def __init__(self, fast: Step, unsafe: re.Pattern, spec: dict, ascii_safe: bool = True):
         self._fast, self._unsafe, self._spec, self._ascii_safe = fast, unsafe, spec, ascii_safe
-        self._hf = None
+        self._hf: Normalizer | None = None
 
     def __call__(self, text: str) -> str:
         if (self._ascii_safe and text.isascii()) or self._unsafe.search(text) is None:
@@ -259,9 +262,9 @@ def _steps(normalizer: dict | None) -> list[_Step] | str:
             spaced = " " in old or " " in content
             return [_Step(lambda text: text.replace(old, content), "other" if spaced else "char", pattern=old)]
         source = pattern.get("Regex")
-        regex = _REGEXES.get(source) if isinstance(source, str) else None
-        if regex is None or content != {" {2,}": " ", "^ +| +$": ""}[source]:
+        if not isinstance(source, str) or source not in _REGEXES or content != {" {2,}": " ", "^ +| +$": ""}[source]:
             return f"the Replace {pattern!r} -> {content!r} is not one this module emulates"
+        regex = _REGEXES[source]
         if source == " {2,}":
             return [_Step(lambda text: regex.sub(" ", text) if "  " in text else text, "collapse")]
         return [_Step(lambda text: regex.sub("", text), "strip", strips=" ")]
@@ -459,7 +462,7 @@ class UnigramEncoder:
         elif not self._prepend:
             parts[0] = (first,)
         try:
-            return b"".join(map(self._pieces.get, parts))
+            return b"".join(map(self._pieces.get, parts))  # type: ignore[arg-type] # None: a miss
         except TypeError:  # a pre-token not kept yet
             self._fill_pieces(parts)
             return b"".join(map(self._pieces.__getitem__, parts))
@@ -479,7 +482,7 @@ class UnigramEncoder:
                         text = text.replace(space, " ")
                 words = text.strip(strip).split(" ")
                 try:
-                    chunks.append(b"".join(map(get, words)))
+                    chunks.append(b"".join(map(get, words)))  # type: ignore[arg-type] # None: a miss
                 except TypeError:  # a word not kept yet, or a dirty one
                     self._fill_words(words)
                     try:
