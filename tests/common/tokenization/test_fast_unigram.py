@@ -317,3 +317,16 @@ def test_whole_normalizers_equal_hfs_on_every_code_point(albert_like):
 def test_albert_like_conversion_is_the_shape_expected(albert_like):
     kinds = [step["type"] for step in _spec(albert_like)["normalizer"]["normalizers"]]
     assert kinds[:4] == ["Replace", "Replace", "NFKD", "StripAccents"] and "Precompiled" in kinds
+
+
+def test_the_byte_matrix_unigram_uses_it_and_is_identical(corpus):
+    """tests/data/matrix/unigram.json (the byte matrix's Unigram cells) is encoded by this encoder."""
+    from pathlib import Path
+
+    matrix = Path(__file__).resolve().parents[2] / "data" / "matrix" / "unigram.json"
+    vocabulary = Vocabulary.from_tokenizer(Tokenizer.from_file(str(matrix)))
+    encoder = vocabulary._fast_encoder()
+    assert isinstance(encoder, UnigramEncoder) and encoder._words is not None
+    lines, documents = corpus
+    assert_identical(_Reference(vocabulary.text_tokenizer), encoder,
+                     lines[:2000] + documents[:10] + list(UNIGRAM_PROBES) + random_texts(500, 17))
