@@ -219,14 +219,15 @@ def test_the_bert_objective_keeps_encoding_each_sentence_as_its_reference_does(c
     assert len(tokenized.tokens) < sum(len(ids) for ids in oracle(vocabulary, texts))
 
 
-@pytest.mark.parametrize("family", ["wordpiece", "byte-level-bpe"])
+@pytest.mark.parametrize("family", ["wordpiece", "byte-level-bpe", "unigram-metaspace"])
 def test_the_fast_encoder_gives_hf_ids_on_whole_documents(corpora, family, tmp_path):
     from common.tokenization import load_vocabulary
 
     given = FAMILIES[family](tmp_path)
     vocabulary = load_vocabulary(vocab_file=given.get("vocab_file"), tokenizer_file=given.get("tokenizer"))
     fast = vocabulary._fast_encoder()
-    assert fast is not None and fast.name == {"wordpiece": "nanotoken", "byte-level-bpe": "kitoken"}[family]
+    assert fast is not None and fast.name == {"wordpiece": "nanotoken", "byte-level-bpe": "kitoken",
+                                              "unigram-metaspace": "unigram-cache"}[family]
     texts = [text for corpus in CORPORA for text in corpora[corpus][1]]
     texts += [text + "\n" for text in texts[:20]] + ["\n\n" + text.replace("\n", "\r\n") for text in texts[:20]]
     ids, lengths = fast(texts)
