@@ -107,9 +107,12 @@ def random_texts(count: int, seed: int) -> list[str]:
     return ["".join(char() for _ in range(rng.randint(0, 40))) for _ in range(count)]
 
 
-def test_identical_on_the_whole_corpus(family, corpus):
+def test_identical_on_the_whole_corpus(family, corpus, request):
     reference, encoder = family
-    for texts in corpus:  # lines, whole documents
+    lines, documents = corpus
+    if request.node.callspec.params["family"] == "albert":  # the charsmap's path is the sentencepiece family's
+        lines, documents = lines[:1000], documents[:30]
+    for texts in (lines, documents):
         expected = hf_encode_many(reference.tokenizer, texts)
         encoder.clear_cache()
         for _ in ("cold", "warm"):
