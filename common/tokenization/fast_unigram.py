@@ -2,12 +2,15 @@
 
 HF ``tokenizers`` encodes an ALBERT-style Unigram at ~0.5 CPU-s per MB of
 Wikipedia text; most of that is not the Unigram lattice but the normalizer
-and the Metaspace pre-tokenizer run with offsets kept.  Here the normalizer's
-steps are C-speed ``str`` methods (``unicodedata.normalize``, ``str.lower``,
-``str.strip``, ``str.replace``, ``re``), the pre-tokenizer is ``str.split``
-on ``▁``, and each pre-token's ids come from a bounded dict filled on a miss
-by HF's own model (``model.tokenize``), so the ids are HF's by construction:
-a Unigram model sees one pre-token at a time.
+and the Metaspace pre-tokenizer run with offsets kept.  Here a text is split
+on spaces and each raw word's ids come from a bounded dict (:class:`_Words`):
+a warm cache normalizes nothing.  A word not kept yet is normalized by the
+normalizer's steps in C-speed ``str`` methods (``unicodedata.normalize``,
+``str.lower``, ``str.strip``, ``str.replace``, ``re``) and tokenized by HF's
+own model (``model.tokenize``), so the ids are HF's by construction: a
+Unigram model sees one pre-token at a time.  A text the word path cannot
+vouch for takes the per-text path: the whole normalizer, then ``str.split``
+on ``▁`` as Metaspace splits, pre-tokens kept the same way.
 
 Where Python's Unicode tables differ from the ones ``tokenizers`` was built
 with (Python 3.11 has Unicode 14.0, ``tokenizers``' normalization tables
@@ -49,7 +52,8 @@ from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf
 
 log = logging.getLogger(__name__)
 
-#: Pre-tokens kept (most of the speed on Wikipedia text: words are Zipf-distributed); cleared when passed.
+#: Words (and pre-tokens) kept, each cache (most of the speed on Wikipedia text: words are Zipf-distributed);
+#: cleared when passed (~17 MB when full).
 CACHE_ENTRIES = 1 << 17
 
 #: Rust's ``char::is_whitespace`` (Unicode White_Space), what HF's Strip strips.
