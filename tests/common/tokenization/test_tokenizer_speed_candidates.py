@@ -3,8 +3,9 @@
 kitoken on a RoBERTa-style byte-level BPE (no normalizer): identical to HF
 on the whole shared corpus, the adversarial strings and random Unicode, so
 Vocabulary uses it (common/tokenization/fast_bpe.py).  Where it differs
-(a Lowercase normalizer, Unigram) the differences are pinned here and HF is
-kept.  Speeds are in bench.run (docs/tokenizers.md), not here.
+(a Lowercase normalizer, Unigram) the differences are pinned here and kitoken
+is not used (HF for that BPE; common/tokenization/fast_unigram.py for Unigram).
+Speeds are in bench.run (docs/tokenizers.md), not here.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def rows(encode, texts):
 
 
 def test_kitoken_differs_where_it_is_not_used():
-    """Why HF is kept for a lower-casing BPE and for Unigram: the differences found, pinned."""
+    """Why kitoken is not used for a lower-casing BPE or for Unigram: the differences found, pinned."""
     need_shared()
     spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
     spec["normalizer"] = {"type": "Lowercase"}
