@@ -349,10 +349,15 @@ def _rows() -> list[Row]:
             "CPU-s", "{:.1f}"),
         Row("fam_modernbert_ratio", "Tokenizer family byte-level BPE of ModernBERT's shape: worker's encoder / HF "
             "tokenizers (same run)", "{:.1f}×"),
-        Row("fam_unigram", "Tokenizer family Unigram (ALBERT-style tokenizer.json, trained here), HF: MB per CPU-s",
+        Row("fam_unigram_hf", "Tokenizer family Unigram (ALBERT-style tokenizer.json, trained here), HF tokenizers: "
+            "MB per CPU-s", "{:.1f}"),
+        Row("fam_unigram", "Tokenizer family Unigram, as the worker runs it (fast_unigram where exact): MB per CPU-s",
             "{:.1f}"),
-        Row("fam_spm", "Tokenizer family SentencePiece .model (converted, trained here), HF: MB per CPU-s", "{:.1f}",
-            needs=("sentencepiece",)),
+        Row("fam_unigram_ratio", "Tokenizer family Unigram: worker's encoder / HF tokenizers (same run)", "{:.1f}×"),
+        Row("fam_spm_hf", "Tokenizer family SentencePiece .model (converted, trained here), HF tokenizers: MB per "
+            "CPU-s", "{:.1f}", needs=("sentencepiece",)),
+        Row("fam_spm", "Tokenizer family SentencePiece .model, as the worker runs it (fast_unigram where exact): MB "
+            "per CPU-s", "{:.1f}", needs=("sentencepiece",)),
         Row("fam_spm_native", "Candidate: the sentencepiece package itself on that .model (exact on the corpus; not "
             "used, workers get JSON): MB per CPU-s", "{:.1f}", needs=("sentencepiece",)),
         # Loader service
@@ -1365,8 +1370,13 @@ def family_rows(s: Settings, res: Results, segments: list[str], megabytes: float
         res.add("fam_modernbert_hf", hf)
         res.add("fam_modernbert", worker)
         res.add("fam_modernbert_ratio", worker / hf)
-        res.add("fam_unigram", rate(unigram.encode_many))
+        hf = rate(lambda texts: unigram._encode_hf(texts, with_words=False))
+        worker = rate(unigram.encode_many)
+        res.add("fam_unigram_hf", hf)
+        res.add("fam_unigram", worker)
+        res.add("fam_unigram_ratio", worker / hf)
         if spm_model is not None and spm is not None:  # made together
+            res.add("fam_spm_hf", rate(lambda texts: spm_model._encode_hf(texts, with_words=False)))
             res.add("fam_spm", rate(spm_model.encode_many))
             res.add("fam_spm_native", rate(lambda texts: spm.encode(texts, num_threads=1)))
     for row, vocabulary in (("fam_bpe", bpe), ("fam_modernbert", modernbert)):

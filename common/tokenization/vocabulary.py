@@ -148,8 +148,8 @@ class Vocabulary:
     _text_tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
     #: What builds it at first use when it was not built at load (``from_tokenizer(..., for_text=False)``).
     _text_safe: tuple[dict, dict[str, int]] | None = field(default=None, repr=False, compare=False)
-    #: nanotoken (WordPiece) or kitoken (byte-level BPE) with exactly HF's ids
-    #: (fast_wordpiece.py, fast_bpe.py), made on first use; None when neither
+    #: nanotoken (WordPiece), kitoken (byte-level BPE) or a pre-token cache (Unigram) with exactly HF's ids
+    #: (fast_wordpiece.py, fast_bpe.py, fast_unigram.py), made on first use; None when none
     #: reproduces this tokenizer (HF is used).
     _fast: object = field(default=None, init=False, repr=False, compare=False)
     _fast_checked: bool = field(default=False, init=False, repr=False, compare=False)
@@ -257,15 +257,19 @@ class Vocabulary:
                 from common.tokenization.fast_bpe import make_fast_encoder
 
                 self._fast = make_fast_encoder(self.text_tokenizer.to_str(), hf=self.text_tokenizer)
+            elif kind == "Unigram" and os.environ.get("MLM_FAST_UNIGRAM", "1") != "0":
+                from common.tokenization.fast_unigram import make_fast_encoder as make_unigram
+
+                self._fast = make_unigram(self.text_tokenizer.to_str(), hf=self.text_tokenizer)
         return self._fast
 
     def encode_many(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of many texts as one flat int32 array plus lengths, no
         special token added and none taken from the text.
 
-        nanotoken / kitoken when they reproduce this tokenizer exactly
+        nanotoken / kitoken / fast_unigram when they reproduce this tokenizer exactly
         (checked against HF when first made; MLM_FAST_WORDPIECE=0 /
-        MLM_FAST_BPE=0 turn them off), HF otherwise.
+        MLM_FAST_BPE=0 / MLM_FAST_UNIGRAM=0 turn them off), HF otherwise.
         """
         fast = self._fast_encoder()
         if fast is not None:

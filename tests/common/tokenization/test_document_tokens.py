@@ -219,7 +219,7 @@ def test_the_bert_objective_keeps_encoding_each_sentence_as_its_reference_does(c
     assert len(tokenized.tokens) < sum(len(ids) for ids in oracle(vocabulary, texts))
 
 
-@pytest.mark.parametrize("family", ["wordpiece", "byte-level-bpe"])
+@pytest.mark.parametrize("family", ["wordpiece", "byte-level-bpe", "unigram-metaspace"])
 def test_the_fast_encoder_gives_hf_ids_on_whole_documents(corpora, family, tmp_path):
     from common.tokenization import load_vocabulary
 
@@ -229,7 +229,8 @@ def test_the_fast_encoder_gives_hf_ids_on_whole_documents(corpora, family, tmp_p
     from common import kernels
 
     bpe = "word cache" if kernels.compiled is not None else "kitoken"
-    assert fast is not None and fast.name == {"wordpiece": "nanotoken", "byte-level-bpe": bpe}[family]
+    assert fast is not None and fast.name == {"wordpiece": "nanotoken", "byte-level-bpe": bpe,
+                                              "unigram-metaspace": "unigram-cache"}[family]
     texts = [text for corpus in CORPORA for text in corpora[corpus][1]]
     texts += [text + "\n" for text in texts[:20]] + ["\n\n" + text.replace("\n", "\r\n") for text in texts[:20]]
     ids, lengths = fast(texts)

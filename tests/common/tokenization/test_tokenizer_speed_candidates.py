@@ -3,8 +3,9 @@
 kitoken on a RoBERTa-style byte-level BPE (no normalizer): identical to HF
 on the whole shared corpus, the adversarial strings and random Unicode, so
 Vocabulary uses it (common/tokenization/fast_bpe.py).  Where it differs
-(a Lowercase normalizer, Unigram) the differences are pinned here and HF is
-kept.  Speeds are in bench.run (docs/tokenizers.md), not here.
+(a Lowercase normalizer, Unigram) the differences are pinned here and kitoken
+is not used (HF for that BPE; common/tokenization/fast_unigram.py for Unigram).
+Speeds are in bench.run (docs/tokenizers.md), not here.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def rows(encode, texts):
 
 
 def test_kitoken_differs_where_it_is_not_used():
-    """Why kitoken is not used for a lower-casing BPE (the word cache is, or HF) and for Unigram: the differences
+    """Why kitoken is not used for a lower-casing BPE (the word cache is, or HF) or for Unigram: the differences
     found, pinned."""
     need_shared()
     spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
@@ -106,6 +107,7 @@ def test_kitoken_differs_where_it_is_not_used():
     assert _kitoken_encoder(json.dumps(spec)) is None and _kitoken_encoder(json.dumps(unigram_spec)) is None
     word_cache = make_fast_encoder(json.dumps(spec))
     assert word_cache is None or isinstance(word_cache, WordCacheEncoder)
+    assert not isinstance(unigram._fast_encoder(), KitokenEncoder)
 
 
 def test_a_kitoken_that_drifts_from_hf_is_not_used(monkeypatch):
