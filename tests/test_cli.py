@@ -188,3 +188,42 @@ def test_an_endpoint_with_credentials_from_a_variable_is_refused_naming_the_vari
     assert ran.returncode == 1 and len(errors) == 1, ran.stderr
     assert f"--s3-endpoint-url (from {variable}) holds a user name or password" in errors[0], errors[0]
     assert "wJalrXUtnFEMI" not in ran.stderr + ran.stdout and "AKIAEXAMPLE" not in ran.stderr + ran.stdout
+
+
+#: Malformed HOST:PORT forms a user types, each of which ZeroMQ took and waited on for ever.
+BAD_ADDRESSES = ["[::1", "[::1]x:5555", ":5555", "host:", "host:99999", "host:0", "host :5555", "tcp://h:1",
+                 "::1", "[host]:5555"]
+
+
+def _refused(argv: list[str], flag: str, address: str) -> None:
+    """The real command exits 2 (a usage error) at once, one Error line naming the flag and the text."""
+    ran = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={key: value for key, value in os.environ.items() if not key.startswith("MLM_")})
+    assert ran.returncode == 2, (address, ran.stderr)
+    said = [line for line in ran.stderr.splitlines() if line.startswith("Error:")]
+    assert len(said) == 1 and f"'{flag}'" in said[0] and repr(address) in said[0] and "HOST:PORT" in said[0], \
+        ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize("address", BAD_ADDRESSES)
+def test_a_worker_given_a_malformed_ventilator_address_is_refused_before_any_work(address):
+    _refused(["worker", "--ventilator", address], "--ventilator", address)
+
+
+@pytest.mark.parametrize("argv, flag", [(["sink", "--ventilator", "{a}"], "--ventilator"),
+                                        (["worker", "--ventilator", "127.0.0.1:1", "--sink", "{a}"], "--sink"),
+                                        (["ventilator", "--data", "x", "--output", "y", "--sink", "{a}"], "--sink")])
+@pytest.mark.parametrize("address", ["[::1", "host:"])
+def test_every_host_port_option_of_the_fleet_refuses_a_malformed_address(argv, flag, address):
+    _refused([arg.format(a=address) for arg in argv], flag, address)
+
+
+@pytest.mark.parametrize("text, parsed", [("10.0.0.5:5557", ("10.0.0.5", 5557)), ("[::1]:5558", ("::1", 5558)),
+                                          ("mlm-ventilator-0.svc.local", ("mlm-ventilator-0.svc.local", 5557)),
+                                          ("[fe80::1]", ("fe80::1", 5557)), ("h:65535", ("h", 65535))])
+def test_the_well_formed_addresses_parse(text, parsed):
+    from common.wire.transport import parse_address
+
+    assert parse_address(text, 5557, host_required=True) == parsed
+    assert parse_address(":5558", 5557) == ("", 5558)  # the wire's "the ventilator's own host" (a job's sink)
