@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -138,6 +139,18 @@ def idle_fields(params: DataclassInstance) -> list[dataclasses.Field]:
             and getattr(params, f.name) != f.default and not option.when.holds(params)]
 
 
+def applying(params_class: type, values: dict[str, ParamValue]) -> dict[str, ParamValue]:
+    """``values`` (a step's or a variant's, as a job records them) but those whose declaration says they do
+    nothing with the rest (:class:`When`: MinHash's options under ``--dedup exact``): what applies."""
+    try:
+        params = params_class(**{name: _coerce(params_class, name, value) for name, value in values.items()})
+    except TypeError:  # a value for a parameter this release lacks: all shown, as recorded
+        return dict(values)
+    idle = {f.name for f in dataclasses.fields(params)
+            if (option := option_of(f)) is not None and option.when is not None and not option.when.holds(params)}
+    return {name: value for name, value in values.items() if name not in idle}
+
+
 class Configurable:
     """A component: its ``name`` and a ``Params`` dataclass; ``params`` is
     the instance built from the job."""
@@ -203,6 +216,32 @@ def flag_of(params_class: type, name: str) -> str:
         if f.name == name and own_flag(f):
             return own_flag(f)
     return "--" + name.replace("_", "-")
+
+
+def option_named(params_class: type, name: str) -> Option | None:
+    """The declaration of the parameter ``name`` of ``params_class``; None where it has none."""
+    return next((option_of(f) for f in dataclasses.fields(params_class) if f.name == name), None)
+
+
+def typed(flag: str, value: Any, option: Option | None = None) -> str:
+    """The option ``flag`` set to ``value`` as a user types it on the command line: a switch as its flag or its
+    off form (``--gzip``, ``--no-gzip``: its declaration's where it names one), anything else as the flag and
+    the value (``--dupe-factor 5``, ``--masking static``; ``none`` for no value, JSON for a list)."""
+    if isinstance(value, bool):
+        forms = next((decl.split("/") for decl in (option.decls if option else ()) if "/" in decl), None)
+        if forms is not None:
+            return (forms[0] if value else forms[1]).strip()
+        return flag if value else f"--no-{flag[2:]}"
+    shown = "none" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return f"{flag} {shown}"
+
+
+def changed(flag: str, before: Any, after: Any, option: Option | None = None) -> str:
+    """An option's change as a refused resume names it, each side as typed (:func:`typed`): ``--no-gzip →
+    --gzip``, ``--dupe-factor 10 → 5``."""
+    if isinstance(before, bool) or isinstance(after, bool):
+        return f"{typed(flag, before, option)} → {typed(flag, after, option)}"
+    return f"{typed(flag, before, option)} → {typed(flag, after, option)[len(flag) + 1:]}"
 
 
 @dataclass
