@@ -227,3 +227,53 @@ def test_the_well_formed_addresses_parse(text, parsed):
 
     assert parse_address(text, 5557, host_required=True) == parsed
     assert parse_address(":5558", 5557) == ("", 5558)  # the wire's "the ventilator's own host" (a job's sink)
+
+
+#: A step plugin written as the demo's demo-drop-digits (tests/data/plugin_demo), by an author with click's
+#: habits: its help given among click's settings, and a help text that says its default itself.
+CLICK_HABIT_STEP = '''from dataclasses import dataclass
+from mlm_pipeline.plugin import Step, param
+
+@dataclass(frozen=True)
+class P:
+    habit_max_digits: int = param(1000, {help!r}, cli={{"help": "Documents with more digits than this are dropped."}})
+    habit_min_digits: int = param(0, "Documents with fewer digits than this are dropped.  [default: 0]")
+
+class DropDigits(Step):
+    name = "habit-drop-digits"
+    Params = P
+    after = "read"
+    makes = "documents"
+
+    def run(self, run):
+        pass
+'''
+
+
+def _habit_help(site, help_text: str) -> subprocess.CompletedProcess:
+    from tests.support.plugins import fake_install
+
+    fake_install(site, "habit", "[mlm_pipeline.steps]\nhabit-drop-digits = habit_step:DropDigits\n",
+                 {"habit_step": CLICK_HABIT_STEP.format(help=help_text)})
+    return subprocess.run([sys.executable, "-m", "ventilator", "--help"], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])})
+
+
+def test_a_plugins_help_given_as_click_takes_it_is_its_help_and_a_default_it_states_is_shown_once(tmp_path):
+    """``param(cli={"help": ...})`` raised a TypeError (click's "multiple values for 'help'") that killed --help;
+    a help holding ``[default: 0]`` showed a second default."""
+    ran = _habit_help(tmp_path / "site", "")
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    text = " ".join(ran.stdout.split())
+    assert text.count("Documents with more digits than this are dropped.") == 1
+    assert "default: 1000]" in text.split("--habit-max-digits", 1)[1].split("--habit-min-digits")[0]
+    minimum = text.split("--habit-min-digits", 1)[1].split(" --")[0]
+    assert minimum.count("default:") == 1 and "[default: 0]" in minimum, minimum
+
+
+def test_a_plugin_giving_two_help_texts_is_one_line_naming_it(tmp_path):
+    ran = _habit_help(tmp_path / "site", "Another help.")
+    assert ran.returncode == 1
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "habit-drop-digits = habit_step:DropDigits" in lines[0] and "help" in lines[0], \
+        ran.stderr

@@ -109,6 +109,8 @@ class SectionedOption(click.Option):
         extra = super().get_help_extra(ctx)
         if self.shown_default:
             extra["default"] = self.shown_default
+        if "[default:" in (self.help or ""):  # a plugin's help that says its default itself, as click's habit
+            extra.pop("default", None)
         return extra
 
 

@@ -124,13 +124,18 @@ def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `hel
     output written before finds its job).  ``when``: the parameter does something only then (:class:`When`).
     ``shared``: the axis's common parameter of that name (every objective's ``--max-seq-length``): variants
     that each declare it shared take one flag; otherwise two variants declaring one flag are refused
-    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``: a range).
+    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``: a range; a
+    ``help`` there, click's habit, is the help).
     ``choices``: the values a string parameter takes, shown by ``--help`` and checked by the command line
     (``validate`` still checks a job's).  ``derived``: the default (0, say) means "worked out when the job is
     planned", and how; ``described``: what the default means where its value does not say it."""
-    return declare(default, Option(help=help, flag=flag, choices=tuple(choices), derived=derived,
-                                   described=described, when=when, opt_in=opt_in, shared=shared,
-                                   click=dict(cli or {})))
+    click = dict(cli or {})
+    given = click.pop("help", None)  # click's habit: the help among the option's settings
+    if given is not None and help and given != help:
+        raise ValueError(f"param({default!r}, {help!r}, cli={{'help': ...}}): two help texts; give it once")
+    return declare(default, Option(help=help or str(given or ""), flag=flag, choices=tuple(choices),
+                                   derived=derived, described=described, when=when, opt_in=opt_in, shared=shared,
+                                   click=click))
 
 
 def idle_fields(params: DataclassInstance) -> list[dataclasses.Field]:
