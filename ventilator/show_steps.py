@@ -10,11 +10,12 @@ declaration says it does nothing with the rest (``When``: MinHash's under ``--de
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from common.job.cli_settings import option_flags
 from common.job.config import JobConfig
-from common.job.params import Component, ParamValue, applying
+from common.job.params import Component, Configurable, ParamValue, applying
 from common.objectives import objectives
 from common.readers import readers
 from common.steps import step_named
@@ -25,7 +26,8 @@ from ventilator.run_config import JobSettings, RunConfig, axis_specs, data_comma
 #: The ventilator's option choosing each part of the job a step runs (``Step.runs``).
 CHOSEN_BY = {"reader": "--format", "objective": "--objective", "writer": "--output-format"}
 #: Each such part's variants, by name: whose declarations say which of its options apply.
-VARIANTS = {"reader": readers, "objective": objectives, "writer": writers}
+VARIANTS: dict[str, Callable[[], Mapping[str, type[Configurable]]]] = {
+    "reader": readers, "objective": objectives, "writer": writers}
 
 
 @dataclass(frozen=True)
