@@ -277,3 +277,29 @@ def test_a_plugin_giving_two_help_texts_is_one_line_naming_it(tmp_path):
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and "habit-drop-digits = habit_step:DropDigits" in lines[0] and "help" in lines[0], \
         ran.stderr
+
+
+@pytest.mark.parametrize("argv, code, missing", [
+    (["sink", "--ventilator", "127.0.0.1:1"], 2, "server.key_secret is missing"),
+    (["ventilator", "--data", "{tmp}/in", "--output", "{tmp}/out", "--vocab-file", "{vocab}", "--workers", "0",
+      "--bind-host", "127.0.0.1", "--vport", "{port}", "--sink-port", "{sink_port}", "--state-dir", "{tmp}/state"],
+     1, "server.key_secret is missing"),
+])
+def test_a_server_whose_curve_dir_lacks_its_keys_is_one_line_before_any_work(tmp_path, argv, code, missing):
+    """The sink and the ventilator serve with server.key_secret: without it each printed a traceback (the
+    sink's after it had started)."""
+    from tests.support.helpers import VOCAB, free_ports
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("A document that would be worked on.\n")
+    port, sink_port = free_ports(2)
+    argv = [arg.format(tmp=tmp_path, vocab=VOCAB, port=port, sink_port=sink_port) for arg in argv]
+    ran = subprocess.run([sys.executable, "-m", *argv, "--curve-dir", str(keys)],
+                         capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={key: value for key, value in os.environ.items() if not key.startswith("MLM_")})
+    assert ran.returncode == code, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and missing in lines[0] and f"mlm-keys {keys}" in lines[0], ran.stderr
+    assert not (tmp_path / "out").exists()

@@ -65,6 +65,12 @@ class Curve:
         self._load("client.key_secret", secret=True)
         self._load("server.key")
 
+    def check_server(self) -> None:
+        """Raise :class:`SecurityError` unless a server's keys (``server.key_secret``, ``authorized/``) load: the
+        ventilator and the sink check them before any work."""
+        self._load("server.key_secret", secret=True)
+        self._path("authorized")
+
     def serve(self, sock: zmq.Socket) -> None:
         public, secret = self._load("server.key_secret", secret=True)
         sock.curve_secretkey = secret
