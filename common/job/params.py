@@ -108,6 +108,10 @@ def option_of(f: dataclasses.Field) -> Option | None:
     return f.metadata.get(OPTION)
 
 
+#: click's settings that :func:`param` makes from the declaration: given in ``cli`` too, click saw two values.
+_OWNED_BY_PARAM = {"default", "cls", "section", "section_after", "shown_default", "declaration", "param_decls"}
+
+
 def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `help` shadows a builtin: click's word
           when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None,
           choices: tuple[str, ...] = (), derived: str = "", described: str = "") -> Any:
@@ -130,6 +134,10 @@ def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `hel
     (``validate`` still checks a job's).  ``derived``: the default (0, say) means "worked out when the job is
     planned", and how; ``described``: what the default means where its value does not say it."""
     click = dict(cli or {})
+    owned = sorted(set(click) & _OWNED_BY_PARAM)
+    if owned:
+        raise ValueError(f"param({default!r}, ...): cli={{{', '.join(map(repr, owned))}: ...}} is param's own "
+                         f"(the default is its first argument; the rest are made from the declaration)")
     given = click.pop("help", None)  # click's habit: the help among the option's settings
     if given is not None and help and given != help:
         raise ValueError(f"param({default!r}, {help!r}, cli={{'help': ...}}): two help texts; give it once")
