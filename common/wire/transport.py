@@ -85,6 +85,11 @@ def parse_address(text: str, default_port: int | None = None, *, host_required: 
     return host, int(port)
 
 
+def address(host: str, port: int) -> str:
+    """``host:port`` as :func:`parse_address` reads it back (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 def endpoint(host: str, port: int) -> str:
     host = host or "127.0.0.1"
     if ":" in host and not host.startswith("["):
