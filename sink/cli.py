@@ -8,7 +8,8 @@ import click
 
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs, storage
-from common.job.cli_settings import SectionedCommand, add_options, build, command_settings
+from common.job.cli_settings import SectionedCommand, add_options, build, command_settings, naming_variables
+from common.wire.security import Curve, SecurityError
 from sink.server import SinkServer
 from sink.settings import SinkSettings
 
@@ -23,7 +24,15 @@ def main(**values) -> None:
     line is on disk.  Shows live throughput and writes OUT/summary.json at
     the end.
     """
-    sys.exit(run(build(SinkSettings, values)))
+    settings = build(SinkSettings, values)
+    if settings.curve_dir:  # before any work: it serves workers and connects to the ventilator
+        try:
+            Curve(settings.curve_dir).check_server()
+            Curve(settings.curve_dir).check_client()
+        except SecurityError as error:
+            click.echo(f"sink: error: {naming_variables(str(error))}", err=True)
+            sys.exit(2)
+    sys.exit(run(settings))
 
 
 def run(settings: SinkSettings) -> int:

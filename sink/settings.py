@@ -9,15 +9,16 @@ from dataclasses import dataclass, field
 
 import click
 
-from common.job.cli_settings import option
+from common.job.cli_settings import Address, option
 from common.storage import StorageSettings
 from common.wire.security import Curve
+from common.wire.transport import VENTILATOR_PORT
 from sink.server import SinkOptions
 
 
 @dataclass(frozen=True)
 class SinkSettings:
-    ventilator: str = option("--ventilator", required=True, metavar="HOST:PORT", show_envvar=True,
+    ventilator: str = option("--ventilator", required=True, type=Address(VENTILATOR_PORT), show_envvar=True,
                              help="The ventilator's --vport; the sink learns the job (output, manifest) from it.")
     port: int = option("--port", type=int, default=SinkOptions.port, show_envvar=True,
                        help="Port workers push acknowledgements to.")

@@ -188,3 +188,118 @@ def test_an_endpoint_with_credentials_from_a_variable_is_refused_naming_the_vari
     assert ran.returncode == 1 and len(errors) == 1, ran.stderr
     assert f"--s3-endpoint-url (from {variable}) holds a user name or password" in errors[0], errors[0]
     assert "wJalrXUtnFEMI" not in ran.stderr + ran.stdout and "AKIAEXAMPLE" not in ran.stderr + ran.stdout
+
+
+#: Malformed HOST:PORT forms a user types, each of which ZeroMQ took and waited on for ever.
+BAD_ADDRESSES = ["[::1", "[::1]x:5555", ":5555", "host:", "host:99999", "host:0", "host :5555", "tcp://h:1",
+                 "::1", "[host]:5555"]
+
+
+def _refused(argv: list[str], flag: str, address: str) -> None:
+    """The real command exits 2 (a usage error) at once, one Error line naming the flag and the text."""
+    ran = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={key: value for key, value in os.environ.items() if not key.startswith("MLM_")})
+    assert ran.returncode == 2, (address, ran.stderr)
+    said = [line for line in ran.stderr.splitlines() if line.startswith("Error:")]
+    assert len(said) == 1 and f"'{flag}'" in said[0] and repr(address) in said[0] and "HOST:PORT" in said[0], \
+        ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize("address", BAD_ADDRESSES)
+def test_a_worker_given_a_malformed_ventilator_address_is_refused_before_any_work(address):
+    _refused(["worker", "--ventilator", address], "--ventilator", address)
+
+
+@pytest.mark.parametrize("argv, flag", [(["sink", "--ventilator", "{a}"], "--ventilator"),
+                                        (["worker", "--ventilator", "127.0.0.1:1", "--sink", "{a}"], "--sink"),
+                                        (["ventilator", "--data", "x", "--output", "y", "--sink", "{a}"], "--sink")])
+@pytest.mark.parametrize("address", ["[::1", "host:"])
+def test_every_host_port_option_of_the_fleet_refuses_a_malformed_address(argv, flag, address):
+    _refused([arg.format(a=address) for arg in argv], flag, address)
+
+
+@pytest.mark.parametrize("text, parsed", [("10.0.0.5:5557", ("10.0.0.5", 5557)), ("[::1]:5558", ("::1", 5558)),
+                                          ("mlm-ventilator-0.svc.local", ("mlm-ventilator-0.svc.local", 5557)),
+                                          ("[fe80::1]", ("fe80::1", 5557)), ("h:65535", ("h", 65535))])
+def test_the_well_formed_addresses_parse(text, parsed):
+    from common.wire.transport import parse_address
+
+    assert parse_address(text, 5557, host_required=True) == parsed
+    assert parse_address(":5558", 5557) == ("", 5558)  # the wire's "the ventilator's own host" (a job's sink)
+
+
+#: A step plugin written as the demo's demo-drop-digits (tests/data/plugin_demo), by an author with click's
+#: habits: its help given among click's settings, and a help text that says its default itself.
+CLICK_HABIT_STEP = '''from dataclasses import dataclass
+from mlm_pipeline.plugin import Step, param
+
+@dataclass(frozen=True)
+class P:
+    habit_max_digits: int = param(1000, {help!r}, cli={{"help": "Documents with more digits than this are dropped."}})
+    habit_min_digits: int = param(0, "Documents with fewer digits than this are dropped.  [default: 0]")
+
+class DropDigits(Step):
+    name = "habit-drop-digits"
+    Params = P
+    after = "read"
+    makes = "documents"
+
+    def run(self, run):
+        pass
+'''
+
+
+def _habit_help(site, help_text: str) -> subprocess.CompletedProcess:
+    from tests.support.plugins import fake_install
+
+    fake_install(site, "habit", "[mlm_pipeline.steps]\nhabit-drop-digits = habit_step:DropDigits\n",
+                 {"habit_step": CLICK_HABIT_STEP.format(help=help_text)})
+    return subprocess.run([sys.executable, "-m", "ventilator", "--help"], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])})
+
+
+def test_a_plugins_help_given_as_click_takes_it_is_its_help_and_a_default_it_states_is_shown_once(tmp_path):
+    """``param(cli={"help": ...})`` raised a TypeError (click's "multiple values for 'help'") that killed --help;
+    a help holding ``[default: 0]`` showed a second default."""
+    ran = _habit_help(tmp_path / "site", "")
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    text = " ".join(ran.stdout.split())
+    assert text.count("Documents with more digits than this are dropped.") == 1
+    assert "default: 1000]" in text.split("--habit-max-digits", 1)[1].split("--habit-min-digits")[0]
+    minimum = text.split("--habit-min-digits", 1)[1].split(" --")[0]
+    assert minimum.count("default:") == 1 and "[default: 0]" in minimum, minimum
+
+
+def test_a_plugin_giving_two_help_texts_is_one_line_naming_it(tmp_path):
+    ran = _habit_help(tmp_path / "site", "Another help.")
+    assert ran.returncode == 1
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and "habit-drop-digits = habit_step:DropDigits" in lines[0] and "help" in lines[0], \
+        ran.stderr
+
+
+@pytest.mark.parametrize("argv, code, missing", [
+    (["sink", "--ventilator", "127.0.0.1:1"], 2, "server.key_secret is missing"),
+    (["ventilator", "--data", "{tmp}/in", "--output", "{tmp}/out", "--vocab-file", "{vocab}", "--workers", "0",
+      "--bind-host", "127.0.0.1", "--vport", "{port}", "--sink-port", "{sink_port}", "--state-dir", "{tmp}/state"],
+     1, "server.key_secret is missing"),
+])
+def test_a_server_whose_curve_dir_lacks_its_keys_is_one_line_before_any_work(tmp_path, argv, code, missing):
+    """The sink and the ventilator serve with server.key_secret: without it each printed a traceback (the
+    sink's after it had started)."""
+    from tests.support.helpers import VOCAB, free_ports
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("A document that would be worked on.\n")
+    port, sink_port = free_ports(2)
+    argv = [arg.format(tmp=tmp_path, vocab=VOCAB, port=port, sink_port=sink_port) for arg in argv]
+    ran = subprocess.run([sys.executable, "-m", *argv, "--curve-dir", str(keys)],
+                         capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={key: value for key, value in os.environ.items() if not key.startswith("MLM_")})
+    assert ran.returncode == code, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and missing in lines[0] and f"mlm-keys {keys}" in lines[0], ran.stderr
+    assert not (tmp_path / "out").exists()

@@ -15,6 +15,7 @@ from common.job.cli_settings import DeferredCommand, command_settings, naming_va
 from common.job.config import JobConfig
 from common.output.lock import OutputLock
 from common.wire import protocol
+from common.wire.security import Curve, SecurityError
 from common.wire.transport import ListenError
 from ventilator.job import JobError, identify, lock_output, plan, validate
 from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_named
@@ -71,6 +72,8 @@ def run(config: RunConfig) -> int:
     storage.configure(config.storage)
     lock = None
     try:
+        if config.network.curve_dir:  # before any work: it serves with them
+            Curve(config.network.curve_dir).check_server()
         launcher_class = launcher_named(config.fleet.launcher)
         launcher = launcher_class(launcher_class.make_params(config.fleet.launcher_params),
                                   Fleet(workers=config.fleet.workers))
@@ -82,7 +85,7 @@ def run(config: RunConfig) -> int:
         _check_sendable(job_config)
         lock = lock_output(run_config, job_config)  # one run per output, from before anything is written to it
         job = plan(run_config, checked, job_config)
-    except (LaunchError, PublisherError, JobError) as error:
+    except (LaunchError, PublisherError, JobError, SecurityError) as error:
         if lock is not None:
             lock.release()
         click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import click
 
 from common.job.cli_settings import (
+    Address,
     Deferred,
     DeferredCommand,
     Size,
@@ -53,6 +54,7 @@ from common.segmenters import segmenters
 from common.steps import steps
 from common.storage import StorageSettings
 from common.wire.security import Curve
+from common.wire.transport import SINK_PORT, address
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenters
 from common.writers import writers
@@ -231,7 +233,7 @@ class SinkGroup:
     """The sink: one started elsewhere (``sink_address``), or the one this command starts and its settings."""
     section: ClassVar[str] = "Sink"  # its heading in --help
 
-    sink_address: str = option("--sink", default="", metavar="HOST:PORT", show_envvar=True,
+    sink_address: str = option("--sink", default="", type=Address(SINK_PORT), show_envvar=True,
                                help="Use a sink started elsewhere (python -m sink); without it, a local sink is "
                                     "started.")
     sink_port: int = option("--sink-port", type=int, default=SinkSettings.port, show_envvar=True,
@@ -361,7 +363,7 @@ class RunConfig:
 
     def sink_settings(self, ventilator_host: str) -> SinkSettings:
         """The settings of the sink this command starts, reaching the ventilator at ``ventilator_host``."""
-        return SinkSettings(ventilator=f"{ventilator_host}:{self.network.vport}", port=self.sink.sink_port,
+        return SinkSettings(ventilator=address(ventilator_host, self.network.vport), port=self.sink.sink_port,
                             bind_host=self.network.bind_host, state_dir=self.sink.state_dir,
                             curve_dir=self.network.curve_dir, metrics_port=self.sink.sink_metrics_port,
                             instance_hourly_price=self.sink.instance_hourly_price, verbose=self.display.verbose,
@@ -369,7 +371,7 @@ class RunConfig:
 
     def worker_settings(self, ventilator_host: str) -> WorkerSettings:
         """The settings of the ``--workers`` this command starts."""
-        return WorkerSettings(ventilator=f"{ventilator_host}:{self.network.vport}", processes=self.fleet.workers,
+        return WorkerSettings(ventilator=address(ventilator_host, self.network.vport), processes=self.fleet.workers,
                               curve_dir=self.network.curve_dir, verbose=self.display.verbose, storage=self.storage)
 
 

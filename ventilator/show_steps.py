@@ -4,22 +4,30 @@ and their values, printed; then the command exits, as ``--help`` does: no socket
 The list is the job's own (``JobConfig.steps``, made by ``common.job.config.standard_steps`` from the same
 options a run checks first), so a plugin's step shows where it inserts itself.  A step that runs a part of the
 job (``Step.runs``: its reader, tokenizer, objective or writer) lists that part's settings; any other step its
-own parameters, each by the flag that sets it (a parameter no flag sets, by its name)."""
+own parameters, each by the flag that sets it (a parameter no flag sets, by its name); a parameter whose
+declaration says it does nothing with the rest (``When``: MinHash's under ``--dedup exact``) is left out."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from common.job.cli_settings import option_flags
 from common.job.config import JobConfig
-from common.job.params import Component, ParamValue
+from common.job.params import Component, Configurable, ParamValue, applying
+from common.objectives import objectives
+from common.readers import readers
 from common.steps import step_named
+from common.writers import writers
 from ventilator.job import JobError, job_config, validate
 from ventilator.run_config import JobSettings, RunConfig, axis_specs, data_command, step_flags
 
 #: The ventilator's option choosing each part of the job a step runs (``Step.runs``).
 CHOSEN_BY = {"reader": "--format", "objective": "--objective", "writer": "--output-format"}
+#: Each such part's variants, by name: whose declarations say which of its options apply.
+VARIANTS: dict[str, Callable[[], Mapping[str, type[Configurable]]]] = {
+    "reader": readers, "objective": objectives, "writer": writers}
 
 
 @dataclass(frozen=True)
@@ -46,9 +54,11 @@ def shown_steps(config: JobConfig, tokenizer: str, flags: dict[tuple[str, str], 
         elif runs:
             component: Component = getattr(config, runs)
             options.append((CHOSEN_BY.get(runs, runs), component.name))
-            options += [(flags.get(("", key), key), _value(value)) for key, value in component.params.items()]
+            variant = VARIANTS[runs]().get(component.name)
+            given = applying(variant.Params, component.params) if variant is not None else component.params
+            options += [(flags.get(("", key), key), _value(value)) for key, value in given.items()]
         options += [(flags.get((step.name, key)) or flags.get(("", key), key), _value(value))
-                    for key, value in step.params.items()]
+                    for key, value in applying(step_named(step.name).Params, step.params).items()]
         shown.append(ShownStep(step.name, tuple(options)))
     return shown
 

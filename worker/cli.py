@@ -16,6 +16,7 @@ import click
 import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs, storage
 from common.job.cli_settings import SectionedCommand, add_options, build, command_settings, naming_variables
+from common.wire.security import Curve, SecurityError
 from worker.gce_metadata import GceMetadata, GceNotices
 from worker.interruption import (
     DEFAULT_NOTICE_DRAIN_SECONDS,
@@ -170,7 +171,9 @@ def main(**values) -> None:
     """
     try:
         settings = build(WorkerSettings, values)
-    except SettingsError as error:
+        if settings.curve_dir:  # before any process starts: each would fail on them, and be restarted
+            Curve(settings.curve_dir).check_client()
+    except (SettingsError, SecurityError) as error:
         click.echo(f"worker: error: {naming_variables(str(error))}", err=True)
         sys.exit(2)
     sys.exit(run(settings))

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import click
 
-from common.job.cli_settings import option
+from common.job.cli_settings import Address, option
 from common.storage import StorageSettings
 from common.wire.security import Curve
+from common.wire.transport import SINK_PORT, VENTILATOR_PORT
 from worker.interruption import DEFAULT_ENDPOINT, DEFAULT_NOTICE_DRAIN_SECONDS
 from worker.lifecycle import LifecycleHook
 from worker.runtime import WorkerOptions
@@ -25,13 +26,13 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    ventilator: str = option("--ventilator", required=True, metavar="HOST:PORT", show_envvar=True,
+    ventilator: str = option("--ventilator", required=True, type=Address(VENTILATOR_PORT), show_envvar=True,
                              help="Where the ventilator listens (its --vport). Everything else, including the "
                                   "tokenizer, comes from it.")
     processes: int = option("--processes", type=click.IntRange(min=1), default=os.cpu_count() or 1,
                             always_written=True, show_envvar=True, described="this host's cores",
                             help="Worker processes on this host (one core each).")
-    sink: str = option("--sink", default=WorkerOptions.sink, metavar="HOST:PORT", show_envvar=True,
+    sink: str = option("--sink", default=WorkerOptions.sink, type=Address(SINK_PORT), show_envvar=True,
                        help="Override the sink address the ventilator hands out.")
     credit: int = option("--credit", type=click.IntRange(min=1), default=WorkerOptions.credit, show_envvar=True,
                          help="Tasks a process holds at once (in progress + queued); 1 balances load best.")

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from common.job.params import flag_of, own_flag
+from common.job.params import Option, changed, flag_of, option_named, own_flag
 from common.objectives import objective_named
 from common.objectives.base import Ragged
 from common.segmenters import segmenter_named
@@ -188,11 +188,12 @@ def _changed_steps(old: list, new: list, flags: Mapping[str, str]) -> list[str]:
             continue
         for key in sorted((set(before[name]) | set(after[name])) - {"name"}):
             if before[name].get(key) != after[name].get(key):
+                option: Option | None = None
                 try:
-                    flag = flag_of(step_named(name).Params, key)
+                    flag, option = flag_of(step_named(name).Params, key), option_named(step_named(name).Params, key)
                 except (ValueError, AttributeError):
                     flag = "--" + key.replace("_", "-")
-                changes.append(f"{flag} {before[name].get(key)} → {after[name].get(key)}")
+                changes.append(changed(flag, before[name].get(key), after[name].get(key), option))
     if [s for s in before if s in after] != [s for s in after if s in before]:
         changes.append(f"the order of {_flag(flags, 'steps')}")
     return changes + _changed_segmenter(before.get("segment") or {}, after.get("segment") or {})
@@ -207,11 +208,13 @@ def _changed_segmenter(before: dict, after: dict) -> list[str]:
     changes = []
     for key in sorted((set(before) | set(after)) - {"name", "segmenter"}):
         if before.get(key) != after.get(key):
+            option: Option | None = None
             try:
-                flag = flag_of(segmenter_named(name).Params, key)
+                params_class = segmenter_named(name).Params
+                flag, option = flag_of(params_class, key), option_named(params_class, key)
             except (ValueError, KeyError, AttributeError, TypeError):  # not installed here
                 flag = "--" + key.replace("_", "-")
-            changes.append(f"{flag} {before.get(key)} → {after.get(key)}")
+            changes.append(changed(flag, before.get(key), after.get(key), option))
     return changes
 
 
@@ -224,11 +227,10 @@ def changed_options(old: dict, new: dict, flags: Mapping[str, str]) -> list[str]
     (``input.task_size``: the declarations' ``describes``, ``ventilator.run_config.described_flags``)."""
     described = {step.name: step for step in described_steps()}
 
-    def flag(section: str, key: str) -> str:
-        if f"{section}.{key}" in flags:
-            return flags[f"{section}.{key}"]
+    def params_of(section: str) -> type | None:
+        """The Params of the step or the variant that ``section`` describes; None where none is known here."""
         if section in described:
-            return flag_of(described[section].Params, key)
+            return described[section].Params
         named = {"objective": "common.objectives:objective_named", "writer": "common.writers:writer_named",
                  "reader": "common.readers:reader_named"}.get(section)
         if named and isinstance(new.get(section), dict):
@@ -236,10 +238,22 @@ def changed_options(old: dict, new: dict, flags: Mapping[str, str]) -> list[str]
 
             module, function = named.split(":")
             try:
-                return flag_of(getattr(importlib.import_module(module), function)(new[section]["name"]).Params, key)
+                return getattr(importlib.import_module(module), function)(new[section]["name"]).Params
             except (ValueError, KeyError, AttributeError):
                 pass
-        return "--" + key.replace("_", "-")
+        return None
+
+    def flag(section: str, key: str) -> str:
+        if f"{section}.{key}" in flags:
+            return flags[f"{section}.{key}"]
+        params_class = params_of(section)
+        return flag_of(params_class, key) if params_class is not None else "--" + key.replace("_", "-")
+
+    def change(section: str, key: str, before, after) -> str:
+        """``--no-gzip → --gzip``: each value as the option's declaration types it."""
+        params_class = None if f"{section}.{key}" in flags else params_of(section)
+        option = option_named(params_class, key) if params_class is not None else None
+        return changed(flag(section, key), before, after, option)
 
     def shown(value) -> str:
         return "none" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
@@ -262,8 +276,7 @@ def changed_options(old: dict, new: dict, flags: Mapping[str, str]) -> list[str]
                 changes.append(f"{_flag(flags, section)} {shown(before)} → {shown(after)}")
             else:
                 key, off = switch.switch, switch.off
-                changes.append(f"{flag(section, key)} {shown((before or {}).get(key, off))} → "
-                               f"{shown((after or {}).get(key, off))}")
+                changes.append(change(section, key, (before or {}).get(key, off), (after or {}).get(key, off)))
             continue
         if "name" in before and before.get("name") != after.get("name"):  # another variant: its own parameters
             changes.append(f"{flag(section, 'name')} {before['name']} → {after['name']}")
@@ -271,7 +284,7 @@ def changed_options(old: dict, new: dict, flags: Mapping[str, str]) -> list[str]
         for key in sorted(set(before) | set(after)):
             if key in ("read_mode", "s3_endpoint_url", "directory") or before.get(key) == after.get(key):
                 continue  # how the input is read and where the held-out side goes are not the job's identity
-            changes.append(f"{flag(section, key)} {shown(before.get(key))} → {shown(after.get(key))}")
+            changes.append(change(section, key, before.get(key), after.get(key)))
     return changes
 
 

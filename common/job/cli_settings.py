@@ -25,6 +25,7 @@ import click
 from click.core import ParameterSource
 
 from common.job.params import Option, PluginError, declare, option_of
+from common.wire.transport import AddressError, parse_address
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -108,6 +109,8 @@ class SectionedOption(click.Option):
         extra = super().get_help_extra(ctx)
         if self.shown_default:
             extra["default"] = self.shown_default
+        if "[default:" in (self.help or ""):  # a plugin's help that says its default itself, as click's habit
+            extra.pop("default", None)
         return extra
 
 
@@ -219,6 +222,27 @@ class Size(click.ParamType):
         except ValueError as error:
             self.fail(str(error), param, ctx)
         return _in_int64(self, size, param, ctx)
+
+
+class Address(click.ParamType):
+    """A peer's ``HOST:PORT`` (``HOST`` alone: ``default_port``), checked by the wire's one parser
+    (:func:`common.wire.transport.parse_address`) so a typo is a usage error, not a process waiting for ever on
+    an endpoint ZeroMQ took.  The value stays the text given; empty is "not given" (an optional option's
+    default)."""
+
+    name = "HOST:PORT"
+
+    def __init__(self, default_port: int | None = None) -> None:
+        self.default_port = default_port
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            return value
+        try:
+            parse_address(str(value), self.default_port, host_required=True)
+        except AddressError as error:
+            self.fail(str(error), param, ctx)
+        return str(value)
 
 
 def _settle(param: click.Parameter, prefix: str | None) -> None:

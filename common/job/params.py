@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -107,6 +108,10 @@ def option_of(f: dataclasses.Field) -> Option | None:
     return f.metadata.get(OPTION)
 
 
+#: click's settings that :func:`param` makes from the declaration: given in ``cli`` too, click saw two values.
+_OWNED_BY_PARAM = {"default", "cls", "section", "section_after", "shown_default", "declaration", "param_decls"}
+
+
 def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `help` shadows a builtin: click's word
           when: When | None = None, shared: bool = False, cli: dict[str, Any] | None = None,
           choices: tuple[str, ...] = (), derived: str = "", described: str = "") -> Any:
@@ -123,19 +128,40 @@ def param(default: Any, help: str, flag: str = "", opt_in: bool = False,  # `hel
     output written before finds its job).  ``when``: the parameter does something only then (:class:`When`).
     ``shared``: the axis's common parameter of that name (every objective's ``--max-seq-length``): variants
     that each declare it shared take one flag; otherwise two variants declaring one flag are refused
-    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``: a range).
+    (:func:`option_specs`).  ``cli``: more of click's option settings (``metavar``, ``type``: a range; a
+    ``help`` there, click's habit, is the help).
     ``choices``: the values a string parameter takes, shown by ``--help`` and checked by the command line
     (``validate`` still checks a job's).  ``derived``: the default (0, say) means "worked out when the job is
     planned", and how; ``described``: what the default means where its value does not say it."""
-    return declare(default, Option(help=help, flag=flag, choices=tuple(choices), derived=derived,
-                                   described=described, when=when, opt_in=opt_in, shared=shared,
-                                   click=dict(cli or {})))
+    click = dict(cli or {})
+    owned = sorted(set(click) & _OWNED_BY_PARAM)
+    if owned:
+        raise ValueError(f"param({default!r}, ...): cli={{{', '.join(map(repr, owned))}: ...}} is param's own "
+                         f"(the default is its first argument; the rest are made from the declaration)")
+    given = click.pop("help", None)  # click's habit: the help among the option's settings
+    if given is not None and help and given != help:
+        raise ValueError(f"param({default!r}, {help!r}, cli={{'help': ...}}): two help texts; give it once")
+    return declare(default, Option(help=help or str(given or ""), flag=flag, choices=tuple(choices),
+                                   derived=derived, described=described, when=when, opt_in=opt_in, shared=shared,
+                                   click=click))
 
 
 def idle_fields(params: DataclassInstance) -> list[dataclasses.Field]:
     """The fields set to other than their default that do nothing with the rest of ``params`` (:class:`When`)."""
     return [f for f in dataclasses.fields(params) if (option := option_of(f)) is not None and option.when is not None
             and getattr(params, f.name) != f.default and not option.when.holds(params)]
+
+
+def applying(params_class: type, values: dict[str, ParamValue]) -> dict[str, ParamValue]:
+    """``values`` (a step's or a variant's, as a job records them) but those whose declaration says they do
+    nothing with the rest (:class:`When`: MinHash's options under ``--dedup exact``): what applies."""
+    try:
+        params = params_class(**{name: _coerce(params_class, name, value) for name, value in values.items()})
+    except TypeError:  # a value for a parameter this release lacks: all shown, as recorded
+        return dict(values)
+    idle = {f.name for f in dataclasses.fields(params)
+            if (option := option_of(f)) is not None and option.when is not None and not option.when.holds(params)}
+    return {name: value for name, value in values.items() if name not in idle}
 
 
 class Configurable:
@@ -203,6 +229,32 @@ def flag_of(params_class: type, name: str) -> str:
         if f.name == name and own_flag(f):
             return own_flag(f)
     return "--" + name.replace("_", "-")
+
+
+def option_named(params_class: type, name: str) -> Option | None:
+    """The declaration of the parameter ``name`` of ``params_class``; None where it has none."""
+    return next((option_of(f) for f in dataclasses.fields(params_class) if f.name == name), None)
+
+
+def typed(flag: str, value: Any, option: Option | None = None) -> str:
+    """The option ``flag`` set to ``value`` as a user types it on the command line: a switch as its flag or its
+    off form (``--gzip``, ``--no-gzip``: its declaration's where it names one), anything else as the flag and
+    the value (``--dupe-factor 5``, ``--masking static``; ``none`` for no value, JSON for a list)."""
+    if isinstance(value, bool):
+        forms = next((decl.split("/") for decl in (option.decls if option else ()) if "/" in decl), None)
+        if forms is not None:
+            return (forms[0] if value else forms[1]).strip()
+        return flag if value else f"--no-{flag[2:]}"
+    shown = "none" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return f"{flag} {shown}"
+
+
+def changed(flag: str, before: Any, after: Any, option: Option | None = None) -> str:
+    """An option's change as a refused resume names it, each side as typed (:func:`typed`): ``--no-gzip →
+    --gzip``, ``--dupe-factor 10 → 5``."""
+    if isinstance(before, bool) or isinstance(after, bool):
+        return f"{typed(flag, before, option)} → {typed(flag, after, option)}"
+    return f"{typed(flag, before, option)} → {typed(flag, after, option)[len(flag) + 1:]}"
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import click
 import zmq
 import zmq.auth
+from zmq.utils import z85
 
 if TYPE_CHECKING:  # imported where started: zmq.auth.thread imports asyncio (~15 ms in every role)
     from zmq.auth.thread import ThreadAuthenticator
@@ -39,18 +40,49 @@ class Curve:
     def _path(self, *parts: str) -> str:
         path = os.path.join(self.directory, *parts)
         if not os.path.exists(path):
-            raise SecurityError(f"--curve-dir {self.directory}: {os.path.join(*parts)} is missing (run mlm-keys)")
+            raise SecurityError(f"--curve-dir {self.directory}: {os.path.join(*parts)} is missing "
+                                f"(make the keys with: mlm-keys {self.directory})")
         return path
 
+    def _load(self, name: str, secret: bool = False) -> tuple[bytes, bytes]:
+        """The key pair in ``name`` (its secret key only where ``secret``), each checked to be a CURVE key:
+        an unreadable or corrupt file is one line naming it, not a traceback in every process that reads it."""
+        path = self._path(name)
+        try:
+            public, secret_key = zmq.auth.load_certificate(path)
+        except (OSError, ValueError, UnicodeError) as error:
+            raise SecurityError(f"--curve-dir {self.directory}: {name} cannot be read ({error}); make the keys "
+                                f"with: mlm-keys {self.directory}") from None
+        for kind, key in [("public", public), *([("secret", secret_key)] if secret else [])]:
+            if key is None or not _is_key(key):
+                raise SecurityError(f"--curve-dir {self.directory}: {name} holds no valid {kind} key (corrupt?); "
+                                    f"make the keys with: mlm-keys {self.directory}")
+        return public, secret_key or b""
+
+    def check_client(self) -> None:
+        """Raise :class:`SecurityError` unless a client's keys (``server.key``, ``client.key_secret``) load:
+        called before any work, so a worker without them refuses in one line instead of restarting for ever."""
+        self._load("client.key_secret", secret=True)
+        self._load("server.key")
+
+    def check_server(self) -> None:
+        """Raise :class:`SecurityError` unless a server's keys (``server.key_secret``, ``authorized/``) load: the
+        ventilator and the sink check them before any work."""
+        self._load("server.key_secret", secret=True)
+        self._path("authorized")
+
     def serve(self, sock: zmq.Socket) -> None:
-        public, secret = zmq.auth.load_certificate(self._path("server.key_secret"))
+        public, secret = self._load("server.key_secret", secret=True)
         sock.curve_secretkey = secret
         sock.curve_publickey = public
         sock.curve_server = True
 
     def connect_as_client(self, sock: zmq.Socket, client_secret_file: str | None = None) -> None:
-        public, secret = zmq.auth.load_certificate(client_secret_file or self._path("client.key_secret"))
-        server_public, _ = zmq.auth.load_certificate(self._path("server.key"))
+        if client_secret_file:
+            public, secret = zmq.auth.load_certificate(client_secret_file)
+        else:
+            public, secret = self._load("client.key_secret", secret=True)
+        server_public, _ = self._load("server.key")
         sock.curve_secretkey = secret
         sock.curve_publickey = public
         sock.curve_serverkey = server_public
@@ -63,6 +95,14 @@ class Curve:
         authenticator.start()
         authenticator.configure_curve(domain="*", location=self._path("authorized"))
         return authenticator
+
+
+def _is_key(key: bytes) -> bool:
+    """A CURVE key as a certificate holds it: 40 Z85 characters, 32 bytes."""
+    try:
+        return len(key) == 40 and len(z85.decode(key)) == 32
+    except (ValueError, KeyError):  # z85 raises KeyError on a character outside its alphabet
+        return False
 
 
 def generate(directory: str) -> None:

@@ -7,8 +7,10 @@ has one owner thread, and is closed explicitly by it.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import re
 import socket as _socket
 import time
 import uuid
@@ -31,19 +33,61 @@ SINK_PORT = 5558
 #: theirs is unlimited.
 MAX_INBOUND_BYTES = 1024 * 1024
 
-def parse_address(text: str, default_port: int | None = None) -> tuple[str, int]:
-    """'host:port', ':port' (host left empty) or 'host' with a default port."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = text, ""
-    host = host.strip("[]")
-    if not port:
+#: A host name as DNS spells it (letters, digits, hyphens, dots; underscores as some container names have), or an
+#: IPv4 address.  Anything else (a space, a scheme's ``//``, a ``@``) is a typo that would wait for ever.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+class AddressError(ValueError):
+    """A ``host:port`` that cannot be connected to: one line saying what is wrong with it."""
+
+
+def parse_address(text: str, default_port: int | None = None, *, host_required: bool = False) -> tuple[str, int]:
+    """``host:port``, ``[ipv6]:port``, ``host`` alone (``default_port``) or ``:port`` (host left empty: the
+    peer's own, where the wire allows it; never with ``host_required``, as a user's option is).  Anything else
+    raises :class:`AddressError`: ZeroMQ would take a malformed endpoint and wait for ever, never saying why."""
+    def bad(why: str) -> AddressError:
+        return AddressError(f"{text!r} is not HOST:PORT ({why})")
+
+    if not text:
+        raise bad("it is empty")
+    if "://" in text:
+        raise bad("no scheme: write 10.0.0.5:5557, not tcp://10.0.0.5:5557")
+    if any(char.isspace() for char in text):
+        raise bad("it holds a space")
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise bad("the [ of an IPv6 address is not closed: [::1]:5557")
+        host, rest = text[1:close], text[close + 1:]
+        if rest and not rest.startswith(":"):
+            raise bad(f"{rest!r} after the ]: [::1]:5557")
+        port = rest[1:] if rest else None
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise bad(f"{host!r} in brackets is not an IPv6 address") from None
+    else:
+        if text.count(":") > 1:
+            raise bad("an IPv6 address goes in brackets: [::1]:5557")
+        host, sep, after = text.partition(":")
+        port = after if sep else None
+        if host and not _HOST_NAME.fullmatch(host):
+            raise bad(f"{host!r} is not a host name or address")
+    if not host and host_required:
+        raise bad("no host before the :")
+    if port is None:
         if default_port is None:
-            raise ValueError(f"address {text!r} needs a port (HOST:PORT)")
+            raise bad("no port")
         return host, default_port
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"address {text!r}: bad port")
+    if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise bad(f"the port {port!r} is not a number from 1 to 65535" if port else "no port after the :")
     return host, int(port)
+
+
+def address(host: str, port: int) -> str:
+    """``host:port`` as :func:`parse_address` reads it back (an IPv6 host in brackets)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 def endpoint(host: str, port: int) -> str:

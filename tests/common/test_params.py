@@ -208,3 +208,21 @@ def test_cache_clear_finds_a_plugin_installed_since_into_the_same_path(monkeypat
     finally:
         monkeypatch.undo()
         word_segmenters.word_segmenters.cache_clear()
+
+
+def test_a_help_among_clicks_settings_is_the_help_and_a_setting_param_makes_is_refused():
+    """Click's habit, ``param(cli={"help": ...})``: the help (it was a TypeError when the options were made);
+    a setting param makes itself (the default) is a ValueError naming it, which the plugin loader reports in one
+    line naming the plugin (tests/test_cli.py)."""
+    from common.job.params import option_of, param
+
+    @dataclasses.dataclass(frozen=True)
+    class P:
+        digits: int = param(3, "", cli={"help": "At most this many.", "metavar": "N"})
+
+    option = option_of(dataclasses.fields(P)[0])
+    assert option.help == "At most this many." and option.click == {"metavar": "N"}
+    with pytest.raises(ValueError, match="cli={'default': ...} is param's own"):
+        param(3, "Digits.", cli={"default": 4})
+    with pytest.raises(ValueError, match="two help texts"):
+        param(3, "Digits.", cli={"help": "Other."})

@@ -387,3 +387,20 @@ def test_what_decodes_makes_a_strict_json_manifest_line_and_a_finite_cost(fields
     summary = ledger.summary(128)
     assert all(math.isfinite(v) for v, _ in _numbers(summary))
     orjson.loads(orjson.dumps(summary))
+
+
+@given(st.text(max_size=40) | st.from_regex(r"\[?[0-9a-f:.\]]{0,12}:?[0-9+\- ]{0,7}", fullmatch=True))
+def test_any_address_a_peer_sends_parses_or_is_one_address_error(text):
+    """A job's sink address crosses the socket (the Welcome): any text is a (host, port) ZeroMQ can take, or
+    AddressError (a line the worker fails the job's tasks with), never another exception."""
+    from common.wire.transport import AddressError, address, endpoint, parse_address
+
+    try:
+        host, port = parse_address(text, 5558)
+    except AddressError as error:
+        assert "\n" not in str(error)
+        return
+    assert 0 < port < 65536 and not any(char.isspace() for char in host) and "/" not in host
+    assert endpoint(host, port).startswith("tcp://")
+    if host:
+        assert parse_address(address(host, port), host_required=True) == (host, port)

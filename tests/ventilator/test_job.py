@@ -109,6 +109,31 @@ def test_a_refused_resume_names_the_options_that_changed(corpus, tmp_path):
     assert "no option changed: the corpus changed since" in str(changed.value)
 
 
+def test_a_refused_resume_names_each_changed_value_as_it_is_typed(corpus, tmp_path):
+    """A switch as its flag or its --no- form (it said ``--gzip False → True``), an int and a choice as the flag
+    and the value: what a user types to get either side."""
+    from common.describe import dataset_info
+    from common.storage import LocalStorage
+
+    def given(gzip: bool, length: int, pack: str) -> RunConfig:
+        return _options(corpus, tmp_path, objective="roberta", output_format="tfrecord",
+                        params={"gzip": gzip, "max_seq_length": length, "pack": pack})
+
+    first = given(False, 128, "full-sentences")
+    config = identify(first, validate(first))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text(f'{{"job": "{config.job_id}", "task": "t"}}\n')
+    dataset_info.write(LocalStorage(str(out)), config, {}, complete=False)
+    other = given(True, 256, "doc-sentences")
+    with pytest.raises(JobError, match="belongs to another job") as refused:
+        identify(other, validate(other))
+    message = str(refused.value)
+    for change in ("--no-gzip → --gzip", "--max-seq-length 128 → 256", "--pack full-sentences → doc-sentences"):
+        assert change in message, message
+    assert "False" not in message and "True" not in message and "\n" not in message
+
+
 def test_plan_cuts_every_byte_into_tasks_and_puts_dedup_stages_first(corpus, tmp_path):
     options = _options(corpus, tmp_path, task_size=64 * 1024, steps={"dedup": {"mode": "exact", "partitions": 2}})
     checked = validate(options)

@@ -283,3 +283,15 @@ def test_the_cards_command_is_the_options_that_decide_the_data_from_their_declar
                                     "--vocab-file vocab.txt --max-seq-length 64 --no-gzip --holdout-fraction 0.1")
     assert data_command(parse(["--data", "s3://bucket/corpus/", "--output", "s3://bucket/out"])) == \
         "python -m ventilator --data corpus"
+
+
+def test_the_address_handed_to_started_workers_and_sink_reads_back_for_an_ipv6_head():
+    """A Slurm head node's NodeAddr may be IPv6: ``fe80::1:5557`` is no HOST:PORT (the worker refuses it), so the
+    ventilator hands ``[fe80::1]:5557``."""
+    from common.wire.transport import parse_address
+    from tests.support.run_configs import run_config
+
+    run = run_config("d", "o")
+    for host in ("fe80::1", "10.0.0.5", "head-0"):
+        for settings in (run.worker_settings(host), run.sink_settings(host)):
+            assert parse_address(settings.ventilator, host_required=True) == (host, run.network.vport)

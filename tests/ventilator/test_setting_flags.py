@@ -108,7 +108,10 @@ def test_a_variants_settings_are_named_by_their_declared_flags(corpus, section, 
     base, _ = _described(data, root, *chosen)
     new, command = _described(data, root, *chosen, *_argv(flag, value))
     changes = dataset_info.changed_options(base, new, described_flags())
-    assert any(change.startswith(f"{flag} ") for change in changes), (flag, changes)
+    if isinstance(value, bool):  # a switch: each side as it is typed (it said ``--gzip False → True``)
+        assert f"{_argv(flag, f.default)[0]} → {_argv(flag, value)[0]}" in changes, (flag, changes)
+    else:
+        assert any(change.startswith(f"{flag} ") for change in changes), (flag, changes)
     assert _argv(flag, value)[0] in command.split(), command
 
 

@@ -142,6 +142,23 @@ def test_options_change_the_steps_and_their_values(corpus, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("mode", ["exact", "minhash"])
+def test_only_the_options_that_apply_are_listed(corpus, tmp_path, mode):
+    """MinHash's options do something only with --dedup minhash (their declarations' ``When``): under exact they
+    were listed with their defaults as if they did; RoBERTa's masking options likewise only with --masking
+    static."""
+    result = show(corpus, tmp_path / "out", "--dedup", mode, "--objective", "roberta")
+    assert result.returncode == 0, result.stderr
+    options = dict(listed(result.stdout))
+    minhash = {flag for flag in options["dedup"] if flag.startswith("--minhash-")}
+    assert options["dedup"]["--dedup"] == mode and "--dedup-partitions" in options["dedup"]
+    if mode == "exact":
+        assert minhash == set(), options["dedup"]
+    else:
+        assert {"--minhash-ngram", "--minhash-threshold", "--minhash-bands"} <= minhash, options["dedup"]
+    assert options["objective"]["--masking"] == "none" and "--masked-lm-prob" not in options["objective"]
+
+
 @pytest.mark.parametrize("args, refused", [
     (("--holdout-seed", "5"), "--holdout-seed does nothing here: the holdout step is off"),
     (("--holdout-fraction", "1.5"), "--holdout-fraction"),

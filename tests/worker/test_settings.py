@@ -46,3 +46,53 @@ def test_a_watch_option_that_would_do_nothing_is_one_line(argv, message):
     then goes without draining while its operator believes it watches."""
     with pytest.raises(SettingsError, match=message):
         parse(WorkerSettings, ["--ventilator", "h:1", *argv])
+
+
+def _keys(directory, damage: str) -> None:
+    """A --curve-dir mlm-keys made, then ``damage``d: a key file gone, garbage, or a directory in its place."""
+    import shutil
+
+    from common.wire.security import generate
+
+    generate(str(directory))
+    secret = directory / "client.key_secret"
+    if damage == "missing":
+        secret.unlink()
+    elif damage == "corrupt":
+        secret.write_text('public-key = "not a key"\nsecret-key = "nor this"\n')
+    elif damage == "unreadable":
+        secret.unlink()
+        secret.mkdir()
+    elif damage == "empty":
+        shutil.rmtree(directory)
+        directory.mkdir()
+
+
+@pytest.mark.parametrize("damage, said", [("empty", "client.key_secret is missing"),
+                                          ("missing", "client.key_secret is missing"),
+                                          ("corrupt", "client.key_secret holds no valid public key"),
+                                          ("unreadable", "client.key_secret cannot be read")])
+def test_a_curve_dir_without_usable_keys_is_one_line_before_any_work(tmp_path, damage, said):
+    """The real command, two processes: one line naming the file and mlm-keys, exit 2, no process started (each
+    had printed a traceback and been restarted for ever)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.helpers import REPO
+
+    keys = tmp_path / "keys"
+    _keys(keys, damage)
+    ran = subprocess.run([sys.executable, "-m", "worker", "--ventilator", "127.0.0.1:1", "--processes", "2",
+                          "--curve-dir", str(keys)], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env={key: value for key, value in os.environ.items() if not key.startswith("MLM_")})
+    assert ran.returncode == 2, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and f"mlm-keys {keys}" in lines[0], ran.stderr
+
+
+def test_a_curve_dir_with_the_keys_mlm_keys_made_passes_the_check(tmp_path):
+    from common.wire.security import Curve
+
+    _keys(tmp_path / "keys", "none")
+    Curve(str(tmp_path / "keys")).check_client()
