@@ -222,15 +222,16 @@ class WordCacheEncoder:
         texts = list(texts)
         if self.cached_words() > CACHE_ENTRIES:
             self.clear_cache()
+        originals = texts
         if self._normalizer is not None:
             texts = [self._normalizer.normalize_str(text) for text in texts]
         added = self._added
         split = [] if added is None else [i for i, text in enumerate(texts) if added.search(text)]
         if added is None or not split:
-            return self._encode(texts)
+            return self._encode(texts, originals)
         parts = {i: added.split(texts[i]) for i in split}
         runs = [part for i, text in enumerate(texts) for part in parts.get(i, [text]) if isinstance(part, str)]
-        ids, lengths = self._encode(runs)
+        ids, lengths = self._encode(runs, runs)  # no normalizer here (word_cache_unsupported)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         chunks: list[np.ndarray] = []
         out_lengths = np.zeros(len(texts), dtype=np.int64)
@@ -246,15 +247,17 @@ class WordCacheEncoder:
                 out_lengths[i] += len(chunk)
         return (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)), out_lengths
 
-    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Pre-split texts (no added token in them) through the kernel; those it declines through HF."""
+    def _encode(self, texts: list[str], originals: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Pre-split, normalized texts (no added token in them) through the kernel; those it declines through HF,
+        from ``originals`` (the same texts before normalizing: HF normalizes them, and a normalizer such as Replace
+        changes its own output again)."""
         raw_ids, raw_lengths = self._kernel.byte_level_encode(texts, self._classes, self._cache, self._miss)
         ids = np.frombuffer(raw_ids, dtype=np.int32)
         lengths = np.frombuffer(raw_lengths, dtype=np.int64).copy()
         declined = np.flatnonzero(lengths < 0)
         if not declined.size:
             return ids, lengths
-        encodings = self._hf.encode_batch([texts[i] for i in declined], add_special_tokens=False)
+        encodings = self._hf.encode_batch([originals[i] for i in declined], add_special_tokens=False)
         by_text = dict(zip(declined.tolist(), (np.asarray(e.ids, dtype=np.int32) for e in encodings)))
         starts = np.concatenate([[0], np.cumsum(np.maximum(lengths, 0))])
         chunks = [by_text[i] if i in by_text else ids[starts[i]:starts[i + 1]] for i in range(len(texts))]

@@ -250,3 +250,25 @@ def test_a_table_that_misclasses_is_caught_by_the_probes(monkeypatch):
     monkeypatch.setattr(fast_bpe, "char_classes", lambda: bytes(table))
     encoder = make_fast_encoder(vocabulary_of("modernbert").text_tokenizer.to_str())
     assert encoder is None
+
+
+def _roberta_with(**changes) -> Tokenizer:
+    spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
+    spec.update(changes)
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+@pytest.mark.parametrize("normalizer", [
+    {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"},
+    {"type": "Prepend", "prepend": "x"},
+    {"type": "Sequence", "normalizers": [{"type": "Lowercase"},
+                                         {"type": "Replace", "pattern": {"String": "b"}, "content": "bb"}]},
+])
+def test_a_declined_text_is_normalized_once(normalizer):
+    """A text HF encodes for the kernel (a character the table cannot vouch for) is given to HF as it came, not
+    normalized already: a normalizer that changes its own output (Replace a -> aa) would run twice."""
+    need_shared()
+    tokenizer = _roberta_with(normalizer=normalizer)
+    encoder = word_cache(tokenizer)
+    texts = ["a b", "a \u0378 b", "ab\U000E0080 Ab", "", "plain a"]
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
