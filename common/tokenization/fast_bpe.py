@@ -60,6 +60,8 @@ WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u
                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 #: The words the cache holds before it is emptied (Zipf: most of the speed for a few MB).
 CACHE_ENTRIES = 1 << 17
+#: ... and the bytes it holds (long words: 131,072 distinct 10,000-letter words would hold ~5 GB).
+CACHE_BYTES = 1 << 26
 _CLASS_OF_CATEGORY = {"Lu": LETTER, "Ll": LETTER, "Lt": LETTER, "Lm": LETTER, "Lo": LETTER,
                       "Nd": NUMBER, "Nl": NUMBER, "No": NUMBER, "Cn": UNSURE, "Cs": UNSURE}
 _TABLE_RULE = "v1"
@@ -220,7 +222,8 @@ class WordCacheEncoder:
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         texts = list(texts)
-        if self.cached_words() > CACHE_ENTRIES:
+        words, held = self._kernel.word_cache_size(self._cache)
+        if words > CACHE_ENTRIES or held > CACHE_BYTES:
             self.clear_cache()
         originals = texts
         if self._normalizer is not None:

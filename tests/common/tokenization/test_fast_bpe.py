@@ -6,6 +6,7 @@ every code point it vouches for; bad calls into the kernel raise instead of read
 from __future__ import annotations
 
 import json
+import random
 import unicodedata
 
 import numpy as np
@@ -272,3 +273,19 @@ def test_a_declined_text_is_normalized_once(normalizer):
     encoder = word_cache(tokenizer)
     texts = ["a b", "a \u0378 b", "ab\U000E0080 Ab", "", "plain a"]
     assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+def test_the_cache_is_bounded_in_bytes_too(monkeypatch):
+    """Long distinct words (a corpus of sequences or blobs) are few entries but many bytes: the cache is emptied by
+    its size in bytes as well as in words, and stays exact."""
+    need_shared()
+    tokenizer = vocabulary_of("bpe").text_tokenizer
+    encoder = word_cache(tokenizer)
+    monkeypatch.setattr(fast_bpe, "CACHE_BYTES", 1 << 20)
+    held = []
+    for k in range(40):
+        draw = random.Random(k)
+        texts = ["".join(draw.choice("acgt") for _ in range(20000)) + f" w{k}"]
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+        held.append(kernels.compiled.word_cache_size(encoder._cache)[1])
+    assert max(held) < 2 * (1 << 20) + 4 * 20000 * 4, held
