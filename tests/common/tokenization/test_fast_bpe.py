@@ -289,3 +289,26 @@ def test_the_cache_is_bounded_in_bytes_too(monkeypatch):
         assert rows(encoder, texts) == hf_rows(tokenizer, texts)
         held.append(kernels.compiled.word_cache_size(encoder._cache)[1])
     assert max(held) < 2 * (1 << 20) + 4 * 20000 * 4, held
+
+
+def test_a_python_whose_unicode_is_newer_than_hfs_regex_refuses_the_word_cache(monkeypatch):
+    """Python 3.15's Unicode 17 calls U+323B0 (CJK extension J) a letter, the regex engine of tokenizers 0.23
+    (Unicode 16) does not: the table would keep it in a word HF cuts apart (here a merge "°" + "C" across the cut
+    shows it in the ids).  Its cut is checked against HF's when the encoder is made: the word cache is refused."""
+    need_shared()
+    spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
+    vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
+    vocab["°C"] = max(vocab.values()) + 1
+    merges.append(["°", "C"] if merges and isinstance(merges[0], list) else "° C")
+    tokenizer = Tokenizer.from_str(json.dumps(spec))
+    texts = ["\U000323b0C", "25 \U000323b0C", "\u0100\U000323b0C"]
+    assert [len(p) for p in (tokenizer.pre_tokenizer.pre_tokenize_str(t) for t in texts)] == [2, 3, 3]
+    table = bytearray(fast_bpe.char_classes())
+    table[0x323B0] = LETTER
+    monkeypatch.setattr(fast_bpe, "char_classes", lambda: bytes(table))
+    encoder = make_fast_encoder(tokenizer.to_str(), hf=tokenizer)
+    assert not isinstance(encoder, WordCacheEncoder)
+    if encoder is not None:
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+    assert fast_bpe.cuts_as_hf(kernels.compiled, build_char_classes(), tokenizer,
+                               fast_bpe.newer_unicode_texts())
