@@ -312,3 +312,17 @@ def test_a_python_whose_unicode_is_newer_than_hfs_regex_refuses_the_word_cache(m
         assert rows(encoder, texts) == hf_rows(tokenizer, texts)
     assert fast_bpe.cuts_as_hf(kernels.compiled, build_char_classes(), tokenizer,
                                fast_bpe.newer_unicode_texts())
+
+
+def test_kitoken_is_refused_where_it_misses_a_contraction_after_whitespace(monkeypatch):
+    """kitoken 0.11 does not cut GPT-2's contractions right after whitespace other than a space: "\\n'theory" is
+    HF's "'t" + "heory", kitoken's "'" + "theory" (other ids with any vocabulary that merges "th").  Without the
+    kernels, the probes hold such a text: kitoken is not used on RoBERTa's shape, HF is."""
+    need_shared()
+    kitoken = pytest.importorskip("kitoken")
+    tokenizer = vocabulary_of("bpe").text_tokenizer
+    texts = ["\n'theory", "a\t'sand", "\u00a0'mad"]
+    backend = fast_bpe.KitokenEncoder(kitoken.Kitoken.from_tokenizers(tokenizer.to_str().encode()))
+    assert rows(backend, texts) != hf_rows(tokenizer, texts)
+    monkeypatch.setattr(kernels, "compiled", None)
+    assert make_fast_encoder(tokenizer.to_str(), hf=tokenizer) is None
