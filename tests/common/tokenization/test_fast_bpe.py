@@ -5,12 +5,15 @@ every code point it vouches for; bad calls into the kernel raise instead of read
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import unicodedata
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, pre_tokenizers
 
 from common import kernels
@@ -326,3 +329,26 @@ def test_kitoken_is_refused_where_it_misses_a_contraction_after_whitespace(monke
     assert rows(backend, texts) != hf_rows(tokenizer, texts)
     monkeypatch.setattr(kernels, "compiled", None)
     assert make_fast_encoder(tokenizer.to_str(), hf=tokenizer) is None
+
+
+_HARD = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'", " ", "  ", " " * 25, "\t", "\n", "\r\n", "\x0b",
+         "\x0c", "\x85", "\xa0", "\u2028", "\u3000", "\x1c", "\x1f", "a", "Word", "é", "ß", "Σ", "1", "٣", "½", "!",
+         ".", "\u0301", "\u200d", "👩\u200d💻", "\ue000", "\u0378", "\U000e0080", "don", "the", "heory"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.lists(st.one_of(st.sampled_from(_HARD), st.text(max_size=2)), max_size=25).map("".join),
+                min_size=1, max_size=6))
+def test_the_word_cache_is_hf_on_generated_text(texts):
+    """GPT-2's pattern where it is subtle (contractions in every position, whitespace runs of every kind before
+    letters, digits, signs and the end, undecided characters) and ModernBERT's runs of spaces, with warm caches."""
+    need_shared()
+    for shape in ("modernbert", "roberta"):
+        tokenizer, encoder = _generated_shapes()[shape]
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+@functools.lru_cache(maxsize=1)
+def _generated_shapes() -> dict:
+    tokenizers = {name: SHAPES[name]() for name in ("modernbert", "roberta")}
+    return {name: (tokenizer, word_cache(tokenizer)) for name, tokenizer in tokenizers.items()}
