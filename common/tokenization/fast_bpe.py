@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import unicodedata
 import zlib
 from array import array
@@ -209,6 +210,8 @@ class WordCacheEncoder:
         self._classes = classes
         self._added = added
         self._cache = kernel.word_cache()  # the kernel's own table: nothing allocated per looked-up word
+        # One call at a time: the kernel refuses a cache in use, and a miss (Python) lets another thread run
+        self._lock = threading.RLock()
 
     def _miss(self, word: str) -> bytes:
         """A word's ids from the tokenizer's own BPE model, over its bytes as ByteLevel maps them (kept by the
@@ -221,10 +224,14 @@ class WordCacheEncoder:
 
     def clear_cache(self) -> None:
         """Forget memoized words (for benchmarks of a cold process)."""
-        self._kernel.word_cache_clear(self._cache)
+        with self._lock:
+            self._kernel.word_cache_clear(self._cache)
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        texts = list(texts)
+        with self._lock:  # a Vocabulary shared by threads, as HF's encode_batch may be
+            return self._call(list(texts))
+
+    def _call(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         words, held = self._kernel.word_cache_size(self._cache)
         if words > CACHE_ENTRIES or held > CACHE_BYTES:
             self.clear_cache()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import threading
 import unicodedata
 
 import numpy as np
@@ -352,3 +353,33 @@ def test_the_word_cache_is_hf_on_generated_text(texts):
 def _generated_shapes() -> dict:
     tokenizers = {name: SHAPES[name]() for name in ("modernbert", "roberta")}
     return {name: (tokenizer, word_cache(tokenizer)) for name, tokenizer in tokenizers.items()}
+
+
+def test_threads_sharing_an_encoder_take_turns():
+    """A miss runs Python, so another thread may call the same encoder meanwhile: it waits for its turn (the kernel
+    refused the cache in use: RuntimeError) and gets HF's ids."""
+    need_shared()
+    tokenizer = vocabulary_of("modernbert").text_tokenizer
+    encoder = word_cache(tokenizer)
+    other_texts, outcome = ["another thread's words", "x  y"], {}
+
+    def other():
+        try:
+            outcome["rows"] = rows(encoder, other_texts)
+        except RuntimeError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=other)
+    model_miss = encoder._miss
+
+    def miss(word):
+        if not thread.is_alive() and "rows" not in outcome and "error" not in outcome:
+            thread.start()
+            thread.join(timeout=0.5)  # refused at once before; waits for this call now
+        return model_miss(word)
+
+    encoder._miss = miss
+    texts = ["the first thread's words"]
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+    thread.join()
+    assert "error" not in outcome and outcome["rows"] == hf_rows(tokenizer, other_texts)
