@@ -5,11 +5,14 @@ every code point it vouches for; bad calls into the kernel raise instead of read
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import random
+import sys
 import threading
 import unicodedata
+import warnings
 
 import numpy as np
 import pytest
@@ -383,3 +386,22 @@ def test_threads_sharing_an_encoder_take_turns():
     assert rows(encoder, texts) == hf_rows(tokenizer, texts)
     thread.join()
     assert "error" not in outcome and outcome["rows"] == hf_rows(tokenizer, other_texts)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="legacy strings (PyUnicode_FromUnicode) were removed in 3.12")
+def test_a_legacy_str_is_read_as_its_characters():
+    """A str made by the deprecated C API has no code points until made ready: it was read as empty (no ids)."""
+    api = ctypes.pythonapi
+    api.PyUnicode_FromUnicode.restype, api.PyUnicode_FromUnicode.argtypes = ctypes.py_object, [ctypes.c_void_p,
+                                                                                               ctypes.c_ssize_t]
+    api.PyUnicode_AsUnicode.restype, api.PyUnicode_AsUnicode.argtypes = ctypes.POINTER(ctypes.c_wchar), [
+        ctypes.py_object]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        legacy = api.PyUnicode_FromUnicode(None, 5)
+        characters = api.PyUnicode_AsUnicode(legacy)
+    for k, char in enumerate("ab cd"):
+        characters[k] = char
+    kernel = kernels.compiled
+    _, lengths = kernel.byte_level_encode([legacy], fast_bpe.char_classes(), kernel.word_cache(), lambda w: bytes(4))
+    assert np.frombuffer(lengths, dtype=np.int64).tolist() == [2] and legacy == "ab cd"
