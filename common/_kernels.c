@@ -1190,6 +1190,9 @@ static PyObject *byte_level_encode(PyObject *Py_UNUSED(self), PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "byte_level_encode: a text is not a str");
             goto done;
         }
+#if PY_VERSION_HEX < 0x030C0000
+        if (PyUnicode_READY(text) < 0) goto done;  /* a legacy str (deprecated C API) has no code points yet */
+#endif
         Py_INCREF(text);  /* miss runs Python code, which could change the list */
         Py_ssize_t before = out.used;
         int status = encode_one(text, (const uint8_t *)classes.buf, cache, miss, &out);

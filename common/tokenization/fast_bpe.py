@@ -13,7 +13,8 @@ first that reproduces the tokenizer is used (:func:`make_fast_encoder`):
 * :class:`KitokenEncoder`: ``kitoken`` (0.11) reads the same tokenizer.json; exact for a BPE after ByteLevel with
   no normalizer and no added token (RoBERTa's shape), shown on the whole shared corpus, the adversarial strings of
   tests/common/tokenization/test_fast_wordpiece.py and 5,000 random Unicode strings
-  (tests/common/tokenization/test_tokenizer_speed_candidates.py).  Used where the kernels are not built.
+  (tests/common/tokenization/test_tokenizer_speed_candidates.py), but not on a contraction right after whitespace
+  other than a space ("\\n'theory"), which a probe holds.  Tried where the kernels are not built.
 
 Candidates measured and not used (docs/tokenizers.md has the figures): kitoken with a Lowercase normalizer
 (lower-cases a word-final ``Σ`` to ``ς`` where HF gives ``σ``) and on Unigram; ``sentencepiece`` on a converted
@@ -31,6 +32,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import unicodedata
 import zlib
 from array import array
@@ -51,7 +53,9 @@ BPE_PROBES = PROBES + ("a\tb  c\n\nd \t e   ", "  leading and trailing  ", "I'm 
                        # GPT-2's pattern, rule by rule: contractions, " ?" before letters, digits and others,
                        # \s+(?!\S) leaving a run's last space, the \x1c-\x1f controls (not \s there, \s to Python)
                        "'s't're've'm'll'd 're 'x don't '''s !'s ' s", "a \n b  \t\nc \x1c\x1d\x1e\x1f d \x1c",
-                       "x  \u3000y\u2028 z \u0085 1 22 ٣٤ ½ \u2160 \u00b2", "  ", "\n", " a", "a ", "a" * 300 + "  ")
+                       "x  \u3000y\u2028 z \u0085 1 22 ٣٤ ½ \u2160 \u00b2", "  ", "\n", " a", "a ", "a" * 300 + "  ",
+                       # a contraction right after whitespace other than a space (kitoken 0.11 cuts "'" + "theory")
+                       "line\n'theory\t'sand\u00a0'mad\u3000'real\r\n'dog\n're\n'll")
 
 #: The character classes of ``byte_level_encode`` (common/_kernels.c).
 OTHER, LETTER, NUMBER, SPACE, UNSURE = 0, 1, 2, 3, 4
@@ -60,6 +64,8 @@ WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u
                         "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 #: The words the cache holds before it is emptied (Zipf: most of the speed for a few MB).
 CACHE_ENTRIES = 1 << 17
+#: ... and the bytes it holds (long words: 131,072 distinct 10,000-letter words would hold ~5 GB).
+CACHE_BYTES = 1 << 26
 _CLASS_OF_CATEGORY = {"Lu": LETTER, "Ll": LETTER, "Lt": LETTER, "Lm": LETTER, "Lo": LETTER,
                       "Nd": NUMBER, "Nl": NUMBER, "No": NUMBER, "Cn": UNSURE, "Cs": UNSURE}
 _TABLE_RULE = "v1"
@@ -204,6 +210,8 @@ class WordCacheEncoder:
         self._classes = classes
         self._added = added
         self._cache = kernel.word_cache()  # the kernel's own table: nothing allocated per looked-up word
+        # One call at a time: the kernel refuses a cache in use, and a miss (Python) lets another thread run
+        self._lock = threading.RLock()
 
     def _miss(self, word: str) -> bytes:
         """A word's ids from the tokenizer's own BPE model, over its bytes as ByteLevel maps them (kept by the
@@ -216,21 +224,27 @@ class WordCacheEncoder:
 
     def clear_cache(self) -> None:
         """Forget memoized words (for benchmarks of a cold process)."""
-        self._kernel.word_cache_clear(self._cache)
+        with self._lock:
+            self._kernel.word_cache_clear(self._cache)
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        texts = list(texts)
-        if self.cached_words() > CACHE_ENTRIES:
+        with self._lock:  # a Vocabulary shared by threads, as HF's encode_batch may be
+            return self._call(list(texts))
+
+    def _call(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        words, held = self._kernel.word_cache_size(self._cache)
+        if words > CACHE_ENTRIES or held > CACHE_BYTES:
             self.clear_cache()
+        originals = texts
         if self._normalizer is not None:
             texts = [self._normalizer.normalize_str(text) for text in texts]
         added = self._added
         split = [] if added is None else [i for i, text in enumerate(texts) if added.search(text)]
         if added is None or not split:
-            return self._encode(texts)
+            return self._encode(texts, originals)
         parts = {i: added.split(texts[i]) for i in split}
         runs = [part for i, text in enumerate(texts) for part in parts.get(i, [text]) if isinstance(part, str)]
-        ids, lengths = self._encode(runs)
+        ids, lengths = self._encode(runs, runs)  # no normalizer here (word_cache_unsupported)
         starts = np.concatenate([[0], np.cumsum(lengths)])
         chunks: list[np.ndarray] = []
         out_lengths = np.zeros(len(texts), dtype=np.int64)
@@ -246,15 +260,17 @@ class WordCacheEncoder:
                 out_lengths[i] += len(chunk)
         return (np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)), out_lengths
 
-    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Pre-split texts (no added token in them) through the kernel; those it declines through HF."""
+    def _encode(self, texts: list[str], originals: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Pre-split, normalized texts (no added token in them) through the kernel; those it declines through HF,
+        from ``originals`` (the same texts before normalizing: HF normalizes them, and a normalizer such as Replace
+        changes its own output again)."""
         raw_ids, raw_lengths = self._kernel.byte_level_encode(texts, self._classes, self._cache, self._miss)
         ids = np.frombuffer(raw_ids, dtype=np.int32)
         lengths = np.frombuffer(raw_lengths, dtype=np.int64).copy()
         declined = np.flatnonzero(lengths < 0)
         if not declined.size:
             return ids, lengths
-        encodings = self._hf.encode_batch([texts[i] for i in declined], add_special_tokens=False)
+        encodings = self._hf.encode_batch([originals[i] for i in declined], add_special_tokens=False)
         by_text = dict(zip(declined.tolist(), (np.asarray(e.ids, dtype=np.int32) for e in encodings)))
         starts = np.concatenate([[0], np.cumsum(np.maximum(lengths, 0))])
         chunks = [by_text[i] if i in by_text else ids[starts[i]:starts[i + 1]] for i in range(len(texts))]
@@ -272,9 +288,51 @@ def _word_cache_encoder(spec: dict, hf) -> WordCacheEncoder | None:
     if kernel is None or not hasattr(kernel, "byte_level_encode"):
         log.info("word-cache BPE not used: the compiled kernels are not built (%s)", kernels.status)
         return None
+    classes = char_classes()
+    if not cuts_as_hf(kernel, classes, hf, [*BPE_PROBES, *newer_unicode_texts()]):
+        log.warning("word-cache BPE not used: this Python's Unicode %s classes characters that the regex engine of "
+                    "the installed tokenizers does not", unicodedata.unidata_version)
+        return None
     added = AddedTokens.of(spec.get("added_tokens") or [], {t["content"]: t["id"] for t in
                                                              spec.get("added_tokens") or []})
-    return WordCacheEncoder(hf, kernel, char_classes(), added)
+    return WordCacheEncoder(hf, kernel, classes, added)
+
+
+#: Blocks new in Unicode 15.0, 15.1, 16.0 and 17.0 (letters, digits, signs).  The table vouches for what this
+#: Python's Unicode assigns; HF's regex engine (Oniguruma, in ``tokenizers``) has its own Unicode, older in some
+#: releases (Unicode 14 in tokenizers 0.15's) and older than a newer Python's (3.15: Unicode 17): a character one
+#: calls a letter and the other unassigned would be cut apart, silently (the probes' ids rarely show it).
+NEWER_UNICODE = ((0x10EC0, 0x10F00), (0x11B00, 0x11B0A), (0x11F00, 0x11F5A), (0x1D2C0, 0x1D2D4), (0x1E030, 0x1E090),
+                 (0x1E4D0, 0x1E4FA), (0x31350, 0x31360), (0x2EBF0, 0x2EC00), (0x2FFC, 0x3000), (0x105C0, 0x105F4),
+                 (0x10D40, 0x10D90), (0x11380, 0x113E3), (0x116D0, 0x116E4), (0x11BC0, 0x11BE2), (0x16100, 0x1613A),
+                 (0x16D40, 0x16D7A), (0x1CCF0, 0x1CCFA), (0x1E5D0, 0x1E600), (0x10940, 0x10960), (0x11B60, 0x11B68),
+                 (0x11DB0, 0x11DEA), (0x16EA0, 0x16EE0), (0x1E6C0, 0x1E700), (0x323B0, 0x323C0))
+
+
+def newer_unicode_texts() -> list[str]:
+    """One text per character of :data:`NEWER_UNICODE` beside a letter, a digit, a sign and a space."""
+    return [f"a{c}1{c}!{c} {c}{c}a" for start, end in NEWER_UNICODE for c in map(chr, range(start, end))]
+
+
+def cuts_as_hf(kernel, classes: bytes, hf, texts: list[str]) -> bool:
+    """Whether the kernel cuts ``texts`` (those it does not decline) into HF's ByteLevel pre-tokens."""
+    words: list[str] = []
+
+    def miss(word: str) -> bytes:
+        words.append(word)
+        return array("i", [len(words) - 1]).tobytes()
+
+    raw_ids, raw_lengths = kernel.byte_level_encode(texts, classes, kernel.word_cache(), miss)
+    ids, lengths = np.frombuffer(raw_ids, dtype=np.int32), np.frombuffer(raw_lengths, dtype=np.int64)
+    at = 0
+    for text, length in zip(texts, lengths.tolist()):
+        if length < 0:
+            continue
+        mine = [words[i] for i in ids[at:at + length].tolist()]
+        at += length
+        if mine != [text[a:b] for _, (a, b) in hf.pre_tokenizer.pre_tokenize_str(text)]:
+            return False
+    return True
 
 
 def kitoken_unsupported(tokenizer_json: str) -> str | None:

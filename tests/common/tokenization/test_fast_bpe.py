@@ -5,11 +5,19 @@ every code point it vouches for; bad calls into the kernel raise instead of read
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
+import random
+import sys
+import threading
 import unicodedata
+import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, pre_tokenizers
 
 from common import kernels
@@ -250,3 +258,150 @@ def test_a_table_that_misclasses_is_caught_by_the_probes(monkeypatch):
     monkeypatch.setattr(fast_bpe, "char_classes", lambda: bytes(table))
     encoder = make_fast_encoder(vocabulary_of("modernbert").text_tokenizer.to_str())
     assert encoder is None
+
+
+def _roberta_with(**changes) -> Tokenizer:
+    spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
+    spec.update(changes)
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+@pytest.mark.parametrize("normalizer", [
+    {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"},
+    {"type": "Prepend", "prepend": "x"},
+    {"type": "Sequence", "normalizers": [{"type": "Lowercase"},
+                                         {"type": "Replace", "pattern": {"String": "b"}, "content": "bb"}]},
+])
+def test_a_declined_text_is_normalized_once(normalizer):
+    """A text HF encodes for the kernel (a character the table cannot vouch for) is given to HF as it came, not
+    normalized already: a normalizer that changes its own output (Replace a -> aa) would run twice."""
+    need_shared()
+    tokenizer = _roberta_with(normalizer=normalizer)
+    encoder = word_cache(tokenizer)
+    texts = ["a b", "a \u0378 b", "ab\U000E0080 Ab", "", "plain a"]
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+def test_the_cache_is_bounded_in_bytes_too(monkeypatch):
+    """Long distinct words (a corpus of sequences or blobs) are few entries but many bytes: the cache is emptied by
+    its size in bytes as well as in words, and stays exact."""
+    need_shared()
+    tokenizer = vocabulary_of("bpe").text_tokenizer
+    encoder = word_cache(tokenizer)
+    monkeypatch.setattr(fast_bpe, "CACHE_BYTES", 1 << 20)
+    held = []
+    for k in range(40):
+        draw = random.Random(k)
+        texts = ["".join(draw.choice("acgt") for _ in range(20000)) + f" w{k}"]
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+        held.append(kernels.compiled.word_cache_size(encoder._cache)[1])
+    assert max(held) < 2 * (1 << 20) + 4 * 20000 * 4, held
+
+
+def test_a_python_whose_unicode_is_newer_than_hfs_regex_refuses_the_word_cache(monkeypatch):
+    """Python 3.15's Unicode 17 calls U+323B0 (CJK extension J) a letter, the regex engine of tokenizers 0.23
+    (Unicode 16) does not: the table would keep it in a word HF cuts apart (here a merge "°" + "C" across the cut
+    shows it in the ids).  Its cut is checked against HF's when the encoder is made: the word cache is refused."""
+    need_shared()
+    spec = json.loads(vocabulary_of("bpe").text_tokenizer.to_str())
+    vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
+    vocab["°C"] = max(vocab.values()) + 1
+    merges.append(["°", "C"] if merges and isinstance(merges[0], list) else "° C")
+    tokenizer = Tokenizer.from_str(json.dumps(spec))
+    texts = ["\U000323b0C", "25 \U000323b0C", "\u0100\U000323b0C"]
+    assert [len(p) for p in (tokenizer.pre_tokenizer.pre_tokenize_str(t) for t in texts)] == [2, 3, 3]
+    table = bytearray(fast_bpe.char_classes())
+    table[0x323B0] = LETTER
+    monkeypatch.setattr(fast_bpe, "char_classes", lambda: bytes(table))
+    encoder = make_fast_encoder(tokenizer.to_str(), hf=tokenizer)
+    assert not isinstance(encoder, WordCacheEncoder)
+    if encoder is not None:
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+    assert fast_bpe.cuts_as_hf(kernels.compiled, build_char_classes(), tokenizer,
+                               fast_bpe.newer_unicode_texts())
+
+
+def test_kitoken_is_refused_where_it_misses_a_contraction_after_whitespace(monkeypatch):
+    """kitoken 0.11 does not cut GPT-2's contractions right after whitespace other than a space: "\\n'theory" is
+    HF's "'t" + "heory", kitoken's "'" + "theory" (other ids with any vocabulary that merges "th").  Without the
+    kernels, the probes hold such a text: kitoken is not used on RoBERTa's shape, HF is."""
+    need_shared()
+    kitoken = pytest.importorskip("kitoken")
+    tokenizer = vocabulary_of("bpe").text_tokenizer
+    texts = ["\n'theory", "a\t'sand", "\u00a0'mad"]
+    backend = fast_bpe.KitokenEncoder(kitoken.Kitoken.from_tokenizers(tokenizer.to_str().encode()))
+    assert rows(backend, texts) != hf_rows(tokenizer, texts)
+    monkeypatch.setattr(kernels, "compiled", None)
+    assert make_fast_encoder(tokenizer.to_str(), hf=tokenizer) is None
+
+
+_HARD = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "'", " ", "  ", " " * 25, "\t", "\n", "\r\n", "\x0b",
+         "\x0c", "\x85", "\xa0", "\u2028", "\u3000", "\x1c", "\x1f", "a", "Word", "é", "ß", "Σ", "1", "٣", "½", "!",
+         ".", "\u0301", "\u200d", "👩\u200d💻", "\ue000", "\u0378", "\U000e0080", "don", "the", "heory"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.lists(st.one_of(st.sampled_from(_HARD), st.text(max_size=2)), max_size=25).map("".join),
+                min_size=1, max_size=6))
+def test_the_word_cache_is_hf_on_generated_text(texts):
+    """GPT-2's pattern where it is subtle (contractions in every position, whitespace runs of every kind before
+    letters, digits, signs and the end, undecided characters) and ModernBERT's runs of spaces, with warm caches."""
+    need_shared()
+    for shape in ("modernbert", "roberta"):
+        tokenizer, encoder = _generated_shapes()[shape]
+        assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+@functools.lru_cache(maxsize=1)
+def _generated_shapes() -> dict:
+    tokenizers = {name: SHAPES[name]() for name in ("modernbert", "roberta")}
+    return {name: (tokenizer, word_cache(tokenizer)) for name, tokenizer in tokenizers.items()}
+
+
+def test_threads_sharing_an_encoder_take_turns():
+    """A miss runs Python, so another thread may call the same encoder meanwhile: it waits for its turn (the kernel
+    refused the cache in use: RuntimeError) and gets HF's ids."""
+    need_shared()
+    tokenizer = vocabulary_of("modernbert").text_tokenizer
+    encoder = word_cache(tokenizer)
+    other_texts, outcome = ["another thread's words", "x  y"], {}
+
+    def other():
+        try:
+            outcome["rows"] = rows(encoder, other_texts)
+        except RuntimeError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=other)
+    model_miss = encoder._miss
+
+    def miss(word):
+        if not thread.is_alive() and "rows" not in outcome and "error" not in outcome:
+            thread.start()
+            thread.join(timeout=0.5)  # refused at once before; waits for this call now
+        return model_miss(word)
+
+    encoder._miss = miss
+    texts = ["the first thread's words"]
+    assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+    thread.join()
+    assert "error" not in outcome and outcome["rows"] == hf_rows(tokenizer, other_texts)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="legacy strings (PyUnicode_FromUnicode) were removed in 3.12")
+def test_a_legacy_str_is_read_as_its_characters():
+    """A str made by the deprecated C API has no code points until made ready: it was read as empty (no ids)."""
+    api = ctypes.pythonapi
+    api.PyUnicode_FromUnicode.restype, api.PyUnicode_FromUnicode.argtypes = ctypes.py_object, [ctypes.c_void_p,
+                                                                                               ctypes.c_ssize_t]
+    api.PyUnicode_AsUnicode.restype, api.PyUnicode_AsUnicode.argtypes = ctypes.POINTER(ctypes.c_wchar), [
+        ctypes.py_object]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        legacy = api.PyUnicode_FromUnicode(None, 5)
+        characters = api.PyUnicode_AsUnicode(legacy)
+    for k, char in enumerate("ab cd"):
+        characters[k] = char
+    kernel = kernels.compiled
+    _, lengths = kernel.byte_level_encode([legacy], fast_bpe.char_classes(), kernel.word_cache(), lambda w: bytes(4))
+    assert np.frombuffer(lengths, dtype=np.int64).tolist() == [2] and legacy == "ab cd"
