@@ -527,24 +527,25 @@ def _byte_level_text(token: str) -> str:
 
 def _interleave(apart: list[bool], pieces: list[int], *groups):
     """Two groups' (ids, per-piece lengths, word starts) put back in their texts' order: ``groups[0]`` holds the
-    texts where ``apart`` is True, ``groups[1]`` the others; ``pieces``: each text's pieces."""
-    cursors = [[0, 0] for _ in groups]  # per group: next piece, next token
-    ids, lengths, words = [], [], []
-    with_words = groups[0][2] is not None or groups[1][2] is not None
-    for one, count in zip(apart, pieces):
-        group_ids, group_lengths, group_words = groups[0 if one else 1]
-        cursor = cursors[0 if one else 1]
-        piece_lengths = group_lengths[cursor[0]:cursor[0] + count]
-        tokens = int(piece_lengths.sum())
-        ids.append(group_ids[cursor[1]:cursor[1] + tokens])
-        lengths.append(piece_lengths)
-        if with_words:
-            words.append(group_words[cursor[1]:cursor[1] + tokens])
-        cursor[0] += count
-        cursor[1] += tokens
-    flat = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
-    return (flat.astype(np.int32), np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64),
-            np.concatenate(words).astype(bool) if with_words and words else None)
+    texts where ``apart`` is True, ``groups[1]`` the others; ``pieces``: each text's pieces.  Each group keeps its
+    order, so a piece's (and a token's) group says where it comes from: two masked assignments, no loop over
+    texts (a loop of numpy slices was ~15% of a byte-level BPE worker)."""
+    (ids0, lengths0, words0), (ids1, lengths1, words1) = groups
+    piece_group = np.repeat(np.asarray(apart, dtype=bool), np.asarray(pieces, dtype=np.int64))
+    lengths = np.empty(len(piece_group), dtype=np.int64)
+    lengths[piece_group] = lengths0[:int(piece_group.sum())]
+    lengths[~piece_group] = lengths1[:len(piece_group) - int(piece_group.sum())]
+    token_group = np.repeat(piece_group, lengths)
+    first = int(token_group.sum())
+    ids = np.empty(len(token_group), dtype=np.int32)
+    ids[token_group] = ids0[:first]
+    ids[~token_group] = ids1[:len(token_group) - first]
+    if words0 is None and words1 is None:
+        return ids, lengths, None
+    words = np.empty(len(token_group), dtype=bool)
+    words[token_group] = words0[:first]
+    words[~token_group] = words1[:len(token_group) - first]
+    return ids, lengths, words
 
 
 @functools.lru_cache(maxsize=1)
