@@ -29,9 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import re
-import tempfile
 import threading
 import unicodedata
 import zlib
@@ -41,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common import kernels
-from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf, probe_cache_dir
+from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf, keep_in_cache, probe_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -93,18 +91,7 @@ def char_classes() -> bytes:
     except (OSError, zlib.error):
         pass
     table = build_char_classes()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(zlib.compress(table, 9))
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError as error:
-        log.debug("character classes not kept in %s: %s", path.parent, error)
+    keep_in_cache(path, zlib.compress(table, 9), "character classes")
     return table
 
 

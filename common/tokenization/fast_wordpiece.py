@@ -172,22 +172,27 @@ def _read_probe_ids(path: Path, key: str) -> tuple[np.ndarray, np.ndarray] | Non
         return None
 
 
-def _write_probe_ids(path: Path, key: str, ids: np.ndarray, lengths: np.ndarray) -> None:
-    """Atomically (a whole file or none, whatever other workers write at once); a cache that cannot be written
-    (read-only home, full disk) only means HF is asked again next time."""
-    text = json.dumps({"key": key, "ids": ids.tolist(), "lengths": lengths.tolist()})
+def keep_in_cache(path: Path, data: bytes, what: str) -> None:
+    """``data`` at ``path`` in the user's cache, atomically (a whole file or none, whatever other workers write at
+    once); a cache that cannot be written (read-only home, full disk) only means the work is done again next
+    time."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)
             raise
     except OSError as error:
-        log.debug("HF's probe ids not kept in %s: %s", path.parent, error)
+        log.debug("%s not kept in %s: %s", what, path.parent, error)
+
+
+def _write_probe_ids(path: Path, key: str, ids: np.ndarray, lengths: np.ndarray) -> None:
+    text = json.dumps({"key": key, "ids": ids.tolist(), "lengths": lengths.tolist()})
+    keep_in_cache(path, text.encode("utf-8"), "HF's probe ids")
 
 
 def hf_probe_ids(tokenizer_json: str, texts: list[str], hf=None, *, refresh: bool = False
