@@ -228,9 +228,14 @@ def test_the_fast_encoder_gives_hf_ids_on_whole_documents(corpora, family, tmp_p
     fast = vocabulary._fast_encoder()
     from common import kernels
 
-    bpe = "word cache" if kernels.compiled is not None else "kitoken"
-    assert fast is not None and fast.name == {"wordpiece": "nanotoken", "byte-level-bpe": bpe,
-                                              "unigram-metaspace": "unigram-cache"}[family]
+    # Without the compiled kernels kitoken is the byte-level candidate, and its probes refuse it on this
+    # vocabulary (a contraction after a line break): HF is used.
+    bpe = "word cache" if kernels.compiled is not None else None
+    expected = {"wordpiece": "nanotoken", "byte-level-bpe": bpe, "unigram-metaspace": "unigram-cache"}[family]
+    if expected is None:
+        assert fast is None
+        return
+    assert fast is not None and fast.name == expected
     texts = [text for corpus in CORPORA for text in corpora[corpus][1]]
     texts += [text + "\n" for text in texts[:20]] + ["\n\n" + text.replace("\n", "\r\n") for text in texts[:20]]
     ids, lengths = fast(texts)
