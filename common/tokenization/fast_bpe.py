@@ -27,7 +27,6 @@ made, and anything outside the shape shown exact gets ``None`` (HF is used).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 import threading
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common import kernels
-from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf, keep_in_cache, probe_cache_dir
+from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf, keep_in_cache, probe_cache_dir, tokenizer_spec
 
 log = logging.getLogger(__name__)
 
@@ -324,14 +323,9 @@ def cuts_as_hf(kernel, classes: bytes, hf, texts: list[str]) -> bool:
 
 def kitoken_unsupported(tokenizer_json: str) -> str | None:
     """Why this tokenizer is outside what kitoken has been shown to reproduce, or None."""
-    try:
-        spec = json.loads(tokenizer_json)
-    except ValueError as error:
-        return f"not JSON: {error}"
-    if not isinstance(spec, dict):
-        return "not a tokenizers JSON object"
-    if spec.get("truncation") is not None or spec.get("padding") is not None:
-        return "truncation or padding is set"
+    spec = tokenizer_spec(tokenizer_json)
+    if isinstance(spec, str):
+        return spec
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
         return "the model is not BPE"
@@ -387,13 +381,9 @@ def _kitoken_encoder(tokenizer_json: str) -> KitokenEncoder | None:
 def make_fast_encoder(tokenizer_json: str, *, check: bool = True, hf=None):
     """An encoder with exactly HF's ids for this byte-level BPE (the word cache, else kitoken), or None (use HF).
     ``hf``: the HF tokenizer of ``tokenizer_json`` when the caller has it (not read again)."""
-    try:
-        spec = json.loads(tokenizer_json)
-    except ValueError as error:
-        log.info("fast BPE not used: not JSON: %s", error)
-        return None
-    if not isinstance(spec, dict):
-        log.info("fast BPE not used: not a tokenizers JSON object")
+    spec = tokenizer_spec(tokenizer_json)
+    if isinstance(spec, str):
+        log.info("fast BPE not used: %s", spec)
         return None
     if hf is None:
         from tokenizers import Tokenizer

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers.normalizers import Normalizer
 
-from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf
+from common.tokenization.fast_wordpiece import PROBES, agrees_with_hf, tokenizer_spec
 
 log = logging.getLogger(__name__)
 
@@ -363,14 +363,9 @@ def _words(steps: list[_Step], prepend: bool) -> _Words | None:
 
 def unsupported_reason(tokenizer_json: str) -> str | None:
     """Why this tokenizer is outside what :class:`UnigramEncoder` reproduces, or None."""
-    try:
-        spec = json.loads(tokenizer_json)
-    except ValueError as error:
-        return f"not JSON: {error}"
-    if not isinstance(spec, dict):
-        return "not a tokenizers JSON object"
-    if spec.get("truncation") is not None or spec.get("padding") is not None:
-        return "truncation or padding is set (HF applies it when encoding)"
+    spec = tokenizer_spec(tokenizer_json)
+    if isinstance(spec, str):
+        return spec
     model = spec.get("model") or {}
     if model.get("type") != "Unigram":
         return "the model is not Unigram"

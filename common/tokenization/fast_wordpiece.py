@@ -77,8 +77,9 @@ PROBES: tuple[str, ...] = (
 _BERT_ADDED_TOKEN_FLAGS = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
 
 
-def unsupported_reason(tokenizer_json: str) -> str | None:
-    """Why this tokenizer is outside what the fast encoder reproduces, or None."""
+def tokenizer_spec(tokenizer_json: str) -> dict | str:
+    """The tokenizer's JSON as a dict, or why no fast encoder can take it (each checks its own shape after
+    this): not JSON, not an object, or truncation or padding set (HF applies them when encoding)."""
     try:
         spec = json.loads(tokenizer_json)
     except ValueError as error:
@@ -87,6 +88,14 @@ def unsupported_reason(tokenizer_json: str) -> str | None:
         return "not a tokenizers JSON object"
     if spec.get("truncation") is not None or spec.get("padding") is not None:
         return "truncation or padding is set (HF applies it when encoding)"
+    return spec
+
+
+def unsupported_reason(tokenizer_json: str) -> str | None:
+    """Why this tokenizer is outside what the fast encoder reproduces, or None."""
+    spec = tokenizer_spec(tokenizer_json)
+    if isinstance(spec, str):
+        return spec
     normalizer = spec.get("normalizer")
     if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
         return "the normalizer is not BertNormalizer"
