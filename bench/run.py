@@ -269,6 +269,11 @@ def _rows() -> list[Row]:
         Row("job1_vs_ref", "Whole job d=1: speed-up vs google-research/bert's script, both marginal", "{:.1f}×",
             "≥ 30×", lambda v: v >= 30),
         *[row for d in (10, 1) for row in (
+            Row(f"job_text{d}_cpu_mb", f"Whole job d={d} on the script's own input (one sentence a line: --format "
+                "text, no sentence split), every process: marginal CPU-s per input MB", "{:.3f}"),
+            Row(f"job_text{d}_vs_ref", f"Whole job d={d} on the script's own input: speed-up vs google-research/bert's "
+                "script on that same file, both marginal", "{:.1f}×"))],
+        *[row for d in (10, 1) for row in (
             Row(f"job_albert{d}_cpu_mb", f"Whole job --objective albert d={d} (seq 128, whole-word 3-grams, every "
                 "process): marginal CPU-s per input MB", "{:.3f}"),
             Row(f"job_albert{d}_ref_cpu_mb", f"google-research/albert create_pretraining_data.py d={d} (seq 128), same "
@@ -758,14 +763,20 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     """The whole job (every process) of each recipe and its own reference script, marginal CPU per MB on the same
     corpus (d=10: 3 copies of the sample, 6.2 MB; d=1 and ELECTRA: 10 copies, 20.7 MB, ``Recipe.copies``; quick:
     the cut sample), one-document runs subtracted, the two sides alternated, the least of each run over the rounds
-    kept (bench/whole_job.py)."""
+    kept (bench/whole_job.py).  ``MLM_BENCH_JOB_RECIPES`` (comma-separated, BERT always among them) runs some
+    recipes only: BERT's alone is ~10 minutes with its reference, all three ~25."""
     from bench import whole_job
     from bench.objectives_bench import albert_checkout, electra_checkout
     from bench.worker_bench import documents_of
     from common.segmenters.sentences import Segmenter, split_segments
 
     work = tmp / "job"
-    recipes = {recipe.name: recipe for recipe in whole_job.RECIPES}
+    known = [recipe.name for recipe in whole_job.RECIPES]
+    chosen = {"bert", *(name for name in os.environ.get("MLM_BENCH_JOB_RECIPES", ",".join(known)).split(",") if name)}
+    if chosen - set(known):
+        raise ValueError(f"MLM_BENCH_JOB_RECIPES: unknown {', '.join(sorted(chosen - set(known)))}; "
+                         f"of {', '.join(known)}")
+    recipes = {recipe.name: recipe for recipe in whole_job.RECIPES if recipe.name in chosen}
     fulls = {copies: corpora.replicate(sources, work / f"full{copies}", 1 if s.quick else copies)
              for copies in sorted({recipe.copies(dupe) for recipe in recipes.values() for dupe in recipe.dupes})}
     one_bytes = corpora.truncated(sources[0][1], 1)
@@ -777,6 +788,14 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     checkouts = {"bert": whole_job.bert_checkout(), "albert": albert_checkout(), "electra": electra_checkout()}
     inputs = {(recipe.reference_input, recipe.copies(dupe)) for recipe in recipes.values() for dupe in recipe.dupes
               if checkouts[recipe.name] is not None}
+    # BERT's job also runs on its reference's own input (one sentence a line: the text reader, --segmenter line),
+    # the same file the script reads: the split the script never does is then out of both sides.
+    inputs |= {("sentences", recipes["bert"].copies(dupe)) for dupe in recipes["bert"].dupes}
+    text_recipe = whole_job.Recipe("bert_text", ("--format", "text"), recipes["bert"].dupes, "sentences")
+
+    def reference_input(which: str, copies: int | None, unit: str) -> Path:
+        """The file a reference reads (``which``: full or one), alone in its directory so a job can read it."""
+        return work / f"ref-{which}{copies if which == 'full' else ''}-{unit}" / "corpus.txt"
 
     def texts_of(data: bytes, unit: str) -> list[list[str]]:
         documents = documents_of(data)
@@ -784,8 +803,8 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     for unit, copies in inputs:  # the references' input: the worker's sentences, or the documents' lines
         whole_job.write_sentences([d for path in corpora.source_files(fulls[copies].root)
-                                   for d in texts_of(path.read_bytes(), unit)], work / f"ref-full{copies}-{unit}.txt")
-        whole_job.write_sentences(texts_of(one_bytes, unit), work / f"ref-one-{unit}.txt")
+                                   for d in texts_of(path.read_bytes(), unit)], reference_input("full", copies, unit))
+        whole_job.write_sentences(texts_of(one_bytes, unit), reference_input("one", None, unit))
     least: dict[str, float] = {}
     vocab = str(VOCAB)
     exact = whole_job.ALL_PROCESSES
@@ -806,7 +825,7 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
 
     def run_reference(recipe: whole_job.Recipe, dupe: int | None, which: str) -> None:
         checkout = checkouts[recipe.name]
-        corpus = work / f"ref-{which}{recipe.copies(dupe) if which == 'full' else ''}-{recipe.reference_input}.txt"
+        corpus = reference_input(which, recipe.copies(dupe), recipe.reference_input)
         assert checkout is not None
         if recipe.name == "bert":
             cpu = whole_job.reference_cpu(checkout, corpus, work / "ref-run", vocab, dupe or 1)
@@ -828,10 +847,14 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
                 log(f"job: round {round_ + 1}, {recipe.name} d={dupe}, {full.bytes / MB:.1f} MB: the job"
                     + (", the reference" if with_reference else "") + ", each then on one document")
                 job(recipe, full.root, dupe, "full")
+                if recipe.name == "bert":
+                    job(text_recipe, reference_input("full", recipe.copies(dupe), "sentences").parent, dupe, "full")
                 if with_reference:
                     run_reference(recipe, dupe, "full")
                 if not s.quick or (recipe.name == "bert" and dupe == 1):
                     job(recipe, one.parent, dupe, "one")
+                    if recipe.name == "bert":
+                        job(text_recipe, reference_input("one", None, "sentences").parent, dupe, "one")
                 if with_reference:
                     run_reference(recipe, dupe, "one")
     if s.quick:
@@ -839,6 +862,7 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         for recipe in recipes.values():
             for dupe in recipe.dupes:
                 least.update({f"{prefix(recipe, dupe)}_one{rest}": value for rest, value in standing.items()})
+        least[f"{prefix(text_recipe, 10)}_one_{exact}"] = least[f"{prefix(text_recipe, 1)}_one_{exact}"]
     recorded: dict[str, dict[Any, float]] = {  # by dupe factor (ELECTRA's: None, it has none)
         "bert": whole_job.BERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
         "albert": whole_job.ALBERT_SCRIPT_MARGINAL_CPU_S_PER_MB,
@@ -862,6 +886,15 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
             res.add(f"{key}_cpu_mb", cpu)
             res.add(f"{key}_ref_cpu_mb", script)
             res.add(f"{key}_vs_ref", script / cpu)
+    for dupe in (10, 1):  # the job on the reference's input, over the same MB as the reference (WikiExtractor's)
+        megabytes = (fulls[recipes["bert"].copies(dupe)].bytes - len(one_bytes)) / MB
+        cpu = whole_job.Marginal(least[f"{prefix(text_recipe, dupe)}_full_{exact}"],
+                                 least[f"{prefix(text_recipe, dupe)}_one_{exact}"], megabytes).per_mb
+        res.add(f"job_text{dupe}_cpu_mb", cpu)
+        res.add(f"job_text{dupe}_vs_ref", res.samples[f"job{dupe}_ref_cpu_mb"][-1] / cpu)
+        for row in (f"job_text{dupe}_vs_ref",):
+            if f"job{dupe}_ref_cpu_mb" in res.notes:
+                res.notes[row] = res.notes[f"job{dupe}_ref_cpu_mb"]
     for dupe in (10, 1):
         megabytes = (fulls[recipes["bert"].copies(dupe)].bytes - len(one_bytes)) / MB
         for role in whole_job.ROLES:
