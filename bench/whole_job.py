@@ -195,9 +195,10 @@ class _ExecWatcher(Watcher):
         super()._track(pid, role)
 
 
-def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int | None, flags: tuple[str, ...] = ()
-                  ) -> dict[str, float]:
-    """CPU seconds of each process of the job (by role; psutil, sampled every 20 ms), and the exact total."""
+def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int | None, flags: tuple[str, ...] = (),
+                  tasks: list[TaskCpu] | None = None) -> dict[str, float]:
+    """CPU seconds of each process of the job (by role; psutil, sampled every 20 ms), and the exact total.
+    ``tasks``, if given, gets each task's own CPU as the worker measured it (the manifest's ``cpu_seconds``)."""
     work.mkdir(parents=True, exist_ok=True)
     command = [str(part) for part in job_command(data, work / "out", vocab, dupe_factor, flags)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -215,9 +216,32 @@ def job_processes(data: Path, work: Path, vocab: str, dupe_factor: int | None, f
         for pid, watched in watcher.watched.items():
             roles[watched.role] = roles.get(watched.role, 0.0) + watcher.cpu_total(pid)
         roles[ALL_PROCESSES] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        if tasks is not None:
+            tasks.extend(task_cpu(work / "out" / "manifest.jsonl"))
         return roles
     finally:
         _remove(work)
+
+
+@dataclass(frozen=True)
+class TaskCpu:
+    """One task of a job as its worker measured it: its input, and the CPU it took (the manifest's record)."""
+    source: str
+    bytes_in: int
+    cpu_seconds: float
+
+    @property
+    def per_mb(self) -> float:
+        return self.cpu_seconds / (self.bytes_in / 1e6)
+
+
+def task_cpu(manifest: Path) -> list[TaskCpu]:
+    """The tasks of a finished job's manifest, in the order they were acknowledged."""
+    import json
+
+    records = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    return [TaskCpu(str(r["source"]), int(r["bytes_in"]), float(r["cpu_seconds"]))
+            for r in sorted(records, key=lambda r: r["at"])]
 
 
 def _remove(path: Path) -> None:
