@@ -117,7 +117,7 @@ class _Compute(threading.Thread):
         growing wait, keeping its lease and its attempts."""
         backoff = dataclasses.replace(self.backoff)
         processor = job.processor
-        if processor is None:  # never queued: a job this worker cannot run fails its tasks before computing
+        if processor is None:  # never queued: a job this worker cannot run is declined (JobDeclined), not run
             return _Outcome(job, task, None, f"worker cannot run this job: {job.unusable or '?'}")
         while True:
             try:
