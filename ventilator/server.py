@@ -340,16 +340,17 @@ class VentilatorServer:
     def _heartbeat(self, message: protocol.Heartbeat, sender: Sender) -> None:
         peer = self.peers[sender.identity]
         if peer.role == "worker":
-            self.dispatcher.heartbeat(sender.name, message.held, sender.at)
-            if peer.declined:  # it asks for nothing of this job (a hostile one that does is granted nothing)
-                pass
-            elif message.awaiting is not None and message.awaiting > peer.wanted:
+            # A worker that declined the job holds and asks for nothing of it (a hostile one that says it does
+            # is neither leased what it claims to hold nor granted what it asks for).
+            held, awaiting = ([], None) if peer.declined else (message.held, message.awaiting)
+            self.dispatcher.heartbeat(sender.name, held, sender.at)
+            if awaiting is not None and awaiting > peer.wanted:
                 # Assignments lost on the way (or still in flight: then it gets one extra, held in its queue).
                 if peer.wanted == 0:
                     self.waiting.append(peer.identity)
-                peer.wanted = message.awaiting
-            elif message.awaiting is not None and message.awaiting < peer.wanted:
-                peer.wanted = message.awaiting  # a draining worker takes its credit back
+                peer.wanted = awaiting
+            elif awaiting is not None and awaiting < peer.wanted:
+                peer.wanted = awaiting  # a draining worker takes its credit back
         sender.reply(protocol.HeartbeatReply(self.ventilator_id))
 
     def _request(self, message: protocol.TaskRequest, sender: Sender) -> None:

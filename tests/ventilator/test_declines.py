@@ -100,13 +100,14 @@ def test_a_declining_worker_is_granted_nothing_and_the_others_finish_the_job(job
     bad.send(protocol.JobDeclined("0123456789abcdef", REASON))  # another job's: dropped, counted
     bad.send(protocol.JobDeclined(job.config.job_id, REASON))
     bad.send(protocol.TaskReturned([protocol_task_id(granted)]))  # back to the queue: not an attempt
-    wait_for(lambda: server.declines.count == 1, what="the decline was not counted")
-    assert server.dropped.total == dropped + 1
     entry = server.dispatcher.entries[protocol_task_id(granted)]
+    wait_for(lambda: server.declines.count == 1 and entry.state is State.PENDING, what="not declined, not returned")
+    assert server.dropped.total == dropped + 1
     assert entry.state is State.PENDING and entry.attempts == 0 and entry.failures == 0
     bad.send(protocol.TaskRequest(len(job.tasks)))  # a hostile one asks anyway: granted nothing
-    bad.send(protocol.Heartbeat([], len(job.tasks)))
+    bad.send(protocol.Heartbeat([protocol_task_id(granted)], len(job.tasks)))  # and says it holds one
     assert bad.nothing_of(protocol.TaskAssignment, 1.0)
+    assert entry.state is State.PENDING and entry.worker == ""
     bad.send(protocol.JobDeclined(job.config.job_id, "another reason"))  # said again: counted once
     introduce(good, "worker", job.config.job_id)
     good.send(protocol.TaskRequest(len(job.tasks)))
