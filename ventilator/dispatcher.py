@@ -244,6 +244,16 @@ class Dispatcher:
             self.requeued["failed"] += 1
         return None
 
+    def quarantine_pending(self, error: str) -> list[Entry]:
+        """Quarantine every task waiting to be leased, of every stage, with ``error``: no worker can run the
+        job (ventilator/declines.py).  Leased and finished tasks keep their course (a lease that expires
+        brings its task back here next time)."""
+        given_up = [entry for entry in self.entries.values() if entry.state is State.PENDING]
+        for entry in given_up:
+            entry.note(error)
+            self._move(entry, State.QUARANTINED)
+        return given_up
+
     def returned(self, worker: str, task_ids: list[str]) -> None:
         """Handed back unstarted: not an attempt."""
         for task_id in task_ids:

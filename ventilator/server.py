@@ -31,6 +31,7 @@ from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
 from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen, printable
+from ventilator.declines import Declines, sanitized
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
 from ventilator.publishers.base import Backlog, BacklogPublisher
@@ -57,6 +58,7 @@ class Peer:
     wanted: int = 0
     host: str = ""
     welcomed: float = 0.0  # when we last answered its Hello
+    declined: str = ""  # why this worker cannot run the job (JobDeclined): it is granted none of its tasks
 
 
 @dataclass
@@ -134,6 +136,8 @@ class VentilatorServer:
         self._rewelcome_after = max(2.0, self.config.heartbeat_seconds)
         self.repeated_hellos = 0
         self.hosts = HostLedger()  # each worker host's billed span, for the sink's cost
+        #: Workers that cannot run the job; given up on once every live worker has declined for a lease period.
+        self.declines = Declines(max(self.config.lease_seconds, self._stale_after))
 
     # ------------------------------------------------------------------
     def _on_signal(self, name: str) -> None:
@@ -232,6 +236,7 @@ class VentilatorServer:
             now = time.monotonic()
             if now - last_housekeeping > 0.5:
                 self._expire(router, now)
+                self._give_up_if_nobody_can_run(router, now)
                 self._warn_without_sink(now)
                 last_housekeeping = now
             self._dispatch(router, now)
@@ -247,7 +252,7 @@ class VentilatorServer:
         """What each role may send, by role (built once, with the server); a Hello is anyone's."""
         worker = (Handlers("worker").on(protocol.Heartbeat, self._heartbeat).on(protocol.TaskRequest, self._request)
                   .on(protocol.TaskFinished, self._finished).on(protocol.TaskFailed, self._failed)
-                  .on(protocol.TaskReturned, self._returned))
+                  .on(protocol.TaskReturned, self._returned).on(protocol.JobDeclined, self._declined))
         sink = (Handlers("sink").on(protocol.Heartbeat, self._heartbeat).on(protocol.SinkHello, self._sink_hello)
                 .on(protocol.TasksDone, self._tasks_done).on(protocol.SinkClosed, self._sink_said_closed))
         return {"worker": worker, "sink": sink}
@@ -335,19 +340,22 @@ class VentilatorServer:
     def _heartbeat(self, message: protocol.Heartbeat, sender: Sender) -> None:
         peer = self.peers[sender.identity]
         if peer.role == "worker":
-            self.dispatcher.heartbeat(sender.name, message.held, sender.at)
-            if message.awaiting is not None and message.awaiting > peer.wanted:
+            # A worker that declined the job holds and asks for nothing of it (a hostile one that says it does
+            # is neither leased what it claims to hold nor granted what it asks for).
+            held, awaiting = ([], None) if peer.declined else (message.held, message.awaiting)
+            self.dispatcher.heartbeat(sender.name, held, sender.at)
+            if awaiting is not None and awaiting > peer.wanted:
                 # Assignments lost on the way (or still in flight: then it gets one extra, held in its queue).
                 if peer.wanted == 0:
                     self.waiting.append(peer.identity)
-                peer.wanted = message.awaiting
-            elif message.awaiting is not None and message.awaiting < peer.wanted:
-                peer.wanted = message.awaiting  # a draining worker takes its credit back
+                peer.wanted = awaiting
+            elif awaiting is not None and awaiting < peer.wanted:
+                peer.wanted = awaiting  # a draining worker takes its credit back
         sender.reply(protocol.HeartbeatReply(self.ventilator_id))
 
     def _request(self, message: protocol.TaskRequest, sender: Sender) -> None:
         peer = self.peers[sender.identity]
-        if message.credit > 0:
+        if message.credit > 0 and not peer.declined:
             if peer.wanted == 0:
                 self.waiting.append(peer.identity)
             peer.wanted += message.credit
@@ -368,6 +376,20 @@ class VentilatorServer:
 
     def _returned(self, message: protocol.TaskReturned, sender: Sender) -> None:
         self.dispatcher.returned(sender.name, message.task_ids)
+
+    def _declined(self, message: protocol.JobDeclined, sender: Sender) -> None:
+        """A worker that cannot run this job: granted none of its tasks from now on (until it says Hello again,
+        restarted); counted once, by its reason.  What it was granted comes back as TaskReturned."""
+        if message.job_id != self.config.job_id:  # a late answer to another ventilator's Welcome
+            raise protocol.ProtocolError(f"JobDeclined of job {message.job_id}, not {self.config.job_id}")
+        peer = self.peers[sender.identity]
+        if peer.declined:
+            return
+        peer.declined = sanitized(message.reason)
+        peer.wanted = 0
+        if self.declines.add(peer.name, peer.declined):
+            log.warning("worker %s (%s) cannot run this job, it gets none of its tasks: %s", peer.name, peer.host,
+                        peer.declined)
 
     def _sink_hello(self, message: protocol.SinkHello, sender: Sender) -> None:
         peer = self._the_sink(sender, "SinkHello")
@@ -414,7 +436,7 @@ class VentilatorServer:
         while self.waiting and self.dispatcher.has_pending:
             identity = self.waiting.popleft()
             peer = self.peers.get(identity)
-            if peer is None or peer.wanted <= 0:
+            if peer is None or peer.wanted <= 0 or peer.declined:
                 continue
             if now - peer.last_seen > stale_after:
                 silent.append(identity)  # keep its credit, give it nothing now
@@ -483,6 +505,24 @@ class VentilatorServer:
         if quarantined:
             self._quarantine(router, quarantined)
 
+    def _give_up_if_nobody_can_run(self, router: zmq.Socket, now: float) -> None:
+        """Every live worker declined the job (one at least), for a lease period: the tasks left are
+        quarantined with why, so the job ends (exit 3, summary.json's quarantined tasks say why) instead of
+        waiting for a worker that can run it.  A worker that can, or no worker at all, starts the wait again."""
+        if not self.sink_ready or self.dispatcher.complete:
+            return
+        stale_after = self._stale_after
+        live = [bool(peer.declined) for peer in self.peers.values()
+                if peer.role == "worker" and now - peer.last_seen <= stale_after]
+        if not self.declines.nobody_can_run(live, now):
+            return
+        why = f"no worker can run this job: {self.declines.line()}"
+        given_up = self.dispatcher.quarantine_pending(why)
+        if given_up:
+            log.error("%s (every worker heard from declined it for %.0f s): %d task(s) quarantined", why,
+                      self.declines.give_up_after, len(given_up))
+            self._quarantine(router, given_up, announce=False)
+
     def _quarantine(self, router: zmq.Socket, entries: list[Entry], announce: bool = True) -> None:
         failures = {}
         for entry in entries:
@@ -509,6 +549,8 @@ class VentilatorServer:
     def _finish(self, router: zmq.Socket) -> RunResult:
         quarantined = self.dispatcher.quarantined()
         reason = "all tasks done" if not quarantined else f"{len(quarantined)} task(s) quarantined"
+        if self.declines.count:  # summary.json's reason says it too
+            reason = f"{reason}; {self.declines.line()}"
         shutdown = protocol.Shutdown(f"job finished: {reason}")
         if self.sink is not None:  # before Shutdown: the sink's summary counts each host's whole span
             for part in self.hosts.message_parts():
@@ -594,6 +636,9 @@ class VentilatorServer:
                       "(one job has one sink).", self.standby_hellos)
         yield counter("mlm_ventilator_repeated_hellos", "Hellos repeated before our Welcome arrived, not answered "
                       "again (a fleet joining at once).", self.repeated_hellos)
+        yield counter("mlm_ventilator_declining_workers", "Workers that declined the job: they cannot run it (a "
+                      "plugin step, tokenizer, output storage or segmenter they lack; the log says why) and get "
+                      "none of its tasks.", self.declines.count)
         yield counter("mlm_ventilator_dropped_messages", "Malformed or unexpected messages dropped.",
                       self.dropped.total)
 
@@ -625,7 +670,8 @@ class VentilatorServer:
         remaining = d.total - done - d.counts[State.QUARANTINED]
         eta = f"{remaining / rate:.0f}s" if rate > 0 else "?"
         log.info("progress: %d/%d tasks done (%d leased, %d awaiting the sink, %d quarantined), %.1f/%.1f MB, "
-                 "%d documents, %d workers, ETA %s%s", done, d.total, d.counts[State.LEASED], d.counts[State.FINISHED],
-                 d.counts[State.QUARANTINED], bytes_done / 1e6, self.input_bytes / 1e6, self.documents_done,
-                 self.worker_count, eta,
-                 f", {self.dropped.total} bad messages dropped" if self.dropped.total else "")
+                 "%d documents, %d workers, ETA %s%s%s", done, d.total, d.counts[State.LEASED],
+                 d.counts[State.FINISHED], d.counts[State.QUARANTINED], bytes_done / 1e6, self.input_bytes / 1e6,
+                 self.documents_done, self.worker_count, eta,
+                 f", {self.dropped.total} bad messages dropped" if self.dropped.total else "",
+                 f"; {self.declines.line()}" if self.declines.count else "")

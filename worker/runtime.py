@@ -71,8 +71,8 @@ class _Job:
     input_storage: Storage | None
     sink_endpoint: str
     job_id: str
-    #: Why this worker cannot run the job (a plugin step it lacks, a tokenizer it cannot read): each of the
-    #: job's tasks it is leased fails with this, so they are quarantined and the job ends instead of waiting.
+    #: Why this worker cannot run the job (a plugin step it lacks, a tokenizer it cannot read): it declines the
+    #: job with this (JobDeclined) and asks for none of its tasks; the fleet's other workers do them.
     unusable: str = ""
 
 
@@ -117,8 +117,8 @@ class _Compute(threading.Thread):
         growing wait, keeping its lease and its attempts."""
         backoff = dataclasses.replace(self.backoff)
         processor = job.processor
-        if processor is None:  # never queued: a job this worker cannot run fails its tasks before computing
-            return _Outcome(job, task, None, job.unusable or "this worker cannot run the job")
+        if processor is None:  # never queued: a job this worker cannot run is declined (JobDeclined), not run
+            return _Outcome(job, task, None, f"worker cannot run this job: {job.unusable or '?'}")
         while True:
             try:
                 started = time.perf_counter()
@@ -295,7 +295,7 @@ class WorkerProcess:
                 state.beats_sent += 1
                 if self.draining and not state.drain_mark:
                     state.drain_mark = state.beats_sent
-            if state.introduced and not self.draining:
+            if state.introduced and not self.draining and not (state.job and state.job.unusable):
                 wanted = self.options.credit - len(state.held) - state.requested
                 if wanted > 0:
                     send(protocol.TaskRequest(wanted))
@@ -333,6 +333,8 @@ class WorkerProcess:
             state.requested = 0  # a new ventilator knows nothing of our credit
             state.beats_sent = state.beats_answered = state.drain_mark = 0
             state.last_heartbeat = 0.0  # tell it at once which leases we hold
+            if state.job.unusable:  # each ventilator that welcomes us to it hears so (logged once, in _prepare)
+                send(protocol.JobDeclined(message.job_id, state.job.unusable))
 
         def assignment(message: protocol.TaskAssignment, _sender: Sender) -> None:
             state.requested = max(0, state.requested - 1)
@@ -345,8 +347,8 @@ class WorkerProcess:
             if self.draining:
                 send(protocol.TaskReturned([task.task_id]))
                 return
-            if state.job.unusable:
-                send(protocol.TaskFailed(task.task_id, state.job.unusable))
+            if state.job.unusable:  # granted before our JobDeclined arrived: back to the queue, not an attempt
+                send(protocol.TaskReturned([task.task_id]))
                 return
             state.held.add((state.job.job_id, task.task_id))
             compute.inbox.put((state.job, task, message.content))
@@ -371,8 +373,9 @@ class WorkerProcess:
 
     def _prepare(self, config: JobConfig, ventilator_host: str) -> _Job:
         """The job as this worker runs it; every field of the Welcome is hostile input, so a job it cannot
-        run (a step, tokenizer, output or sink address it cannot make sense of) is one line here, and its
-        tasks fail with that line (the ventilator quarantines them and the job ends): never a crash."""
+        run (a step, tokenizer, output or sink address it cannot make sense of) is one line here, and the
+        worker declines it with that line (JobDeclined): it asks for none of its tasks, which cost no attempt,
+        and stays connected for the next job.  Never a crash."""
         try:
             job_id = config.job_id  # as it came with the Welcome; TaskProcessor refuses a step this worker lacks
             vocabulary = Vocabulary.from_json(config.tokenizer_json)
@@ -383,8 +386,9 @@ class WorkerProcess:
             sink_endpoint = endpoint(sink_host or ventilator_host, sink_port)
             processor = TaskProcessor(config, vocabulary, output)
         except Exception as error:  # whatever a component raises on a hostile job
-            reason = f"worker cannot run this job: {type(error).__name__}: {error}"
-            log.error("%s: %s; its tasks fail here", self.worker_id, reason)
+            reason = f"{type(error).__name__}: {error}"
+            log.error("%s: worker cannot run this job: %s; declining it (none of its tasks comes here; this worker "
+                      "waits for the next job)", self.worker_id, reason)
             log.debug("%s", traceback.format_exc())
             return _Job(config, None, None, "", "", reason)
         log.info("%s: job %s, writing to %s, acknowledging to %s; kernels: %s", self.worker_id, job_id,

@@ -9,7 +9,7 @@ receiving loop logs, counts and drops it.
 Sockets (see README, "Sockets"):
 
   worker  DEALER --> ventilator ROUTER (--vport):  Hello, TaskRequest,
-          Heartbeat, TaskFinished, TaskFailed, TaskReturned  /  Welcome,
+          Heartbeat, TaskFinished, TaskFailed, TaskReturned, JobDeclined  /  Welcome,
           TaskAssignment, HeartbeatReply, Shutdown
   sink    DEALER --> ventilator ROUTER:  Hello, SinkHello, TasksDone,
           Heartbeat, SinkClosed  /  Welcome, SinkStandby, TasksQuarantined, HeartbeatReply, Shutdown
@@ -34,9 +34,10 @@ from common.wire.files import ShardFile
 # The sockets' limit on inbound frames, which every message but a worker's assignments must fit in.
 from common.wire.transport import MAX_INBOUND_BYTES  # noqa: F401
 
-PROTOCOL_VERSION = 7  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
+PROTOCOL_VERSION = 8  # 5: the job as a list of steps (JobConfig.steps), AckStats.counters, ShardFile.split;
 #                       6: SinkClosed, numbers checked against declared ranges;
-#                       7: Welcome carries the job encoded (EncodedJob) and its id (JobId)
+#                       7: Welcome carries the job encoded (EncodedJob) and its id (JobId);
+#                       8: JobDeclined (a worker of 7 failed every task of a job it could not run)
 
 #: A job's id (``JobConfig.job_id``: 16 hex digits of a sha256), as the ventilator computed it.
 JobId = typing.Annotated[str, Matches("[0-9a-f]{16}")]
@@ -152,6 +153,17 @@ class TaskReturned:
 
 
 @dataclass
+class JobDeclined:
+    """A worker's answer to a Welcome whose job it cannot run (a plugin step, tokenizer, output or segmenter
+    it lacks): it asks for no task of job ``job_id`` and runs none (one it is granted anyway comes back as
+    TaskReturned, not an attempt), while it stays connected for the next job.  ``reason`` is one line, which
+    the ventilator bounds and escapes before it counts it."""
+
+    job_id: JobId
+    reason: str
+
+
+@dataclass
 class AckStats:
     """A task's statistics as the sink receives them (the worker's TaskStats)."""
 
@@ -251,8 +263,8 @@ class SinkStandby:
 
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Hello, SinkHello, Welcome, TaskRequest, TaskAssignment, Heartbeat, HeartbeatReply,
-    TaskFinished, TaskFailed, TaskReturned, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown, SinkClosed,
-    SinkStandby)}
+    TaskFinished, TaskFailed, TaskReturned, JobDeclined, TaskAck, TasksDone, TasksQuarantined, WorkerHosts, Shutdown,
+    SinkClosed, SinkStandby)}
 
 Message = typing.Union[tuple(MESSAGE_TYPES.values())]  # noqa: UP007 - built from the table, no `|` spelling
 

@@ -30,6 +30,7 @@ def test_round_trip_every_message_type():
         protocol.TaskFinished("t"),
         protocol.TaskFailed("t", "boom"),
         protocol.TaskReturned(["t"]),
+        protocol.JobDeclined("0123456789abcdef", "ValueError: unknown step 'demo-drop-digits'"),
         protocol.TaskAck("t", "j", "w", "p", 0, 1, "v", [ShardFile("part-t.tfrecord", 3, "abc", 10)], 3, STATS),
         protocol.TasksDone(["t"], 3),
         protocol.TasksQuarantined({"t": protocol.Quarantine("p", 0, 10, 3, ["lease expired"])}),
@@ -43,7 +44,8 @@ def test_round_trip_every_message_type():
         assert protocol.decode(protocol.encode(message)) == message
     config = JobConfig.from_welcome(protocol.decode(protocol.encode(samples[2])))
     assert isinstance(config.objective, Component) and config.job_id == samples[2].job_id
-    assert isinstance(protocol.decode(protocol.encode(samples[11])).shards[0], ShardFile)
+    (ack,) = [sample for sample in samples if isinstance(sample, protocol.TaskAck)]
+    assert isinstance(protocol.decode(protocol.encode(ack)).shards[0], ShardFile)
 
 
 def _ack(**changes) -> dict:
@@ -108,6 +110,9 @@ def test_nested_fields_are_checked_too(payload, reason):
     ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": True}, "wrong type"),
     ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest"}, "lacks"),
     ({"v": protocol.PROTOCOL_VERSION, "t": "TaskRequest", "credit": 1, "extra": 2}, "unknown fields"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "JobDeclined", "job_id": "../x", "reason": "r"}, "JobDeclined.job_id"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "JobDeclined", "job_id": "0123456789abcdef", "reason": 7}, "wrong type"),
+    ({"v": protocol.PROTOCOL_VERSION, "t": "JobDeclined", "job_id": "0123456789abcdef"}, "lacks"),
     ([1, 2, 3], "not a map"),
 ])
 def test_malformed_messages_are_rejected(payload, reason):

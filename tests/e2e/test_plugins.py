@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -178,16 +179,17 @@ def _apart(tmp_path: Path, installed: Path, *args: str, sink_apart: bool = False
     return ventilator, vport, sink_port
 
 
-def test_a_worker_without_a_plugin_step_fails_its_tasks_and_the_job_ends(tmp_path, installed):
+def test_a_job_no_worker_can_run_ends_with_the_reason(tmp_path, installed):
     """The step is installed beside the ventilator (and its sink), not beside the worker: the worker printed a
     traceback at the Welcome and exited 1, and the ventilator showed 0/N tasks done forever.  Now the worker
-    says so in one line, its tasks fail and are quarantined, and the job ends as any job whose tasks cannot
-    be done: exit status 3, the reason in summary.json."""
+    says so in one line and declines the job; once every worker heard from has declined it for a lease
+    period (``--lease-seconds 4``: 3 heartbeats + 5 s here) the tasks left are quarantined with the reason,
+    and the job ends as any job whose tasks cannot be done: exit status 3, the reason in summary.json."""
     from tests.support.helpers import python_module
 
     need_shared()
     ventilator, vport, _ = _apart(tmp_path, installed, "--format", "text", "--add-step", "demo-drop-digits",
-                                  "--workers", "0", "--max-attempts", "2")
+                                  "--workers", "0", "--max-attempts", "2", "--lease-seconds", "4")
     worker = python_module("worker", "--ventilator", f"127.0.0.1:{vport}", "--processes", "1",
                            env=with_path())  # no plugin here
     try:
@@ -197,13 +199,19 @@ def test_a_worker_without_a_plugin_step_fails_its_tasks_and_the_job_ends(tmp_pat
         for process in (ventilator, worker):
             process.kill()
     assert ventilator.returncode == 3 and "task(s) quarantined" in said, said[-3000:]
+    last = said.strip().splitlines()[-1]
+    assert "no worker can run this job" not in last and "1 worker(s) cannot run this job: " in last, last
+    assert "unknown step 'demo-drop-digits'" in last, last
     assert worker.returncode == 0, worker_said[-3000:]
     assert "Traceback" not in worker_said + said
-    lines = [line for line in worker_said.splitlines() if "cannot run this job" in line]
+    lines = [line for line in worker_said.splitlines() if " E worker: " in line]
     assert len(lines) == 1 and "unknown step 'demo-drop-digits'" in lines[0], worker_said[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["quarantined"] and summary["complete"] is False
     assert all("unknown step 'demo-drop-digits'" in why["errors"][-1] for why in summary["quarantined"].values())
+    assert all(why["errors"][-1].startswith("no worker can run this job: 1 worker(s) cannot run this job: ")
+               for why in summary["quarantined"].values())
+    assert "1 worker(s) cannot run this job: " in summary["reason"]
 
 
 def test_a_sink_apart_without_the_writer_plugin_fails_the_job_in_one_line(tmp_path, installed):
@@ -229,3 +237,68 @@ def test_a_sink_apart_without_the_writer_plugin_fails_the_job_in_one_line(tmp_pa
     assert ventilator.returncode == 1, said[-3000:]
     assert said.strip().splitlines()[-1] == f"ventilator: error: the sink failed: {line}", said
     assert not (tmp_path / "out" / "manifest.jsonl").exists() or not (tmp_path / "out" / "manifest.jsonl").read_text()
+
+
+def _read_lines(process, lines: list[str], said: threading.Event, marker: str) -> threading.Thread:
+    """A thread that keeps ``process``'s output in ``lines`` and sets ``said`` once a line holds ``marker``."""
+    def read() -> None:
+        for line in process.stdout:
+            lines.append(line)
+            if marker in line:
+                said.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader
+
+
+def test_a_worker_that_cannot_run_the_job_declines_it_and_the_others_finish_it(tmp_path, installed):
+    """A mixed fleet: one worker without the job's plugin step among workers with it.  It failed each task it
+    asked for in microseconds and asked for more, a black hole that spent every task's attempts (here it
+    quarantined the whole job before the good worker joined).  Now it declines the job once, costs no task an
+    attempt and asks for no task of it; the good worker does the job, complete, byte for byte as a run of
+    good workers only, and summary.json counts the worker that could not run it."""
+    from tests.support.helpers import python_module, shard_digests
+
+    need_shared()
+    job = ("--format", "demo-lines", "--demo-min-chars", "20", "--add-step", "demo-drop-digits", "--max-attempts",
+           "2")
+    ventilator, vport, _ = _apart(tmp_path, installed, *job, "--workers", "0")
+    address = ("--ventilator", f"127.0.0.1:{vport}", "--processes", "1")
+    bad = python_module("worker", *address, env=with_path())  # no plugin here
+    good = None
+    bad_lines: list[str] = []
+    declined = threading.Event()
+    reader = _read_lines(bad, bad_lines, declined, "cannot run this job")
+    try:
+        # the good worker joins once the bad one has been welcomed to the job and said it cannot run it
+        assert declined.wait(timeout=120), "".join(bad_lines)[-3000:]
+        good = python_module("worker", *address, env=with_path(installed))
+        said, _ = ventilator.communicate(timeout=300)
+        good_said, _ = good.communicate(timeout=120)
+        bad.wait(timeout=120)
+        reader.join(timeout=10)
+    finally:
+        for process in (ventilator, bad, good):
+            if process is not None:
+                process.kill()
+    bad_said = "".join(bad_lines)
+    assert ventilator.returncode == 0, said[-3000:]
+    assert bad.returncode == 0 and good.returncode == 0, bad_said[-2000:] + good_said[-2000:]
+    assert "Traceback" not in said + bad_said + good_said
+    lines = [line for line in bad_said.splitlines() if " E worker: " in line]
+    assert len(lines) == 1 and "unknown step 'demo-drop-digits'" in lines[0], bad_said[-3000:]
+    assert " failed on " not in said and "quarantined" not in said.replace("0 quarantined", ""), said[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["complete"] is True and summary["quarantined"] == {}
+    assert "1 worker(s) cannot run this job: " in summary["reason"], summary["reason"]
+    assert "unknown step 'demo-drop-digits'" in summary["reason"], summary["reason"]
+
+    # the same job run by good workers only: the same shards, byte for byte
+    clean = run_ventilator(tmp_path / "in", tmp_path / "clean", "--vocab-file", VOCAB, "--do-lower-case",
+                           "--task-size", "16K", "--heartbeat-seconds", "1", *job, "--workers", "1",
+                           env=with_path(installed))
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    digests = shard_digests(tmp_path / "out")
+    assert digests and digests == shard_digests(tmp_path / "clean")
+    assert manifest(tmp_path / "out").keys() == manifest(tmp_path / "clean").keys()

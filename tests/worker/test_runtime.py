@@ -145,11 +145,12 @@ def test_a_ventilator_that_forgot_it_gets_hello_again(job, peers_and_worker):
     assert again.peer_id == worker.worker_id
 
 
-def test_a_job_it_cannot_run_fails_its_tasks_in_one_line_and_it_goes_on(job, peers_and_worker, caplog):
+def test_a_job_it_cannot_run_is_declined_in_one_line_and_it_takes_the_next(job, peers_and_worker, caplog):
     """Every field of a Welcome is hostile: a tokenizer that is not JSON ended the worker with a
-    JSONDecodeError, a plugin step it lacks with "unknown step" (and the job waited forever).  Now each is
-    one line, the job's tasks fail with it (so the ventilator quarantines them and the job ends), and the
-    worker takes the next job."""
+    JSONDecodeError, a plugin step it lacks with "unknown step" (and the job waited forever); then it failed
+    each of the job's tasks it asked for at once, a black hole in a fleet of workers that can run it.  Now
+    each is one line, and the worker declines the job (JobDeclined, with why): it asks for none of its
+    tasks, hands back one granted anyway (TaskReturned: not an attempt), and takes the next job."""
     import dataclasses
     import logging
 
@@ -167,23 +168,60 @@ def test_a_job_it_cannot_run_fails_its_tasks_in_one_line_and_it_goes_on(job, pee
         "output": dataclasses.replace(config, output_uri="s3://"),
     }
     peers.receive(protocol.Hello)
+    declines = []
     with caplog.at_level(logging.ERROR, logger="worker"):
         for number, (_says, welcome) in enumerate(hostile.items()):
             # Sent as a hostile ventilator would: its id is not computed (a step this process lacks has none).
             peers.send(protocol.Welcome(welcome.encoded(), config.job_id, f"vent-{number}"))
-            peers.receive(protocol.TaskRequest)
-            peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))
-            failed = peers.receive(protocol.TaskFailed)
-            assert failed.task_id == tasks[0].task_id and "worker cannot run this job" in failed.error, failed
+            declines.append(peers.receive(protocol.JobDeclined))
+            peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))  # granted anyway
+            seen = []
+            while not seen or not isinstance(seen[-1], protocol.TaskReturned):
+                seen.append(peers.receive(object))
+            assert seen[-1].task_ids == [tasks[0].task_id]
+            assert not any(isinstance(m, (protocol.TaskRequest, protocol.TaskFailed)) for m in seen), seen
+            beat = peers.receive(protocol.Heartbeat)  # it stays, asking for nothing
+            assert beat.awaiting == 0 and beat.held == []
             assert thread.is_alive()
     lines = [record.getMessage() for record in caplog.records if "cannot run this job" in record.getMessage()]
     assert len(lines) == len(hostile) and all("\n" not in line for line in lines), lines
     assert "unknown step 'demo-drop-digits'" in lines[2] and "JSON" in lines[0] + lines[1], lines
+    assert all(decline.job_id == config.job_id for decline in declines)
+    assert "unknown step 'demo-drop-digits'" in declines[2].reason and "JSON" in declines[0].reason, declines
+    assert all(decline.reason in line for decline, line in zip(declines, lines))
+
+    # The same ventilator welcomes it again (it said Hello again): it declines again, and says so only once.
+    peers.send(protocol.Welcome(hostile["output"].encoded(), config.job_id, "vent-again"))
+    assert peers.receive(protocol.JobDeclined).reason == declines[-1].reason
+    assert len([r for r in caplog.records if "cannot run this job" in r.getMessage()]) == len(hostile)
 
     peers.send(config.welcome("vent-good"))  # a job it can run: done as ever
     peers.receive(protocol.TaskRequest)
     peers.send(protocol.TaskAssignment(tasks[0].to_wire(), 60.0, 1, payloads[0]))
     assert peers.ack().task_id == tasks[0].task_id
+
+
+def test_tasks_it_holds_are_finished_when_welcomed_to_a_job_it_cannot_run(job, peers_and_worker, caplog):
+    """A worker running job A's tasks, welcomed to a job B it cannot run (a new ventilator), declines B and
+    still finishes A's tasks, acknowledged to A's sink."""
+    import dataclasses
+    import logging
+
+    config, tasks, payloads, _ = job
+    peers, worker, exit_code, thread = peers_and_worker
+    peers.receive(protocol.Hello)
+    peers.send(config.welcome("vent-a"))
+    assert peers.receive(protocol.TaskRequest).credit == 2
+    with caplog.at_level(logging.INFO, logger="worker"):
+        for task, payload in zip(tasks[:2], payloads[:2]):  # the second waits behind the first
+            peers.send(protocol.TaskAssignment(task.to_wire(), 60.0, 1, payload))
+        unusable = dataclasses.replace(config, tokenizer_json="{not json")
+        peers.send(protocol.Welcome(unusable.encoded(), "0123456789abcdef", "vent-b"))
+        assert peers.receive(protocol.JobDeclined).job_id == "0123456789abcdef"
+        acks = {peers.ack().task_id, peers.ack().task_id}
+    assert acks == {tasks[0].task_id, tasks[1].task_id}
+    assert any("of the earlier job" in record.getMessage() for record in caplog.records)
+    assert thread.is_alive()
 
 
 def test_a_ventilator_of_another_version_is_said_not_waited_for_in_silence(monkeypatch, caplog):
