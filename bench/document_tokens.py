@@ -71,7 +71,8 @@ def main(families: list[str]) -> None:
                 for _ in range(4):
                     seconds = processor.process(task, payload).stats.seconds
                     least = {stage: min(least.get(stage, float("inf")), seconds.get(stage, 0.0)) for stage in STAGES}
-                segmenter = job.config.step("segment").params["segmenter"]
+                segment = job.config.step("segment")
+                segmenter = segment.params["segmenter"] if segment is not None else "none"
                 print(f"| {family} | {label} | {segmenter} | "
                       + " | ".join(f"{least[stage] / megabytes:.3f}" for stage in STAGES) + " |", flush=True)
 
