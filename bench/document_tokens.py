@@ -1,5 +1,6 @@
 """``python -m bench.document_tokens [FAMILY ...]``: the worker's CPU by stage for the objectives cut from each
-document's encoding (``--objective tokens``, ``--objective roberta --masking none``), per tokenizer family:
+document's encoding (``--objective tokens``, whole documents and ``--max-seq-length 1024`` chunks as ModernBERT's
+MDS and Parquet outputs take them, and ``--objective roberta --masking none``), per tokenizer family:
 wordpiece (../shared's BERT vocab), bpe and unigram (tests/data/matrix/), bpe-prefix (that BPE with
 ``add_prefix_space``).  In-process, as bench/recipe_stages.py runs the worker: ``TaskProcessor`` on three copies of
 ../shared's sample as one task; CPU seconds (``time.process_time``) per input MB, least of 4 runs.  The tokenize
@@ -19,7 +20,9 @@ from bench.run import VOCAB, WIKI
 
 MATRIX = Path(__file__).resolve().parents[1] / "tests" / "data" / "matrix"
 STAGES = ("split", "tokenize", "build", "write")
-OBJECTIVES = {"tokens": {}, "roberta": {"masking": "none", "max_seq_length": 128}}
+#: Row label: (objective, its flags).  ``--segmenter auto`` throughout: each objective's own unit.
+OBJECTIVES = {"tokens": ("tokens", {}), "tokens 1024": ("tokens", {"max_seq_length": 1024}),
+              "roberta": ("roberta", {"masking": "none", "max_seq_length": 128})}
 
 
 @contextlib.contextmanager
@@ -53,10 +56,10 @@ def main(families: list[str]) -> None:
                       "bpe-prefix": {"tokenizer": str(tmp / "bpe-prefix.json")},
                       "unigram": {"tokenizer": str(MATRIX / "unigram.json")}}
         megabytes = len(content) / 1e6
-        print(f"| family | objective | {' | '.join(STAGES)} |\n| --- | --- |{' --- |' * len(STAGES)}")
+        print(f"| family | objective | segmenter | {' | '.join(STAGES)} |\n| --- | --- | --- |{' --- |' * len(STAGES)}")
         for family in families or list(tokenizers):
-            for objective, params in OBJECTIVES.items():
-                output = tmp / f"out-{family}-{objective}"
+            for label, (objective, params) in OBJECTIVES.items():
+                output = tmp / f"out-{family}-{label.replace(' ', '-')}"
                 job = prepare_job(run_config(data=str(tmp / "data"), output=str(output), **tokenizers[family],
                                              objective=objective, params=params, output_format="parquet",
                                              task_size=1 << 30))
@@ -68,7 +71,9 @@ def main(families: list[str]) -> None:
                 for _ in range(4):
                     seconds = processor.process(task, payload).stats.seconds
                     least = {stage: min(least.get(stage, float("inf")), seconds.get(stage, 0.0)) for stage in STAGES}
-                print(f"| {family} | {objective} | "
+                segment = job.config.step("segment")
+                segmenter = segment.params["segmenter"] if segment is not None else "none"
+                print(f"| {family} | {label} | {segmenter} | "
                       + " | ".join(f"{least[stage] / megabytes:.3f}" for stage in STAGES) + " |", flush=True)
 
 

@@ -128,6 +128,9 @@ class Checked:
     #: steps added with --add-step: what common.job.config.standard_steps makes the job's steps from.
     steps: dict[str, dict[str, ParamValue]]
     added_steps: tuple[Component, ...] = ()
+    #: The segment step as ``--segmenter auto`` made it before the objective's parameters chose its unit
+    #: (``Objective.unit``), when that was another: an output begun then is resumed with it (identify()).
+    earlier_segment: dict[str, ParamValue] | None = None
 
 
 def prepare_job(run: RunConfig) -> Job:
@@ -202,8 +205,14 @@ def validate(run: RunConfig) -> Checked:
             raise JobError(str(error)) from None
 
     try:
-        segmenter_class = segmenter_named(resolve_segmenter(run.job.segmenter, objective_class.segment_unit
-                                                            or reader_class.default_segmenter))
+        segmenter_class = segmenter_named(resolve_segmenter(
+            run.job.segmenter, _objective_unit(objective_class, run.job.params) or reader_class.default_segmenter))
+        earlier_class = segmenter_named(resolve_segmenter(
+            run.job.segmenter, objective_class.segment_unit or reader_class.default_segmenter))
+        earlier_segment = None
+        if earlier_class is not segmenter_class:
+            earlier = earlier_class.component(earlier_class.make_params({}))
+            earlier_segment = {"segmenter": earlier.name, **earlier.params}
     except ValueError as error:
         raise JobError(str(error)) from None
     unavailable = segmenter_class.unavailable()  # a native library that does not load here: before any work
@@ -250,7 +259,18 @@ def validate(run: RunConfig) -> Checked:
              "words": Words.component_of(word_segmenter).params}
     return Checked(vocabulary, storage, listed, files, skipped, reader, reader_class.component(reader_params),
                    objective_class.component(objective_params), writer_class.component(writer_params), steps,
-                   added_steps)
+                   added_steps, earlier_segment)
+
+
+def _objective_unit(objective_class, given: dict[str, ParamValue]) -> str | None:
+    """What ``--segmenter auto`` means for the objective with its share of the parameters given
+    (``Objective.unit``); its class's own when they are not good parameters (the refusal comes in validate(),
+    in one line with the other components')."""
+    names = {f.name for f in dataclasses.fields(objective_class.Params)}
+    try:
+        return objective_class.unit(objective_class.make_params({k: v for k, v in given.items() if k in names}))
+    except ValueError:
+        return objective_class.segment_unit
 
 
 def list_inputs(run: RunConfig) -> tuple[Storage, list[InputFile], list[InputFile], dict[str, str]]:
@@ -280,11 +300,25 @@ def identify(run: RunConfig, checked: Checked) -> JobConfig:
     try:
         output = open_storage(config.output_uri, run.input.s3_endpoint_url)
         first = read_first_entry(output)  # the sink checks every line; one tells whose output this is
+        if first and first.get("job") != config.job_id and checked.earlier_segment is not None:
+            config = _begun_earlier(run, checked, config, first.get("job"))
         check_job([first] if first else [], config.job_id, output.uri("manifest.jsonl"),
                   lambda: _what_changed(output, config, first.get("job") if first else None))
     except Exception as error:  # ManifestMismatch, or an unreachable store
         raise JobError(str(error)) from None
     return config
+
+
+def _begun_earlier(run: RunConfig, checked: Checked, config: JobConfig, old_id) -> JobConfig:
+    """The job as ``--segmenter auto`` made it before the objective's parameters chose its unit, when the output
+    holds that job (``old_id``): resumed as it was begun, not refused as another job; else ``config``."""
+    assert checked.earlier_segment is not None
+    earlier = job_config(run, dataclasses.replace(checked, steps={**checked.steps, "segment": checked.earlier_segment}))
+    if earlier.job_id != old_id:
+        return config
+    log.info("--segmenter auto: the output's job was begun with --segmenter %s (what auto meant for it then); "
+             "resumed with it", checked.earlier_segment["segmenter"])
+    return earlier
 
 
 def _older_behaviour(config: JobConfig, old_id) -> str:

@@ -158,9 +158,11 @@ class JobSettings:
                                 help="How the records are written (see the README's formats table).")
     segmenter: str = option("--segmenter", type=_choice(segmenters, "auto"), section="Segmentation and words",
                             describes="segmenter", default="auto", show_envvar=True,
-                            help="How segments for next-sentence prediction are cut: blingfire sentences, or lines "
-                                 "as they are. auto: lines for --objective electra (its reference adds lines) and "
-                                 "for the text format (already one sentence per line), sentences otherwise.")
+                            help="How segments for next-sentence prediction are cut: blingfire sentences, lines "
+                                 "as they are, or each document whole (document). auto: lines for --objective "
+                                 "electra (its reference adds lines) and for the text format (already one sentence "
+                                 "per line), the document for --objective tokens --max-seq-length N (its chunks "
+                                 "keep no sentence), sentences otherwise.")
     word_segmenter: str = option(
         "--word-segmenter", type=_choice(word_segmenters, NO_WORD_SEGMENTER), section="Segmentation and words",
         describes="steps.words", default=NO_WORD_SEGMENTER, show_envvar=True,

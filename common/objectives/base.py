@@ -111,7 +111,7 @@ class Objective(Configurable, abc.ABC):
     #: A sentence-level segmentation is needed (NSP, SOP); otherwise documents may be cut anyhow.
     uses_segments: ClassVar[bool] = True
     #: The unit the reference script adds, when it fixes one ("line": ELECTRA packs its input's lines): what
-    #: ``--segmenter auto`` means for this objective.  None: the reader's default.
+    #: ``--segmenter auto`` means for this objective (:meth:`unit`).  None: the reader's default.
     segment_unit: ClassVar[str | None] = None
     #: Its records are cut from each document's own encoding (token sequences, MLM blocks, ELECTRA's examples):
     #: the tokenize step encodes each document's text whole, so the whitespace between sentences and paragraphs
@@ -125,6 +125,13 @@ class Objective(Configurable, abc.ABC):
     def __init__(self, params, special: SpecialIds):
         self.params = params
         self.special = special
+
+    @classmethod
+    def unit(cls, params) -> str | None:
+        """What ``--segmenter auto`` means for this objective with these parameters (a segmenter's name), or None
+        for the reader's default: :attr:`segment_unit` unless an objective's parameters decide (``tokens``
+        keeps no sentence in its chunks)."""
+        return cls.segment_unit
 
     @classmethod
     def check_vocabulary(cls, special: SpecialIds) -> None:

@@ -7,7 +7,7 @@ token-budget batches).
 (``input_ids``, variable length) and the length of each of its sentences
 (``sentence_lengths``), so a writer can keep sentence boundaries (Megatron's
 sentence-level datasets, what its BERT dataset needs) or drop them.  No
-special token is added.
+special token is added.  ``--segmenter auto`` splits sentences for them (the reader's default).
 
 ``--max-seq-length N``: a document becomes consecutive chunks, each
 ``[CLS] tokens [SEP]`` (the tokenizer's roles: ``<s> ... </s>`` for
@@ -16,7 +16,9 @@ document's tokens [k(N-2), (k+1)(N-2)), so every token is in exactly one
 chunk, in order, and no chunk is only special tokens.  Each record carries
 ``document_id`` (the same for every chunk of a document, a 63-bit hash of
 the task and the document's place in it) and ``chunk_index`` (0, 1, ... in
-the document's order), so a trainer can put a document back together.
+the document's order), so a trainer can put a document back together.  The chunks keep no sentence, so
+``--segmenter auto`` makes each document one segment (``document``): no sentence split, and the document's text
+encoded whole without a cut.
 
 Nothing is random: the same documents give the same records, whatever the pass.
 """
@@ -102,6 +104,13 @@ class TokensObjective(Objective):
         if params.max_seq_length and (special.cls is None or special.sep is None):
             raise ValueError("--max-seq-length puts each chunk between the tokenizer's cls and sep tokens; this "
                              "tokenizer lacks one (name them with --cls-token / --sep-token)")
+
+    @classmethod
+    def unit(cls, params) -> str | None:
+        """Chunks keep no sentence boundary: each document one segment (``document``: no sentence split, and its
+        text encoded whole); whole documents keep their sentences' lengths (``sentence_lengths``): the reader's
+        default."""
+        return "document" if params.max_seq_length else None
 
     @property
     def uses_word_starts(self) -> bool:

@@ -71,21 +71,23 @@ class Tokenize(Step[Segmented, Tokenized]):
         segmented = part.segments
         words = part.words if isinstance(part, Worded) else None
         with stats.timed("tokenize"):
-            pieces = [piece for segments in segmented for segment in segments for piece in segment]
-        with stats.timed("tokenize"):
             if words is None and self.whole_documents:
-                texts, cuts, unplaced = document_cuts(part.documents, segmented)
+                texts, cuts, parts_per_segment, unplaced = document_cuts(part.documents, segmented)
                 if unplaced:
                     run.report.skip("pieces_not_in_document_text", unplaced)  # kept, each piece encoded alone
-                ids, piece_lengths, word_starts = vocabulary.encode_documents(texts, cuts)
-            elif words is None:
-                continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
-                ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
+                ids, part_lengths, word_starts = vocabulary.encode_documents(texts, cuts)
+                lengths = _per_segment(part_lengths, parts_per_segment)
             else:
-                ids, piece_lengths, word_starts, unmapped = words.encode(vocabulary)
-                if unmapped:
-                    run.report.skip("han_text_not_one_token_per_character", unmapped)  # kept, tokenizer's words
-            lengths = _per_segment(piece_lengths, [len(segment) for segments in segmented for segment in segments])
+                if words is None:
+                    pieces = [piece for segments in segmented for segment in segments for piece in segment]
+                    continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
+                    ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
+                else:
+                    ids, piece_lengths, word_starts, unmapped = words.encode(vocabulary)
+                    if unmapped:
+                        run.report.skip("han_text_not_one_token_per_character", unmapped)  # kept, tokenizer's words
+                lengths = _per_segment(piece_lengths,
+                                       [len(segment) for segments in segmented for segment in segments])
             tokenized, unusable = TokenizedDocuments.from_segments(
                 ids, lengths, np.fromiter(map(len, segmented), dtype=np.int64, count=len(segmented)), word_starts)
         if unusable:
@@ -129,36 +131,48 @@ class Tokenize(Step[Segmented, Tokenized]):
         return versions
 
 
-def document_cuts(documents: list, segmented: list[list[list[str]]]) -> tuple[list[str], list[list[int]], int]:
+def document_cuts(documents: list, segmented: list[list[list[str]]]
+                  ) -> tuple[list[str], list[list[int]], list[int], int]:
     """What :meth:`Vocabulary.encode_documents` encodes: each document's text (``Document.text``) and where its
-    pieces are cut from it, in order (a piece takes the whitespace before it).  A document whose pieces are not
-    its text's in order (a plugin segmenter's own) has each piece a text of its own; how many such pieces is
-    the third value."""
+    segments after the first start in it (a segment takes the whitespace before it), and per segment how many of
+    the parts so cut it has.  A text is cut only where a segment starts, never between the pieces of one: the
+    tokens of a segment are all that is kept of its pieces, and a cut the tokenizer may not be cut at sends the
+    text through HF's offsets (a one-segment document is encoded alone, on the fast encoder).  A document whose
+    pieces are not its text's in order (a plugin segmenter's own) has each piece a text of its own, one part
+    each; how many such pieces is the fourth value."""
     texts: list[str] = []
     cuts: list[list[int]] = []
+    parts: list[int] = []
     unplaced = 0
     for document, segments in zip(documents, segmented):
-        pieces = [piece for segment in segments for piece in segment]
-        if not pieces:
+        if not any(segments):
             continue
         text = document.text
         at: list[int] = []
         end = 0
-        for piece in pieces:
-            start = text.find(piece, end)
-            if start < 0:
+        placed = True
+        for segment in segments:
+            for index, piece in enumerate(segment):
+                start = text.find(piece, end)
+                if start < 0:
+                    placed = False
+                    break
+                if end and not index:
+                    at.append(end)
+                end = start + len(piece)
+            if not placed:
                 break
-            if end:
-                at.append(end)
-            end = start + len(piece)
-        else:
+        if placed:
             texts.append(text)
             cuts.append(at)
+            parts += [1] * len(segments)
             continue
+        pieces = [piece for segment in segments for piece in segment]
         texts += pieces
         cuts += [[] for _ in pieces]
+        parts += map(len, segments)
         unplaced += len(pieces)
-    return texts, cuts, unplaced
+    return texts, cuts, parts, unplaced
 
 
 def continuing_pieces(documents: list, segmented: list[list[list[str]]]) -> list[bool]:
@@ -186,7 +200,8 @@ def _continuing(paragraphs: list[str], pieces: list[str]) -> list[bool]:
 
 
 def _per_segment(piece_lengths: np.ndarray, pieces_per_segment: list[int]) -> np.ndarray:
-    """Tokens per segment from tokens per piece (most segments are one piece)."""
+    """Tokens per segment from tokens per piece (most segments are one piece): per-piece counts are used for
+    nothing else."""
     counts = np.asarray(pieces_per_segment, dtype=np.int64)
     if len(counts) == len(piece_lengths):
         return piece_lengths

@@ -357,7 +357,9 @@ class Vocabulary:
 
         A text is cut where a piece starts with whitespace the tokenizer may be cut before (:attr:`safe_seams`:
         the parts encode as the whole); each part of one piece is encoded alone (:meth:`encode_many`: the fast
-        encoder where there is one), a part of several pieces by HF, its tokens shared out by their offsets."""
+        encoder where there is one), a part of several pieces by HF, its tokens shared out by their offsets.  So
+        a text without cuts (a one-segment document: the tokenize step cuts only where a segment starts) is
+        encoded alone."""
         safe = self.safe_seams
         parts: list[str] = []
         inner: list[list[int]] = []

@@ -43,6 +43,7 @@ OBJECTIVES = {
     "roberta-static": ("roberta", {"masking": "static", "max_seq_length": 128, "dupe_factor": 2}),
     "roberta-none": ("roberta", {"masking": "none", "max_seq_length": 128}),
     "tokens": ("tokens", {}),
+    "tokens-chunked": ("tokens", {"max_seq_length": 128}),  # ModernBERT's shape: [CLS] chunk [SEP] records
 }
 #: (output format, its flags).
 FORMATS = {"tfrecord": ("tfrecord", {}), "parquet": ("parquet", {}), "parquet-binned": ("parquet", {"bin_size": 64}),
@@ -51,6 +52,8 @@ FORMATS = {"tfrecord": ("tfrecord", {}), "parquet": ("parquet", {}), "parquet-bi
 
 def holds(output_format: str, objective: str) -> bool:
     """Token-only output has no fixed length, so TFRecord and bins cannot hold it; Megatron holds nothing else."""
+    if objective == "tokens-chunked":
+        return output_format == "parquet"  # Megatron takes whole documents; one format holds the chunks' ids
     if objective == "tokens":
         return output_format not in ("tfrecord", "parquet-binned")
     return FORMATS[output_format][0] != "megatron"

@@ -80,6 +80,28 @@ def test_identify_refuses_an_output_holding_another_job(corpus, tmp_path):
     assert f"this one is {config.job_id}" in str(refused.value) and "\n" not in str(refused.value)
 
 
+def test_an_output_begun_when_auto_split_sentences_for_chunks_is_resumed_as_it_was_begun(corpus, tmp_path):
+    """--objective tokens --max-seq-length N: --segmenter auto is the document now, another job (its id names its
+    segmenter); an output begun when auto meant Bling Fire's sentences (the same job as --segmenter blingfire)
+    is resumed with them, not refused.  An output of another job is still refused."""
+    def chunked(**kwargs) -> RunConfig:
+        return _options(corpus, tmp_path, objective="tokens", output_format="parquet",
+                        params={"max_seq_length": 128}, **kwargs)
+
+    fresh = identify(chunked(), validate(chunked()))
+    assert fresh.step("segment").params["segmenter"] == "document"
+    begun = identify(chunked(segmenter="blingfire"), validate(chunked(segmenter="blingfire")))
+    assert begun.job_id != fresh.job_id
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.jsonl").write_text(f'{{"job": "{begun.job_id}", "task": "t"}}\n')
+    resumed = identify(chunked(), validate(chunked()))
+    assert resumed.job_id == begun.job_id and resumed.step("segment").params["segmenter"] == "blingfire"
+    (out / "manifest.jsonl").write_text('{"job": "0123456789abcdef", "task": "t"}\n')
+    with pytest.raises(JobError, match=f"belongs to another job .*this one is {fresh.job_id}"):
+        identify(chunked(), validate(chunked()))
+
+
 def test_a_refused_resume_names_the_options_that_changed(corpus, tmp_path):
     """The output's dataset_info.json says how it was made: the refusal names each option whose value differs
     (with both values), and says when none does (the corpus itself changed)."""

@@ -105,3 +105,20 @@ def test_a_segmenters_own_parameters_ride_in_the_segment_step(job, monkeypatch):
     with pytest.raises(ValueError, match=r"--colour does not apply to lines \(its options: --lines-per-segment\)"):
         Segment.make_params({"segmenter": "lines", "colour": 1})
     assert Segment.identity(Segment.make_params({"segmenter": "line"})) == {"segmenter": "line"}
+
+
+def test_a_documents_text_is_cut_only_where_a_segment_starts():
+    """The tokenize step's cuts of a document's text (``document_cuts``): before each segment after the first
+    (taking the whitespace before it), never between the pieces of one segment; one part per segment.  A document
+    whose pieces are not its text's (a plugin segmenter's) has each piece a text, one part per piece."""
+    from common.readers.base import Document
+    from common.steps.tokenize import document_cuts
+
+    first = Document(0, ["", "One. Two.", "Three", "four.", ""])
+    segments = [[["One."], [" Two.", "Three"], ["four."]], [["Elsewhere."], ["Not here."]], []]
+    texts, cuts, parts, unplaced = document_cuts([first, Document(9, ["Else where."]), Document(20, [])], segments)
+    assert texts == ["One. Two.\nThree\nfour.", "Elsewhere.", "Not here."]
+    assert cuts == [[4, 15], [], []]  # " Two." from the space; "four." from the line break: not "Three"
+    assert parts == [1, 1, 1, 1, 1] and unplaced == 2
+    whole = [[["One. Two.", "Three", "four."]]]  # the document segmenter's: one segment, no cut
+    assert document_cuts([first], whole) == (["One. Two.\nThree\nfour."], [[]], [1], 0)

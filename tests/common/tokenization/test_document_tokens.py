@@ -101,8 +101,9 @@ def corpora(tmp_path_factory):
 
 
 def run_job(data: Path, output: Path, tokenizer: dict, objective: str, params: dict | None = None,
-            output_format: str = "parquet"):
-    """The job as the ventilator plans it, every task run by the worker's TaskProcessor; its rows in order."""
+            output_format: str = "parquet", **options):
+    """The job as the ventilator plans it, every task run by the worker's TaskProcessor; its rows in order.
+    ``options``: the job's other options (``segmenter``)."""
     from common.storage import LocalStorage
     from common.tokenization import Vocabulary
     from tests.support.run_configs import run_config
@@ -110,7 +111,7 @@ def run_job(data: Path, output: Path, tokenizer: dict, objective: str, params: d
     from worker.pipeline import TaskProcessor
 
     job = prepare_job(run_config(data=str(data), output=str(output), **tokenizer, objective=objective,
-                                 output_format=output_format, params=params or {}, task_size=1 << 30))
+                                 output_format=output_format, params=params or {}, task_size=1 << 30, **options))
     vocabulary = Vocabulary.from_json(job.config.tokenizer_json)
     processor = TaskProcessor(job.config, vocabulary, LocalStorage(str(output)))
     rows = []
@@ -136,7 +137,8 @@ def _differing(got: list[list[int]], expected: list[list[int]], texts: list[str]
 @pytest.mark.parametrize("family", FAMILIES)
 def test_each_tokens_sample_is_the_encoding_of_its_whole_document(corpora, tmp_path, family, corpus):
     data, texts = corpora[corpus]
-    rows, vocabulary, _job, _processor = run_job(data, tmp_path / "out", FAMILIES[family](tmp_path), "tokens")
+    rows, vocabulary, job, _processor = run_job(data, tmp_path / "out", FAMILIES[family](tmp_path), "tokens")
+    assert job.config.step("segment").params["segmenter"] == "blingfire"  # auto: sentences, for sentence_lengths
     assert len(rows) == len(texts) > 1
     expected = oracle(vocabulary, texts)
     assert not _differing([row["input_ids"] for row in rows], expected, texts)
@@ -152,8 +154,9 @@ def test_chunks_are_cut_from_each_documents_encoding(corpora, tmp_path, family):
     from common.tokenization.vocabulary import Vocabulary
 
     data, texts = corpora["shared-wiki"]
-    rows, vocabulary, _job, _processor = run_job(data, tmp_path / "out", FAMILIES[family](tmp_path), "tokens",
-                                                 {"max_seq_length": 64})
+    rows, vocabulary, job, _processor = run_job(data, tmp_path / "out", FAMILIES[family](tmp_path), "tokens",
+                                                {"max_seq_length": 64})
+    assert job.config.step("segment").params["segmenter"] == "document"  # auto: no sentence split for chunks
     special = Vocabulary.special.fget(vocabulary)
     documents: dict[int, list[int]] = {}
     order: list[int] = []
@@ -166,6 +169,65 @@ def test_chunks_are_cut_from_each_documents_encoding(corpora, tmp_path, family):
         documents.setdefault(row["document_id"], []).extend(ids[1:-1])
     got = [documents[document] for document in order]
     assert not _differing(got, oracle(vocabulary, texts), texts)
+
+
+def chunked(vocabulary, texts: list[str], max_seq_length: int) -> list[list[int]]:
+    """HF's encoding of each whole document cut into ``[CLS] tokens [SEP]`` records of at most ``max_seq_length``."""
+    special, room = vocabulary.special, max_seq_length - 2
+    return [[special.cls, *ids[start:start + room], special.sep]
+            for ids in oracle(vocabulary, texts) for start in range(0, len(ids), room)]
+
+
+@pytest.mark.parametrize("family", ["wordpiece", "byte-level-bpe", "unigram-metaspace"])
+def test_chunks_under_auto_split_no_sentence_and_an_explicit_segmenter_is_honoured(corpora, tmp_path, family):
+    """--objective tokens --max-seq-length N: --segmenter auto is the document (the job's description says so), and
+    each record is HF's encoding of its whole document, chunked; --segmenter blingfire, given, still splits
+    sentences, with the same records."""
+    from common.describe import dataset_info
+
+    data, texts = corpora["jsonl"]
+    tokenizer = FAMILIES[family](tmp_path)
+    rows, vocabulary, job, _processor = run_job(data, tmp_path / "auto", tokenizer, "tokens", {"max_seq_length": 48})
+    assert job.config.step("segment").params["segmenter"] == "document"
+    assert dataset_info.describe(job.config, {}, complete=False)["segmenter"] == "document"
+    expected = chunked(vocabulary, texts, 48)
+    assert [row["input_ids"] for row in rows] == expected
+    assert len(expected) > 2 * len(texts)
+    given, _vocabulary, job, _processor = run_job(data, tmp_path / "given", tokenizer, "tokens",
+                                                  {"max_seq_length": 48}, segmenter="blingfire")
+    assert job.config.step("segment").params["segmenter"] == "blingfire"
+    assert [row["input_ids"] for row in given] == expected
+
+
+@pytest.mark.parametrize("family", ["byte-level-bpe", "unigram-metaspace"])
+def test_a_one_segment_document_is_encoded_alone_on_the_fast_encoder(corpora, tmp_path, family, monkeypatch):
+    """Chunks' documents are one segment each: each document's text goes whole to ``encode_many`` (the fast
+    encoder), none through HF's offsets (``_encode_with_offsets``: Metaspace may not be cut before a line break,
+    so a sentence split sent about half of a Unigram document there)."""
+    from common.tokenization.vocabulary import Vocabulary
+
+    encoded: list[str] = []
+    with_offsets: list[str] = []
+    encode_many, encode_with_offsets = Vocabulary.encode_many, Vocabulary._encode_with_offsets
+
+    def seen_many(self, given):
+        encoded.extend(given)
+        return encode_many(self, given)
+
+    def seen_with_offsets(self, given):
+        with_offsets.extend(text for text, _cuts in given)
+        return encode_with_offsets(self, given)
+
+    monkeypatch.setattr(Vocabulary, "encode_many", seen_many)
+    monkeypatch.setattr(Vocabulary, "_encode_with_offsets", seen_with_offsets)
+    data, texts = corpora["jsonl"]
+    rows, vocabulary, _job, _processor = run_job(data, tmp_path / "out", FAMILIES[family](tmp_path), "tokens",
+                                                 {"max_seq_length": 64})
+    assert not with_offsets
+    assert encoded == texts  # every document whole, once, in order
+    assert [row["input_ids"] for row in rows] == chunked(vocabulary, texts, 64)
+    if family == "unigram-metaspace":
+        assert vocabulary._fast_encoder() is not None  # fast_unigram, exact on this tokenizer
 
 
 @pytest.mark.parametrize("family", FAMILIES)
