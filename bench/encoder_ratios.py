@@ -1,0 +1,83 @@
+"""The ratio guard's rows for the exact fast encoders of byte-level BPE and Unigram (bench/ratios.py).
+
+``Vocabulary.encode_many`` over the worker task's segments, divided by HF ``tokenizers``' own ``encode_batch`` of
+the same tokenizer on the same texts: the encoder is the worker's, chosen as the worker chooses it (the byte-level
+BPE's word cache over the ``byte_level_encode`` kernel, fast_unigram), so an encoder that falls back to HF (the
+kernels not built, a shape check that starts refusing, a probe that starts differing) puts its ratio near 1, and
+one that loses its cache puts the warm ratio near the cold one.  Both figures:
+
+* cold: the encoder's cache cleared first, as a fresh worker process meets its first task;
+* warm: the same texts again, every word kept, as a worker meets the rest of a corpus.
+
+The tokenizers are the test suite's (tests/support/tokenizer_families.py: ``modernbert``, a byte-level BPE of
+ModernBERT's tokenizer.json's shape; ``unigram``, an ALBERT-style Unigram over Metaspace), trained on ../shared;
+nothing from a hub.  Rounds alternate reference, cold and warm; each figure is its least over the rounds (other
+work on the machine only adds to a cost).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: tests/support/tokenizer_families.py family -> what the rows call it.
+FAMILIES = {"modernbert": "byte-level BPE of ModernBERT's shape", "unigram": "Unigram over Metaspace (ALBERT-style)"}
+#: Each family's fast encoder (its ``name``), the one the rows are recorded with.
+EXPECTED = {"modernbert": "word cache", "unigram": "unigram-cache"}
+CACHES = ("cold", "warm")
+
+
+def key(family: str, cache: str) -> str:
+    return f"ratio_{family}_{cache}"
+
+
+KEYS = tuple(key(family, cache) for family in FAMILIES for cache in CACHES)
+
+
+@dataclass(frozen=True)
+class EncoderRatios:
+    """One family's figures: the encoder ``encode_many`` ran on (its name, or "HF"), and each cache's ratio."""
+
+    family: str
+    encoder: str
+    ratios: dict[str, float]
+
+
+def cpu(function: Callable[[], object]) -> float:
+    started = time.process_time()
+    function()
+    return time.process_time() - started
+
+
+def measure(vocabulary, texts: list[str], rounds: int, family: str) -> EncoderRatios:
+    """``vocabulary.encode_many`` on ``texts``, cold and warm, over HF's ``encode_batch``, least of ``rounds``."""
+    fast = vocabulary._fast_encoder()  # made and checked against HF once per worker process: not timed
+    hf = vocabulary.text_tokenizer
+
+    def reference() -> None:
+        hf.encode_batch(texts, add_special_tokens=False)
+
+    def cold() -> None:
+        if fast is not None:
+            fast.clear_cache()
+
+    least = {"hf": math.inf, "cold": math.inf, "warm": math.inf}
+    for _ in range(rounds):
+        least["hf"] = min(least["hf"], cpu(reference))
+        cold()
+        least["cold"] = min(least["cold"], cpu(lambda: vocabulary.encode_many(texts)))
+        least["warm"] = min(least["warm"], cpu(lambda: vocabulary.encode_many(texts)))
+    return EncoderRatios(family, "HF" if fast is None else fast.name,
+                         {cache: least[cache] / least["hf"] for cache in CACHES})
+
+
+def measure_all(texts: list[str], rounds: int, log: Callable[[str], None]) -> list[EncoderRatios]:
+    from tests.support.tokenizer_families import vocabulary_of
+
+    out = []
+    for family in FAMILIES:
+        log(f"worker: encoder ratios {family}, {rounds} rounds")
+        out.append(measure(vocabulary_of(family), texts, rounds, family))
+    return out
