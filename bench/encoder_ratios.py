@@ -22,11 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import click
+
 #: tests/support/tokenizer_families.py family -> what the rows call it.
 FAMILIES = {"modernbert": "byte-level BPE of ModernBERT's shape", "unigram": "Unigram over Metaspace (ALBERT-style)"}
 #: Each family's fast encoder (its ``name``), the one the rows are recorded with.
 EXPECTED = {"modernbert": "word cache", "unigram": "unigram-cache"}
 CACHES = ("cold", "warm")
+#: Warm passes a round: one takes a few milliseconds on the quick task (a tenth of the cold one), so the least of
+#: a round's few is kept.
+WARM_PASSES = 3
 
 
 def key(family: str, cache: str) -> str:
@@ -68,7 +73,8 @@ def measure(vocabulary, texts: list[str], rounds: int, family: str) -> EncoderRa
         least["hf"] = min(least["hf"], cpu(reference))
         cold()
         least["cold"] = min(least["cold"], cpu(lambda: vocabulary.encode_many(texts)))
-        least["warm"] = min(least["warm"], cpu(lambda: vocabulary.encode_many(texts)))
+        for _ in range(WARM_PASSES):
+            least["warm"] = min(least["warm"], cpu(lambda: vocabulary.encode_many(texts)))
     return EncoderRatios(family, "HF" if fast is None else fast.name,
                          {cache: least[cache] / least["hf"] for cache in CACHES})
 
@@ -81,3 +87,50 @@ def measure_all(texts: list[str], rounds: int, log: Callable[[str], None]) -> li
         log(f"worker: encoder ratios {family}, {rounds} rounds")
         out.append(measure(vocabulary_of(family), texts, rounds, family))
     return out
+
+
+def quick_segments() -> list[str]:
+    """The quick run's worker task (bench/run.py, ``--quick``), parsed and split as the worker does."""
+    from bench import corpus as corpora
+    from bench.run import WIKI, Settings
+    from bench.worker_bench import documents_of, split_all
+
+    settings = Settings.make(quick=True, repeats=None, scale=None)
+    sources = corpora.load_sources(WIKI, settings.limit_per_file)
+    return split_all(documents_of(corpora.replicated_bytes(sources, settings.worker_copies)))
+
+
+@click.command()
+@click.option("--runs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Measure the rows this many times (each as the quick run does: its rounds, the least kept).")
+@click.option("--no-cache", is_flag=True,
+              help="Empty the encoders' caches whenever they are used (CACHE_ENTRIES 0): an encoder that lost its "
+                   "cache, as tests/test_bench_quick.py reasons from.")
+def main(runs: int, no_cache: bool) -> None:
+    """Only these rows, as the quick run measures them, ``--runs`` times: each figure over its record (the spread
+    docs/benchmarks.md states).  ``MLM_FAST_BPE=0 MLM_FAST_UNIGRAM=0`` measures them with HF under encode_many."""
+    from bench.ratios import load
+    from common.tokenization import fast_bpe, fast_unigram
+
+    if no_cache:
+        fast_bpe.CACHE_ENTRIES = fast_unigram.CACHE_ENTRIES = 0
+    from bench.run import Settings
+
+    recorded = load()
+    texts = quick_segments()
+    rounds = Settings.make(quick=True, repeats=None, scale=None).ratio_rounds
+    print(f"{sum(len(t.encode()) for t in texts) / 1e6:.2f} MB of segments, {rounds} rounds a run")
+    print("| run | " + " | ".join(KEYS) + " |")
+    for run in range(runs):
+        figures = {key(m.family, cache): (m.encoder, value) for m in measure_all(texts, rounds, lambda _: None)
+                   for cache, value in m.ratios.items()}
+        cells = []
+        for name in KEYS:
+            encoder, value = figures[name]
+            record = recorded.get(name)
+            cells.append(f"{value:.3f}" + (f" ({value / record:.2f}x)" if record else "") + f" {encoder}")
+        print(f"| {run + 1} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
