@@ -97,6 +97,44 @@ def test_the_guard_fails_on_issue_33s_split_regression():
     assert not drifts(recorded, recorded)
 
 
+#: The fast encoders' rows (bench/encoder_ratios.py) measured with each encoder gone back to HF, the least figure of
+#: 3 runs at load average 5-6: ``MLM_FAST_BPE=0 MLM_FAST_UNIGRAM=0 python -m bench.encoder_ratios --runs 3`` (both
+#: turned off) and ``MLM_PIPELINE_NUMPY_KERNELS=1 python -m bench.encoder_ratios --runs 2`` (the kernels not in
+#: use: the word cache needs them, and kitoken refuses ModernBERT's added tokens, so HF encodes the BPE).
+FALLEN_BACK_TO_HF = {"ratio_modernbert_cold": 1.090, "ratio_modernbert_warm": 0.995, "ratio_unigram_cold": 1.001,
+                     "ratio_unigram_warm": 0.908}
+WITHOUT_KERNELS = {"ratio_modernbert_cold": 1.137, "ratio_modernbert_warm": 1.145}
+#: ... and with each encoder's cache emptied whenever it is used (``python -m bench.encoder_ratios --runs 3
+#: --no-cache``, the least of 3 runs): the warm figure is the cold one.
+CACHE_LOST = {"ratio_modernbert_cold": 0.250, "ratio_modernbert_warm": 0.215, "ratio_unigram_cold": 0.964,
+              "ratio_unigram_warm": 0.849}
+
+
+def test_the_guard_fails_when_the_fast_bpe_or_unigram_encoder_falls_back_to_hf_or_loses_its_cache(monkeypatch):
+    """Deterministic, from figures: a regression that sends either fast encoder back to HF, or empties its cache,
+    passes the encoders' own tests (they check ids) but not the guard.  The warm rows carry it: fast_unigram cold
+    on the quick task is only ~2x HF, about the band, while either encoder warm is 15-40x."""
+    from bench import encoder_ratios
+    from common import kernels
+
+    recorded = load()
+    assert set(encoder_ratios.KEYS) <= set(recorded)
+    assert not drifts(recorded, recorded)
+    fallen = {drift.key for drift in drifts(dict(recorded, **FALLEN_BACK_TO_HF), recorded)}
+    assert {"ratio_modernbert_cold", "ratio_modernbert_warm", "ratio_unigram_warm"} <= fallen
+    lost = {drift.key for drift in drifts(dict(recorded, **CACHE_LOST), recorded)}
+    assert {"ratio_modernbert_warm", "ratio_unigram_warm"} <= lost
+    found = drifts(dict(recorded, **WITHOUT_KERNELS), recorded)
+    assert {drift.key for drift in found} == set(WITHOUT_KERNELS)
+    monkeypatch.setattr(kernels, "compiled", None)
+    assert "common/_kernels.c is not in use here" in failure_message(found)
+    # The guard names them, and a run without them is not a pass.
+    table = Table.parse(table_of(a_full_run()))
+    assert any("ratio_unigram_warm" in line for line in problems(table, dict(recorded, **FALLEN_BACK_TO_HF)))
+    unmeasured = {k: v for k, v in recorded.items() if k not in encoder_ratios.KEYS}
+    assert {f"ratio not measured: {name}" for name in encoder_ratios.KEYS} <= set(problems(table, unmeasured))
+
+
 def test_the_band_is_a_factor_each_way_and_small_stages_are_bounded_above():
     recorded = {"a": 1.0, "tiny": 0.01}
     assert not drifts({"a": TOLERANCE * 0.99, "tiny": 0.0}, recorded)
