@@ -23,8 +23,10 @@ def table_of(rows: dict[str, list[str]]) -> str:
 
 
 def a_full_run() -> dict[str, list[str]]:
-    """Every row and stage row the benchmark prints, each with a number."""
-    rows = {row.metric: ["1.5", "target"] for row in ROWS}
+    """Every row and stage row the benchmark prints, each with a number (the fast encoders' rows naming theirs)."""
+    from bench.encoder_ratios import EXPECTED
+
+    rows = {row.metric: [f"1.5 ({EXPECTED[row.key]})" if row.key in EXPECTED else "1.5", "target"] for row in ROWS}
     rows.update({label: ["0.01"] * len(STAGE_NAMES) for _tokenizer, _dupe, label in STAGE_ROWS})
     return rows
 
@@ -129,6 +131,13 @@ def test_the_guard_fails_when_the_fast_bpe_or_unigram_encoder_falls_back_to_hf_o
     assert any("ratio_unigram_warm" in line for line in problems(table, dict(recorded, **FALLEN_BACK_TO_HF)))
     unmeasured = {k: v for k, v in recorded.items() if k not in encoder_ratios.KEYS}
     assert {f"ratio not measured: {name}" for name in encoder_ratios.KEYS} <= set(problems(table, unmeasured))
+    # Whatever the figure, a row measured on another encoder than its record's is named.
+    rows = a_full_run()
+    metric = next(row.metric for row in ROWS if row.key == "ratio_unigram_cold")
+    rows[metric] = ["0.567 (HF)", ""]
+    assert [line for line in problems(Table.parse(table_of(rows)), recorded) if "was not measured on" in line] == [
+        "ratio_unigram_cold: '0.567 (HF)' was not measured on unigram-cache, the encoder it is recorded with "
+        "(the worker fell back to another)"]
     # Without the compiled kernels the BPE goes to HF, and the guard says to build them.
     found = drifts(dict(recorded, **WITHOUT_KERNELS), recorded)
     assert {drift.key for drift in found} == set(WITHOUT_KERNELS)
