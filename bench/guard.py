@@ -101,7 +101,9 @@ class Table:
 
 def problems(table: Table, ratios: dict[str, float]) -> list[str]:
     """Everything wrong with a quick run's table and ratios, one line each: a row missing or without a number
-    (unless a package it needs is not installed), a stage row incomplete, a stage's ratio out of its band."""
+    (unless a package it needs is not installed), a stage row incomplete, a fast encoder's row measured on
+    another encoder, a stage's ratio out of its band."""
+    from bench import encoder_ratios
     from bench.extras import installed
     from bench.ratios import drifts, failure_message, load
     from bench.run import ROWS, STAGE_NAMES, STAGE_ROWS
@@ -123,9 +125,15 @@ def problems(table: Table, ratios: dict[str, float]) -> list[str]:
             out.append(f"{label}: {len(values)} cells, {len(STAGE_NAMES)} stages")
         elif not (tokenizer.startswith("fast") and not installed("nanotoken")) and not all(map(NUMBER.match, values)):
             out.append(f"{label}: {values}")
-    for needed in ("ratio_fast1_split", "ratio_fast10_build", "ratio_fastalbert10_build"):
+    for needed in ("ratio_fast1_split", "ratio_fast10_build", "ratio_fastalbert10_build", *encoder_ratios.KEYS):
         if needed not in ratios:
             out.append(f"ratio not measured: {needed}")
+    metrics = {row.key: row.metric for row in ROWS}
+    for name, expected in encoder_ratios.EXPECTED.items():
+        value = table.cells.get(metrics[name], [""])[0]
+        if NUMBER.match(value) and f"({expected})" not in value:
+            out.append(f"{name}: {value!r} was not measured on {expected}, the encoder it is recorded with "
+                       "(the worker fell back to another)")
     drifted = drifts(ratios, load())
     if drifted:
         out.append(failure_message(drifted))

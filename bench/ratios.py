@@ -4,8 +4,9 @@ Times on this shared machine move by tens of percent with its load; a stage's CP
 of a reference doing comparable work on the same text, measured right beside it, moves much less.
 The references (bench/run.py, worker section): Bling Fire's ``text_to_sentences`` alone on the texts
 the segmenter hands it, for the sentence split; the worker's tokenizer alone on the task's segments,
-for every other stage.  The figures of a quick run are recorded in bench/ratios.json; the quick
-benchmark in the suite (tests/test_bench_quick.py) fails when one moves by more than ``TOLERANCE``
+for every other stage; and the byte-level BPE's and Unigram's fast encoders over HF ``tokenizers``' own
+``encode_batch`` on the same segments (bench/encoder_ratios.py).  The figures of a quick run are recorded in
+bench/ratios.json; the guard (bench/guard.py, CI's own step) fails when one moves by more than ``TOLERANCE``
 from its record, in either direction (a stage that got much cheaper deserves a new record too).
 
 Issue #33's regression, the split at 5.4x Bling Fire, is ~4.5x its record: far outside the band.

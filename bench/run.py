@@ -45,6 +45,7 @@ from typing import Any
 import click
 
 from bench import corpus as corpora
+from bench import encoder_ratios
 from bench.procs import REPO
 from bench.ratios import REFERENCES
 from bench.ratios import key as ratio_key
@@ -123,6 +124,9 @@ def _rows() -> list[Row]:
         *[Row(f"ratio_fast{dupe}_split", f"Sentence split stage, worker d={dupe} (nanotoken) / Bling Fire's "
               "text_to_sentences alone on the same text (same run, least of rounds)", "{:.2f}×", "≤ 1.2×",
               lambda v: v <= 1.2, needs=("nanotoken",)) for dupe in (1, 10)],
+        *[Row(encoder_ratios.key(family, cache), f"Guard: {label}, the worker's encoder, {cache} cache / HF "
+              "tokenizers' encode_batch on the task's segments (same run, least of rounds)", "{:.3f}")
+          for family, label in encoder_ratios.FAMILIES.items() for cache in encoder_ratios.CACHES],
         Row("fast_identical", "Shards written with nanotoken byte-identical to HF's (d=1, d=10)", "{:.0f}/2",
             "2/2", lambda v: v == 2, needs=("nanotoken",)),
         Row("out_bytes_inst", "Output bytes per instance (TFRecord)", "{:,.0f}"),
@@ -600,6 +604,11 @@ def worker_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         res.add("w1_gzip_mb_cpu", megabytes / gz.cpu_seconds)
     tok = "fast" if fast is not None else "hf"
     stage_ratios(s, res, documents, segments, tok, encoders[tok], cold, one, megabytes)
+    for measured in encoder_ratios.measure_all(segments, s.ratio_rounds, log):
+        for cache, ratio in measured.ratios.items():
+            name = encoder_ratios.key(measured.family, cache)
+            res.add(name, ratio)
+            res.notes[name] = f" ({measured.encoder})"
 
 
 #: The worker runs the guard measures: (variant suffix, objective, dupe factor); ALBERT's build stage holds its

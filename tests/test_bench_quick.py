@@ -23,8 +23,10 @@ def table_of(rows: dict[str, list[str]]) -> str:
 
 
 def a_full_run() -> dict[str, list[str]]:
-    """Every row and stage row the benchmark prints, each with a number."""
-    rows = {row.metric: ["1.5", "target"] for row in ROWS}
+    """Every row and stage row the benchmark prints, each with a number (the fast encoders' rows naming theirs)."""
+    from bench.encoder_ratios import EXPECTED
+
+    rows = {row.metric: [f"1.5 ({EXPECTED[row.key]})" if row.key in EXPECTED else "1.5", "target"] for row in ROWS}
     rows.update({label: ["0.01"] * len(STAGE_NAMES) for _tokenizer, _dupe, label in STAGE_ROWS})
     return rows
 
@@ -95,6 +97,52 @@ def test_the_guard_fails_on_issue_33s_split_regression():
     assert {drift.key for drift in found} == {"ratio_fast1_split", "ratio_fast10_split"}
     assert RECORD_COMMAND in failure_message(found)
     assert not drifts(recorded, recorded)
+
+
+#: The fast encoders' rows (bench/encoder_ratios.py) measured with each encoder gone back to HF, the least figure of
+#: 5 runs at load average 3-7: ``MLM_FAST_BPE=0 MLM_FAST_UNIGRAM=0 python -m bench.encoder_ratios --runs N`` (both
+#: turned off), and ``MLM_PIPELINE_NUMPY_KERNELS=1 python -m bench.encoder_ratios --runs 2`` (the kernels not in
+#: use: the word cache needs them, and kitoken refuses ModernBERT's added tokens, so HF encodes the BPE).
+FALLEN_BACK_TO_HF = {"ratio_modernbert_cold": 0.739, "ratio_modernbert_warm": 0.764, "ratio_unigram_cold": 1.001,
+                     "ratio_unigram_warm": 0.908}
+WITHOUT_KERNELS = {"ratio_modernbert_cold": 1.137, "ratio_modernbert_warm": 1.145}
+#: ... and with each encoder's cache emptied whenever it is used (``python -m bench.encoder_ratios --runs N
+#: --no-cache``, the least of 5 runs): the warm figure is the cold one.
+CACHE_LOST = {"ratio_modernbert_cold": 0.234, "ratio_modernbert_warm": 0.199, "ratio_unigram_cold": 0.822,
+              "ratio_unigram_warm": 0.775}
+
+
+def test_the_guard_fails_when_the_fast_bpe_or_unigram_encoder_falls_back_to_hf_or_loses_its_cache(monkeypatch):
+    """Deterministic, from figures: a regression that sends either fast encoder back to HF, or empties its cache,
+    passes the encoders' own tests (they check ids) but not the guard.  The warm rows carry it: fast_unigram cold
+    on the quick task is only ~2x HF, about the band, while either encoder warm is 15-40x."""
+    from bench import encoder_ratios
+    from common import kernels
+
+    recorded = load()
+    assert set(encoder_ratios.KEYS) <= set(recorded)
+    assert not drifts(recorded, recorded)
+    fallen = {drift.key for drift in drifts(dict(recorded, **FALLEN_BACK_TO_HF), recorded)}
+    assert {"ratio_modernbert_cold", "ratio_modernbert_warm", "ratio_unigram_warm"} <= fallen
+    lost = {drift.key for drift in drifts(dict(recorded, **CACHE_LOST), recorded)}
+    assert {"ratio_modernbert_warm", "ratio_unigram_warm"} <= lost
+    # The guard names them, and a run without them is not a pass.
+    table = Table.parse(table_of(a_full_run()))
+    assert any("ratio_unigram_warm" in line for line in problems(table, dict(recorded, **FALLEN_BACK_TO_HF)))
+    unmeasured = {k: v for k, v in recorded.items() if k not in encoder_ratios.KEYS}
+    assert {f"ratio not measured: {name}" for name in encoder_ratios.KEYS} <= set(problems(table, unmeasured))
+    # Whatever the figure, a row measured on another encoder than its record's is named.
+    rows = a_full_run()
+    metric = next(row.metric for row in ROWS if row.key == "ratio_unigram_cold")
+    rows[metric] = ["0.567 (HF)", ""]
+    assert [line for line in problems(Table.parse(table_of(rows)), recorded) if "was not measured on" in line] == [
+        "ratio_unigram_cold: '0.567 (HF)' was not measured on unigram-cache, the encoder it is recorded with "
+        "(the worker fell back to another)"]
+    # Without the compiled kernels the BPE goes to HF, and the guard says to build them.
+    found = drifts(dict(recorded, **WITHOUT_KERNELS), recorded)
+    assert {drift.key for drift in found} == set(WITHOUT_KERNELS)
+    monkeypatch.setattr(kernels, "compiled", None)
+    assert "common/_kernels.c is not in use here" in failure_message(found)
 
 
 def test_the_band_is_a_factor_each_way_and_small_stages_are_bounded_above():
