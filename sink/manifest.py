@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 
 from common.output.manifest import (
     MANIFEST_NAME,
@@ -273,6 +274,13 @@ class Manifest:
             log.error("manifest %s: could not cut a partly written line back (%s); it is dropped at the next load",
                       self.path, error)
         self._handle = open(self.path, "ab")
+
+    def entries(self) -> Iterator[dict]:
+        """The journal's lines, one at a time (never held: a million-line journal would hold ~1 KB of dicts a
+        line, ~2 GB, in a sink that otherwise keeps only its done set)."""
+        with open(self.path, "rb", buffering=1 << 20) as handle:
+            for entry, _start, _end in _iter_lines(handle):
+                yield entry
 
     def publish(self) -> None:
         """Copy the journal to the output (S3 only; a local manifest is the output)."""

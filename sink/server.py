@@ -533,7 +533,7 @@ class SinkServer:
         writer_class = writer_named(self.config.writer.name)
         writer_class.finish_job(self.output, self.config, self.manifest.totals)
         try:
-            dataset_card.write_card(self.output, self.config, writer_class.reading_text())
+            dataset_card.write_card(self.output, self.config, writer_class.reading_text(), self.manifest.entries())
         except (StorageError, OSError):
             raise  # the store: the sink says so and exits 1
         except Exception as error:  # a card that cannot be made (a plugin's odd features): no failed job

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from common.output.files import TRAIN
@@ -60,7 +61,7 @@ class SplitFiles:
     patterns: dict[str, dict[str, set[str]]] = field(default_factory=dict)
 
 
-def split_files(entries: list[dict], suffixes: tuple[str, ...] = (".parquet",)) -> SplitFiles:
+def split_files(entries: Iterable[dict], suffixes: tuple[str, ...] = (".parquet",)) -> SplitFiles:
     """The sides the manifest lists (the normal pass's files of the format's ``suffixes``), as card splits."""
     found = SplitFiles()
     for entry in entries:
@@ -225,9 +226,12 @@ def _step_lines(info: dict) -> list[str]:
     return [line for step in described_steps() for line in step.card_lines(info.get(step.name))]
 
 
-def write_card(output, config, reading: str = "") -> None:
+def write_card(output, config, reading: str = "", entries: Iterable[dict] | None = None) -> None:
+    """The card of ``output``; ``entries``: its manifest's lines as a stream (the sink's journal), else the
+    published manifest is read whole."""
     from common.describe import dataset_info
 
     info = dataset_info.read(output) or dataset_info.describe(config, {}, complete=False)
     suffixes = tuple(info.get("file_suffixes") or (".parquet",))
-    output.put_bytes(CARD_NAME, render(info, split_files(read_entries(output), suffixes), reading).encode())
+    listed = read_entries(output) if entries is None else entries
+    output.put_bytes(CARD_NAME, render(info, split_files(listed, suffixes), reading).encode())
