@@ -2,7 +2,7 @@
 # The fleet tests' own setup and run, for .ci/run (or by hand):
 #
 #   scripts/fleet-ci.sh deps   # pip + apt packages the fleet tests need (idempotent)
-#   scripts/fleet-ci.sh test   # deps, then pytest tests/fleet, then scripts/fleet-netns.sh (needs root)
+#   scripts/fleet-ci.sh test   # deps, then pytest tests/fleet, then scripts/fleet-installs.sh (root)
 #
 # Terraform: `terraform test`/`fmt` run when a terraform (>= 1.6) or tofu binary
 # is on PATH; no registry this project reaches ships one (see docs/fleet.md),
@@ -36,7 +36,7 @@ case ${1:-test} in
         deps
         cd "$here"
         "$py" -m pytest -q tests/fleet "${@:2}"
-        exec bash scripts/fleet-netns.sh
+        exec bash scripts/fleet-installs.sh
         ;;
     *) echo "usage: $0 deps|test [pytest args]" >&2; exit 2 ;;
 esac

@@ -9,7 +9,7 @@ have no systemd). Every playbook that should be idempotent is run twice and
 the second run must change nothing. Everything is torn down, also on failure.
 
 Not collected by `python -m pytest` (no test_ prefix): it installs the package five times (a venv and a build of
-the sdist on each host, then a pinned version), minutes of installing in the suite's clock. scripts/fleet-netns.sh
+the sdist on each host, then a pinned version), minutes of installing in the suite's clock. scripts/fleet-installs.sh
 runs it, as its own step of .ci/run (`python -m pytest -n 0 tests/fleet/fleet_netns.py` by hand).
 """
 

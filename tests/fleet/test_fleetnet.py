@@ -1,5 +1,5 @@
 """The test hosts' own housekeeping (tests/fleet/fleetnet.py): what a crashed run leaves is removed by the next.
-The multi-host job over those hosts is tests/fleet/fleet_netns.py, run by scripts/fleet-netns.sh."""
+The multi-host job over those hosts is tests/fleet/fleet_netns.py, run by scripts/fleet-installs.sh."""
 
 from __future__ import annotations
 
