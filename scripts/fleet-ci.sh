@@ -2,7 +2,7 @@
 # The fleet tests' own setup and run, for .ci/run (or by hand):
 #
 #   scripts/fleet-ci.sh deps   # pip + apt packages the fleet tests need (idempotent)
-#   scripts/fleet-ci.sh test   # deps, then pytest tests/fleet (the netns test needs root)
+#   scripts/fleet-ci.sh test   # deps, then pytest tests/fleet, then scripts/fleet-installs.sh (root)
 #
 # Terraform: `terraform test`/`fmt` run when a terraform (>= 1.6) or tofu binary
 # is on PATH; no registry this project reaches ships one (see docs/fleet.md),
@@ -35,7 +35,8 @@ case ${1:-test} in
     test)
         deps
         cd "$here"
-        exec "$py" -m pytest -q tests/fleet "${@:2}"
+        "$py" -m pytest -q tests/fleet "${@:2}"
+        exec bash scripts/fleet-installs.sh
         ;;
     *) echo "usage: $0 deps|test [pytest args]" >&2; exit 2 ;;
 esac

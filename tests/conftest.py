@@ -6,8 +6,7 @@ from tests.support import gcs_server, s3_server
 #: --dist loadfile --no-loadscope-reorder (setup.cfg), which hands out files in collection order, so a long file
 #: met last would run alone at the end.  (Without --no-loadscope-reorder xdist orders files by their number of
 #: tests, and the longest file, of two tests, started last: the suite took 26 minutes instead of 20.)
-LONGEST_FIRST = ("tests/fleet/test_fleet_netns.py", "tests/e2e/test_loader_trainer.py",
-                 "tests/fleet/test_fleet_gcp_boot.py", "tests/faults/test_objective_faults.py",
+LONGEST_FIRST = ("tests/e2e/test_loader_trainer.py", "tests/faults/test_objective_faults.py",
                  "tests/faults/test_faults.py", "tests/e2e/test_s3.py", "tests/slurm/test_slurm_job.py",
                  "tests/test_byte_matrix.py", "tests/e2e/test_loader_training.py", "tests/fleet/test_fleet_ansible.py",
                  "tests/faults/test_dedup_faults.py", "tests/faults/test_hostile_peers.py",

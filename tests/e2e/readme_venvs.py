@@ -153,6 +153,7 @@ COVERAGE: dict[tuple[str, str], Here | Elsewhere] = {
     ("Development", "python -m bench.guard"): Elsewhere(".ci/run", "CI's own step"),
     ("Development", "python -m pytest"): Elsewhere(".ci/run", "CI's own step, its last"),
     ("Development", "bash scripts/numpy-only.sh"): Elsewhere(".ci/run", "CI's own step"),
+    ("Development", "bash scripts/fleet-installs.sh"): Elsewhere(".ci/run", "CI's own step"),
     ("Development", "bash scripts/readme-venvs.sh"): Elsewhere(".ci/run", "CI's own step: this module's"),
 }
 

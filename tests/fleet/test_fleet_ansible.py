@@ -265,7 +265,7 @@ def test_the_controller_ships_source_not_a_wheel_of_its_own_platform(tmp_path):
     """The compiled kernels make a wheel specific to the platform that built it: a controller that is not the
     hosts' (here one whose Python calls itself macOS on arm64) makes a wheel that pip on this Linux host refuses.
     build-sdist.sh, which init.yaml runs on the controller, makes the same bytes on either platform: source,
-    which each host builds (tests/fleet/test_fleet_netns.py installs it from such a controller)."""
+    which each host builds (tests/fleet/fleet_netns.py installs it from such a controller)."""
     script = ANSIBLE_DIR / "roles" / "mlm" / "files" / "build-sdist.sh"
     foreign = {**os.environ, "_PYTHON_HOST_PLATFORM": "macosx-11.0-arm64", "PYTHON": sys.executable}
     native = {**os.environ, "PYTHON": sys.executable}

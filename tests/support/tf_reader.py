@@ -38,13 +38,27 @@ def spec_of(features) -> dict:
 
 
 def read_with_spec(path: str, spec: dict, compression: str = "") -> list[dict]:
+    examples: list[dict] = []
+    for parsed in _parsed_batches(path, spec, compression):
+        rows = len(next(iter(parsed.values())))
+        examples.extend({k: v[i] for k, v in parsed.items()} for i in range(rows))
+    return examples
+
+
+def read_columns(path: str, max_seq_length: int = 128, max_predictions_per_seq: int = 20) -> dict:
+    """run_pretraining.py's features of every record of the shard, one array per feature (a row per record, in
+    order): the values :func:`read_examples` gives, for checks made on the whole shard at once."""
+    import numpy as np
+
+    batches = list(_parsed_batches(path, feature_spec(max_seq_length, max_predictions_per_seq)))
+    return {name: np.concatenate([batch[name] for batch in batches]) for name in batches[0]} if batches else {}
+
+
+def _parsed_batches(path: str, spec: dict, compression: str = ""):
     import tensorflow as tf
 
     # tf.io.parse_example over batches of records: the same values as parse_single_example record by record
     # (TensorFlow's own batched parser), without an eager call per record (a d=10 job has ~50k of them).
     dataset = tf.data.TFRecordDataset(path, compression_type=compression or None).batch(4096)
-    examples: list[dict] = []
     for batch in dataset:
-        parsed = {k: v.numpy() for k, v in tf.io.parse_example(batch, spec).items()}
-        examples.extend({k: v[i] for k, v in parsed.items()} for i in range(len(batch)))
-    return examples
+        yield {k: v.numpy() for k, v in tf.io.parse_example(batch, spec).items()}

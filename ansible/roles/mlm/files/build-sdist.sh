@@ -5,7 +5,9 @@
 # laptop on macOS, another Python, x86_64 beside aarch64 hosts) is not the hosts; each host builds the sdist
 # itself, with its own compiler, or without one runs the numpy code.
 #
-# The checkout is copied first (without .git and build leftovers) so it is never written to, and the archive is
+# The checkout is copied first (without .git, build leftovers and tool caches: a development checkout or CI's
+# holds hundreds of MB of them, .ci/transformers4 and .mypy_cache, none of which an sdist ships) so it is never
+# written to, and the archive is
 # written again in a fixed order with fixed times and owners: the same source gives the same bytes, so the file
 # is replaced only when its content changed and a second init.yaml run copies and installs nothing.
 set -euo pipefail
@@ -18,7 +20,8 @@ mkdir -p "$out"
 stage=$(mktemp -d "${TMPDIR:-/tmp}/mlm-sdist.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 tar -C "$src" \
-    --exclude=.git --exclude=build --exclude=dist --exclude='*.egg-info' --exclude=__pycache__ \
+    --exclude=.git --exclude=.ci --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.hypothesis \
+    --exclude=.benchmarks --exclude=build --exclude=dist --exclude='*.egg-info' --exclude=__pycache__ \
     --exclude='*.so' --exclude='*.pyd' \
     --exclude=.terraform --exclude=.pytest_cache --exclude=.venv --exclude=venv --exclude=node_modules \
     -cf - . | tar -C "$stage/" -xf - --no-same-owner

@@ -10,6 +10,9 @@ Stand-ins, and why: `systemctl` starts a unit's ExecStart as systemd would (its 
 gcc and the headers, so the script must not call apt-get); `sleep` returns at once (the retries' pauses). pip
 installs from the copied file only (no index here: PIP_NO_INDEX, PIP_NO_DEPS), the dependencies coming from this
 machine's site-packages on PYTHONPATH, which the services inherit.
+
+Not collected by `python -m pytest` (no test_ prefix): each VM builds the sdist in a venv of its own, installing in
+the suite's clock. scripts/fleet-installs.sh runs it, as its own step of .ci/run.
 """
 
 from __future__ import annotations
