@@ -47,7 +47,7 @@ def test_another_segmenter_runs_where_bling_fire_does_not_load(tmp_path):
 
 def test_a_worker_that_cannot_load_it_says_why_once_for_the_job():
     """A worker (another machine of a mixed fleet) builds the job's steps when the job comes: the segment step
-    raises the same one line, which the worker gives as the reason its tasks fail (worker/runtime.py _prepare)."""
+    raises the same one line, which the worker gives as the reason it declines the job (worker/runtime.py _prepare)."""
     code = ("import sys; sys.modules['blingfire'] = None\n"
             "from common.segmenters.blingfire import BlingfireSegmenter\n"
             "try:\n    BlingfireSegmenter()\nexcept ValueError as error:\n    print(error)\n")
