@@ -23,7 +23,7 @@ class Segmenter(Configurable, abc.ABC):
 
     def __init__(self, params=None):
         problem = type(self).unavailable()
-        if problem:  # a worker's job it cannot run here: one line (the worker declines the job with it), never a crash per task
+        if problem:  # a job this worker cannot run: one line (it declines the job with it), never a crash per task
             raise ValueError(problem)
         self.params = params if params is not None else self.Params()
 
