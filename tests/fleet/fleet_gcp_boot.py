@@ -31,7 +31,12 @@ from pathlib import Path
 import pytest
 
 from bench.chinese_bench import chinese_vocabulary, make_corpus
-from tests.fleet.fleethelpers import ANSIBLE_DIR, TERRAFORM_DIR, run_terraform, terraform_binary
+from tests.fleet.fleethelpers import (
+    ANSIBLE_DIR,
+    TERRAFORM_DIR,
+    apply_startup_module,
+    terraform_binary,
+)
 from tests.fleet.test_fleet_terraform import load_hcl
 from tests.support.fake_gcp import FakeCloudMonitoring, FakeGceMetadata
 from tests.support.helpers import REPO, VOCAB, need_shared
@@ -105,19 +110,7 @@ def _skip_reasons() -> str | None:
 
 def _render(variables: dict, work: Path) -> dict:
     """terraform/gcp/modules/startup applied with the walk-through's variables: its outputs."""
-    shutil.copytree(GCP_DIR / "modules" / "startup", work / "startup",
-                    ignore=shutil.ignore_patterns(".terraform*", "tests"))
-    (work / "main.tf").write_text('variable "v" {\n  type = any\n}\nmodule "m" {\n  source = "./startup"\n'
-                                  + "".join(f"  {k} = var.v.{k}\n" for k in variables)
-                                  + '}\noutput "all" {\n  value = module.m\n}\n')
-    (work / "terraform.tfvars.json").write_text(json.dumps({"v": variables}))
-    tf = terraform_binary()[0]
-    for args in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
-        proc = run_terraform(tf, work, *args)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = run_terraform(tf, work, "output", "-json", "all")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return apply_startup_module(terraform_binary()[0], work, variables)
 
 
 def _boot(script: str, name: str, tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -92,3 +93,19 @@ def recap(output: str) -> dict[str, dict[str, int]]:
         for key, value in (("ok", ok), ("changed", changed), ("unreachable", unreachable), ("failed", failed)):
             entry[key] = max(entry[key], int(value))
     return totals
+
+
+def apply_startup_module(binary: str, work: Path, variables: dict) -> dict:
+    """terraform/gcp/modules/startup applied in ``work`` with ``variables`` (a copy, no state kept): its outputs."""
+    shutil.copytree(TERRAFORM_DIR / "gcp" / "modules" / "startup", work / "startup",
+                    ignore=shutil.ignore_patterns(".terraform*", "tests"))
+    (work / "main.tf").write_text('variable "v" {\n  type = any\n}\nmodule "m" {\n  source = "./startup"\n'
+                                  + "".join(f"  {k} = var.v.{k}\n" for k in variables)
+                                  + '}\noutput "all" {\n  value = module.m\n}\n')
+    (work / "terraform.tfvars.json").write_text(json.dumps({"v": variables}))
+    for args in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        proc = run_terraform(binary, work, *args)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_terraform(binary, work, "output", "-json", "all")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

@@ -18,7 +18,13 @@ import shutil
 import pytest
 import yaml
 
-from tests.fleet.fleethelpers import ANSIBLE_DIR, TERRAFORM_DIR, run_terraform, terraform_binary
+from tests.fleet.fleethelpers import (
+    ANSIBLE_DIR,
+    TERRAFORM_DIR,
+    apply_startup_module,
+    run_terraform,
+    terraform_binary,
+)
 from tests.fleet.test_fleet_terraform import blocks, load_dir
 from tests.support.helpers import REPO
 
@@ -163,22 +169,11 @@ def test_the_autoscaled_regional_group_keeps_proactive_redistribution(resources)
 def rendered(tmp_path_factory):
     """The startup module applied with a seed-000 job's variables: its outputs."""
     work = tmp_path_factory.mktemp("gcp-startup")
-    shutil.copytree(STARTUP_DIR, work / "startup", ignore=shutil.ignore_patterns(".terraform*", "tests"))
     variables = {"fleet_name": "zh-electra", "project": "my-project", "package_spec": "mlm-pipeline[gcs]==0.1.0",
                  "bucket_name": "my-corpora", "bucket_prefix": "zhwiki/run1", "ventilator_address": "10.20.0.2",
                  "vocab_file": "gs://my-corpora/zhwiki/run1/vocab.txt",
                  "job_args": ["--objective", "electra", "--word-segmenter", "jieba", "--word-starts"]}
-    (work / "main.tf").write_text('variable "v" {\n  type = any\n}\nmodule "m" {\n  source = "./startup"\n'
-                                  + "".join(f"  {k} = var.v.{k}\n" for k in variables)
-                                  + '}\noutput "all" {\n  value = module.m\n}\n')
-    (work / "terraform.tfvars.json").write_text(json.dumps({"v": variables}))
-    tf = _tf()
-    for args in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
-        proc = run_terraform(tf, work, *args)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = run_terraform(tf, work, "output", "-json", "all")
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return apply_startup_module(_tf(), work, variables)
 
 
 def test_the_autoscaler_reads_what_the_publisher_writes(rendered, resources):
