@@ -349,19 +349,22 @@ V = typing.TypeVar("V")
 
 
 class _Found(typing.Generic[V]):
-    """An axis's variants, found on the first call.  ``cache_clear()`` forgets them and the installed packages'
-    entry points, so a plugin installed since (also into a directory already on sys.path, as pip does into
-    site-packages) is found by the next call."""
+    """An axis's variants, found on the first call for each ``sys.path``: a changed path (a plugin's directory
+    added, or taken away again) finds them again, as the entry points are scanned again.  ``cache_clear()``
+    forgets them and the installed packages' entry points, so a plugin installed since (also into a directory
+    already on sys.path, as pip does into site-packages) is found by the next call."""
 
     def __init__(self, find: Callable[[], dict[str, type[V]]]):
         self._find = find
-        self._found: dict[str, type[V]] | None = None
+        self._found: tuple[tuple[str, ...], dict[str, type[V]]] | None = None
 
     def __call__(self) -> dict[str, type[V]]:
-        found = self._found
-        if found is None:
-            found = self._found = self._find()
-        return found
+        import sys
+
+        path = tuple(sys.path)
+        if self._found is None or self._found[0] != path:
+            self._found = (path, self._find())
+        return self._found[1]
 
     def cache_clear(self) -> None:
         import importlib

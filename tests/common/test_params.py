@@ -210,6 +210,24 @@ def test_cache_clear_finds_a_plugin_installed_since_into_the_same_path(monkeypat
         word_segmenters.word_segmenters.cache_clear()
 
 
+def test_a_plugin_found_while_its_directory_was_on_sys_path_is_gone_once_it_is_not(monkeypatch, tmp_path):
+    """An axis's variants are found again when sys.path changes: a test (or a notebook) that put a plugin's
+    directory on the path and took it away again left every axis it had not cleared holding the plugin's
+    variants, so --help's defaults in the same process counted a segmenter no longer installed."""
+    from common import word_segmenters
+
+    (tmp_path / "gone_words.py").write_text(
+        "from common.job.params import NoParams\nfrom common.word_segmenters.base import WordSegmenter\n\n"
+        "class Gone(WordSegmenter):\n    name = 'gone-test'\n    Params = NoParams\n\n"
+        "    def word_lengths(self, runs):\n        return [[len(run)] for run in runs]\n")
+    fake_install(tmp_path, "gone-words", "[mlm_pipeline.word_segmenters]\ngone = gone_words\n", version="0.1")
+    before = set(word_segmenters.word_segmenters())
+    with monkeypatch.context() as patched:
+        patched.syspath_prepend(str(tmp_path))
+        assert set(word_segmenters.word_segmenters()) == before | {"gone-test"}
+    assert set(word_segmenters.word_segmenters()) == before  # no cache_clear(): the path alone
+
+
 def test_a_help_among_clicks_settings_is_the_help_and_a_setting_param_makes_is_refused():
     """Click's habit, ``param(cli={"help": ...})``: the help (it was a TypeError when the options were made);
     a setting param makes itself (the default) is a ValueError naming it, which the plugin loader reports in one
