@@ -26,6 +26,7 @@ ModernBERT's converters, three tokenizers: bench/peers.py; installs each into a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -773,7 +774,7 @@ def albert_section(s: Settings, tmp: Path, res: Results, content: bytes, vocabul
 
 def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     """The whole job (every process) of each recipe and its own reference script, marginal CPU per MB on the same
-    corpus (d=10: 3 copies of the sample, 6.2 MB; d=1 and ELECTRA: 10 copies, 20.7 MB, ``Recipe.copies``; quick:
+    corpus (10 copies of the sample, 20.7 MB, but ALBERT's d=10 on 3, 6.2 MB: ``Recipe.copies``; quick:
     the cut sample), one-document runs subtracted, the two sides alternated, the least of each run over the rounds
     kept (bench/whole_job.py).  ``MLM_BENCH_JOB_RECIPES`` (comma-separated, BERT always among them) runs some
     recipes only: BERT's alone is ~10 minutes with its reference, all three ~25."""
@@ -803,7 +804,7 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
     # BERT's job also runs on its reference's own input (one sentence a line: the text reader, --segmenter line),
     # the same file the script reads: the split the script never does is then out of both sides.
     inputs |= {("sentences", recipes["bert"].copies(dupe)) for dupe in recipes["bert"].dupes}
-    text_recipe = whole_job.Recipe("bert_text", ("--format", "text"), recipes["bert"].dupes, "sentences")
+    text_recipe = dataclasses.replace(recipes["bert"], name="bert_text", flags=("--format", "text"))
 
     def reference_input(which: str, copies: int | None, unit: str) -> Path:
         """The file a reference reads (``which``: full or one), alone in its directory so a job can read it."""
@@ -853,13 +854,14 @@ def job_section(s: Settings, tmp: Path, res: Results, sources) -> None:
         log(f"job: {recipe.name} reference d={dupe} {which}: {cpu:.2f} CPU-s")
         keep(f"ref_{prefix(recipe, dupe)}_{which}", cpu)
 
-    # The job's runs cost ~3 CPU-s and its fixed cost moves by ~0.3 s between runs, as much as its marginal
-    # work at d=1 on 6 MB: it gets 5 rounds; the references (~80-110 CPU-s at d=10) the issue's 2.  Quick: BERT
-    # at both dupe factors, the others at their last only, d=1's one-document run standing for every run's.
+    # The job's runs cost ~3 CPU-s and its fixed cost moves by ~0.4 s between runs: it gets 5 rounds; the
+    # references (minutes a run) the issue's 2, or 1 where a run reads ten copies at d=10 (Recipe.reference_rounds).
+    # Quick: BERT at both dupe factors, the others at their last only, d=1's one-document run standing for every
+    # run's.
     for round_ in range(1 if s.quick else 5):
         for recipe in recipes.values():
-            with_reference = checkouts[recipe.name] is not None and round_ < 2
             for dupe in recipe.dupes if not s.quick or recipe.name == "bert" else recipe.dupes[-1:]:
+                with_reference = checkouts[recipe.name] is not None and round_ < recipe.reference_rounds(dupe)
                 full = fulls[recipe.copies(dupe)]
                 log(f"job: round {round_ + 1}, {recipe.name} d={dupe}, {full.bytes / MB:.1f} MB: the job"
                     + (", the reference" if with_reference else "") + ", each then on one document")

@@ -48,22 +48,31 @@ ELECTRA_SCRIPT_MARGINAL_CPU_S_PER_MB = 1.70
 @dataclass(frozen=True)
 class Recipe:
     """One recipe of the job section: the job's flags beyond BERT's command, its dupe factors (None: the recipe
-    has none), and what its reference script is fed (``sentences`` as the worker splits them, or ``lines``)."""
+    has none), what its reference script is fed (``sentences`` as the worker splits them, or ``lines``), and the
+    copies of the sample its d=10 runs read."""
     name: str
     flags: tuple[str, ...]
     dupes: tuple[int | None, ...]
     reference_input: str
+    copies_at_d10: int = 3
 
-    @staticmethod
-    def copies(dupe: int | None) -> int:
-        """Copies of the sample in the corpus a dupe factor runs on (None: the recipe has none).  At d=1, and for
-        ELECTRA, a job costs ~0.03-0.09 CPU-s per MB: its marginal work on 3 copies (~0.2-0.5 CPU-s) is within the
-        fixed cost's swing between runs (~0.3-0.5 CPU-s), while 10 copies (20.7 MB) resolve it.  At d=10, 3 copies
-        resolve it and keep the references' runs (~10-30 CPU-s per MB) to minutes."""
-        return 3 if dupe is not None and dupe > 1 else 10
+    def copies(self, dupe: int | None) -> int:
+        """Copies of the sample in the corpus a dupe factor runs on (None: the recipe has none).  A side's marginal
+        work must be large beside the swing of the one-document run subtracted from it (±0.4 CPU-s between runs
+        on this 2-vCPU host).  At d=1, and for ELECTRA, a job costs ~0.1 CPU-s per MB: 10 copies (20.7 MB) give it
+        ~2 CPU-s.  At d=10 BERT's job costs ~0.2 CPU-s per MB: on 3 copies (6.2 MB, ~1.3 CPU-s) one window's d=10
+        marginal came out below its d=1, so BERT's d=10 reads 10 copies too (~4 CPU-s).  ALBERT's d=10 job (~0.44
+        CPU-s per MB, ~2.7 CPU-s on 3 copies) keeps 3, which keeps its reference's run (~30 CPU-s per MB) to
+        minutes."""
+        return self.copies_at_d10 if dupe is not None and dupe > 1 else 10
+
+    def reference_rounds(self, dupe: int | None) -> int:
+        """Runs of the reference per window: 2, or 1 for a run of ten copies at d=10 (~5-7 minutes of BERT's
+        script: a run that long spans the host's swings, and its fixed cost, ~4 CPU-s, is ~1% of it)."""
+        return 1 if dupe is not None and dupe > 1 and self.copies(dupe) >= 10 else 2
 
 
-RECIPES = (Recipe("bert", (), (10, 1), "sentences"),
+RECIPES = (Recipe("bert", (), (10, 1), "sentences", copies_at_d10=10),
            Recipe("albert", ("--objective", "albert"), (10, 1), "sentences"),
            Recipe("electra", ("--objective", "electra"), (None,), "lines"))
 
