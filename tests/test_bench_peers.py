@@ -11,6 +11,7 @@ import pytest
 from bench.peer_counts import (
     Count,
     Measured,
+    compared_ours,
     concatenated,
     concatenation_mismatch,
     failure_reason,
@@ -102,6 +103,17 @@ def test_rows_give_each_peers_advantage_against_its_target_and_a_peer_that_could
     assert rows[1] == "| wordpiece | Megatron-LM | 0.850 | 8.5× | yes (≥ 8×) |"
     assert rows[2] == "| wordpiece | datatrove | 0.600 | 6.0× | no (≥ 8×) |"
     assert rows[3] == "| wordpiece | ModernBERT | not run: no snapshot of its repository | n/a | |"
+
+
+def test_peers_are_divided_by_the_slower_of_ours_chunked_outputs_never_a_noisy_low_figure():
+    """The table once divided each peer by the least of ours' three figures, and took WordPiece MDS's 0.013 CPU-s/MB,
+    below what the encoder alone costs: the one-document run it subtracts was high by chance."""
+    ours = [Measured("ours megatron", 0.113), Measured("ours mds", 0.013), Measured("ours parquet", 0.053)]
+    assert compared_ours(ours) == Measured("ours parquet", 0.053)
+    noisy = [Measured("ours mds", reason="within noise"), Measured("ours parquet", 0.05)]
+    assert compared_ours(noisy) == Measured("ours parquet", 0.05)
+    nothing = compared_ours([Measured("ours megatron", 0.1), Measured("ours mds", reason="within noise")])
+    assert nothing.cpu_s_per_mb is None and nothing.reason == "no chunked output of ours measured"
 
 
 def test_a_concatenating_tools_records_must_be_its_streams_slices_copy_after_copy():
