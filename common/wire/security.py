@@ -77,11 +77,9 @@ class Curve:
         sock.curve_publickey = public
         sock.curve_server = True
 
-    def connect_as_client(self, sock: zmq.Socket, client_secret_file: str | None = None) -> None:
-        if client_secret_file:
-            public, secret = zmq.auth.load_certificate(client_secret_file)
-        else:
-            public, secret = self._load("client.key_secret", secret=True)
+    def connect_as_client(self, sock: zmq.Socket) -> None:
+        """``sock`` authenticates with the client key pair and accepts only the server's key."""
+        public, secret = self._load("client.key_secret", secret=True)
         server_public, _ = self._load("server.key")
         sock.curve_secretkey = secret
         sock.curve_publickey = public
