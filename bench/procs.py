@@ -21,15 +21,71 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 
 
+#: Where free_ports looks: below the kernel's ephemeral range (``ip_local_port_range``, 32768-60999 by default),
+#: from which it gives every outgoing connection and every bind to port 0 its port.  A port found free there and
+#: closed again until a role binds it could be taken meanwhile by any connection of the run (the suite makes
+#: thousands, on three xdist workers); below the range only another free_ports can take it.  Each pytest-xdist
+#: worker has a block of its own, and each process starts at a random place in its block.
+_PORTS_LOW = 10_000
+_BLOCKS = 8
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # the kernel's default
+
+
+class _PortCursor:
+    """The next port this process tries, in its xdist worker's block (the ports below the ephemeral range)."""
+
+    def __init__(self) -> None:
+        import random
+
+        high = _ephemeral_low()
+        self.usable = high - _PORTS_LOW >= 8 * _BLOCKS  # else the range was set low: fall back to bind(0)
+        size = max((high - _PORTS_LOW) // _BLOCKS, 1)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else random.randrange(_BLOCKS)
+        self.start = _PORTS_LOW + (index % _BLOCKS) * size
+        self.size = size
+        self.offset = random.randrange(size)
+        self.lock = threading.Lock()
+
+    def take(self) -> int:
+        with self.lock:
+            port = self.start + self.offset
+            self.offset = (self.offset + 1) % self.size
+            return port
+
+
+_cursor: _PortCursor | None = None
+
+
 def free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
+    """``count`` distinct loopback ports free now, for roles started next to bind (see ``_PORTS_LOW``)."""
+    global _cursor
+    if _cursor is None:
+        _cursor = _PortCursor()
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for _ in range(20 * count + 100):
+            if len(ports) == count:
+                break
+            s = socket.socket()
+            sockets.append(s)
+            try:
+                s.bind(("127.0.0.1", _cursor.take() if _cursor.usable else 0))
+            except OSError:  # in use
+                continue
+            ports.append(s.getsockname()[1])
+        if len(ports) < count:
+            raise OSError(f"no {count} free ports found between {_PORTS_LOW} and the ephemeral range")
+    finally:
+        for s in sockets:
+            s.close()
     return ports
 
 
