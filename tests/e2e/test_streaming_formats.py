@@ -149,17 +149,21 @@ def test_the_library_reads_every_chunk_of_every_kept_document(clean, corpus, fmt
     assert set(names) == listed and len(names) == len(listed)
 
 
-def read_as_modernbert(how: str, output, *splits: str) -> list[list[dict]]:
+def read_as_modernbert(how: str | tuple[str, ...], output, *splits: str):
     """ModernBERT's own reading (streaming_readers.py: its contract from AnswerDotAI/ModernBERT src/text_data.py)
-    of each split, in one process (importing MosaicML's streaming costs seconds)."""
+    of each split: a list of each split's samples; for several ways (``("packed", "streaming")``), a list of those
+    per way.  In one process (importing MosaicML's streaming costs seconds)."""
+    hows = (how,) if isinstance(how, str) else how
     wheres = [f"{output}:{split}" for split in splits]
-    result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", f"modernbert-{how}", str(MAX),
-                             str(PAD), *wheres], cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    argv = [arg for i, way in enumerate(hows) for arg in ([] if i == 0 else ["--"]) + [f"modernbert-{way}", str(MAX),
+                                                                                        str(PAD), *wheres]]
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", *argv], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [line["directory"] for line in lines] == wheres
-    return [line["samples"] for line in lines]
+    assert [line["directory"] for line in lines] == wheres * len(hows)
+    per_way = [[line["samples"] for line in lines[i * len(wheres):(i + 1) * len(wheres)]] for i in range(len(hows))]
+    return per_way[0] if isinstance(how, str) else per_way
 
 
 def modernbert_streamed(samples: list[dict]) -> Counter:
@@ -208,9 +212,8 @@ def test_int32_ids_halve_the_bytes_and_streamingtextdataset_cannot_read_them(cle
                             "--workers", "2", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     reference, train, _ = clean["mds"]
-    (packed,) = read_as_modernbert("packed", output, "train")
+    (packed,), (misread,) = read_as_modernbert(("packed", "streaming"), output, "train")
     assert modernbert_packed(packed) == chunk_counter(train)
-    (misread,) = read_as_modernbert("streaming", output, "train")
     written = chunk_counter(train)
     assert len(misread) == sum(written.values())
     assert not [s for s in misread if "error" not in s and tuple(s["input_ids"][:s["len"]]) in written]
