@@ -148,8 +148,8 @@ def run_case(case: Case, corpus: Path | str, output: Path | str, vocabularies: d
 @contextlib.contextmanager
 def tokenizers_loaded_once() -> Iterator[None]:
     """The ventilator's ``load_vocabulary`` remembering what it loaded, while the matrix runs: each of the three
-    tokenizers is read, checked and built once instead of once per case (~40% of the matrix's time), as a
-    long-lived process would.  The Vocabulary is only read by the cases; the cells' digests say nothing moved."""
+    tokenizers is read, checked and built once instead of once per case (~40% of the matrix's time; the job ids'
+    test likewise).  Planning only reads the Vocabulary; every cell's digest is the same as with one load a case."""
     import ventilator.job
 
     loader = ventilator.job.load_vocabulary
