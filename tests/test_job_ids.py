@@ -21,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support import byte_matrix
 from tests.support.byte_matrix import FORMATS, OBJECTIVES, TASK_SIZE, TOKENIZERS, cases, small_corpus
 from tests.support.helpers import need_shared
 
@@ -71,10 +72,11 @@ def configs() -> dict:
     corpus = small_corpus(WORKDIR)
     for path in corpus.iterdir():
         os.utime(path, (FILE_TIME, FILE_TIME))
-    found = {case.name: (job_config(corpus, case.objective, case.output_format, case.family, case.holdout,
-                                    case.dedup), case.family) for case in cases()}
-    for name, (objective, output_format, family, extra) in EXTRA.items():
-        found[name] = (job_config(corpus, objective, output_format, family, extra=extra), family)
+    with byte_matrix.tokenizers_loaded_once():
+        found = {case.name: (job_config(corpus, case.objective, case.output_format, case.family, case.holdout,
+                                        case.dedup), case.family) for case in cases()}
+        for name, (objective, output_format, family, extra) in EXTRA.items():
+            found[name] = (job_config(corpus, objective, output_format, family, extra=extra), family)
     return found
 
 

@@ -170,6 +170,12 @@ def read_litdata_tokens(directory: str, block_size: int) -> list[list[int]]:
 
 
 def main(argv: list[str]) -> None:
+    """One reader's arguments, or several readers' separated by ``--`` (one process: streaming imported once)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        main(argv[:cut])
+        main(argv[cut + 1:])
+        return
     if argv[0] == "litdata-tokens":
         for directory in argv[2:]:
             print(json.dumps({"directory": directory, "samples": read_litdata_tokens(directory, int(argv[1]))}),

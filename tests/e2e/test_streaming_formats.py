@@ -149,22 +149,28 @@ def test_the_library_reads_every_chunk_of_every_kept_document(clean, corpus, fmt
     assert set(names) == listed and len(names) == len(listed)
 
 
-def read_as_modernbert(how: str, output, split: str) -> list[dict]:
-    """ModernBERT's own reading (streaming_readers.py: its contract from AnswerDotAI/ModernBERT src/text_data.py)."""
-    where = f"{output}:{split}"
-    result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", f"modernbert-{how}", str(MAX),
-                             str(PAD), where], cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+def read_as_modernbert(how: str | tuple[str, ...], output, *splits: str):
+    """ModernBERT's own reading (streaming_readers.py: its contract from AnswerDotAI/ModernBERT src/text_data.py)
+    of each split: a list of each split's samples; for several ways (``("packed", "streaming")``), a list of those
+    per way.  In one process (importing MosaicML's streaming costs seconds)."""
+    hows = (how,) if isinstance(how, str) else how
+    wheres = [f"{output}:{split}" for split in splits]
+    argv = [arg for i, way in enumerate(hows) for arg in ([] if i == 0 else ["--"]) + [f"modernbert-{way}", str(MAX),
+                                                                                        str(PAD), *wheres]]
+    result = subprocess.run([sys.executable, "-m", "tests.e2e.streaming_readers", *argv], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 0, result.stderr[-3000:]
-    (line,) = [json.loads(line) for line in result.stdout.splitlines()]
-    return line["samples"]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["directory"] for line in lines] == wheres * len(hows)
+    per_way = [[line["samples"] for line in lines[i * len(wheres):(i + 1) * len(wheres)]] for i in range(len(hows))]
+    return per_way[0] if isinstance(how, str) else per_way
 
 
-def modernbert_streamed(output, split: str) -> Counter:
+def modernbert_streamed(samples: list[dict]) -> Counter:
     """StreamingTextDataset's samples (yaml defaults, ``data_local: OUT``, ``split``), each cut at its length:
     every one padded to max_seq_len with an attention mask of its length."""
     got = Counter()
-    for sample in read_as_modernbert("streaming", output, split):
+    for sample in samples:
         if "error" in sample:
             got[("error", sample["error"])] += 1
             continue
@@ -174,9 +180,9 @@ def modernbert_streamed(output, split: str) -> Counter:
     return got
 
 
-def modernbert_packed(output, split: str) -> Counter:
+def modernbert_packed(samples: list[dict]) -> Counter:
     """NoStreamingDataset's samples as the sequence packer places them: each sequence cut from its row."""
-    return Counter(tuple(packed["row"][start:end]) for packed in read_as_modernbert("packed", output, split)
+    return Counter(tuple(packed["row"][start:end]) for packed in samples
                    for start, end in zip(packed["cu_seq_lens"], packed["cu_seq_lens"][1:]))
 
 
@@ -186,11 +192,12 @@ def test_modernbert_reads_every_sample_as_written_with_its_yamls_splits(clean, c
     and NoStreamingDataset with the packer reads them as MDS decodes them; both give every written chunk."""
     output, train, held = clean["mds"]
     _, texts = corpus
-    streamed = {split: modernbert_streamed(output, split) for split in ("train", "val")}
+    splits = ("train", "val")
+    streamed = dict(zip(splits, map(modernbert_streamed, read_as_modernbert("streaming", output, *splits))))
     assert streamed["train"] == chunk_counter(train) and streamed["val"] == chunk_counter(held)
     assert streamed["train"] + streamed["val"] == oracle_chunks(texts), "every chunk, the copy dropped"
-    for split, samples in (("train", train), ("val", held)):
-        assert modernbert_packed(output, split) == chunk_counter(samples)
+    for samples, packed in zip((train, held), read_as_modernbert("packed", output, *splits), strict=True):
+        assert modernbert_packed(packed) == chunk_counter(samples)
     info = json.loads((output / "dataset_info.json").read_text())
     assert info["features"]["input_ids"] == {"dtype": "int64", "shape": [None], "mds_encoding": "ndarray:int64"}
     assert info["holdout"]["directory"] == "val"
@@ -205,8 +212,8 @@ def test_int32_ids_halve_the_bytes_and_streamingtextdataset_cannot_read_them(cle
                             "--workers", "2", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     reference, train, _ = clean["mds"]
-    assert modernbert_packed(output, "train") == chunk_counter(train)
-    misread = read_as_modernbert("streaming", output, "train")
+    (packed,), (misread,) = read_as_modernbert(("packed", "streaming"), output, "train")
+    assert modernbert_packed(packed) == chunk_counter(train)
     written = chunk_counter(train)
     assert len(misread) == sum(written.values())
     assert not [s for s in misread if "error" not in s and tuple(s["input_ids"][:s["len"]]) in written]
