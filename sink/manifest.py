@@ -134,7 +134,7 @@ class Manifest:
                             gone.append((start, end))
                             dropped += [name for name in _output_files(entry) if name in present]
                             continue
-                    listing.add(entry)
+                        listing.add(entry)  # (a line listing no file adds nothing)
                     if entry["task"] not in done:
                         self._count(entry)
         if incomplete_stage:

@@ -31,6 +31,7 @@ from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
 from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen, printable
+from ventilator.bulk import built_for_the_job
 from ventilator.declines import Declines, sanitized
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
@@ -187,8 +188,9 @@ class VentilatorServer:
 
         def build() -> None:
             try:
-                built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
-                                                 self.options.confirm_seconds, self.options.max_attempts))
+                with built_for_the_job():  # a million entries
+                    built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
+                                            self.options.confirm_seconds, self.options.max_attempts))
             except BaseException as error:  # raised again in the serving thread
                 failed.append(error)
 
