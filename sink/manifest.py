@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 from common.describe.dataset_card import CountedSplits, card_suffixes
 from common.output.manifest import (
+    LINE_FIELDS,
     MANIFEST_NAME,
     Work,
     _iter_lines,
@@ -89,6 +90,7 @@ class Manifest:
                        "skipped_documents": {}}
         self.work = Work()
         self.listing = Listing(card_suffixes(file_suffixes))
+        self.passes = 0  # reads of the whole journal (load, a recount, entries()): seconds each at a million lines
         self.resumed = False  # it held lines when loaded: files of an earlier run may be there
         self._handle = None
         self._dirty = False
@@ -116,6 +118,7 @@ class Manifest:
         dropped: list[str] = []  # the files of lines dropped: their tasks are done again, maybe writing others
         incomplete_stage = False  # a later stage ran without some task of an earlier one
         if size:
+            self.passes += 1
             job_id, where, done, listing = self.job_id, self.storage.uri(MANIFEST_NAME), self.done, self.listing
             with open(self.path, "rb", buffering=1 << 20) as handle:
                 for entry, start, end in _iter_lines(handle):  # per line only what must be: a million at resume
@@ -223,6 +226,7 @@ class Manifest:
                        "skipped_documents": {}}
         self.work = Work()
         self.listing = Listing(self.listing.splits.suffixes)
+        self.passes += 1
         with open(self.path, "rb", buffering=1 << 20) as handle:
             for entry, _start, _end in _iter_lines(handle):
                 self.listing.add(entry)
@@ -236,28 +240,31 @@ class Manifest:
         return names
 
     def _count(self, entry: dict) -> None:
-        self.done[entry["task"]] = entry.get("version", "")
+        get = entry.get  # a million lines at a resume: each lookup counts
+        self.done[entry["task"]] = get("version", "")
         self.work.add(entry)
         totals = self.totals
         totals["tasks"] += 1
-        files = shard_files(entry)
+        files = get("shards")  # shard_files
         if files:
             totals["shards"] += sum(1 for f in files if not split_of(f))
         # Each step's (or split's) counters, summed under its name: the fields above count the training side.
-        for name, values in counters(entry).items():
-            section = totals.setdefault(name, {})
-            for key, count in values.items():
-                section[key] = section.get(key, 0) + count
-            if "shards" not in values and name in self._sides():  # a line before protocol 5 (_side_splits)
-                section["shards"] = section.get("shards", 0) + sum(1 for f in files if split_of(f) == name)
-        totals["records"] += entry.get("records", 0)
-        totals["documents"] += entry.get("documents", 0)
-        totals["tokens"] += entry.get("tokens", 0)
-        totals["bytes_written"] += entry.get("bytes", 0)
-        skipped = entry.get("skipped")
+        if not entry.keys() <= LINE_FIELDS:
+            for name, values in counters(entry).items():
+                section = totals.setdefault(name, {})
+                for key, count in values.items():
+                    section[key] = section.get(key, 0) + count
+                if "shards" not in values and name in self._sides():  # a line before protocol 5 (_side_splits)
+                    section["shards"] = section.get("shards", 0) + sum(1 for f in files or () if split_of(f) == name)
+        totals["records"] += get("records", 0)
+        totals["documents"] += get("documents", 0)
+        totals["tokens"] += get("tokens", 0)
+        totals["bytes_written"] += get("bytes", 0)
+        skipped = get("skipped")
         if skipped:
+            skipped_totals = totals["skipped_documents"]
             for reason, count in skipped.items():
-                totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
+                skipped_totals[reason] = skipped_totals.get(reason, 0) + count
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""
@@ -299,6 +306,7 @@ class Manifest:
     def entries(self) -> Iterator[dict]:
         """The journal's lines, one at a time (never held: a million-line journal would hold ~1 KB of dicts a
         line, ~2 GB, in a sink that otherwise keeps only its done set)."""
+        self.passes += 1
         with open(self.path, "rb", buffering=1 << 20) as handle:
             for entry, _start, _end in _iter_lines(handle):
                 yield entry

@@ -130,7 +130,7 @@ class VentilatorServer:
         self._serving_since = self._started  # from when the task table is built
         self._no_sink = logs.Reminder(NO_SINK_WARNING_SECONDS)  # the "no sink" warning
         self._done_at_start = 0
-        self.input_bytes = sum(task.length for task in job.tasks)
+        self.input_bytes = sum(task.end - task.start for task in job.tasks)  # (Task.length: a call per task)
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
         # A peer repeats its Hello each heartbeat interval (the sink each second) until welcomed; a repeat
         # sooner than this after our Welcome is not answered again.

@@ -20,6 +20,7 @@ import abc
 import contextlib
 import hashlib
 import io
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, ClassVar
@@ -67,7 +68,7 @@ class ListedFile:
     @classmethod
     def of(cls, listed: dict) -> ListedFile:
         return cls(listed["name"], listed.get("records", 0), listed.get("bytes", 0), listed.get("sha256", ""),
-                   split_of(listed))
+                   sys.intern(split_of(listed)))  # one string per side, not one per file
 
     @property
     def basename(self) -> str:

@@ -225,10 +225,10 @@ def listed_by_directory(output, suffixes: tuple[str, ...], entries: Iterable[dic
     Only what the manifest lists; ``entries`` (else the published manifest's) read line by line, each kept only as
     its files of this format (a task listed twice: its last line)."""
     directories: dict[str, list[ListedFile]] = {}
-    by_task: dict[str, list[ListedFile]] = {}
+    by_task: dict[str, tuple[ListedFile, ...]] = {}
     for entry in read_entries(output) if entries is None else entries:
         if not entry.get("stage"):
-            by_task[entry["task"]] = [ListedFile.of(f) for f in shard_files(entry) if f["name"].endswith(suffixes)]
+            by_task[entry["task"]] = tuple(ListedFile.of(f) for f in shard_files(entry) if f["name"].endswith(suffixes))
     for task in sorted(by_task):
         for f in by_task[task]:
             directories.setdefault(f.name.rpartition("/")[0], []).append(f)
