@@ -22,7 +22,9 @@ import logging
 import os
 from collections.abc import Iterator
 
+from common.describe.dataset_card import CountedSplits, card_suffixes
 from common.output.manifest import (
+    LINE_FIELDS,
     MANIFEST_NAME,
     Work,
     _iter_lines,
@@ -52,8 +54,24 @@ def _output_files(entry: dict) -> list[str]:
     return [f["name"] for f in shard_files(entry) + stage_files(entry) if is_output_file(f["name"])]
 
 
+class Listing:
+    """What the end of a job needs of the journal's lines, gathered as they are read at load and appended: the
+    files they list (those not listed are removed at the end of a resumed job) and the dataset card's splits.
+    So the end of a job reads the journal no more: each pass is seconds at a million lines."""
+
+    def __init__(self, suffixes: tuple[str, ...]):
+        self.names: set[str] | None = set()  # None: not kept (a first run has no earlier files to remove)
+        self.splits = CountedSplits(suffixes)
+
+    def add(self, entry: dict) -> None:
+        if self.names is not None:
+            self.names.update(f["name"] for f in shard_files(entry) + stage_files(entry))
+        self.splits.add(entry)
+
+
 class Manifest:
-    def __init__(self, storage, job_id: str, state_dir: str):
+    def __init__(self, storage, job_id: str, state_dir: str, file_suffixes: tuple[str, ...] = ()):
+        """``file_suffixes``: the format's (``Writer.suffixes``), whose files the dataset card names."""
         self.storage = storage
         self.job_id = job_id
         if isinstance(storage, LocalStorage):
@@ -71,6 +89,8 @@ class Manifest:
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
         self.work = Work()
+        self.listing = Listing(card_suffixes(file_suffixes))
+        self.passes = 0  # reads of the whole journal (load, a recount, entries()): seconds each at a million lines
         self.resumed = False  # it held lines when loaded: files of an earlier run may be there
         self._handle = None
         self._dirty = False
@@ -98,7 +118,8 @@ class Manifest:
         dropped: list[str] = []  # the files of lines dropped: their tasks are done again, maybe writing others
         incomplete_stage = False  # a later stage ran without some task of an earlier one
         if size:
-            job_id, where, done = self.job_id, self.storage.uri(MANIFEST_NAME), self.done
+            self.passes += 1
+            job_id, where, done, listing = self.job_id, self.storage.uri(MANIFEST_NAME), self.done, self.listing
             with open(self.path, "rb", buffering=1 << 20) as handle:
                 for entry, start, end in _iter_lines(handle):  # per line only what must be: a million at resume
                     if entry.get("job") != job_id:
@@ -116,6 +137,7 @@ class Manifest:
                             gone.append((start, end))
                             dropped += [name for name in _output_files(entry) if name in present]
                             continue
+                        listing.add(entry)  # (a line listing no file adds nothing)
                     if entry["task"] not in done:
                         self._count(entry)
         if incomplete_stage:
@@ -142,6 +164,8 @@ class Manifest:
             self._recount()
         self._remove(dropped)
         self.resumed = bool(lines)
+        if not self.resumed:
+            self.listing.names = None
         self._handle = open(self.path, "ab")
         self._dirty = bool(lines)  # publish at least once what the journal holds
         return self.done
@@ -169,10 +193,7 @@ class Manifest:
 
         if not self.resumed:
             return []
-        listed: set[str] = set()
-        with open(self.path, "rb", buffering=1 << 20) as handle:
-            for entry, _start, _end in _iter_lines(handle):
-                listed.update(f["name"] for f in shard_files(entry) + stage_files(entry))
+        listed = self.listing.names or set()  # every line's files, gathered at load and append
         stale = [name for name in self.storage.list_outputs() if name not in listed and ours(name)]
         for name in stale:
             self.storage.remove(name)
@@ -204,8 +225,11 @@ class Manifest:
         self.totals = {"tasks": 0, "shards": 0, "records": 0, "documents": 0, "tokens": 0, "bytes_written": 0,
                        "skipped_documents": {}}
         self.work = Work()
+        self.listing = Listing(self.listing.splits.suffixes)
+        self.passes += 1
         with open(self.path, "rb", buffering=1 << 20) as handle:
             for entry, _start, _end in _iter_lines(handle):
+                self.listing.add(entry)
                 if entry["task"] not in self.done:
                     self._count(entry)
 
@@ -216,28 +240,31 @@ class Manifest:
         return names
 
     def _count(self, entry: dict) -> None:
-        self.done[entry["task"]] = entry.get("version", "")
+        get = entry.get  # a million lines at a resume: each lookup counts
+        self.done[entry["task"]] = get("version", "")
         self.work.add(entry)
         totals = self.totals
         totals["tasks"] += 1
-        files = shard_files(entry)
+        files = get("shards")  # shard_files
         if files:
             totals["shards"] += sum(1 for f in files if not split_of(f))
         # Each step's (or split's) counters, summed under its name: the fields above count the training side.
-        for name, values in counters(entry).items():
-            section = totals.setdefault(name, {})
-            for key, count in values.items():
-                section[key] = section.get(key, 0) + count
-            if "shards" not in values and name in self._sides():  # a line before protocol 5 (_side_splits)
-                section["shards"] = section.get("shards", 0) + sum(1 for f in files if split_of(f) == name)
-        totals["records"] += entry.get("records", 0)
-        totals["documents"] += entry.get("documents", 0)
-        totals["tokens"] += entry.get("tokens", 0)
-        totals["bytes_written"] += entry.get("bytes", 0)
-        skipped = entry.get("skipped")
+        if not entry.keys() <= LINE_FIELDS:
+            for name, values in counters(entry).items():
+                section = totals.setdefault(name, {})
+                for key, count in values.items():
+                    section[key] = section.get(key, 0) + count
+                if "shards" not in values and name in self._sides():  # a line before protocol 5 (_side_splits)
+                    section["shards"] = section.get("shards", 0) + sum(1 for f in files or () if split_of(f) == name)
+        totals["records"] += get("records", 0)
+        totals["documents"] += get("documents", 0)
+        totals["tokens"] += get("tokens", 0)
+        totals["bytes_written"] += get("bytes", 0)
+        skipped = get("skipped")
         if skipped:
+            skipped_totals = totals["skipped_documents"]
             for reason, count in skipped.items():
-                totals["skipped_documents"][reason] = totals["skipped_documents"].get(reason, 0) + count
+                skipped_totals[reason] = skipped_totals.get(reason, 0) + count
 
     def append(self, entries: list[dict]) -> list[dict]:
         """Durably add the entries of tasks not yet listed; returns those."""
@@ -258,6 +285,7 @@ class Manifest:
                 raise
             self._dirty = True
         for entry in fresh.values():  # done only once it is on disk
+            self.listing.add(entry)
             self._count(entry)
         return list(fresh.values())
 
@@ -278,6 +306,7 @@ class Manifest:
     def entries(self) -> Iterator[dict]:
         """The journal's lines, one at a time (never held: a million-line journal would hold ~1 KB of dicts a
         line, ~2 GB, in a sink that otherwise keeps only its done set)."""
+        self.passes += 1
         with open(self.path, "rb", buffering=1 << 20) as handle:
             for entry, _start, _end in _iter_lines(handle):
                 yield entry

@@ -373,7 +373,8 @@ class SinkServer:
     def _start_job(self, config: JobConfig) -> None:
         self.config = config
         self.output = open_storage(config.output_uri, config.s3_endpoint_url)
-        self.manifest = Manifest(self.output, config.job_id, self.options.state_dir)
+        self.manifest = Manifest(self.output, config.job_id, self.options.state_dir,
+                                 writer_named(config.writer.name).suffixes)
         try:
             entries = self.manifest.load()
         except ManifestMismatch as error:  # the output is another job's: no sink can keep this job's books there
@@ -531,9 +532,10 @@ class SinkServer:
         """The format's files that describe the whole output (``Writer.finish_job``: a blend list, an index),
         then the dataset card README.md naming each side's files and saying how the format is read."""
         writer_class = writer_named(self.config.writer.name)
-        writer_class.finish_job(self.output, self.config, self.manifest.totals)
+        writer_class.finish_job(self.output, self.config, self.manifest.totals, self.manifest.entries)
         try:
-            dataset_card.write_card(self.output, self.config, writer_class.reading_text(), self.manifest.entries())
+            dataset_card.write_card(self.output, self.config, writer_class.reading_text(), self.manifest.entries(),
+                                    counted=self.manifest.listing.splits)
         except (StorageError, OSError):
             raise  # the store: the sink says so and exits 1
         except Exception as error:  # a card that cannot be made (a plugin's odd features): no failed job

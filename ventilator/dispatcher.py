@@ -42,6 +42,10 @@ class State(enum.Enum):
     DONE = "done"
     QUARANTINED = "quarantined"
 
+    # A member is its one instance: hashed by identity, in C (Enum's own hashes its name in Python, and the
+    # counters are keyed by state at every change of every task: a million at a resume).
+    __hash__ = object.__hash__
+
 
 #: Why a task went back to pending: its lease ran out, the sink never confirmed its output, its worker
 #: reported a failure, a draining worker handed it back unstarted, or a later task found its files missing.
@@ -162,20 +166,22 @@ class Dispatcher:
         the counters settled in bulk: a resume at a million tasks does this once, at start."""
         settled = (State.DONE, State.QUARANTINED)
         newly, undone = [], []
+        confirmed, finished = done.get, State.DONE  # (a million times: no lookups in the loop)
         for task_id, entry in self.entries.items():
-            if done.get(task_id, None) == entry.task.version:
-                if entry.state is not State.DONE:
+            if confirmed(task_id) == entry.task.version:
+                if entry.state is not finished:
                     newly.append(entry)
-            elif entry.state is State.DONE:
+            elif entry.state is finished:
                 undone.append(entry)
         moved: Counter[State] = Counter()
         moved_bytes: Counter[State] = Counter()
         closed: Counter[int] = Counter()  # by stage rank
         for entry in newly:
-            moved[entry.state] += 1
-            moved_bytes[entry.state] += entry.task.length
-            if entry.state not in settled:
-                closed[self.stage_rank[entry.task.stage]] += 1
+            state, task = entry.state, entry.task
+            moved[state] += 1
+            moved_bytes[state] += task.end - task.start
+            if state not in settled:
+                closed[self.stage_rank[task.stage]] += 1
             entry.state = State.DONE
         for state, count in moved.items():
             self.counts[state] -= count

@@ -38,6 +38,7 @@ from common.version import version
 from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
+from ventilator.bulk import built_for_the_job
 from ventilator.run_config import RunConfig, described_flags
 from ventilator.server import Job
 
@@ -408,7 +409,8 @@ def plan(run: RunConfig, checked: Checked, config: JobConfig) -> Job:
     """The job's tasks: the steps' stages before the normal pass (dedup's, its plan written to the output),
     the normal pass, then those after it (the writer's)."""
     output = open_storage(config.output_uri, run.input.s3_endpoint_url)
-    normal = list(checked.reader.plan(checked.files, run.input.task_size, checked.storage))
+    with built_for_the_job():  # a million tasks
+        normal = list(checked.reader.plan(checked.files, run.input.task_size, checked.storage))
     try:
         before, after = plan_stages(config, output, normal, checked.vocabulary.special, log)
     except Exception as error:

@@ -31,6 +31,7 @@ from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
 from common.wire.security import Curve
 from common.wire.transport import VENTILATOR_PORT, DroppedMessages, listen, printable
+from ventilator.bulk import built_for_the_job
 from ventilator.declines import Declines, sanitized
 from ventilator.dispatcher import Dispatcher, Entry, State
 from ventilator.hosts import HostLedger
@@ -129,7 +130,7 @@ class VentilatorServer:
         self._serving_since = self._started  # from when the task table is built
         self._no_sink = logs.Reminder(NO_SINK_WARNING_SECONDS)  # the "no sink" warning
         self._done_at_start = 0
-        self.input_bytes = sum(task.length for task in job.tasks)
+        self.input_bytes = sum(task.end - task.start for task in job.tasks)  # (Task.length: a call per task)
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
         # A peer repeats its Hello each heartbeat interval (the sink each second) until welcomed; a repeat
         # sooner than this after our Welcome is not answered again.
@@ -187,8 +188,9 @@ class VentilatorServer:
 
         def build() -> None:
             try:
-                built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
-                                                 self.options.confirm_seconds, self.options.max_attempts))
+                with built_for_the_job():  # a million entries
+                    built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
+                                            self.options.confirm_seconds, self.options.max_attempts))
             except BaseException as error:  # raised again in the serving thread
                 failed.append(error)
 

@@ -60,13 +60,10 @@ class SplitFiles:
     records: dict[str, dict[str, int]] = field(default_factory=dict)
     patterns: dict[str, dict[str, set[str]]] = field(default_factory=dict)
 
-
-def split_files(entries: Iterable[dict], suffixes: tuple[str, ...] = (".parquet",)) -> SplitFiles:
-    """The sides the manifest lists (the normal pass's files of the format's ``suffixes``), as card splits."""
-    found = SplitFiles()
-    for entry in entries:
+    def add(self, entry: dict, suffixes: tuple[str, ...]) -> None:
+        """One manifest line's files of the format's ``suffixes`` (the normal pass's) counted."""
         if entry.get("stage"):
-            continue
+            return
         for f in shard_files(entry):
             name = str(f["name"])
             suffix = next((s for s in suffixes if name.endswith(s)), None)
@@ -76,12 +73,36 @@ def split_files(entries: Iterable[dict], suffixes: tuple[str, ...] = (".parquet"
             directory = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
             match = _BIN.search(name)
             for config in ["default"] + ([match.group(1)] if match else []):
-                per_split = found.records.setdefault(config, {})
+                per_split = self.records.setdefault(config, {})
                 per_split[split] = per_split.get(split, 0) + int(f.get("records", 0))
                 where = _BIN.sub(lambda m: m.group(0).replace(m.group(1), "bin-*"), directory) \
                     if config == "default" else directory
-                found.patterns.setdefault(config, {}).setdefault(split, set()).add(f"{where}part-*{suffix}")
+                self.patterns.setdefault(config, {}).setdefault(split, set()).add(f"{where}part-*{suffix}")
+
+
+def split_files(entries: Iterable[dict], suffixes: tuple[str, ...] = (".parquet",)) -> SplitFiles:
+    """The sides the manifest lists (the normal pass's files of the format's ``suffixes``), as card splits."""
+    found = SplitFiles()
+    for entry in entries:
+        found.add(entry, suffixes)
     return found
+
+
+def card_suffixes(file_suffixes) -> tuple[str, ...]:
+    """The endings of the files the card names: the format's (dataset_info.json's ``file_suffixes``)."""
+    return tuple(file_suffixes or (".parquet",))
+
+
+@dataclass
+class CountedSplits:
+    """The card's splits counted line by line as the journal is read and appended to (the sink), so the card
+    reads no line again at the end of the job; for the files ending in ``suffixes``."""
+
+    suffixes: tuple[str, ...]
+    files: SplitFiles = field(default_factory=SplitFiles)
+
+    def add(self, entry: dict) -> None:
+        self.files.add(entry, self.suffixes)
 
 
 def _split_order(splits) -> list[str]:
@@ -226,12 +247,17 @@ def _step_lines(info: dict) -> list[str]:
     return [line for step in described_steps() for line in step.card_lines(info.get(step.name))]
 
 
-def write_card(output, config, reading: str = "", entries: Iterable[dict] | None = None) -> None:
-    """The card of ``output``; ``entries``: its manifest's lines as a stream (the sink's journal), else the
-    published manifest is read whole."""
+def write_card(output, config, reading: str = "", entries: Iterable[dict] | None = None,
+               counted: CountedSplits | None = None) -> None:
+    """The card of ``output``.  Its splits: ``counted`` as the lines went by, when counted for the format's
+    suffixes; else from ``entries``, its manifest's lines as a stream (the sink's journal); else the published
+    manifest is read whole."""
     from common.describe import dataset_info
 
     info = dataset_info.read(output) or dataset_info.describe(config, {}, complete=False)
-    suffixes = tuple(info.get("file_suffixes") or (".parquet",))
-    listed = read_entries(output) if entries is None else entries
-    output.put_bytes(CARD_NAME, render(info, split_files(listed, suffixes), reading).encode())
+    suffixes = card_suffixes(info.get("file_suffixes"))
+    if counted is not None and counted.suffixes == suffixes:
+        found = counted.files
+    else:
+        found = split_files(read_entries(output) if entries is None else entries, suffixes)
+    output.put_bytes(CARD_NAME, render(info, found, reading).encode())

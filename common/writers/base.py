@@ -20,7 +20,9 @@ import abc
 import contextlib
 import hashlib
 import io
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import BinaryIO, ClassVar
 
 import numpy as np
@@ -28,7 +30,8 @@ import numpy as np
 from common.job.params import Configurable
 from common.objectives.base import Batch, Feature, Ragged
 from common.output.files import TRAIN, ShardFile
-from common.steps import side_named
+from common.output.manifest import read_entries
+from common.steps import side_named, split_of
 from common.tokenization.vocabulary import SpecialIds
 
 
@@ -39,6 +42,37 @@ def hf_split(split: str) -> str:
         return "train"
     side = side_named(split)
     return side.card_split if side is not None and side.card_split else split
+
+
+#: The manifest's lines, a fresh stream at each call (the sink's journal, read line by line): what a writer's
+#: ``finish_job`` reads, never as a list (a line is ~1 KB of dicts: gigabytes at a million tasks).
+Lines = Callable[[], Iterable[dict]]
+
+
+def manifest_lines(output, lines: Lines | None) -> Iterable[dict]:
+    """The lines ``finish_job`` was given, else the published manifest's (read whole)."""
+    return lines() if lines is not None else read_entries(output)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedFile:
+    """A file as a manifest line lists it, with what the end of a job needs of it (an index, a blend list): a
+    small typed record, where the line it came in is a dict of ~1 KB."""
+
+    name: str
+    records: int
+    bytes: int
+    sha256: str
+    split: str  # its side's (common.steps.split_of): TRAIN for the training side
+
+    @classmethod
+    def of(cls, listed: dict) -> ListedFile:
+        return cls(listed["name"], listed.get("records", 0), listed.get("bytes", 0), listed.get("sha256", ""),
+                   sys.intern(split_of(listed)))  # one string per side, not one per file
+
+    @property
+    def basename(self) -> str:
+        return self.name.rpartition("/")[2]
 
 
 class HashingFile(io.RawIOBase):
@@ -227,10 +261,11 @@ class Writer(Configurable, abc.ABC):
         return []
 
     @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
+    def finish_job(cls, output, config, totals: dict, lines: Lines | None = None) -> None:
         """Called by the sink once every task is done: files that describe the whole output (a blend list, an
-        index).  Nothing by default.  The sink then writes the dataset card README.md (common/describe/
-        dataset_card.py) with the format's :meth:`reading_text`."""
+        index).  ``lines``: the manifest's lines as a stream (:func:`manifest_lines`; read at most once, kept as
+        :class:`ListedFile`, never as the lines' dicts).  Nothing by default.  The sink then writes the dataset
+        card README.md (common/describe/dataset_card.py) with the format's :meth:`reading_text`."""
 
     @contextlib.contextmanager
     def writing(self, output, stem: str):

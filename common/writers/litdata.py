@@ -38,7 +38,7 @@ import numpy as np
 from common.job.params import param
 from common.objectives.base import Batch, Feature, Ragged
 from common.steps import sides
-from common.writers.base import TaskOutput, Writer
+from common.writers.base import Lines, ListedFile, TaskOutput, Writer, manifest_lines
 from common.writers.mds import to_columns
 from common.writers.sample_shards import (
     SIZE_LIMIT,
@@ -295,14 +295,14 @@ class LitDataWriter(Writer):
         return to_columns(samples, {column: length for column, _, length in columns})
 
     @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
+    def finish_job(cls, output, config, totals: dict, lines: Lines | None = None) -> None:
         """``index.json`` in each directory of chunks (the training side's, holdout/): the manifest's chunks."""
         params = cls.make_params(dict(config.writer.params))
         details = cls.format_details(params, job_features(config), None)
-        for directory, files in listed_by_directory(output, cls.suffixes).items():
+        for directory, files in listed_by_directory(output, cls.suffixes, manifest_lines(output, lines)).items():
             index = index_of(files, details["config"], config.job_id, details.get("trailer_bytes"))
             output.put_bytes(index_name(directory, INDEX), json.dumps(index, sort_keys=True).encode())
-        super().finish_job(output, config, totals)
+        super().finish_job(output, config, totals, lines)
 
     @classmethod
     def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:
@@ -314,16 +314,16 @@ class LitDataWriter(Writer):
             files, details.get("config"), info.get("job"), details.get("trailer_bytes")))
 
 
-def index_of(files: list[dict], config: dict, job_id: str, trailer_bytes: int | None = None) -> dict:
-    """index.json for these files (the manifest's, with their ``basename``), LitData's ``config`` and the job.  A
+def index_of(files: list[ListedFile], config: dict, job_id: str, trailer_bytes: int | None = None) -> dict:
+    """index.json for these files (the manifest's), LitData's ``config`` and the job.  A
     token chunk (``trailer_bytes``: its description's) says its tokens, ``dim``: what TokensLoader cuts into blocks,
     known from its bytes, items and the dtype."""
-    def dim(f: dict) -> int | None:
+    def dim(f: ListedFile) -> int | None:
         if trailer_bytes is None:
             return None
         itemsize = np.dtype(DTYPE_NAMES[int(config["data_format"][0].rsplit(":", 1)[1])]).itemsize
-        return (int(f["bytes"]) - 4 * (int(f["records"]) + 2) - trailer_bytes) // itemsize
+        return (int(f.bytes) - 4 * (int(f.records) + 2) - trailer_bytes) // itemsize
 
-    return {"chunks": [{"chunk_bytes": f["bytes"], "chunk_size": f["records"], "dim": dim(f),
-                        "filename": f["basename"]} for f in files],
+    return {"chunks": [{"chunk_bytes": f.bytes, "chunk_size": f.records, "dim": dim(f),
+                        "filename": f.basename} for f in files],
             "config": config, "updated_at": job_id}

@@ -41,7 +41,7 @@ from common.job.params import param
 from common.objectives.base import Batch, Feature, Ragged
 from common.output.files import TRAIN
 from common.steps import sides
-from common.writers.base import TaskOutput, Writer
+from common.writers.base import Lines, ListedFile, TaskOutput, Writer, manifest_lines
 from common.writers.sample_shards import (
     SIZE_LIMIT,
     Column,
@@ -298,14 +298,14 @@ class MdsWriter(Writer):
         return to_columns(samples, lengths)
 
     @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
+    def finish_job(cls, output, config, totals: dict, lines: Lines | None = None) -> None:
         """``index.json`` in each directory of shards (the training side's train/, the held-out side's val/): the
         manifest's shards."""
         params = cls.make_params(dict(config.writer.params))
         shard = shard_config(stored_columns(params, job_features(config)))
-        for directory, files in listed_by_directory(output, cls.suffixes).items():
+        for directory, files in listed_by_directory(output, cls.suffixes, manifest_lines(output, lines)).items():
             output.put_bytes(index_name(directory, INDEX), json.dumps(index_of(files, shard), sort_keys=True).encode())
-        super().finish_job(output, config, totals)
+        super().finish_job(output, config, totals, lines)
 
     @classmethod
     def check_output(cls, storage, entries: list[dict], info: dict) -> list[str]:
@@ -316,10 +316,10 @@ class MdsWriter(Writer):
         return check_indexes(storage, entries, cls.suffixes, lambda files: index_of(files, shard))
 
 
-def index_of(files: list[dict], shard: dict) -> dict:
-    """index.json for these files (the manifest's, with their ``basename``): each with its samples, bytes and
-    sha256, and the shard config they were written with."""
+def index_of(files: list[ListedFile], shard: dict) -> dict:
+    """index.json for these files (the manifest's): each with its samples, bytes and sha256, and the shard config
+    they were written with."""
     return {"version": VERSION, "shards": [
-        {**shard, "samples": f["records"], "zip_data": None,
-         "raw_data": {"basename": f["basename"], "bytes": f["bytes"], "hashes": {"sha256": f["sha256"]}}}
+        {**shard, "samples": f.records, "zip_data": None,
+         "raw_data": {"basename": f.basename, "bytes": f.bytes, "hashes": {"sha256": f.sha256}}}
         for f in files]}

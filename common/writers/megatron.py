@@ -32,6 +32,7 @@ PREFIX`` pairs, the form ``--data-path`` takes for a blend weighted by size.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import msgpack
@@ -41,9 +42,9 @@ from common.job.params import param
 from common.job.tasks import FINISH, Task, parse_size
 from common.objectives.base import Batch, Feature, Ragged
 from common.output.files import TRAIN
-from common.output.manifest import read_entries, shard_files, stage_files
-from common.steps import sides, split_of
-from common.writers.base import OutputFile, ShardFile, TaskOutput, Writer
+from common.output.manifest import shard_files, stage_files
+from common.steps import sides
+from common.writers.base import Lines, ListedFile, OutputFile, ShardFile, TaskOutput, Writer, manifest_lines
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -345,25 +346,41 @@ class MegatronWriter(Writer):
                 "sequence_lengths": Ragged(dataset.sequence_lengths, per_document)}
 
     @classmethod
-    def finish_job(cls, output, config, totals: dict) -> None:
+    def finish_job(cls, output, config, totals: dict, lines: Lines | None = None) -> None:
         """``megatron_data_path.txt``: each pair's prefix weighted by its tokens: the merged pairs when
-        the job merged, else every task's."""
+        the job merged, else every task's (in task order)."""
         from common.tokenization import Vocabulary
 
         dtype = best_fitting_dtype(Vocabulary.from_json(config.tokenizer_json).special.vocab_size)
-        entries = read_entries(output)
-        merged = [f for e in entries if e.get("stage") == FINISH for f in stage_files(e)]
-        files = sorted(merged, key=lambda f: f["name"]) if merged else [
-            f for e in sorted(entries, key=lambda e: e["task"]) if not e.get("stage") for f in shard_files(e)]
-
-        lines: dict[str, list[str]] = {}  # by split: the training side's, each step's side's (the held-out one)
+        files = pairs_listed(manifest_lines(output, lines))
+        by_split: dict[str, list[str]] = {}  # the training side's, each step's side's (the held-out one)
         for f in files:
-            if f["name"].endswith(".bin"):
-                prefix = output.uri(f["name"][:-len(".bin")])
-                lines.setdefault(split_of(f), []).append(f"{f['bytes'] // dtype.itemsize} {prefix}")
+            prefix = output.uri(f.name[:-len(".bin")])
+            by_split.setdefault(f.split, []).append(f"{f.bytes // dtype.itemsize} {prefix}")
         # The training side's list always; a step's side's when it has files.
         for split, name in [(TRAIN, DATA_PATH_LIST)] + [(side.split, side_data_path_list(side.directory))
                                                         for side in sides()]:
-            if lines.get(split) or split == TRAIN:
-                output.put_bytes(name, ("\n".join(lines[split]) + "\n").encode() if lines.get(split) else b"")
-        super().finish_job(output, config, totals)
+            if by_split.get(split) or split == TRAIN:
+                output.put_bytes(name, ("\n".join(by_split[split]) + "\n").encode() if by_split.get(split) else b"")
+        super().finish_job(output, config, totals, lines)
+
+
+def pairs_listed(entries: Iterable[dict]) -> list[ListedFile]:
+    """The pairs' .bin files the manifest lists, read line by line: the merged ones by name when the job merged,
+    else every task's, in task order (a task listed twice: both, in the manifest's order)."""
+    merged: list[ListedFile] = []
+    listed: list[tuple[str, ListedFile]] = []
+    merging = False  # a merged file listed (a .bin or an .idx)
+    for entry in entries:
+        stage = entry.get("stage")
+        if stage == FINISH:
+            files = stage_files(entry)
+            merging = merging or bool(files)
+            merged += [ListedFile.of(f) for f in files if f["name"].endswith(".bin")]
+        elif not stage:
+            task = entry["task"]
+            listed += [(task, ListedFile.of(f)) for f in shard_files(entry) if f["name"].endswith(".bin")]
+    if merging:
+        return sorted(merged, key=lambda f: f.name)
+    listed.sort(key=lambda item: item[0])  # stable: a task's files, and a task listed twice, in order
+    return [f for _task, f in listed]

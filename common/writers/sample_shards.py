@@ -16,7 +16,7 @@ a task's files are committed together.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +26,7 @@ from common.objectives.base import Batch, Feature, Ragged
 from common.output.manifest import read_entries, shard_files
 from common.steps import sides
 from common.tokenization.vocabulary import described_vocabulary
-from common.writers.base import OutputFile, ShardFile, TaskOutput
+from common.writers.base import ListedFile, OutputFile, ShardFile, TaskOutput
 
 #: Bytes of samples per file before the next one starts (MDSWriter's default size_limit).
 SIZE_LIMIT = 1 << 26
@@ -218,18 +218,20 @@ def job_features(config) -> list[Feature]:
     return objective_class(objective_class.make_params(config.objective.params), special).features
 
 
-def listed_by_directory(output, suffixes: tuple[str, ...], entries: list[dict] | None = None) -> dict[str, list[dict]]:
+def listed_by_directory(output, suffixes: tuple[str, ...], entries: Iterable[dict] | None = None
+                        ) -> dict[str, list[ListedFile]]:
     """The manifest's files of this format (the normal pass's, in task order), by directory: one index each
     (the training side's at the root, each step's side's in its directory: the held-out side's in holdout/).
-    Only what the manifest lists."""
-    directories: dict[str, list[dict]] = {}
-    by_task = {entry["task"]: entry for entry in (read_entries(output) if entries is None else entries)
-               if not entry.get("stage")}
+    Only what the manifest lists; ``entries`` (else the published manifest's) read line by line, each kept only as
+    its files of this format (a task listed twice: its last line)."""
+    directories: dict[str, list[ListedFile]] = {}
+    by_task: dict[str, tuple[ListedFile, ...]] = {}
+    for entry in read_entries(output) if entries is None else entries:
+        if not entry.get("stage"):
+            by_task[entry["task"]] = tuple(ListedFile.of(f) for f in shard_files(entry) if f["name"].endswith(suffixes))
     for task in sorted(by_task):
-        for f in shard_files(by_task[task]):
-            if f["name"].endswith(suffixes):
-                directory, _, base = f["name"].rpartition("/")
-                directories.setdefault(directory, []).append({**f, "basename": base})
+        for f in by_task[task]:
+            directories.setdefault(f.name.rpartition("/")[0], []).append(f)
     return directories
 
 
