@@ -48,6 +48,7 @@ from common.wire.transport import (
     printable,
 )
 from common.writers import writer_named
+from common.writers.base import finish_job
 from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length
 from sink.manifest import Manifest
 from sink.progress import Throughput
@@ -532,7 +533,7 @@ class SinkServer:
         """The format's files that describe the whole output (``Writer.finish_job``: a blend list, an index),
         then the dataset card README.md naming each side's files and saying how the format is read."""
         writer_class = writer_named(self.config.writer.name)
-        writer_class.finish_job(self.output, self.config, self.manifest.totals, self.manifest.entries)
+        finish_job(writer_class, self.output, self.config, self.manifest.totals, self.manifest.entries)
         try:
             dataset_card.write_card(self.output, self.config, writer_class.reading_text(), self.manifest.entries(),
                                     counted=self.manifest.listing.splits)

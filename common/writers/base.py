@@ -75,6 +75,22 @@ class ListedFile:
         return self.name.rpartition("/")[2]
 
 
+def finish_job(writer_class: type[Writer], output, config, totals: dict, lines: Lines) -> None:
+    """``writer_class.finish_job``, given the manifest's ``lines`` only where it takes them: a plugin format
+    written before they were offered (``finish_job(output, config, totals)``) reads the published manifest
+    itself, as it always did, instead of failing the end of every job with a TypeError."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(writer_class.finish_job).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a C callable): called as before
+        parameters = ()
+    if any(p.name == "lines" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        writer_class.finish_job(output, config, totals, lines=lines)
+    else:
+        writer_class.finish_job(output, config, totals)
+
+
 class HashingFile(io.RawIOBase):
     """Passes writes on to ``file`` and keeps their size and sha256: what the manifest says of a file,
     known without reading it again.  A raw binary file, so pyarrow's or gzip's writers can write to it."""

@@ -94,3 +94,34 @@ def test_what_finish_job_keeps_of_the_manifest_is_a_fraction_of_its_lines_as_dic
 
     assert whole > 20 * 1024 * 1024, whole
     assert kept < whole / 3, (kept, whole)
+
+
+def test_a_plugin_formats_finish_job_written_before_lines_were_offered_is_called_as_before():
+    """The sink offers ``finish_job`` the journal's lines; a plugin format whose ``finish_job(output, config,
+    totals)`` predates them is called with its three arguments (it reads the published manifest itself), not
+    failed at the end of every job with a TypeError."""
+    from common.writers.base import Writer, finish_job
+
+    calls: list[tuple] = []
+
+    def lines():
+        return iter([{"task": "t"}])
+
+    class Old(Writer):
+        @classmethod
+        def finish_job(cls, output, config, totals):
+            calls.append(("old", output, config, totals))
+
+    class Offered(Writer):
+        @classmethod
+        def finish_job(cls, output, config, totals, lines=None):
+            calls.append(("offered", list(lines())))
+
+    class Keywords(Writer):
+        @classmethod
+        def finish_job(cls, output, config, totals, **rest):
+            calls.append(("keywords", sorted(rest)))
+
+    for writer_class in (Old, Offered, Keywords):
+        finish_job(writer_class, "out", "config", {"tasks": 1}, lines)
+    assert calls == [("old", "out", "config", {"tasks": 1}), ("offered", [{"task": "t"}]), ("keywords", ["lines"])]
