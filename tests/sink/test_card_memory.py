@@ -7,13 +7,12 @@ list of dicts (~1 KB a line): at a million tasks, gigabytes in a sink that other
 
 from __future__ import annotations
 
-import json
-import tracemalloc
 from pathlib import Path
 
 from common.describe.dataset_card import write_card
 from common.storage import LocalStorage
 from sink.manifest import Manifest
+from tests.support.journals import journal_line, peak_traced_bytes
 
 LINES = 20_000
 DATA = Path(__file__).parent.parent / "data"
@@ -28,19 +27,7 @@ def _journal(root) -> None:
             side = "validation/" if i % 10 == 0 else ""
             shard = {"name": f"{side}part-{i:020d}.parquet", "records": 7, "sha256": "0" * 64, "bytes": 1000,
                      **({"split": "holdout"} if side else {})}
-            out.write(json.dumps({"task": f"t{i:08d}", "job": "j", "source": f"r{i // 100:05d}/wiki_{i % 100:02d}",
-                                  "start": 0, "end": 1 << 20, "version": "1-2", "shards": [shard], "records": 7,
-                                  "documents": 3, "skipped": {}, "tokens": 900, "bytes": 1000,
-                                  "worker": "w"}, sort_keys=True) + "\n")
-
-
-def _peak(write) -> int:
-    tracemalloc.start()
-    try:
-        write()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+            out.write(journal_line(i, "j", [shard]))
 
 
 def test_the_card_from_the_journal_stream_is_the_same_card_in_a_fraction_of_the_memory(tmp_path):
@@ -48,10 +35,10 @@ def test_the_card_from_the_journal_stream_is_the_same_card_in_a_fraction_of_the_
     storage = LocalStorage(str(tmp_path))
     manifest = Manifest(storage, "j", str(tmp_path / "state"))
 
-    whole = _peak(lambda: write_card(storage, None))
+    whole = peak_traced_bytes(lambda: write_card(storage, None))
     card = (tmp_path / "README.md").read_bytes()
     (tmp_path / "README.md").unlink()
-    streamed = _peak(lambda: write_card(storage, None, "", manifest.entries()))
+    streamed = peak_traced_bytes(lambda: write_card(storage, None, "", manifest.entries()))
 
     assert (tmp_path / "README.md").read_bytes() == card
     assert b'path: "validation/' in card and b"part-*.parquet" in card

@@ -4,8 +4,6 @@ tasks, in a sink that otherwise keeps only its done set).  The files are the sam
 
 from __future__ import annotations
 
-import json
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from common.writers.megatron import pairs_listed
 from common.writers.sample_shards import listed_by_directory
 from sink.manifest import Manifest
 from tests.support.helpers import VOCAB, need_shared
+from tests.support.journals import journal_line, peak_traced_bytes
 from tests.support.run_configs import steps_of
 
 LINES = 20_000
@@ -39,19 +38,7 @@ def _journal(root: Path, job: str, suffixes: tuple[str, ...]) -> None:
             side = "holdout/" if i % 10 == 0 else ""
             shards = [{"name": f"{side}part-{i:020d}{suffix}", "records": 7 + i % 3, "sha256": f"{i:064x}",
                        "bytes": 1000 + i, **({"split": "holdout"} if side else {})} for suffix in suffixes]
-            out.write(json.dumps({"task": f"t{i:08d}", "job": job, "source": f"r{i // 100:05d}/wiki_{i % 100:02d}",
-                                  "start": 0, "end": 1 << 20, "version": "1-2", "shards": shards, "records": 7,
-                                  "documents": 3, "skipped": {}, "tokens": 900, "bytes": 1000,
-                                  "worker": "w"}, sort_keys=True) + "\n")
-
-
-def _peak(run) -> int:
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+            out.write(journal_line(i, job, shards))
 
 
 def _written(root: Path) -> dict[str, bytes]:
@@ -89,8 +76,8 @@ def test_what_finish_job_keeps_of_the_manifest_is_a_fraction_of_its_lines_as_dic
     storage = LocalStorage(str(tmp_path))
     manifest = Manifest(storage, "j", str(tmp_path / "state"))
 
-    whole = _peak(lambda: read_entries(storage))  # every line's dict: what a million lines multiply
-    kept = _peak(lambda: listing(storage, manifest.entries()))
+    whole = peak_traced_bytes(lambda: read_entries(storage))  # every line's dict: what a million lines multiply
+    kept = peak_traced_bytes(lambda: listing(storage, manifest.entries()))
 
     assert whole > 20 * 1024 * 1024, whole
     assert kept < whole / 3, (kept, whole)
