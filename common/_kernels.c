@@ -717,11 +717,11 @@ static int put_piece(PyObject *segments, PyObject *text, Py_ssize_t from, Py_ssi
 }
 
 /* common/segmenters/sentences.py's _cut_in_python, step for step (its docstring has the rules): ``text``, the
- * ``paragraphs`` joined by newlines (checked), cut at the sentence ``starts`` (ints, as sorted by the caller;
- * any order is read without going outside the text) into a list of segments, each a list of pieces. */
-static PyObject *cut_segments(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *text, *paragraphs, *starts;
-    if (!PyArg_ParseTuple(args, "UO!O!", &text, &PyList_Type, &paragraphs, &PyList_Type, &starts)) return NULL;
+ * ``paragraphs`` joined by newlines (checked), cut at the sentence starts into a list of segments, each a list of
+ * pieces.  The starts are ``count`` items of ``start_array`` or, without it, the ints of the list ``start_list``
+ * (as sorted by the caller; any order is read without going outside the text). */
+static PyObject *cut_text(PyObject *text, PyObject *paragraphs, PyObject *start_list, const Py_ssize_t *start_array,
+                          Py_ssize_t starts_count) {
     Py_ssize_t count = PyList_GET_SIZE(paragraphs), length = PyUnicode_GET_LENGTH(text);
     if (count == 0) {
         PyErr_SetString(PyExc_ValueError, "cut_segments: no paragraph");
@@ -758,9 +758,13 @@ static PyObject *cut_segments(PyObject *Py_UNUSED(self), PyObject *args) {
     int first = 1, opens = 1;  /* the first paragraph always opens a sentence */
     for (Py_ssize_t k = 0; index < count; k++) {
         /* After the last start, one past every paragraph: the paragraphs left end with their last piece. */
-        int past = k >= PyList_GET_SIZE(starts);
-        Py_ssize_t start = past ? PY_SSIZE_T_MAX : PyLong_AsSsize_t(PyList_GET_ITEM(starts, k));
-        if (start == -1 && PyErr_Occurred()) goto fail;
+        Py_ssize_t start;
+        if (start_array != NULL) {
+            start = k < starts_count ? start_array[k] : PY_SSIZE_T_MAX;
+        } else {
+            start = k < PyList_GET_SIZE(start_list) ? PyLong_AsSsize_t(PyList_GET_ITEM(start_list, k)) : PY_SSIZE_T_MAX;
+            if (start == -1 && PyErr_Occurred()) goto fail;
+        }
         while (start >= end && index < count) {  /* the paragraph ends before this start: its last piece */
             if (put_piece(segments, text, begin, end, first && !opens) < 0) goto fail;
             index++;
@@ -789,6 +793,109 @@ fail:
     PyMem_Free(ends);
     Py_DECREF(segments);
     return NULL;
+}
+
+/* cut_text over a list of int starts. */
+static PyObject *cut_segments(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *text, *paragraphs, *starts;
+    if (!PyArg_ParseTuple(args, "UO!O!", &text, &PyList_Type, &paragraphs, &PyList_Type, &starts)) return NULL;
+    return cut_text(text, paragraphs, starts, NULL, 0);
+}
+
+/* 1 when ``data`` holds one of the byte strings of the tuple ``needles`` (one memchr pass per distinct first
+ * byte, then a compare at each hit), 0 when not, -1 with a TypeError for a needle that is not non-empty bytes. */
+static int holds_any(const uint8_t *data, Py_ssize_t size, PyObject *needles) {
+    Py_ssize_t count = PyTuple_GET_SIZE(needles);
+    uint8_t leads[256] = {0};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, i);
+        if (!PyBytes_Check(needle) || PyBytes_GET_SIZE(needle) == 0) {
+            PyErr_SetString(PyExc_TypeError, "cut_at_bytes: a terminator is not non-empty bytes");
+            return -1;
+        }
+        leads[(uint8_t)PyBytes_AS_STRING(needle)[0]] = 1;
+    }
+    const uint8_t *end = data + size;
+    for (int lead = 0; lead < 256; lead++) {
+        if (!leads[lead]) continue;
+        for (const uint8_t *at = size > 0 ? memchr(data, lead, (size_t)size) : NULL; at != NULL;
+             at = at + 1 < end ? memchr(at + 1, lead, (size_t)(end - at - 1)) : NULL) {
+            for (Py_ssize_t i = 0; i < count; i++) {
+                PyObject *needle = PyTuple_GET_ITEM(needles, i);
+                Py_ssize_t length = PyBytes_GET_SIZE(needle);
+                if (length <= end - at && memcmp(at, PyBytes_AS_STRING(needle), (size_t)length) == 0) return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* How many UTF-8 continuation bytes (10xxxxxx) ``data[0:size]`` holds: eight bytes at a time, a byte counted
+ * when its top bit is set and the next bit is not. */
+static Py_ssize_t continuation_bytes(const uint8_t *data, Py_ssize_t size) {
+    const uint64_t tops = 0x8080808080808080ULL;
+    Py_ssize_t found = 0, i = 0;
+    for (; i + 8 <= size; i += 8) {
+        uint64_t word;
+        memcpy(&word, data + i, 8);
+        found += __builtin_popcountll(word & ~(word << 1) & tops);
+    }
+    for (; i < size; i++) found += (data[i] & 0xC0) == 0x80;
+    return found;
+}
+
+/* common/segmenters/sentences.py's sentence cut of a document, from Bling Fire's sentence starts as it gives them:
+ * UTF-8 byte offsets (``starts``, int32) into ``utf8``, ``text`` encoded.  Each becomes a str offset (the offset
+ * less the continuation bytes before it, as sentence_offsets.py's _characters has it) and ``text`` is cut there
+ * as cut_segments cuts it.  None (the Python path answers, exactly as before) when ``utf8`` holds one of the
+ * ``terminators`` (the CJK ones' UTF-8 forms, whose text common/segmenters/cjk_sentences.py adjusts), or when a
+ * start lies outside ``utf8``, on a continuation byte, or before the start before it. */
+static PyObject *cut_at_bytes(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *text, *paragraphs, *terminators;
+    Py_buffer utf8, starts;
+    if (!PyArg_ParseTuple(args, "UO!y*y*O!", &text, &PyList_Type, &paragraphs, &utf8, &starts, &PyTuple_Type,
+                          &terminators)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t *characters = NULL;
+    Py_ssize_t count = starts.len / (Py_ssize_t)sizeof(int32_t);
+    if (starts.len % (Py_ssize_t)sizeof(int32_t) != 0 || !check_len(&starts, count, sizeof(int32_t), "starts")) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "cut_at_bytes: starts is not whole int32s");
+        goto done;
+    }
+    const uint8_t *data = utf8.buf;
+    int held = holds_any(data, utf8.len, terminators);
+    if (held < 0) goto done;
+    if (held) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    characters = PyMem_Malloc((size_t)(count > 0 ? count : 1) * sizeof(Py_ssize_t));
+    if (characters == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int32_t *offsets = starts.buf;
+    int ascii = utf8.len == PyUnicode_GET_LENGTH(text);  /* bytes are characters */
+    Py_ssize_t counted = 0, continuations = 0, previous = 0;  /* continuations in data[0:counted] */
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t offset = offsets[k];
+        if (offset < previous || offset >= utf8.len || (data[offset] & 0xC0) == 0x80) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (!ascii) {
+            continuations += continuation_bytes(data + counted, offset - counted);
+            counted = offset;
+        }
+        characters[k] = offset - continuations;
+        previous = offset;
+    }
+    result = cut_text(text, paragraphs, NULL, characters, count);
+done:
+    PyMem_Free(characters);
+    PyBuffer_Release(&utf8);
+    PyBuffer_Release(&starts);
+    return result;
 }
 
 /* ------------------------------------------------------------------------------------------------ n-grams */
@@ -1234,6 +1341,7 @@ static PyMethodDef methods[] = {
     {"encode_records", encode_records, METH_VARARGS, "TFRecord-framed tf.train.Example records."},
     {"crc32c_masked", crc32c_masked, METH_VARARGS, "TFRecord's masked CRC32C of a buffer."},
     {"cut_segments", cut_segments, METH_VARARGS, "A document's text cut at its sentence starts, as segments."},
+    {"cut_at_bytes", cut_at_bytes, METH_VARARGS, "A document's text cut at Bling Fire's byte starts, or None."},
     {"select_ngrams", select_ngrams, METH_VARARGS, "ALBERT's n-gram selection from given draws."},
     {"byte_level_encode", byte_level_encode, METH_VARARGS, "Texts as byte-level BPE pre-tokens' cached ids."},
     {"word_cache", word_cache, METH_NOARGS, "An empty word cache for byte_level_encode."},

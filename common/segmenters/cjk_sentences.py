@@ -34,6 +34,8 @@ _END = re.compile(f"[{re.escape(TERMINATORS)}]+[{re.escape(CLOSERS)}]*")
 _CONTENT = re.compile(r"[^\W_]")
 
 
+#: The terminators' UTF-8 forms: a text holds a terminator exactly when its UTF-8 form holds one of these.
+UTF8_TERMINATORS = tuple(terminator.encode() for terminator in TERMINATORS)
 #: The terminators by the first byte of their UTF-8 form (E2: … ⋯, E3: 。, EF: the full-width forms).
 _BY_LEAD_BYTE = [(lead, "".join(t for t in TERMINATORS if t.encode()[:1] == lead))
                  for lead in sorted({t.encode()[:1] for t in TERMINATORS})]

@@ -111,10 +111,24 @@ def sentence_starts(text: str, utf8: bytes | None = None) -> list[int]:
     found = _byte_offsets(data, with_ends=False)
     if found is None:
         return []
-    starts, _ = found
-    if len(data) == len(text):  # ASCII: bytes are characters
+    return character_starts(text, data, found[0])
+
+
+def byte_starts(utf8: bytes) -> np.ndarray | None:
+    """Where Bling Fire's sentences of non-empty ``utf8`` start, as its byte offsets (int32): a view of this
+    thread's buffers, good until its next call.  None where :func:`sentence_starts` must answer instead (the
+    library lacks the entry point, or Bling Fire reports an error)."""
+    if _entry_point() is None:
+        return None
+    found = _byte_offsets(utf8, with_ends=False)
+    return None if found is None else found[0]
+
+
+def character_starts(text: str, utf8: bytes, starts: np.ndarray) -> list[int]:
+    """:func:`sentence_starts` of ``text`` from Bling Fire's byte ``starts`` into ``utf8`` (``text`` encoded)."""
+    if len(utf8) == len(text):  # ASCII: bytes are characters
         return starts.tolist()
-    characters = _characters(data, starts)
+    characters = _characters(utf8, starts)
     return characters.tolist() if characters is not None else _wrapper_starts(text)
 
 

@@ -211,3 +211,90 @@ def test_the_sentence_cut_refuses_paragraphs_that_are_not_its_text():
         BUILT.cut_segments("ab", ["ab"], [1.0])
     with pytest.raises(OverflowError):
         BUILT.cut_segments("ab", ["ab"], [2**70])
+
+
+#: Text for Bling Fire and the byte -> str mapping: sentence ends, CJK terminators and closers (which send a
+#: text to the Python path), Unicode whitespace str.strip strips and Bling Fire's own it does not (zero-width
+#: space, NUL), combining marks, astral characters and every width of CPython's str.
+sentence_atoms = st.sampled_from(["Hello", "world", "Dr.", ".", "!", "?", " ", "  ", "\t", "\xa0", "\u3000",
+                                  "\u2028", "\x85", "\x1c", "\u200b", "\x00", "e\u0301", "Z\u0351\u0361", "é", "Ω",
+                                  "句", "😀", "𝔘", "。", "！", "；", "…", "⋯", "”", "」", "）", "，", "x" * 40])
+line_text = st.lists(sentence_atoms, max_size=25).map("".join)
+
+
+def cut_at_bytes_in_python(text: str, paragraphs: list[str], utf8: bytes, offsets: np.ndarray):
+    """What ``cut_at_bytes`` answers, from the Python path's parts: None for a text with a CJK terminator or an
+    offset outside the text, on a continuation byte or before the one before it; else the text cut at the
+    offsets mapped to str offsets (sentence_offsets.character_starts, sorted as segment_pieces sorts them)."""
+    from common.segmenters.cjk_sentences import has_cjk_terminator
+    from common.segmenters.sentence_offsets import character_starts
+    from common.segmenters.sentences import _cut_in_python
+
+    if has_cjk_terminator(text, utf8):
+        return None
+    if len(offsets) and (np.any(np.diff(offsets) < 0) or offsets[0] < 0 or offsets[-1] >= len(utf8)):
+        return None
+    if len(offsets) and np.any(np.frombuffer(utf8, np.int8)[offsets] < -64):
+        return None
+    return _cut_in_python(text, paragraphs, sorted(character_starts(text, utf8, offsets)))
+
+
+@CHECKS
+@given(data=st.data(), paragraphs=st.lists(line_text.map(str.strip).filter(bool), min_size=1, max_size=6))
+def test_the_cut_at_bytes_is_pythons(data, paragraphs):
+    """Same segments and pieces, or None exactly where the Python path must answer, for Bling Fire's own byte
+    offsets (never declined in a text without a terminator) and for any others: on continuation bytes, out of
+    order, negative, past the end."""
+    from common.segmenters.cjk_sentences import UTF8_TERMINATORS
+    from common.segmenters.sentence_offsets import byte_starts
+
+    text = "\n".join(paragraphs)
+    utf8 = text.encode()
+    found = byte_starts(utf8)
+    assert found is not None
+    real = found.copy()
+    got = BUILT.cut_at_bytes(text, paragraphs, utf8, real, UTF8_TERMINATORS)
+    assert got == cut_at_bytes_in_python(text, paragraphs, utf8, real)
+    if not any(terminator in text for terminator in "。！；…⋯"):
+        assert got is not None and [type(piece) for segment in got for piece in segment] == [str] * sum(map(len, got))
+    others = np.array(data.draw(st.lists(st.integers(-3, len(utf8) + 3), max_size=10)), np.int32)
+    if data.draw(st.booleans()):
+        others.sort()
+    assert BUILT.cut_at_bytes(text, paragraphs, utf8, others, UTF8_TERMINATORS) == \
+        cut_at_bytes_in_python(text, paragraphs, utf8, others)
+
+
+@CHECKS
+@given(lines=st.lists(st.one_of(line_text, st.sampled_from(["", " ", "\t \u3000", "\n"])), max_size=8))
+def test_segment_pieces_are_pythons(monkeypatch, lines):
+    """A document's segments with the kernels are the Python path's, whitespace-only and empty lines included."""
+    from common.segmenters.sentences import Segmenter, segment_pieces
+
+    compiled, fallback = both(monkeypatch, lambda: segment_pieces(lines, Segmenter.BLINGFIRE))
+    assert compiled == fallback
+
+
+@pytest.mark.parametrize("lines", [["word " * 30_000 + "end.", "Next one. Two."], ["é" * 150_000, "b. c."],
+                                   ["😀 Hi there. " * 12_000, "", "Ωμέγα. Then." * 9_000]], ids=range(3))
+def test_segment_pieces_of_very_long_lines_are_pythons(monkeypatch, lines):
+    """Past the reused buffers' size and the 100,000-character bound on a segment."""
+    from common.segmenters.sentences import Segmenter, segment_pieces
+
+    compiled, fallback = both(monkeypatch, lambda: segment_pieces(lines, Segmenter.BLINGFIRE))
+    assert compiled == fallback and len(compiled) > 2
+
+
+def test_the_cut_at_bytes_refuses_what_it_cannot_read():
+    """A wrong call is an exception, never a read outside its buffers."""
+    with pytest.raises(ValueError, match="int32"):
+        BUILT.cut_at_bytes("ab. c", ["ab. c"], b"ab. c", b"\x00\x00\x00", (b"\xe3\x80\x82",))
+    with pytest.raises(ValueError, match="aligned"):
+        BUILT.cut_at_bytes("ab. c", ["ab. c"], b"ab. c", memoryview(bytes(9))[1:], (b"\xe3\x80\x82",))
+    with pytest.raises(TypeError, match="terminator"):
+        BUILT.cut_at_bytes("ab. c", ["ab. c"], b"ab. c", np.zeros(1, np.int32), ("。",))
+    with pytest.raises(TypeError, match="terminator"):
+        BUILT.cut_at_bytes("ab. c", ["ab. c"], b"ab. c", np.zeros(1, np.int32), (b"",))
+    with pytest.raises(ValueError, match="not its paragraphs"):
+        BUILT.cut_at_bytes("ab. c", ["ab."], b"ab. c", np.zeros(1, np.int32), ())
+    assert BUILT.cut_at_bytes("ab. c", ["ab. c"], b"ab. c", np.array([0, 4], np.int32), ()) == [["ab."], [" c"]]
+    assert BUILT.cut_at_bytes("ab. c", ["ab. c"], b"ab. c", np.array([0, 4], np.int32), (b". ",)) is None
