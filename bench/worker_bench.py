@@ -26,6 +26,7 @@ from common.segmenters.sentences import Segmenter, split_segments
 from common.storage import LocalStorage
 from common.tokenization import Vocabulary, load_tokenizer
 from worker import pipeline
+from worker.heap import keep_freed_heap
 from worker.pipeline import TaskProcessor, TaskStats
 
 STAGES = pipeline.TIMERS  # read, parse, split, tokenize, build, write
@@ -71,7 +72,9 @@ def load_vocabulary(vocab_file: str, do_lower_case: bool = True) -> Vocabulary:
 def processor(vocabulary: Vocabulary, output: Path, dupe_factor: int, compression: str = "",
               segmenter: Segmenter = Segmenter.BLINGFIRE, objective: str = "bert", objective_params: dict | None = None,
               output_format: str = "tfrecord", writer_params: dict | None = None) -> TaskProcessor:
-    """A worker's TaskProcessor for WikiExtractor input; BERT at seq 128 unless told otherwise."""
+    """A worker's TaskProcessor for WikiExtractor input; BERT at seq 128 unless told otherwise.  This process's
+    malloc is set as a worker process's is (worker/heap.py), so its tasks cost what they cost there."""
+    keep_freed_heap()
     if objective_params is None:
         objective_params = {"max_seq_length": 128, "dupe_factor": dupe_factor}
     if writer_params is None:

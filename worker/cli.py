@@ -18,6 +18,7 @@ from common import logs, storage
 from common.job.cli_settings import SectionedCommand, add_options, build, command_settings, naming_variables
 from common.wire.security import Curve, SecurityError
 from worker.gce_metadata import GceMetadata, GceNotices
+from worker.heap import keep_freed_heap
 from worker.interruption import (
     DEFAULT_NOTICE_DRAIN_SECONDS,
     Ec2Notices,
@@ -70,6 +71,7 @@ def _run_one(options: WorkerOptions, verbose: int, release_at=None, stopping=Non
         storage.configure(storage_settings)
     if parent is not None:
         die_with_parent(parent)
+    keep_freed_heap()
     worker = WorkerProcess(options)
     if release_at is not None:  # the supervisor's interruption notice: SIGUSR1, deadline in shared memory
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(release_at.value))
@@ -192,6 +194,7 @@ def run(settings: WorkerSettings) -> int:
         source = GceNotices(GceMetadata(settings.gce_metadata_host))
     noticed: list = []  # the notice the watcher acted on, if any
     if settings.processes == 1:
+        keep_freed_heap()
         worker = WorkerProcess(options)
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(
             shutdown_notice(settings.notice_drain_seconds).release_at))

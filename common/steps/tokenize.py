@@ -19,6 +19,7 @@ shard.
 from __future__ import annotations
 
 import functools
+from itertools import chain
 
 import numpy as np
 
@@ -79,15 +80,14 @@ class Tokenize(Step[Segmented, Tokenized]):
                 lengths = _per_segment(part_lengths, parts_per_segment)
             else:
                 if words is None:
-                    pieces = [piece for segments in segmented for segment in segments for piece in segment]
+                    pieces = list(chain.from_iterable(chain.from_iterable(segmented)))
                     continues = continuing_pieces(part.documents, segmented) if vocabulary.start_sensitive else None
                     ids, piece_lengths, word_starts = vocabulary.encode_with_word_starts(pieces, continues)
                 else:
                     ids, piece_lengths, word_starts, unmapped = words.encode(vocabulary)
                     if unmapped:
                         run.report.skip("han_text_not_one_token_per_character", unmapped)  # kept, tokenizer's words
-                lengths = _per_segment(piece_lengths,
-                                       [len(segment) for segments in segmented for segment in segments])
+                lengths = _per_segment(piece_lengths, list(map(len, chain.from_iterable(segmented))))
             tokenized, unusable = TokenizedDocuments.from_segments(
                 ids, lengths, np.fromiter(map(len, segmented), dtype=np.int64, count=len(segmented)), word_starts)
         if unusable:
