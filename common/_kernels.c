@@ -1,5 +1,5 @@
 /* Compiled kernels for the per-record work of masked-LM objectives and the TFRecord encoder, and for the
- * per-sentence cut of a document's text after Bling Fire (issue #33), and byte-level BPE's pre-tokens looked up in
+ * per-sentence cut of a document's text after Bling Fire (from its byte offsets), and byte-level BPE's pre-tokens looked up in
  * a word cache (common/tokenization/fast_bpe.py).
  *
  * Each function does exactly what a numpy function of the project does, on the same inputs (the random draws

@@ -2,9 +2,10 @@
 
 ``common/_kernels.c`` does the per-record work of masking (BERT's layout of a pair, the selection of masked
 positions, the 80/10/10 rule, ALBERT's n-gram selection) and of the TFRecord encoder in C, on the same inputs
-and random draws as the numpy code beside each call, and the per-sentence cut of a document after Bling Fire as
-the Python loop beside it does; the numpy and Python code stays as the fallback: an install without a C
-compiler (the extension is optional in setup.py) or ``MLM_PIPELINE_NUMPY_KERNELS=1`` runs numpy.  Both give the
+and random draws as the numpy code beside each call, and the per-sentence cut of a document after Bling Fire (its
+byte offsets mapped to str offsets, the text cut there) as the numpy and Python code beside it does; that code
+stays as the fallback: an install without a C compiler (the extension is optional in setup.py) or
+``MLM_PIPELINE_NUMPY_KERNELS=1`` runs numpy.  Both give the
 same bytes (tests/common/test_kernels.py; the byte matrix runs both ways).
 """
 
