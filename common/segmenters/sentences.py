@@ -105,13 +105,13 @@ def document_pieces(lines: list[str]) -> list[list[str]]:
 def _sentences(text: str, paragraphs: list[str], utf8: bytes) -> list[list[str]]:
     """``text`` (the ``paragraphs`` joined by newlines, ``utf8`` encoded) cut at Bling Fire's sentence starts,
     moved in CJK text (closers, ；and …).  Where the kernels are built, one C call (``cut_at_bytes``) maps
-    Bling Fire's byte offsets to str offsets and cuts the text, for every text without a CJK terminator: the
-    numpy mapping, the sort, the check for terminators and the cut cost ~0.008 CPU-s per MB beside it, ~4x the
-    C.  A text it declines (a terminator, an offset the mapping would check) takes the Python path, which gives
+    Bling Fire's byte offsets to str offsets and cuts the text, for every text without a CJK terminator, ~0.004
+    CPU-s per MB less than the numpy mapping, the sort, the search for terminators and the cut it replaces
+    (docs/benchmarks.md, "The worker at dupe factor 1").  A text it declines (a terminator, an offset the mapping would check) takes the Python path, which gives
     the same pieces (tests/common/test_kernels_equivalence.py)."""
     kernel = kernels.compiled
     found = byte_starts(utf8) if kernel is not None else None
-    if found is not None:
+    if kernel is not None and found is not None:
         segments = kernel.cut_at_bytes(text, paragraphs, utf8, found, UTF8_TERMINATORS)
         if segments is not None:
             return segments
