@@ -107,8 +107,9 @@ def _sentences(text: str, paragraphs: list[str], utf8: bytes) -> list[list[str]]
     moved in CJK text (closers, ；and …).  Where the kernels are built, one C call (``cut_at_bytes``) maps
     Bling Fire's byte offsets to str offsets and cuts the text, for every text without a CJK terminator, ~0.004
     CPU-s per MB less than the numpy mapping, the sort, the search for terminators and the cut it replaces
-    (docs/benchmarks.md, "The worker at dupe factor 1").  A text it declines (a terminator, an offset the mapping would check) takes the Python path, which gives
-    the same pieces (tests/common/test_kernels_equivalence.py)."""
+    (docs/benchmarks.md, "The worker at dupe factor 1").  A text it declines (a terminator, an offset the
+    mapping would check) takes the Python path, which gives the same pieces
+    (tests/common/test_kernels_equivalence.py)."""
     kernel = kernels.compiled
     found = byte_starts(utf8) if kernel is not None else None
     if kernel is not None and found is not None:
