@@ -163,8 +163,7 @@ class Dispatcher:
     def resync(self, done: dict[str, str]) -> list[Entry]:
         """A sink (re)introduced itself with every task its manifest holds (id: input version): those are
         DONE here, and tasks DONE here that it lacks are done again (returned).  One pass over the tasks,
-        the counters settled in bulk: a resume at a million tasks does this once, at start."""
-        settled = (State.DONE, State.QUARANTINED)
+        the counters settled in bulk."""
         newly, undone = [], []
         confirmed, finished = done.get, State.DONE  # (a million times: no lookups in the loop)
         for task_id, entry in self.entries.items():
@@ -173,6 +172,23 @@ class Dispatcher:
                     newly.append(entry)
             elif entry.state is finished:
                 undone.append(entry)
+        self._settle_done(newly)
+        for entry in undone:
+            self._move(entry, State.PENDING)
+        return undone
+
+    def confirm(self, done: dict[str, str]) -> None:
+        """Part of a sink's list of what its manifest holds (id: input version), when nothing is DONE here (a
+        run's start): those tasks are DONE, one lookup each, as the parts come (no task DONE here can be one
+        the sink lacks, so none is undone).  A resume at a million tasks does this instead of ``resync``."""
+        entries, finished = self.entries.get, State.DONE
+        self._settle_done([entry for task_id, version in done.items()
+                           if (entry := entries(task_id)) is not None and entry.state is not finished
+                           and entry.task.version == version])
+
+    def _settle_done(self, newly: list[Entry]) -> None:
+        """These entries (none DONE) DONE, the counters settled in bulk: ``_move`` a million times costs seconds."""
+        settled = (State.DONE, State.QUARANTINED)
         moved: Counter[State] = Counter()
         moved_bytes: Counter[State] = Counter()
         closed: Counter[int] = Counter()  # by stage rank
@@ -190,9 +206,6 @@ class Dispatcher:
             self._bytes[State.DONE] += moved_bytes[state]
         for rank, count in closed.items():
             self._open[rank] -= count
-        for entry in undone:
-            self._move(entry, State.PENDING)
-        return undone
 
     def lease(self, worker: str, now: float) -> Entry | None:
         rank = self.current_rank
@@ -310,6 +323,8 @@ class Dispatcher:
         return self.counts[State.PENDING] > 0 and rank is not None and bool(self._pending.get(rank))
 
     def quarantined(self) -> list[Entry]:
+        if not self.counts[State.QUARANTINED]:  # (a pass over a million tasks otherwise)
+            return []
         return [e for e in self.entries.values() if e.state is State.QUARANTINED]
 
     def bytes_in(self, state: State) -> int:
