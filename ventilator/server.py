@@ -129,7 +129,9 @@ class VentilatorServer:
         #: The sink's manifest, while its SinkHellos arrive; None while they are applied as they come (nothing
         #: was done when its first came: see _sink_hello).
         self._sink_done: dict[str, str] | None = {}
-        self._listing = False  # the job's sink's SinkHellos have begun and their last has not come
+        #: The job's sink said Hello and its last SinkHello has not come: the job is not called complete meanwhile.
+        self._listing = False
+        self._parts = 0  # SinkHellos heard since its Hello
         self.sink_ready = False
         self.sink_closed: str | None = None  # the sink's SinkClosed: None before it, else its error ("" none)
         self.dropped = DroppedMessages("ventilator")
@@ -330,11 +332,11 @@ class VentilatorServer:
         if message.role == "sink" and self._stands_by(sender, name, host):
             return
         if identity == self.sink and message.role != "sink":
-            self.sink = None  # the job's sink's identity now says it is a worker: no longer the sink
+            self.sink, self._listing = None, False  # its identity now says it is a worker: no longer the sink
         self.peers[identity] = Peer(identity, message.role, name, now, host=host, welcomed=now)
         if message.role == "sink":
             self.sink = identity  # the job's sink from now on: its SinkHellos follow
-            self._sink_done, self._listing = {}, False
+            self._sink_done, self._listing, self._parts = {}, True, 0
             self._standbys.discard(identity)
         else:
             self.hosts.joined(message.host, message.booted_at)
@@ -431,22 +433,21 @@ class VentilatorServer:
             log.error("sink %s is on job %s, not %s: restart it", peer.name, printable(message.job_id),
                       self.config.job_id)
             return
-        if not self._listing:  # its first SinkHello since its Hello
-            self._listing = True
+        if not self._parts:  # its first SinkHello since its Hello
             # Nothing done here (a run's start, a resume of a million tasks): no task done here can be one the
             # sink lacks, so each part is applied as it comes, one lookup a task.  Else the parts are gathered
             # and set against every task at the last (resync): marking each as it came could make the job look
             # complete between two of them, before tasks the sink lacks are put back.
             self._sink_done = None if self.dispatcher.counts[State.DONE] == 0 else {}
+        self._parts += 1
         if self._sink_done is None:
             self.dispatcher.confirm(message.done)
         else:
             self._sink_done.update(message.done)
         if not message.last:
             return
-        self._listing = False
         undone = self.dispatcher.resync(self._sink_done) if self._sink_done is not None else []
-        self._sink_done = {}
+        self._sink_done, self._listing, self._parts = {}, False, 0
         if undone:
             log.warning("sink %s does not have %d task(s) a sink confirmed before: doing them again",
                         peer.name, len(undone))
