@@ -172,9 +172,9 @@ class VentilatorServer:
             listen(router, self.options.bind_host, self.options.port)
             built = self._build_while_greeting(router)
             if built is None:  # interrupted, or a child failed, while the job was planned
-                return RunResult(False, "stopped before the job was planned; run the same command to resume", [])
+                return RunResult(False, "stopped before the task table was built; run the same command to resume", [])
             self._job, self._dispatcher = built
-            self.input_bytes = sum(task.end - task.start for task in self.job.tasks)  # (Task.length: a call each)
+            self.input_bytes = self.dispatcher.bytes_in(State.PENDING)  # every task, none moved yet
             self._serving_since = time.monotonic()
             if self.options.metrics_port is not None:  # up before the line that says the ventilator is
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
