@@ -4,21 +4,38 @@ that manifest while the job is planned (at a million tasks both take seconds), n
 from __future__ import annotations
 
 import json
-import time
+import subprocess
+import sys
 
-from click.testing import CliRunner
-
-from tests.support.helpers import VOCAB, WIKI, free_ports, need_shared
+from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared
 
 TASK_SIZE = 256 * 1024
 
+#: The ventilator's command (its own process: it sets signal handlers and logging), its plan held until the sink
+#: has cut the manifest (argv[1]) back to its whole lines (argv[2] bytes), at most 60 s; the rest of argv is the
+#: command's.
+HELD_PLAN = """
+import os, sys, time
+from ventilator import cli
+manifest, whole = sys.argv[1], int(sys.argv[2])
+plan = cli.plan
+def held(*args):
+    deadline = time.monotonic() + 60
+    while os.path.getsize(manifest) != whole and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("planned after the sink's load:", os.path.getsize(manifest) == whole, file=sys.stderr, flush=True)
+    return plan(*args)
+cli.plan = held
+sys.argv = ["ventilator", *sys.argv[3:]]
+cli.main()
+"""
 
-def test_the_sink_reads_its_manifest_while_the_job_is_planned(tmp_path, monkeypatch):
-    """The manifest ends in a torn line, which the sink's load cuts off: the plan (held until then) sees it cut,
-    so the sink was started and welcomed, and had read its manifest, before the job was planned.  The run then
-    finds every task done and exits 0."""
+
+def test_the_sink_reads_its_manifest_while_the_job_is_planned(tmp_path):
+    """The manifest ends in a torn line, which the sink's load cuts off: the plan (held until then, at most a
+    minute) sees it cut, so the sink was started and welcomed, and had read its manifest, before the job was
+    planned.  The run then finds every task done and exits 0."""
     from tests.support.run_configs import run_config
-    from ventilator import cli
     from ventilator.job import prepare_job
 
     need_shared()
@@ -33,23 +50,14 @@ def test_the_sink_reads_its_manifest_while_the_job_is_planned(tmp_path, monkeypa
     manifest = output / "manifest.jsonl"
     manifest.write_bytes(lines + b'{"task": "torn')
 
-    seen: list[bool] = []
-    plan = cli.plan
-
-    def plan_once_the_sink_has_loaded(*args):
-        deadline = time.monotonic() + 60
-        while manifest.stat().st_size != len(lines) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        seen.append(manifest.stat().st_size == len(lines))
-        return plan(*args)
-
-    monkeypatch.setattr(cli, "plan", plan_once_the_sink_has_loaded)
     vport, sink_port = free_ports(2)
-    result = CliRunner().invoke(cli.main, [
+    run = subprocess.run([
+        sys.executable, "-c", HELD_PLAN, str(manifest), str(len(lines)),
         "--data", str(WIKI), "--output", str(output), "--vocab-file", str(VOCAB), "--task-size", str(TASK_SIZE),
         "--lease-seconds", "5", "--heartbeat-seconds", "1", "--vport", str(vport), "--sink-port", str(sink_port),
-        "--bind-host", "127.0.0.1", "--no-progress", "--state-dir", str(tmp_path / "state")])
-    assert seen == [True], "the job was planned before the sink read its manifest"
-    assert result.exit_code == 0, result.output
+        "--bind-host", "127.0.0.1", "--no-progress", "--state-dir", str(tmp_path / "state")],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert "planned after the sink's load: True" in run.stderr, run.stderr[-3000:]
+    assert run.returncode == 0, run.stderr[-3000:]
     assert manifest.read_bytes() == lines
     assert json.loads((output / "summary.json").read_text())["complete"] is True
