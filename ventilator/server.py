@@ -217,8 +217,10 @@ class VentilatorServer:
 
         def build() -> None:
             try:
-                job = planned if planned is not None else unplanned.plan()  # type: ignore[union-attr]
-                if unplanned is not None:
+                job = planned
+                if job is None:
+                    assert unplanned is not None  # (one of the two, from __init__)
+                    job = unplanned.plan()
                     log.info("planned: %d tasks", len(job.tasks))
                 with built_for_the_job():  # a million entries
                     built.append((job, Dispatcher(job.tasks, self.config.lease_seconds,
