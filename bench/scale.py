@@ -194,11 +194,12 @@ def resume(work: Path, vocab: str, tasks: int) -> dict:
         watcher.add(ventilator.pid, "ventilator", tree=True)
         code = ventilator.wait(timeout=900)
         rss = {role: watcher.peak_rss(role) for role in ("ventilator", "sink")}
+        cpu = {role: _role_cpu(watcher, role) for role in ("ventilator", "sink")}  # steadier than wall time
     seconds = time.monotonic() - started
     if code != 0 or "all tasks done" not in job.log.read_text(errors="replace"):
         raise RuntimeError(f"resume exited {code}: {job.log.read_text()[-2000:]}")
     return {"tasks": tasks, "resume_s": seconds, "ventilator_rss_mb": rss["ventilator"] / 1e6,
-            "sink_rss_mb": rss["sink"] / 1e6}
+            "sink_rss_mb": rss["sink"] / 1e6, "ventilator_cpu_s": cpu["ventilator"], "sink_cpu_s": cpu["sink"]}
 
 
 def heartbeats(work: Path, vocab: str, workers: int, window: float = 15.0, heartbeat: float = 5.0,

@@ -9,6 +9,7 @@ lease expired) are confirmed again but not listed twice.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -386,10 +387,11 @@ class SinkServer:
         log.info("sink: job %s, manifest %s holds %d tasks", config.job_id, self.manifest.path, len(entries))
 
     def _hello_done(self, send) -> None:
-        done = list(self.manifest.done.items())
+        done = self.manifest.done
+        items = iter(done.items())  # (no list of a million pairs beside the done set)
         chunk = 5000  # ~300 KB a message, under the ventilator's inbound limit
         for start in range(0, max(len(done), 1), chunk):
-            part = dict(done[start:start + chunk])
+            part = dict(itertools.islice(items, chunk))
             send(protocol.SinkHello(self.sink_id, self.config.job_id, part, start + chunk >= len(done)))
 
     def _drain_acks(self, pull: zmq.Socket) -> list[protocol.TaskAck]:

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -22,7 +23,7 @@ from ventilator.launchers import Fleet, Launcher, LaunchError, Role, launcher_na
 from ventilator.publishers import publisher_named
 from ventilator.publishers.base import PublisherError
 from ventilator.run_config import EXIT_FAILED, ConfigError, RunConfig, data_command, from_values, run_options
-from ventilator.server import VentilatorServer
+from ventilator.server import Job, Unplanned, VentilatorServer
 from ventilator.show_steps import show_steps
 
 log = logging.getLogger("ventilator")
@@ -84,28 +85,34 @@ def run(config: RunConfig) -> int:
         job_config = identify(run_config, checked)
         _check_sendable(job_config)
         lock = lock_output(run_config, job_config)  # one run per output, from before anything is written to it
-        job = plan(run_config, checked, job_config)
     except (LaunchError, PublisherError, JobError, SecurityError) as error:
         if lock is not None:
             lock.release()
         click.echo(f"ventilator: error: {naming_variables(str(error))}", err=True)
         return EXIT_FAILED
     try:
-        return _run(config, job, launcher, lock)
+        return _run(config, lambda: plan(run_config, checked, job_config), job_config, launcher, lock)
     finally:
         lock.release()
 
 
-def _run(config: RunConfig, job, launcher: Launcher, lock: OutputLock) -> int:
-    """Start the sink and workers the run starts, serve the job; the exit status (the output's lock held)."""
+def _run(config: RunConfig, planner: Callable[[], Job], job_config: JobConfig, launcher: Launcher,
+         lock: OutputLock) -> int:
+    """Start the sink and workers the run starts, then plan the job (``planner``) and serve it, the sink
+    reading its manifest while the job is planned; the exit status (the output's lock held)."""
     show_progress = sys.stderr.isatty() if config.display.progress is None else config.display.progress
     display = None
     if show_progress:
         from ventilator.display import TerminalDisplay  # rich: ~20 ms to import, for a terminal only
 
-        display = TerminalDisplay(len(job.tasks), sum(task.length for task in job.tasks))
-    if display is not None:
+        display = TerminalDisplay()
         logs.route_to(display.print_line)
+
+    def planned() -> Job:
+        job = planner()
+        if display is not None:
+            display.set_totals(len(job.tasks), sum(task.length for task in job.tasks))
+        return job
 
     launcher.relay = display.print_line if display is not None else None
     if config.sink.starts_sink:
@@ -119,7 +126,7 @@ def _run(config: RunConfig, job, launcher: Launcher, lock: OutputLock) -> int:
         on_progress=display.update if display is not None else None,
         backlog_publisher=(lambda observe: publisher(params, observe)) if publisher.enabled(params) else None)
     with display if display is not None else contextlib.nullcontext():
-        code, message = _serve(job, server_options, launcher, lock)
+        code, message = _serve(Unplanned(job_config, planned), server_options, launcher, lock)
     click.echo(f"ventilator: {message}", err=True)
     return code
 
@@ -133,7 +140,7 @@ def _check_sendable(job_config) -> None:
         raise JobError(f"this job cannot be sent to its workers: {error}") from None
 
 
-def _serve(job, server_options, launcher: Launcher, lock: OutputLock) -> tuple[int, str]:
+def _serve(job: Unplanned, server_options, launcher: Launcher, lock: OutputLock) -> tuple[int, str]:
     """Run the job to its end; the exit status and its one-line reason."""
     failure: list[str] = []
 
@@ -146,10 +153,10 @@ def _serve(job, server_options, launcher: Launcher, lock: OutputLock) -> tuple[i
     server = VentilatorServer(job, server_options, should_stop=child_failed, peers_gone=launcher.all_exited)
     try:
         result = server.run()
-    except ListenError as error:
+    except (ListenError, JobError) as error:  # JobError: the plan failed (the stages before the normal pass)
         launcher.terminate()
         launcher.wait(timeout=30)
-        return EXIT_FAILED, f"error: {error}"
+        return EXIT_FAILED, f"error: {naming_variables(str(error))}"
     except BaseException:
         launcher.terminate()
         raise

@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
+import operator
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -46,6 +47,8 @@ class State(enum.Enum):
     # counters are keyed by state at every change of every task: a million at a resume).
     __hash__ = object.__hash__
 
+
+_state_of = operator.attrgetter("state")
 
 #: Why a task went back to pending: its lease ran out, the sink never confirmed its output, its worker
 #: reported a failure, a draining worker handed it back unstarted, or a later task found its files missing.
@@ -163,8 +166,7 @@ class Dispatcher:
     def resync(self, done: dict[str, str]) -> list[Entry]:
         """A sink (re)introduced itself with every task its manifest holds (id: input version): those are
         DONE here, and tasks DONE here that it lacks are done again (returned).  One pass over the tasks,
-        the counters settled in bulk: a resume at a million tasks does this once, at start."""
-        settled = (State.DONE, State.QUARANTINED)
+        the counters settled in bulk."""
         newly, undone = [], []
         confirmed, finished = done.get, State.DONE  # (a million times: no lookups in the loop)
         for task_id, entry in self.entries.items():
@@ -173,26 +175,51 @@ class Dispatcher:
                     newly.append(entry)
             elif entry.state is finished:
                 undone.append(entry)
-        moved: Counter[State] = Counter()
-        moved_bytes: Counter[State] = Counter()
-        closed: Counter[int] = Counter()  # by stage rank
-        for entry in newly:
-            state, task = entry.state, entry.task
-            moved[state] += 1
-            moved_bytes[state] += task.end - task.start
-            if state not in settled:
-                closed[self.stage_rank[task.stage]] += 1
-            entry.state = State.DONE
-        for state, count in moved.items():
-            self.counts[state] -= count
-            self.counts[State.DONE] += count
-            self._bytes[state] -= moved_bytes[state]
-            self._bytes[State.DONE] += moved_bytes[state]
-        for rank, count in closed.items():
-            self._open[rank] -= count
+        self._settle_done(newly)
         for entry in undone:
             self._move(entry, State.PENDING)
         return undone
+
+    def confirm(self, done: dict[str, str]) -> None:
+        """Part of a sink's list of what its manifest holds (id: input version), when nothing is DONE here (a
+        run's start): those tasks are DONE, one lookup each, as the parts come (no task DONE here can be one
+        the sink lacks, so none is undone).  A resume at a million tasks does this instead of ``resync``."""
+        entries, finished = self.entries.get, State.DONE
+        self._settle_done([entry for task_id, version in done.items()
+                           if (entry := entries(task_id)) is not None and entry.state is not finished
+                           and entry.task.version == version])
+
+    def _settle_done(self, newly: list[Entry]) -> None:
+        """These entries (none DONE) DONE, the counters settled in bulk: ``_move`` a million times costs seconds.
+        A state every one of whose tasks moves (a resume's PENDING) gives up its bytes whole, and a job of one
+        stage closes what moved, so the common case reads no task."""
+        settled = (State.DONE, State.QUARANTINED)
+        moved = Counter(map(_state_of, newly))  # counted in C
+        whole = {state for state, count in moved.items() if count == self.counts[state]}
+        several_stages = len(self.stage_rank) > 1
+        moved_bytes: Counter[State] = Counter()
+        closed: Counter[int] = Counter()  # by stage rank
+        if several_stages or len(whole) < len(moved):
+            for entry in newly:
+                state, task = entry.state, entry.task
+                if state not in whole:
+                    moved_bytes[state] += task.end - task.start
+                if several_stages and state not in settled:
+                    closed[self.stage_rank[task.stage]] += 1
+        if not several_stages:
+            for rank in self._open:
+                closed[rank] = sum(count for state, count in moved.items() if state not in settled)
+        done = State.DONE
+        for entry in newly:
+            entry.state = done
+        for state, count in moved.items():
+            change = self._bytes[state] if state in whole else moved_bytes[state]
+            self.counts[state] -= count
+            self.counts[done] += count
+            self._bytes[state] -= change
+            self._bytes[done] += change
+        for rank, count in closed.items():
+            self._open[rank] -= count
 
     def lease(self, worker: str, now: float) -> Entry | None:
         rank = self.current_rank
@@ -310,6 +337,8 @@ class Dispatcher:
         return self.counts[State.PENDING] > 0 and rank is not None and bool(self._pending.get(rank))
 
     def quarantined(self) -> list[Entry]:
+        if not self.counts[State.QUARANTINED]:  # (a pass over a million tasks otherwise)
+            return []
         return [e for e in self.entries.values() if e.state is State.QUARANTINED]
 
     def bytes_in(self, state: State) -> int:

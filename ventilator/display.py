@@ -22,7 +22,8 @@ from rich.text import Text
 
 
 class TerminalDisplay:
-    def __init__(self, total_tasks: int, total_bytes: int):
+    def __init__(self, total_tasks: int | None = None, total_bytes: int = 0):
+        """The totals may come later (``set_totals``): the job is planned while the sink starts."""
         self.console = Console(stderr=True)
         self._total_bytes = total_bytes
         self._progress = Progress(
@@ -37,6 +38,10 @@ class TerminalDisplay:
 
     def __exit__(self, *exc) -> None:
         self._progress.stop()
+
+    def set_totals(self, total_tasks: int, total_bytes: int) -> None:
+        self._total_bytes = total_bytes
+        self._progress.update(self._bar, total=total_tasks)
 
     def update(self, done: int, bytes_done: int) -> None:
         self._progress.update(self._bar, completed=done,

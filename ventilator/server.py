@@ -75,6 +75,15 @@ class Job:
     reader: Reader
 
 
+@dataclass(frozen=True)
+class Unplanned:
+    """A job identified (its config: what a Welcome carries) but not yet planned: the server plans it while it
+    answers the first Hellos, so a sink resuming a large output reads its manifest meanwhile."""
+
+    config: JobConfig
+    plan: Callable[[], Job]
+
+
 @dataclass
 class ServerOptions:
     bind_host: str = "*"
@@ -100,8 +109,10 @@ class RunResult:
 
 
 class VentilatorServer:
-    def __init__(self, job: Job, options: ServerOptions, should_stop=lambda: False, peers_gone=lambda: False):
-        self.job = job
+    def __init__(self, job: Job | Unplanned, options: ServerOptions, should_stop=lambda: False,
+                 peers_gone=lambda: False):
+        self._job = job if isinstance(job, Job) else None  # planned in run() when Unplanned
+        self._unplanned = job if isinstance(job, Unplanned) else None
         self.config = job.config
         self._required: dict[str, str] | None = None  # tasks a step requires (common/steps), by id: why
         self.options = options
@@ -115,7 +126,12 @@ class VentilatorServer:
         self.sink: bytes | None = None
         self._standbys: set[bytes] = set()  # sinks told to stand by (the first MAX_STANDBYS_LOGGED: logged once)
         self.standby_hellos = 0
-        self._sink_done: dict[str, str] = {}  # the sink's manifest, while its SinkHellos arrive
+        #: The sink's manifest, while its SinkHellos arrive; None while they are applied as they come (nothing
+        #: was done when its first came: see _sink_hello).
+        self._sink_done: dict[str, str] | None = {}
+        #: The job's sink said Hello and its last SinkHello has not come: the job is not called complete meanwhile.
+        self._listing = False
+        self._parts = 0  # SinkHellos heard since its Hello
         self.sink_ready = False
         self.sink_closed: str | None = None  # the sink's SinkClosed: None before it, else its error ("" none)
         self.dropped = DroppedMessages("ventilator")
@@ -130,7 +146,7 @@ class VentilatorServer:
         self._serving_since = self._started  # from when the task table is built
         self._no_sink = logs.Reminder(NO_SINK_WARNING_SECONDS)  # the "no sink" warning
         self._done_at_start = 0
-        self.input_bytes = sum(task.end - task.start for task in job.tasks)  # (Task.length: a call per task)
+        self.input_bytes = 0  # of all the tasks, once planned
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
         # A peer repeats its Hello each heartbeat interval (the sink each second) until welcomed; a repeat
         # sooner than this after our Welcome is not answered again.
@@ -154,9 +170,12 @@ class VentilatorServer:
         metrics = publisher = None
         try:
             listen(router, self.options.bind_host, self.options.port)
-            dispatcher = self._build_while_greeting(router)
+            built = self._build_while_greeting(router)
+            if built is None:  # interrupted, or a child failed, while the job was planned
+                return RunResult(False, "stopped before the task table was built; run the same command to resume", [])
+            self._job, self._dispatcher = built
+            self.input_bytes = self.dispatcher.bytes_in(State.PENDING)  # every task, none moved yet
             self._serving_since = time.monotonic()
-            self._dispatcher = dispatcher
             if self.options.metrics_port is not None:  # up before the line that says the ventilator is
                 metrics = MetricsServer(self.metrics, self.options.metrics_port, self.options.bind_host)
             log.info("ventilator %s: job %s, %d tasks (%.1f MB) from %s, listening on port %d",
@@ -173,30 +192,47 @@ class VentilatorServer:
                 publisher.close()
 
     @property
+    def job(self) -> Job:
+        """The job planned (in run(), while the first Hellos are answered, when it came Unplanned)."""
+        if self._job is None:
+            raise RuntimeError("the job is used before it is planned")
+        return self._job
+
+    @property
     def dispatcher(self) -> Dispatcher:
         """The task table (built in run(), while the first Hellos are answered)."""
         if self._dispatcher is None:
             raise RuntimeError("the task table is used before it is built")
         return self._dispatcher
 
-    def _build_while_greeting(self, router: zmq.Socket) -> Dispatcher:
-        """The task table, built in a thread while this one answers Hellos.  The sink (started before the
-        job was planned) has its Hello waiting: welcomed at once, it reads its manifest while the table
-        is built, which at a million tasks takes seconds each.  Every other frame waits for the table."""
-        built: list[Dispatcher] = []
+    def _build_while_greeting(self, router: zmq.Socket) -> tuple[Job, Dispatcher] | None:
+        """The job planned (when it came Unplanned) and its task table built, in a thread, while this one
+        answers Hellos.  The sink, started before the plan, has its Hello answered at once: it reads its
+        manifest while the job is planned and the table built, which at a million tasks take seconds each.
+        Every other frame waits for the table.  None if the run is stopped (a signal, a child's failure) first:
+        the thread is left to the process's exit."""
+        built: list[tuple[Job, Dispatcher]] = []
         failed: list[BaseException] = []
+        unplanned, planned = self._unplanned, self._job
 
         def build() -> None:
             try:
+                job = planned
+                if job is None:
+                    assert unplanned is not None  # (one of the two, from __init__)
+                    job = unplanned.plan()
+                    log.info("planned: %d tasks", len(job.tasks))
                 with built_for_the_job():  # a million entries
-                    built.append(Dispatcher(self.job.tasks, self.config.lease_seconds,
-                                            self.options.confirm_seconds, self.options.max_attempts))
+                    built.append((job, Dispatcher(job.tasks, self.config.lease_seconds,
+                                                  self.options.confirm_seconds, self.options.max_attempts)))
             except BaseException as error:  # raised again in the serving thread
                 failed.append(error)
 
         builder = threading.Thread(target=build, name="build-dispatcher", daemon=True)
         builder.start()
         while builder.is_alive():
+            if self.interrupted or self.should_stop():
+                return None
             if not router.poll(20):
                 continue
             received = self.inbox.routed(router.recv_multipart())
@@ -224,7 +260,7 @@ class VentilatorServer:
                 reason = f"the sink failed: {self.sink_closed}"
                 self._broadcast(router, protocol.Shutdown(f"job failed: {reason}"), roles=("worker",))
                 return RunResult(False, reason, self.dispatcher.quarantined(), error=reason)
-            if self.sink_ready and self.dispatcher.complete:
+            if self.sink_ready and not self._listing and self.dispatcher.complete:
                 self._show_progress()
                 return self._finish(router)
             failed = self._required_task_failed() if self.sink_ready else None
@@ -298,11 +334,11 @@ class VentilatorServer:
         if message.role == "sink" and self._stands_by(sender, name, host):
             return
         if identity == self.sink and message.role != "sink":
-            self.sink = None  # the job's sink's identity now says it is a worker: no longer the sink
+            self.sink, self._listing = None, False  # its identity now says it is a worker: no longer the sink
         self.peers[identity] = Peer(identity, message.role, name, now, host=host, welcomed=now)
         if message.role == "sink":
             self.sink = identity  # the job's sink from now on: its SinkHellos follow
-            self._sink_done = {}
+            self._sink_done, self._listing, self._parts = {}, True, 0
             self._standbys.discard(identity)
         else:
             self.hosts.joined(message.host, message.booted_at)
@@ -399,13 +435,21 @@ class VentilatorServer:
             log.error("sink %s is on job %s, not %s: restart it", peer.name, printable(message.job_id),
                       self.config.job_id)
             return
-        self._sink_done.update(message.done)
+        if not self._parts:  # its first SinkHello since its Hello
+            # Nothing done here (a run's start, a resume of a million tasks): no task done here can be one the
+            # sink lacks, so each part is applied as it comes, one lookup a task.  Else the parts are gathered
+            # and set against every task at the last (resync): marking each as it came could make the job look
+            # complete between two of them, before tasks the sink lacks are put back.
+            self._sink_done = None if self.dispatcher.counts[State.DONE] == 0 else {}
+        self._parts += 1
+        if self._sink_done is None:
+            self.dispatcher.confirm(message.done)
+        else:
+            self._sink_done.update(message.done)
         if not message.last:
             return
-        # All chunks first: marking each as it came could make the job look complete
-        # between two of them, before tasks the sink lacks are put back.
-        undone = self.dispatcher.resync(self._sink_done)
-        self._sink_done = {}
+        undone = self.dispatcher.resync(self._sink_done) if self._sink_done is not None else []
+        self._sink_done, self._listing, self._parts = {}, False, 0
         if undone:
             log.warning("sink %s does not have %d task(s) a sink confirmed before: doing them again",
                         peer.name, len(undone))

@@ -319,3 +319,46 @@ def test_requeues_are_counted_by_reason():
     d.redo([done.task.task_id])
     assert d.requeued == {"lease_expired": 1, "unconfirmed": 1, "failed": 1, "returned": 1, "redo": 1}
     assert e.state is State.PENDING and c.state is State.PENDING
+
+
+def test_confirm_part_by_part_settles_what_one_task_at_a_time_would():
+    """A sink's list applied part by part as it comes (nothing DONE yet: a run's start, where workers of a
+    previous ventilator may already hold tasks), over one stage and over several: the bulk counters equal a
+    recount (whether a part moves every task of a state or some), a task listed in its version is DONE, and
+    every other task keeps its state."""
+    import random
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        staged = seed % 2 == 1
+        ts = [Task(f"f{i}", 0, 10 + i, 100, "v", stage=("dedup" if staged and i < 8 else "")) for i in range(30)]
+        d = Dispatcher(ts, lease_seconds=5, confirm_seconds=7, max_attempts=2)
+        now = 0.0
+        for _ in range(rng.randint(0, 60)):  # leases (adopted by heartbeats), finishes, failures, expiries
+            now += rng.random()
+            action = rng.random()
+            if action < 0.4:
+                d.lease(rng.choice(["w1", "w2"]), now)
+            elif action < 0.6:
+                leased = [e for e in d.entries.values() if e.state is State.LEASED]
+                if leased:
+                    e = rng.choice(leased)
+                    d.finished(e.worker, e.task.task_id, now)
+            elif action < 0.8:
+                leased = [e for e in d.entries.values() if e.state is State.LEASED]
+                if leased:
+                    e = rng.choice(leased)
+                    d.failed(e.worker, e.task.task_id, "boom", now)
+            else:
+                d.expire(now)
+        before = {task_id: e.state for task_id, e in d.entries.items()}
+        listed = ts if rng.random() < 0.3 else rng.sample(ts, rng.randint(0, 30))
+        sink = {t.task_id: t.version if rng.random() < 0.8 or len(listed) == 30 else "other" for t in listed}
+        items = list(sink.items())
+        cut = sorted(rng.sample(range(len(items) + 1), min(3, len(items) + 1)))
+        for start, end in zip([0, *cut], [*cut, len(items)]):
+            d.confirm(dict(items[start:end]))
+            assert (d.counts, d._bytes, d._open) == _recounted(d), seed
+        for task_id, entry in d.entries.items():
+            expected = State.DONE if sink.get(task_id) == entry.task.version else before[task_id]
+            assert entry.state is expected, seed

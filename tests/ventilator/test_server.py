@@ -228,3 +228,37 @@ def test_a_ventilator_without_a_sink_says_so_once_a_minute(served, caplog):
 
     server.sink_ready = True
     assert warnings_at(range(limit + 400, limit + 401)) == []
+
+
+def test_a_resumes_done_list_is_applied_part_by_part_and_the_job_ends_only_after_its_last(job, served, monkeypatch):
+    """A sink resuming a large output lists its done tasks in parts (5,000 a SinkHello).  With nothing done
+    yet, each part is applied as it comes (its tasks DONE at once, one lookup each) rather than gathered and
+    set against every task at the last (``Dispatcher.resync``, a pass over a million tasks); and the job is
+    not called complete before the last part, even when the parts so far cover every task."""
+    from ventilator.dispatcher import Dispatcher, State
+
+    passes = []
+    resync = Dispatcher.resync
+    monkeypatch.setattr(Dispatcher, "resync", lambda self, done: passes.append(len(done)) or resync(self, done))
+    server, peer, results, thread = served
+    assert len(job.tasks) >= 2
+    sink = peer("sink-resuming")
+    sink.send(protocol.Hello(sink.name, "test-host", 1, "sink"))
+    sink.receive(protocol.Welcome)
+    listed = {task.task_id: task.version for task in job.tasks}
+    first = dict(list(listed.items())[:len(listed) // 2])
+    sink.send(protocol.SinkHello(sink.name, job.config.job_id, first, last=False))
+    deadline = time.monotonic() + 30
+    while server._dispatcher is None or server.dispatcher.counts[State.DONE] < len(first):
+        assert time.monotonic() < deadline, "the first part was not applied before the last came"
+        time.sleep(0.05)
+    assert not server.sink_ready
+    sink.send(protocol.SinkHello(sink.name, job.config.job_id, listed, last=False))  # every task: more to come
+    assert sink.nothing_of(protocol.Shutdown, 1.0) and thread.is_alive(), "complete before the last part"
+    assert server.dispatcher.counts[State.DONE] == len(job.tasks)
+    sink.send(protocol.SinkHello(sink.name, job.config.job_id, {}, last=True))
+    sink.receive(protocol.Shutdown)
+    sink.send(protocol.SinkClosed())
+    thread.join(timeout=30)
+    assert results and results[0].completed and results[0].reason == "all tasks done", results
+    assert passes == [], "a pass over every task"
