@@ -53,6 +53,15 @@ def test_a_role_help_loads_no_job_module(role):
     assert sorted(name for name in loaded if any(name == m or name.startswith(m + ".") for m in JOB_ONLY)) == []
 
 
+def test_the_ventilator_loads_neither_server():
+    """The ventilator launches the sink and the workers as processes and reads their settings' flags; it runs
+    neither server, so it imports neither (nor what only they use: the dataset card, the manifest, the pipeline)."""
+    loaded = _loaded("import sys, ventilator.cli; print(*sorted(sys.modules))")
+    assert {"sink.settings", "worker.settings"} <= loaded
+    assert sorted(loaded & {"sink.server", "sink.manifest", "sink.cost", "worker.runtime", "worker.pipeline",
+                            "common.describe.dataset_card", "common.describe.dataset_info"}) == []
+
+
 @pytest.mark.parametrize("role", ["sink", "worker", "ventilator"])
 def test_no_role_loads_a_fast_encoder_or_pyarrow_at_start(role):
     loaded = _loaded(f"import sys, {role}.cli; print(*sorted(sys.modules))")
