@@ -47,7 +47,7 @@ import click
 
 from bench import corpus as corpora
 from bench import encoder_ratios
-from bench.procs import REPO
+from bench.procs import REPO, compile_project
 from bench.ratios import REFERENCES
 from bench.ratios import key as ratio_key
 from common.job.tasks import parse_size
@@ -1736,6 +1736,7 @@ def main(ctx: click.Context, quick: bool, repeats: int | None, scale: int | None
     if not WIKI.is_dir() or not VOCAB.is_file():
         raise click.ClickException(f"needs ../shared (corpus and vocabulary) beside the repository: {SHARED} is absent")
     settings = Settings.make(quick, repeats, scale)
+    compile_project()  # no run's CPU includes compiling the project (bench/procs.py)
     command = "python -m bench.run " + " ".join(sys.argv[1:])
     started = time.monotonic()
     res = Results()

@@ -10,7 +10,6 @@ import common.one_blas_thread  # noqa: F401  (before numpy: see the module)
 from common import logs, storage
 from common.job.cli_settings import SectionedCommand, add_options, build, command_settings, naming_variables
 from common.wire.security import Curve, SecurityError
-from sink.server import SinkServer
 from sink.settings import SinkSettings
 
 
@@ -38,4 +37,6 @@ def main(**values) -> None:
 def run(settings: SinkSettings) -> int:
     logs.configure(settings.verbose)
     storage.configure(settings.storage)
+    from sink.server import SinkServer  # here: --help and a refused command line need none of what it imports
+
     return SinkServer(settings.server_options()).run()

@@ -17,7 +17,6 @@ import re
 import socket
 import time
 import traceback
-from dataclasses import dataclass
 
 import zmq
 
@@ -35,7 +34,6 @@ from common.steps import job_steps
 from common.storage import StorageError, open_storage
 from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, serving
-from common.wire.security import Curve
 from common.wire.transport import (
     SINK_PORT,
     VENTILATOR_PORT,
@@ -52,6 +50,7 @@ from common.writers import writer_named
 from common.writers.base import finish_job
 from sink.cost import CostLedger, describe, earlier_cost, job_cost, sequence_length
 from sink.manifest import Manifest
+from sink.options import SinkOptions
 from sink.progress import Throughput
 
 log = logging.getLogger("sink")
@@ -68,19 +67,6 @@ MAX_EARLY_ACKS = 100_000
 #: And at most about this many bytes of them (encoded): one may be up to the socket's 1 MiB (MAX_INBOUND_BYTES), so
 #: the count alone let a hostile peer's bulky acknowledgements hold 100 GB.
 MAX_EARLY_ACK_BYTES = 64 << 20
-
-
-@dataclass
-class SinkOptions:
-    ventilator: str
-    port: int = SINK_PORT
-    bind_host: str = "*"
-    state_dir: str = "~/.cache/mlm-pipeline"
-    report_seconds: float = 10.0
-    publish_seconds: float = 30.0
-    curve: Curve | None = None
-    metrics_port: int | None = None  # Prometheus metrics on this port (0: any free one)
-    instance_hourly_price: float | None = None  # USD per worker instance-hour, for the cost in the summary
 
 
 class SinkError(Exception):

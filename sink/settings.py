@@ -13,7 +13,7 @@ from common.job.cli_settings import Address, option
 from common.storage import StorageSettings
 from common.wire.security import Curve
 from common.wire.transport import VENTILATOR_PORT
-from sink.server import SinkOptions
+from sink.options import SinkOptions
 
 
 @dataclass(frozen=True)

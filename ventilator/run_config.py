@@ -14,7 +14,6 @@ chosen here, in ``fleet.launcher_params`` and ``metrics.publisher_params``.  A s
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -46,6 +45,7 @@ from common.job.params import (
     option_of,
     option_specs,
     own_flag,
+    type_hints,
 )
 from common.job.tasks import parse_size
 from common.objectives import objectives
@@ -516,7 +516,7 @@ def step_flags() -> list[StepFlag]:
         if not step_class.has_switch():
             continue
         params_class = step_class.Params
-        hints = typing.get_type_hints(params_class)
+        hints = type_hints(params_class)
         section = getattr(params_class, "section", "") or f"Step {step_name}"
         for f in dataclasses.fields(params_class):
             flag = own_flag(f)

@@ -28,7 +28,7 @@ from worker.interruption import (
     NoticeSource,
 )
 from worker.lifecycle import complete_after_drain
-from worker.runtime import WorkerOptions, WorkerProcess
+from worker.options import WorkerOptions
 from worker.settings import SettingsError, WorkerSettings
 
 log = logging.getLogger("worker")
@@ -71,6 +71,8 @@ def _run_one(options: WorkerOptions, verbose: int, release_at=None, stopping=Non
         storage.configure(storage_settings)
     if parent is not None:
         die_with_parent(parent)
+    from worker.runtime import WorkerProcess  # here: the supervisor of N processes and --help need none of it
+
     keep_freed_heap()
     worker = WorkerProcess(options)
     if release_at is not None:  # the supervisor's interruption notice: SIGUSR1, deadline in shared memory
@@ -194,6 +196,8 @@ def run(settings: WorkerSettings) -> int:
         source = GceNotices(GceMetadata(settings.gce_metadata_host))
     noticed: list = []  # the notice the watcher acted on, if any
     if settings.processes == 1:
+        from worker.runtime import WorkerProcess
+
         keep_freed_heap()
         worker = WorkerProcess(options)
         signal.signal(signal.SIGUSR1, lambda _signum, _frame: worker.interrupt(

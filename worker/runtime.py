@@ -35,7 +35,6 @@ from common.storage import Storage, open_storage, remove_stale_spool_files
 from common.tokenization import Vocabulary
 from common.wire import protocol
 from common.wire.inbox import Handlers, Inbox, Sender, on_stop_signals
-from common.wire.security import Curve
 from common.wire.transport import (
     SINK_PORT,
     VENTILATOR_PORT,
@@ -46,22 +45,13 @@ from common.wire.transport import (
     parse_address,
 )
 from worker.backoff import Backoff, no_room
+from worker.options import WorkerOptions
 from worker.pipeline import ShardResult, TaskProcessor
 
 log = logging.getLogger("worker")
 
 #: The stage name under which a task's waits for room are reported (the sink sums it per stage).
 WAIT_STAGE = "wait_for_room"
-
-
-@dataclass
-class WorkerOptions:
-    ventilator: str  # host:port
-    sink: str = ""  # host:port; default: from the job configuration
-    credit: int = 1  # tasks held at once (in progress + queued)
-    drain_seconds: float = 600.0
-    curve: Curve | None = None
-    idle_exit_seconds: float | None = None  # exit 0 after this long without a ventilator (None: wait forever)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from common.wire.security import Curve
 from common.wire.transport import SINK_PORT, VENTILATOR_PORT
 from worker.interruption import DEFAULT_ENDPOINT, DEFAULT_NOTICE_DRAIN_SECONDS
 from worker.lifecycle import LifecycleHook
-from worker.runtime import WorkerOptions
+from worker.options import WorkerOptions
 
 
 class SettingsError(ValueError):

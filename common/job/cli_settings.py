@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from common.job.params import Option, PluginError, declare, option_of
+from common.job.params import Option, PluginError, declare, option_of, type_hints
 from common.wire.transport import AddressError, parse_address
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def option(*decls: str, default: Any = _MISSING, cli_default: Any = None, always
 
 def groups(settings_class: type) -> dict[str, type]:
     """The fields that hold a group of settings (a dataclass), by name: their class."""
-    hints = typing.get_type_hints(settings_class)
+    hints = type_hints(settings_class)
     return {f.name: hints[f.name] for f in dataclasses.fields(settings_class)
             if option_of(f) is None and dataclasses.is_dataclass(hints[f.name])}
 

@@ -20,7 +20,7 @@ import json
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -209,9 +209,17 @@ class Configurable:
         return Component(cls.name, recorded)
 
 
+@functools.cache
+def type_hints(settings_class: type) -> typing.Mapping[str, Any]:
+    """``typing.get_type_hints`` of a settings or parameters dataclass, read-only, evaluated once per class:
+    building the ventilator's command line asks for the same classes' hints ~480 times (a class's annotations
+    never change once it is defined, so every answer is the first one)."""
+    return MappingProxyType(typing.get_type_hints(settings_class))
+
+
 def _coerce(params_class: type, name: str, value: ParamValue) -> ParamValue:
     """Ints given for float fields become floats, so equal settings make equal jobs."""
-    hint = typing.get_type_hints(params_class)[name]
+    hint = type_hints(params_class)[name]
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     return value
@@ -291,7 +299,7 @@ def option_specs(components: Iterable[type[Configurable]]) -> list[OptionSpec]:
     Anything else is ParamClash, naming both variants: two variants never silently share a flag."""
     specs: dict[str, OptionSpec] = {}
     for component in components:
-        hints = typing.get_type_hints(component.Params)
+        hints = type_hints(component.Params)
         for f in dataclasses.fields(component.Params):
             flag = flag_of(component.Params, f.name)
             option = option_of(f) or Option(help="")
