@@ -141,6 +141,7 @@ class VentilatorServer:
         # sooner than this after our Welcome left our queue is not answered again.
         self._rewelcome_after = max(2.0, self.config.heartbeat_seconds)
         self.repeated_hellos = 0
+        self._forgot_at = 0.0  # when silent workers were last looked for
         self.hosts = HostLedger()  # each worker host's billed span, for the sink's cost
         #: Workers that cannot run the job; given up on once every live worker has declined for a lease period.
         self.declines = Declines(max(self.config.lease_seconds, self._stale_after))
@@ -510,6 +511,9 @@ class VentilatorServer:
         leases have long expired; one that was only frozen is told it is
         unknown on its next message and says Hello again."""
         forget_after = 2 * max(self.config.lease_seconds, self._stale_after)
+        if now - self._forgot_at < forget_after / 8:  # a look at every peer: not each housekeeping (0.5 s)
+            return
+        self._forgot_at = now
         gone = [identity for identity, peer in self.peers.items()
                 if peer.role == "worker" and now - peer.last_seen > forget_after]
         for identity in gone:
@@ -530,8 +534,8 @@ class VentilatorServer:
         """Every live worker declined the job (one at least), for a lease period: the tasks left are
         quarantined with why, so the job ends (exit 3, summary.json's quarantined tasks say why) instead of
         waiting for a worker that can run it.  A worker that can, or no worker at all, starts the wait again."""
-        if not self.sink_ready or self.dispatcher.complete:
-            return
+        if not self.sink_ready or self.dispatcher.complete or not self.declines.count:
+            return  # (no worker declined: some can run it, and no look at every peer is needed to say so)
         stale_after = self._stale_after
         live = [bool(peer.declined) for peer in self.peers.values()
                 if peer.role == "worker" and now - peer.last_seen <= stale_after]
