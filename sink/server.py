@@ -313,6 +313,7 @@ class SinkServer:
             self.manifest.close()
             self.manifest = None
             self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
+            self._held, self._held_documents, self._confirming_since = [], 0, None  # that job's, unsent
             self.cost = CostLedger(self.options.instance_hourly_price)
         if self.manifest is None:
             self._start_job(config)
