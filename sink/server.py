@@ -58,6 +58,8 @@ log = logging.getLogger("sink")
 SUMMARY_NAME = "summary.json"
 #: The largest count a message carries (common/wire/envelope.py: Count).
 MAX_COUNT = 2**53
+#: Task ids in one TasksDone (~100 KB, under the ventilator's inbound limit).
+TASKS_DONE_BATCH = 5000
 ACK_BATCH = 1000
 #: Acknowledgements held while the sink knows no job (before its Welcome, or standing by for another sink).
 #: Beyond this many, more are dropped and counted: their tasks stay unconfirmed, and the ventilator has them done
@@ -163,6 +165,10 @@ class SinkServer:
         self._early_acks: list[protocol.TaskAck] = []
         self._early_ack_bytes = 0  # their size encoded (MAX_EARLY_ACK_BYTES)
         self._exit_code: int | None = None
+        # Tasks recorded, not yet confirmed to the ventilator: held while our last TasksDone is unread there.
+        self._held: list[str] = []
+        self._held_documents = 0
+        self._confirming_since: float | None = None  # when the last TasksDone (and its Heartbeat) went out
         self._pull: zmq.Socket | None = None
         self._dealer: zmq.Socket | None = None
 
@@ -245,6 +251,8 @@ class SinkServer:
                     log.warning("sink: could not publish the manifest yet: %s", error)
                 last_publish = now
 
+            if self._held and self.config is not None:
+                self._confirm(send)  # no answer within a heartbeat interval: they go out anyway
             events = dict(poller.poll(timeout=200))
             if pull in events:
                 acks = self._drain_acks(pull)
@@ -292,6 +300,7 @@ class SinkServer:
             self.manifest.close()
             self.manifest = None
             self.throughput, self.quarantined, self.duplicates = Throughput(), {}, 0
+            self._held, self._held_documents, self._confirming_since = [], 0, None  # that job's, unsent
             self.cost = CostLedger(self.options.instance_hourly_price)
         if self.manifest is None:
             self._start_job(config)
@@ -310,6 +319,8 @@ class SinkServer:
             self._ventilator_restarted = message.ventilator_id != self.ventilator_id
             self._introduced = False
             self._last_hello = 0.0
+        else:
+            self._confirm(self._send, answered=True)  # our TasksDone before it were read
 
     def _stand_by(self, message: protocol.SinkStandby, _sender: Sender) -> None:
         """The ventilator's job has another sink (one job has one sink).  One that never held the books waits,
@@ -439,9 +450,31 @@ class SinkServer:
                 documents += ack.stats.documents
             else:
                 self.duplicates += 1
-        # Each ack's count is within a Count's range, their sum need not be: past it, the ventilator would drop
-        # the whole TasksDone (these tasks then never confirmed).  It is the progress line's figure only.
-        send(protocol.TasksDone([ack.task_id for ack in valid], min(documents, MAX_COUNT)))
+        self._held.extend(ack.task_id for ack in valid)
+        self._held_documents += documents
+        self._confirm(send)
+
+    def _confirm(self, send, answered: bool = False) -> None:
+        """Tell the ventilator the tasks held are in the manifest, unless our last TasksDone is still unread
+        there (``answered``: the HeartbeatReply sent after it came; a heartbeat interval of silence counts
+        too).  Its one socket reads its peers' messages in turn, one each: with 5,000 workers the sink's turn
+        came every few thousand messages, and a TasksDone for every few acknowledgements queued up behind them
+        until the confirmations ran minutes late (their tasks done again).  Held, they go out together, one
+        TasksDone a turn, each followed by a Heartbeat whose reply says it was read."""
+        now = time.monotonic()
+        if answered:
+            self._confirming_since = None
+        wait = self.config.heartbeat_seconds if self.config is not None else 1.0
+        if not self._held or (self._confirming_since is not None and now - self._confirming_since < wait):
+            return
+        held, documents, self._held, self._held_documents = self._held, self._held_documents, [], 0
+        for start in range(0, len(held), TASKS_DONE_BATCH):
+            # Each ack's count is within a Count's range, their sum need not be: past it, the ventilator would
+            # drop the whole TasksDone (these tasks then never confirmed).  It is the progress line's figure only.
+            send(protocol.TasksDone(held[start:start + TASKS_DONE_BATCH], min(documents, MAX_COUNT) if not start
+                                    else 0))
+        send(protocol.Heartbeat([]))
+        self._confirming_since = now
 
     def _own_metrics(self):
         """The sink's own families (not the steps')."""

@@ -58,7 +58,11 @@ class Peer:
     last_seen: float
     wanted: int = 0
     host: str = ""
-    welcomed: float = 0.0  # when we last answered its Hello
+    welcomed: float = 0.0  # when we last answered its Hello (or saw that Welcome still in our queue)
+    #: Our last Welcome to it (sent without a copy: every peer's is the one encoded frame), done once ZeroMQ has
+    #: written it to the connection or dropped it with the connection; None before.
+    welcome: zmq.MessageTracker | None = None
+    welcomes: int = 0  # Welcomes sent it since it last said anything but Hello
     declined: str = ""  # why this worker cannot run the job (JobDeclined): it is granted none of its tasks
 
 
@@ -148,10 +152,12 @@ class VentilatorServer:
         self._done_at_start = 0
         self.input_bytes = 0  # of all the tasks, once planned
         self._welcome = protocol.encode(self.config.welcome(self.ventilator_id))
+        self._known = protocol.encode(protocol.HeartbeatReply(self.ventilator_id))  # the same for every peer
         # A peer repeats its Hello each heartbeat interval (the sink each second) until welcomed; a repeat
-        # sooner than this after our Welcome is not answered again.
+        # sooner than this after our Welcome left our queue is not answered again.
         self._rewelcome_after = max(2.0, self.config.heartbeat_seconds)
         self.repeated_hellos = 0
+        self._forgot_at = 0.0  # when silent workers were last looked for
         self.hosts = HostLedger()  # each worker host's billed span, for the sink's cost
         #: Workers that cannot run the job; given up on once every live worker has declined for a lease period.
         self.declines = Declines(max(self.config.lease_seconds, self._stale_after))
@@ -305,6 +311,8 @@ class VentilatorServer:
         peer = self.peers.get(identity)
         if peer is not None:
             peer.last_seen = sender.at
+            if peer.welcomes and not isinstance(message, protocol.Hello):
+                peer.welcomes = 0  # it has its Welcome
             if peer.role == "worker":
                 self.hosts.heard(peer.host, time.time())
         if isinstance(message, protocol.Hello):
@@ -324,26 +332,38 @@ class VentilatorServer:
         now, identity = sender.at, sender.identity
         name, host = printable(message.peer_id), printable(message.host)  # a peer's words, for the log
         peer = self.peers.get(identity)
-        if (peer is not None and (peer.name, peer.role) == (name, message.role)
-                and now - peer.welcomed < self._rewelcome_after):
-            # A Hello repeated before our Welcome reached it: that Welcome is on its way (the job's config,
-            # the tokenizer included: ~0.5 MB for BERT's).  Answering every repeat made a fleet of
-            # thousands joining at once a storm of Welcomes that starved the grants.
+        repeated = peer if peer is not None and (peer.name, peer.role) == (name, message.role) else None
+        if repeated is not None and self._welcome_on_its_way(repeated, now):
             self.repeated_hellos += 1
             return
         if message.role == "sink" and self._stands_by(sender, name, host):
             return
         if identity == self.sink and message.role != "sink":
             self.sink, self._listing = None, False  # its identity now says it is a worker: no longer the sink
-        self.peers[identity] = Peer(identity, message.role, name, now, host=host, welcomed=now)
+        peer = self.peers[identity] = Peer(identity, message.role, name, now, host=host, welcomed=now,
+                                           welcomes=repeated.welcomes + 1 if repeated is not None else 1)
         if message.role == "sink":
             self.sink = identity  # the job's sink from now on: its SinkHellos follow
             self._sink_done, self._listing, self._parts = {}, True, 0
             self._standbys.discard(identity)
         else:
             self.hosts.joined(message.host, message.booted_at)
-        sender.socket.send_multipart([identity, self._welcome])
+        peer.welcome = sender.socket.send_multipart([identity, self._welcome], copy=False, track=True)
         log.debug("%s %s joined from %s", message.role, name, host)
+
+    def _welcome_on_its_way(self, peer: Peer, now: float) -> bool:
+        """Whether a repeated Hello of ``peer`` is answered by the Welcome we sent it already: that Welcome (the
+        job's config, the tokenizer included: ~0.5 MB for BERT's) is still in our queue to it, or left it less
+        than a delay ago: _rewelcome_after, doubled for each Welcome it was sent since it last said anything
+        else (up to 16 times).  A fleet of thousands joining at once queues thousands of Welcomes, one far back
+        in that queue waits longer than any fixed delay, and a busy peer reads its own queue late: answering
+        each repeat again queued more of them (twice, then ten times the peers' in the scale simulation of a
+        loaded machine), which held the grants back.  A Welcome lost with its connection leaves our queue, so
+        the peer's next Hello past the delay is answered."""
+        if peer.welcome is not None and not peer.welcome.done:
+            peer.welcomed = now  # the delay counts from when it was last seen queued
+            return True
+        return now - peer.welcomed < self._rewelcome_after * 2 ** min(max(peer.welcomes - 1, 0), 4)
 
     def _stands_by(self, sender: Sender, name: str, host: str) -> bool:
         """Whether the sink saying Hello as ``sender`` must stand by (told so: SinkStandby): the job has another
@@ -389,7 +409,7 @@ class VentilatorServer:
                 peer.wanted = awaiting
             elif awaiting is not None and awaiting < peer.wanted:
                 peer.wanted = awaiting  # a draining worker takes its credit back
-        sender.reply(protocol.HeartbeatReply(self.ventilator_id))
+        sender.socket.send_multipart([sender.identity, self._known])  # HeartbeatReply(ventilator_id)
 
     def _request(self, message: protocol.TaskRequest, sender: Sender) -> None:
         peer = self.peers[sender.identity]
@@ -535,6 +555,9 @@ class VentilatorServer:
         leases have long expired; one that was only frozen is told it is
         unknown on its next message and says Hello again."""
         forget_after = 2 * max(self.config.lease_seconds, self._stale_after)
+        if now - self._forgot_at < forget_after / 8:  # a look at every peer: not each housekeeping (0.5 s)
+            return
+        self._forgot_at = now
         gone = [identity for identity, peer in self.peers.items()
                 if peer.role == "worker" and now - peer.last_seen > forget_after]
         for identity in gone:
@@ -555,8 +578,8 @@ class VentilatorServer:
         """Every live worker declined the job (one at least), for a lease period: the tasks left are
         quarantined with why, so the job ends (exit 3, summary.json's quarantined tasks say why) instead of
         waiting for a worker that can run it.  A worker that can, or no worker at all, starts the wait again."""
-        if not self.sink_ready or self.dispatcher.complete:
-            return
+        if not self.sink_ready or self.dispatcher.complete or not self.declines.count:
+            return  # (no worker declined: some can run it, and no look at every peer is needed to say so)
         stale_after = self._stale_after
         live = [bool(peer.declined) for peer in self.peers.values()
                 if peer.role == "worker" and now - peer.last_seen <= stale_after]

@@ -112,12 +112,20 @@ def listen(sock: zmq.Socket, host: str, port: int) -> None:
         raise ListenError(f"cannot listen on {host or '*'}:{port}: {error}") from None
 
 
+#: The bytes ``printable`` keeps as they are: printable ASCII but the backslash.
+_PLAIN = bytes(byte for byte in range(0x20, 0x7F) if byte != 0x5C)
+
+
 def printable(value: str | bytes) -> str:
     """``value`` as a log line can hold it: a peer's ZeroMQ identity (any bytes: a ROUTER names a DEALER that set
     none with five bytes starting with a NUL) or a name a peer sent.  Every character that is not printable ASCII
     (or Unicode, in text), and the backslash, is escaped (``\\x00``), so two values never print alike."""
     if isinstance(value, bytes):
+        if not value.translate(None, _PLAIN):  # (every message names its peer: the common case in C)
+            return value.decode("ascii")
         return "".join(chr(byte) if 0x20 <= byte < 0x7F and byte != 0x5C else f"\\x{byte:02x}" for byte in value)
+    if value.isascii() and value.isprintable() and "\\" not in value:
+        return value
     return "".join(char if char.isprintable() and char != "\\" else
                    f"\\x{ord(char):02x}" if ord(char) < 0x100 else
                    f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}" for char in value)

@@ -121,7 +121,7 @@ def test_a_full_disk_under_the_manifest_does_not_end_the_sink(tmp_path, caplog):
     assert sent == [] and server.unrecorded == 1 and "could not write 1 acknowledgement" in caplog.text
     assert (out / "manifest.jsonl").read_bytes() == b""  # the partial line was cut back
     server._record([ack], sent.append)  # the disk takes writes again: the redone task's ack is recorded
-    assert [m.task_ids for m in sent] == [[task]]
+    assert [m.task_ids for m in sent if isinstance(m, protocol.TasksDone)] == [[task]]  # (then a Heartbeat)
     assert server._finish("all tasks done", job_over=True) == 0
     assert json.loads((out / "summary.json").read_text())["tasks"] == 1
     server.manifest.close()
@@ -306,3 +306,46 @@ def test_acknowledgements_before_the_job_is_known_are_held_up_to_a_byte_bound_to
     assert any("held" in reason for reason in server.dropped.dropped)
     played.send(identity, protocol.Shutdown("done"))
     played.close()
+
+
+def test_tasks_recorded_while_the_last_tasks_done_is_unread_go_out_together_once_it_is_read(tmp_path):
+    """The ventilator's one socket reads its peers' messages in turn, one each: with 5,000 workers the sink's
+    turn came every few thousand messages, and a TasksDone sent for every few acknowledgements queued up behind
+    them until the confirmations ran minutes late (the scale simulation: their tasks were done again).  The sink
+    sends a TasksDone and a Heartbeat after it, and holds what it records next until that Heartbeat's reply
+    says the TasksDone was read; then all it holds goes out as one."""
+    import time
+
+    from common.job.config import JobConfig
+    from common.job.params import Component
+    from common.wire import protocol
+
+    config = JobConfig(data_uri="d", output_uri=str(tmp_path / "out"), reader=Component("wikiextractor"),
+                       steps=steps_of("line"), tokenizer_json="", heartbeat_seconds=600)  # no heartbeat due
+    played = PlayedVentilator(tmp_path)
+    server = played.server
+    identity, _hello = played.receive(protocol.Hello)
+    played.send(identity, protocol.Welcome(config.encoded(), config.job_id, "v1"))
+    played.receive(protocol.SinkHello)
+
+    def ack(n: int) -> str:
+        where = ("src", n, n + 1)
+        played.push.send(protocol.encode(protocol.TaskAck(task_id_of(*where), config.job_id, "w", *where, "v", [], 0,
+                                                          protocol.AckStats())))
+        return task_id_of(*where)
+
+    first = ack(0)
+    assert played.receive(protocol.TasksDone)[1].task_ids == [first]
+    played.receive(protocol.Heartbeat)  # after it: its reply says the TasksDone was read
+    later = [ack(n) for n in range(1, 6)]
+    deadline = time.monotonic() + 60  # only a bound on a hang: the loop ends once the sink holds all five
+    while len(server._held) < 5:
+        assert time.monotonic() < deadline, server._held
+        time.sleep(0.02)
+    assert not played.router.poll(0), "a TasksDone went out while the last one was unread"
+    played.send(identity, protocol.HeartbeatReply("v1"))
+    assert played.receive(protocol.TasksDone)[1].task_ids == later
+    played.send(identity, protocol.Shutdown("done"))
+    assert played.receive(protocol.SinkClosed)[1].error == ""
+    played.close()
+    assert played.status == [0]
