@@ -144,6 +144,21 @@ def test_masking_statistics_match_alberts_algorithm(corpus, params):
         assert abs(found[name] - values.mean()) <= bound, (name, found[name], values.tolist())
 
 
+@pytest.mark.parametrize("ngram, favor_shorter", [(3, True), (3, False), (4, True), (5, False)])
+def test_the_references_ngram_draw_is_alberts_choice(ngram, favor_shorter):
+    """The oracle's n-gram length is the one ALBERT's ``nprng.choice(ngrams[:k], p=...)`` draws, the stream after it
+    the same."""
+    ngrams, pvals = np.arange(1, ngram + 1, dtype=np.int64), albert_reference.ngram_pvals(ngram, favor_shorter)
+    cdfs = albert_reference.ngram_cdfs(ngram, favor_shorter)
+    offers = np.random.RandomState(ngram).randint(1, ngram + 1, 5000).tolist()
+    for seed in range(3):
+        theirs, ours = np.random.RandomState(seed), np.random.RandomState(seed)
+        for k in offers:
+            assert albert_reference.choose_ngram(cdfs, k, ours) == theirs.choice(
+                ngrams[:k], p=pvals[:k] / pvals[:k].sum(keepdims=True))
+        assert ours.random_sample() == theirs.random_sample()
+
+
 def test_masked_ngrams_are_whole_words_and_boundaries_are_word_starts(corpus):
     vocabulary, documents, _ = corpus
     special = vocabulary.special
