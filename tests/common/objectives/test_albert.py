@@ -60,6 +60,7 @@ def word_runs(positions, ids, starts) -> list[int]:
 def reference(vocabulary, as_lists, params, seed):
     rng, nprng = random.Random(seed), np.random.RandomState(seed)
     special, starts = vocabulary.special, vocabulary.special.starts_word
+    is_start = starts.tolist().__getitem__  # a list read per token: the reference's calls to it are millions
     rows, runs = [], []
     for _ in range(PASSES):
         for index in range(len(as_lists)):
@@ -68,7 +69,7 @@ def reference(vocabulary, as_lists, params, seed):
                 sequence = [special.cls] + a + [special.sep] + b + [special.sep]
                 output, positions, labels, _, _ = albert_reference.create_masked_lm_predictions(
                     sequence, params.masked_lm_prob, params.max_predictions_per_seq, special.vocab_size, rng, nprng,
-                    special.cls, special.sep, special.mask, lambda t: starts[t], params.do_whole_word_mask,
+                    special.cls, special.sep, special.mask, is_start, params.do_whole_word_mask,
                     params.ngram, params.favor_shorter_ngram)
                 replaced = [output[p] for p in positions]
                 rows.append((len(sequence), label, len(positions), sum(r == special.mask for r in replaced),
