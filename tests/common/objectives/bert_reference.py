@@ -13,27 +13,6 @@ import random
 
 
 def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random) -> None:
-    """BERT's truncate_seq_pair (``truncate_seq_pair_as_written``) with the same draws and the same result, without
-    its loop over single tokens (most of the statistics tests' CPU at short lengths).  Which list loses each token
-    is fixed by the lengths alone: the longer one until they are level (``tokens_b`` on a tie), then ``tokens_b``
-    and ``tokens_a`` in turn; only the end it is cut from is drawn, one ``rng.random()`` per token, in order.
-    tests/common/objectives/test_bert.py holds the two equal, lists and random stream."""
-    la, lb = len(tokens_a), len(tokens_b)
-    excess = la + lb - max_num_tokens
-    if excess <= 0:
-        return
-    fronts = [rng.random() < 0.5 for _ in range(excess)]
-    lead, alternate = fronts[:min(abs(la - lb), excess)], fronts[min(abs(la - lb), excess):]
-    of_a, of_b = ((lead + alternate[1::2], alternate[0::2]) if la > lb else (alternate[1::2], lead + alternate[0::2]))
-    for tokens, coins in ((tokens_a, of_a), (tokens_b, of_b)):
-        assert len(coins) <= len(tokens)  # BERT's: a list is never cut when empty
-        keep = len(tokens) - len(coins)
-        del tokens[:sum(coins)]
-        del tokens[keep:]
-
-
-def truncate_seq_pair_as_written(tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random) -> None:
-    """create_pretraining_data.py's loop, token by token: what ``truncate_seq_pair`` is held to."""
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
         trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
         assert len(trunc) >= 1
