@@ -34,7 +34,9 @@ def jaccard(a: str | set, b: str) -> float:
     """Exact Jaccard similarity of two texts' shingle sets (``a`` may be given as its set already)."""
     sa = a if isinstance(a, set) else shingle_set(a)
     sb = shingle_set(b)
-    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+    shared = len(sa & sb)
+    union = len(sa) + len(sb) - shared  # |A ∪ B| without building it (most of this function's time)
+    return shared / union if union else 1.0
 
 
 @dataclass

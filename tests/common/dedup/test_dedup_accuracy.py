@@ -25,6 +25,13 @@ def corpus():
     return planted_corpus(WIKI)
 
 
+@pytest.fixture(scope="module")
+def minhash_outcome(corpus):
+    """MinHash dedup of the planted corpus at 112 permutations, run once for the two tests that check it (neither
+    changes it)."""
+    return deduplicate(corpus.texts, _settings())
+
+
 def _cluster_of(outcome, size: int) -> np.ndarray:
     """Each document's cluster (its kept member; itself when in none)."""
     label = np.arange(size)
@@ -74,8 +81,8 @@ def test_bands_and_rows_are_datasketchs():
         assert optimal_bands_rows(threshold, perm) == _optimal_param(threshold, perm, 0.5, 0.5)
 
 
-def test_minhash_recall_above_and_false_merges_below_the_threshold(corpus):
-    outcome = deduplicate(corpus.texts, _settings())
+def test_minhash_recall_above_and_false_merges_below_the_threshold(corpus, minhash_outcome):
+    outcome = minhash_outcome
     label = _cluster_of(outcome, len(corpus.texts))
     similarity, kind = np.array(corpus.similarity), np.array(corpus.kind)
     copies = kind != "base"
@@ -147,9 +154,9 @@ def _datasketch_kept(texts: list[str], settings: DedupSettings) -> np.ndarray:
     return kept
 
 
-def test_minhash_agrees_with_datasketch(corpus):
+def test_minhash_agrees_with_datasketch(corpus, minhash_outcome):
     settings = _settings()
-    ours = deduplicate(corpus.texts, settings).kept
+    ours = minhash_outcome.kept
     theirs = _datasketch_kept(corpus.texts, settings)
     agreement = np.mean(ours == theirs)
     print(f"agreement with datasketch: {agreement:.4f} of {len(ours)} documents; "

@@ -9,6 +9,8 @@ generator instead of NumPy's unseeded global one, so the oracle repeats.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import random
 
 import numpy as np
@@ -61,6 +63,32 @@ def create_instances_from_document(documents, index, max_seq_length, short_seq_p
     return instances
 
 
+def ngram_pvals(ngram: int, favor_shorter: bool) -> np.ndarray:
+    """ALBERT's n-gram length probabilities: 1/n, normalised (reversed without favor_shorter_ngram)."""
+    pvals = 1.0 / np.arange(1, ngram + 1)
+    pvals /= pvals.sum(keepdims=True)
+    return pvals if favor_shorter else pvals[::-1]
+
+
+@functools.cache
+def ngram_cdfs(ngram: int, favor_shorter: bool) -> tuple[tuple[float, ...], ...]:
+    """Per number k of n-grams on offer, the cumulative distribution ``RandomState.choice`` draws from with
+    ALBERT's ``p=pvals[:k] / pvals[:k].sum()``, computed as it computes it."""
+    pvals, cdfs = ngram_pvals(ngram, favor_shorter), []
+    for k in range(1, ngram + 1):
+        cdf = (pvals[:k] / pvals[:k].sum(keepdims=True)).cumsum()
+        cdf /= cdf[-1]
+        cdfs.append(tuple(cdf.tolist()))
+    return tuple(cdfs)
+
+
+def choose_ngram(cdfs: tuple[tuple[float, ...], ...], offered: int, nprng: np.random.RandomState) -> int:
+    """ALBERT's ``nprng.choice(ngrams[:k], p=...)``: one ``random_sample()`` looked up in that distribution, as
+    ``choice`` does (the same n, the same stream: test_albert.py holds the two equal), without its per-call checks
+    of ``p``, which were most of the reference's CPU."""
+    return bisect.bisect_right(cdfs[offered - 1], nprng.random_sample()) + 1
+
+
 def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq, vocab_size, rng, nprng,
                                  cls_id, sep_id, mask_id, is_start, whole_word=True, ngram=3, favor_shorter=True):
     """(output tokens, masked positions, labels, token_boundary, n-gram sizes in words)."""
@@ -78,12 +106,8 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
                 token_boundary[i] = 1
     output = list(tokens)
     num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
-    ngrams = np.arange(1, ngram + 1, dtype=np.int64)
-    pvals = 1.0 / np.arange(1, ngram + 1)
-    pvals /= pvals.sum(keepdims=True)
-    if not favor_shorter:
-        pvals = pvals[::-1]
-    ngram_indexes = [[cand_indexes[idx:idx + n] for n in ngrams] for idx in range(len(cand_indexes))]
+    cdfs = ngram_cdfs(ngram, favor_shorter)
+    ngram_indexes = [[cand_indexes[idx:idx + n] for n in range(1, ngram + 1)] for idx in range(len(cand_indexes))]
     rng.shuffle(ngram_indexes)
     masked, covered, sizes = [], set(), []
     for cand_index_set in ngram_indexes:
@@ -91,8 +115,7 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
             break
         if not cand_index_set:
             continue
-        n = nprng.choice(ngrams[:len(cand_index_set)],
-                         p=pvals[:len(cand_index_set)] / pvals[:len(cand_index_set)].sum(keepdims=True))
+        n = choose_ngram(cdfs, len(cand_index_set), nprng)
         index_set = sum(cand_index_set[n - 1], [])
         words = len(cand_index_set[n - 1])
         n -= 1

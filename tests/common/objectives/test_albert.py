@@ -60,6 +60,7 @@ def word_runs(positions, ids, starts) -> list[int]:
 def reference(vocabulary, as_lists, params, seed):
     rng, nprng = random.Random(seed), np.random.RandomState(seed)
     special, starts = vocabulary.special, vocabulary.special.starts_word
+    is_start = starts.tolist().__getitem__  # a list read per token: the reference's calls to it are millions
     rows, runs = [], []
     for _ in range(PASSES):
         for index in range(len(as_lists)):
@@ -68,7 +69,7 @@ def reference(vocabulary, as_lists, params, seed):
                 sequence = [special.cls] + a + [special.sep] + b + [special.sep]
                 output, positions, labels, _, _ = albert_reference.create_masked_lm_predictions(
                     sequence, params.masked_lm_prob, params.max_predictions_per_seq, special.vocab_size, rng, nprng,
-                    special.cls, special.sep, special.mask, lambda t: starts[t], params.do_whole_word_mask,
+                    special.cls, special.sep, special.mask, is_start, params.do_whole_word_mask,
                     params.ngram, params.favor_shorter_ngram)
                 replaced = [output[p] for p in positions]
                 rows.append((len(sequence), label, len(positions), sum(r == special.mask for r in replaced),
@@ -142,6 +143,21 @@ def test_masking_statistics_match_alberts_algorithm(corpus, params):
         values = np.array([e[name] for e in expected])
         bound = 4 * max(values.std(ddof=1), 0.01 * abs(values.mean()), 2e-3)
         assert abs(found[name] - values.mean()) <= bound, (name, found[name], values.tolist())
+
+
+@pytest.mark.parametrize("ngram, favor_shorter", [(3, True), (3, False), (4, True), (5, False)])
+def test_the_references_ngram_draw_is_alberts_choice(ngram, favor_shorter):
+    """The oracle's n-gram length is the one ALBERT's ``nprng.choice(ngrams[:k], p=...)`` draws, the stream after it
+    the same."""
+    ngrams, pvals = np.arange(1, ngram + 1, dtype=np.int64), albert_reference.ngram_pvals(ngram, favor_shorter)
+    cdfs = albert_reference.ngram_cdfs(ngram, favor_shorter)
+    offers = np.random.RandomState(ngram).randint(1, ngram + 1, 5000).tolist()
+    for seed in range(3):
+        theirs, ours = np.random.RandomState(seed), np.random.RandomState(seed)
+        for k in offers:
+            assert albert_reference.choose_ngram(cdfs, k, ours) == theirs.choice(
+                ngrams[:k], p=pvals[:k] / pvals[:k].sum(keepdims=True))
+        assert ours.random_sample() == theirs.random_sample()
 
 
 def test_masked_ngrams_are_whole_words_and_boundaries_are_word_starts(corpus):

@@ -62,7 +62,9 @@ def ours(vocabulary, documents, params):
 def reference(vocabulary, documents, params):
     rng = random.Random(2)
     rows = []
-    continuation = (lambda t: vocabulary.is_continuation[t]) if params.do_whole_word_mask else None
+    # The flags read once: Vocabulary.is_continuation makes its array anew at each call (once per token, most of
+    # this reference's CPU with whole-word masking).
+    continuation = vocabulary.is_continuation.tolist().__getitem__ if params.do_whole_word_mask else None
     for _ in range(PASSES):
         for index in range(len(documents)):
             for a, b, is_random in bert_reference.create_instances_from_document(

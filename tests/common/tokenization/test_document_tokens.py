@@ -13,6 +13,8 @@ included); and that the fast encoders (nanotoken, kitoken) give HF's ids on whol
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import re
 from pathlib import Path
@@ -121,9 +123,30 @@ def run_job(data: Path, output: Path, tokenizer: dict, objective: str, params: d
     return rows, vocabulary, job, processor
 
 
+#: HF's encodings by (the tokenizer's JSON, the texts): flat ids and each text's count, read-only.  Most tests hold
+#: another job over the same corpus and tokenizer to the same answer: it is computed once in this module.
+_ORACLES: dict[tuple[str, tuple[str, ...]], tuple[np.ndarray, np.ndarray]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _oracles_of_this_module():
+    yield
+    _ORACLES.clear()
+
+
 def oracle(vocabulary, texts: list[str]) -> list[list[int]]:
-    """HF tokenizers' own encoding of each whole text: the job's tokenizer as loaded, no special token added."""
-    return [encoding.ids for encoding in vocabulary.tokenizer.encode_batch(texts, add_special_tokens=False)]
+    """HF tokenizers' own encoding of each whole text: the job's tokenizer as loaded, no special token added.
+    Encoded once per tokenizer and texts (``_ORACLES``); each call gets lists of its own."""
+    key = (hashlib.sha256(vocabulary.tokenizer.to_str().encode()).hexdigest(), tuple(texts))
+    if key not in _ORACLES:
+        rows = [encoding.ids for encoding in vocabulary.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64)
+        ends = np.cumsum([len(row) for row in rows], dtype=np.int64)
+        flat.flags.writeable = ends.flags.writeable = False
+        _ORACLES[key] = flat, ends
+    flat, ends = _ORACLES[key]
+    ids, bounds = flat.tolist(), [0, *ends.tolist()]
+    return [ids[start:end] for start, end in zip(bounds[:-1], bounds[1:])]
 
 
 def _differing(got: list[list[int]], expected: list[list[int]], texts: list[str]) -> str:
