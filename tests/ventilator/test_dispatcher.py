@@ -273,25 +273,7 @@ def test_resync_settles_what_one_task_at_a_time_would():
         d = Dispatcher(ts, lease_seconds=5, confirm_seconds=7, max_attempts=2)
         now = 0.0
         for _ in range(120):
-            now += rng.random()
-            action = rng.random()
-            if action < 0.4:
-                d.lease(rng.choice(["w1", "w2"]), now)
-            elif action < 0.6:
-                leased = [e for e in d.entries.values() if e.state is State.LEASED]
-                if leased:
-                    e = rng.choice(leased)
-                    d.finished(e.worker, e.task.task_id, now)
-            elif action < 0.7:
-                leased = [e for e in d.entries.values() if e.state is State.LEASED]
-                if leased:
-                    e = rng.choice(leased)
-                    d.failed(e.worker, e.task.task_id, "boom", now)
-            elif action < 0.85:
-                finished = [e.task.task_id for e in d.entries.values() if e.state is State.FINISHED]
-                d.mark_done(rng.sample(finished, min(len(finished), 3)))
-            else:
-                d.expire(now)
+            now = _random_step(d, rng, now, failed_below=0.7, confirmed_below=0.85)
         before = {task_id: e.state for task_id, e in d.entries.items()}
         sink = {t.task_id: rng.choice([t.version, t.version, "other"]) for t in rng.sample(ts, rng.randint(0, 30))}
         undone = d.resync(sink)
@@ -335,22 +317,7 @@ def test_confirm_part_by_part_settles_what_one_task_at_a_time_would():
         d = Dispatcher(ts, lease_seconds=5, confirm_seconds=7, max_attempts=2)
         now = 0.0
         for _ in range(rng.randint(0, 60)):  # leases (adopted by heartbeats), finishes, failures, expiries
-            now += rng.random()
-            action = rng.random()
-            if action < 0.4:
-                d.lease(rng.choice(["w1", "w2"]), now)
-            elif action < 0.6:
-                leased = [e for e in d.entries.values() if e.state is State.LEASED]
-                if leased:
-                    e = rng.choice(leased)
-                    d.finished(e.worker, e.task.task_id, now)
-            elif action < 0.8:
-                leased = [e for e in d.entries.values() if e.state is State.LEASED]
-                if leased:
-                    e = rng.choice(leased)
-                    d.failed(e.worker, e.task.task_id, "boom", now)
-            else:
-                d.expire(now)
+            now = _random_step(d, rng, now, failed_below=0.8, confirmed_below=0.8)
         before = {task_id: e.state for task_id, e in d.entries.items()}
         listed = ts if rng.random() < 0.3 else rng.sample(ts, rng.randint(0, 30))
         sink = {t.task_id: t.version if rng.random() < 0.8 or len(listed) == 30 else "other" for t in listed}
@@ -362,3 +329,27 @@ def test_confirm_part_by_part_settles_what_one_task_at_a_time_would():
         for task_id, entry in d.entries.items():
             expected = State.DONE if sink.get(task_id) == entry.task.version else before[task_id]
             assert entry.state is expected, seed
+
+
+def _random_step(d: Dispatcher, rng, now: float, failed_below: float, confirmed_below: float) -> float:
+    """One random event on ``d`` a little after ``now`` (its time returned): a lease (below 0.4), a leased task
+    finished (below 0.6), one failed (below ``failed_below``), up to three finished tasks confirmed (below
+    ``confirmed_below``), else the leases' expiry."""
+    now += rng.random()
+    action = rng.random()
+    if action < 0.4:
+        d.lease(rng.choice(["w1", "w2"]), now)
+    elif action < failed_below:
+        leased = [e for e in d.entries.values() if e.state is State.LEASED]
+        if leased:
+            e = rng.choice(leased)
+            if action < 0.6:
+                d.finished(e.worker, e.task.task_id, now)
+            else:
+                d.failed(e.worker, e.task.task_id, "boom", now)
+    elif action < confirmed_below:
+        finished = [e.task.task_id for e in d.entries.values() if e.state is State.FINISHED]
+        d.mark_done(rng.sample(finished, min(len(finished), 3)))
+    else:
+        d.expire(now)
+    return now
