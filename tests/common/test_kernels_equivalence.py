@@ -239,24 +239,38 @@ def cut_at_bytes_in_python(text: str, paragraphs: list[str], utf8: bytes, offset
     return _cut_in_python(text, paragraphs, sorted(character_starts(text, utf8, offsets)))
 
 
+def character_byte_starts(utf8: bytes, characters: list[int]) -> np.ndarray:
+    """The byte offsets of the given characters of ``utf8``'s text, ascending and unique, as a splitter gives
+    its sentence starts: what Bling Fire hands the cut, drawn without Bling Fire, whose library does not load on
+    every platform the wheels are built for (aarch64: scripts/wheels.sh)."""
+    starts = np.flatnonzero(np.frombuffer(utf8, np.int8) >= -64).astype(np.int32)  # not a continuation byte
+    return starts[sorted(set(characters))] if len(starts) else np.zeros(0, np.int32)
+
+
 @CHECKS
 @given(data=st.data(), paragraphs=st.lists(line_text.map(str.strip).filter(bool), min_size=1, max_size=6))
 def test_the_cut_at_bytes_is_pythons(data, paragraphs):
-    """Same segments and pieces, or None exactly where the Python path must answer, for Bling Fire's own byte
-    offsets (never declined in a text without a terminator) and for any others: on continuation bytes, out of
-    order, negative, past the end."""
+    """Same segments and pieces, or None exactly where the Python path must answer, for a splitter's byte offsets
+    (ascending character starts: never declined in a text without a terminator), Bling Fire's own where its
+    library loads, and any others: on continuation bytes, out of order, negative, past the end."""
+    from common.segmenters.blingfire import BlingfireSegmenter
     from common.segmenters.cjk_sentences import UTF8_TERMINATORS
     from common.segmenters.sentence_offsets import byte_starts
 
     text = "\n".join(paragraphs)
     utf8 = text.encode()
-    found = byte_starts(utf8)
-    assert found is not None
-    real = found.copy()
-    got = BUILT.cut_at_bytes(text, paragraphs, utf8, real, UTF8_TERMINATORS)
-    assert got == cut_at_bytes_in_python(text, paragraphs, utf8, real)
-    if not any(terminator in text for terminator in "。！；…⋯"):
-        assert got is not None and [type(piece) for segment in got for piece in segment] == [str] * sum(map(len, got))
+    characters = data.draw(st.lists(st.integers(0, len(text) - 1), max_size=12))
+    splitters = [character_byte_starts(utf8, characters)]
+    if BlingfireSegmenter.unavailable() is None:
+        found = byte_starts(utf8)
+        assert found is not None
+        splitters.append(found.copy())
+    for starts in splitters:
+        got = BUILT.cut_at_bytes(text, paragraphs, utf8, starts, UTF8_TERMINATORS)
+        assert got == cut_at_bytes_in_python(text, paragraphs, utf8, starts)
+        if not any(terminator in text for terminator in "。！；…⋯"):
+            assert got is not None
+            assert [type(piece) for segment in got for piece in segment] == [str] * sum(map(len, got))
     others = np.array(data.draw(st.lists(st.integers(-3, len(utf8) + 3), max_size=10)), np.int32)
     if data.draw(st.booleans()):
         others.sort()
@@ -264,6 +278,18 @@ def test_the_cut_at_bytes_is_pythons(data, paragraphs):
         cut_at_bytes_in_python(text, paragraphs, utf8, others)
 
 
+def blingfire_unavailable() -> str | None:
+    from common.segmenters.blingfire import BlingfireSegmenter
+
+    return BlingfireSegmenter.unavailable()
+
+
+#: The Bling Fire segmenter's whole path, where its library loads; where it does not (aarch64), that segmenter
+#: refuses a job before any work (scripts/wheels.sh checks it) and its path has nothing to run.
+needs_blingfire = pytest.mark.skipif(blingfire_unavailable() is not None, reason=str(blingfire_unavailable()))
+
+
+@needs_blingfire
 @CHECKS
 @given(lines=st.lists(st.one_of(line_text, st.sampled_from(["", " ", "\t \u3000", "\n"])), max_size=8))
 def test_segment_pieces_are_pythons(monkeypatch, lines):
@@ -274,6 +300,7 @@ def test_segment_pieces_are_pythons(monkeypatch, lines):
     assert compiled == fallback
 
 
+@needs_blingfire
 @pytest.mark.parametrize("lines", [["word " * 30_000 + "end.", "Next one. Two."], ["é" * 150_000, "b. c."],
                                    ["😀 Hi there. " * 12_000, "", "Ωμέγα. Then." * 9_000]], ids=range(3))
 def test_segment_pieces_of_very_long_lines_are_pythons(monkeypatch, lines):
