@@ -22,8 +22,8 @@ MOTO_FIXTURES = {"moto", "moto_module"}
 SLOW_MARKERS = ("e2e", "faults", "fleet", "slurm", "s3", "gcs", "bench")
 
 #: Tests without those markers measured slow, by file or by node id without parameters.  Times: wall seconds in the
-#: whole suite on 2 cores at a load average of 2-4 (a per-test CPU plugin, 2026-11-29); they were 3-5x that before
-#: the references and oracles were shared (session 11).  The byte matrix and the job ids (42 s and 13 s there)
+#: whole suite on 2 cores at a load average of 2-4 (a per-test CPU plugin, 2026-11-29), after the references and
+#: oracles were shared (they were 3-5x that before).  The byte matrix and the job ids (42 s and 13 s there)
 #: stay in the quick tier on purpose: they guard every change's output.
 SLOW_TESTS: tuple[str, ...] = (
     "tests/common/objectives/test_corpus_statistics.py",  # 68 s: BERT's algorithm token by token, 8 passes
