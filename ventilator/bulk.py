@@ -13,8 +13,11 @@ from collections.abc import Iterator
 @contextlib.contextmanager
 def built_for_the_job() -> Iterator[None]:
     """No cyclic collection while the block builds; what it built then moved out of the collector's sight
-    (``gc.freeze``), so the job's later collections do not walk it either."""
+    (``gc.freeze``), so the job's later collections do not walk it either.  The garbage already there is
+    collected first, or it would be frozen with the tables for good (a collection before the tables exist, or
+    with the first ones frozen, walks little)."""
     enabled = gc.isenabled()
+    gc.collect()
     gc.disable()
     try:
         yield

@@ -144,6 +144,7 @@ class VentilatorServer:
         self._by_role = self._tables()
         self.documents_done = 0
         self.interrupted = False
+        self.signals = 0  # SIGINT/SIGTERM received (one during the wait for the plan stops that wait)
         self.should_stop = should_stop
         self.peers_gone = peers_gone
         self._started = time.monotonic()
@@ -165,6 +166,7 @@ class VentilatorServer:
     # ------------------------------------------------------------------
     def _on_signal(self, name: str) -> None:
         log.info("ventilator: %s, stopping (run the same command again to resume)", name)
+        self.signals += 1
         self.interrupted = True
 
     def run(self) -> RunResult:
@@ -215,8 +217,8 @@ class VentilatorServer:
         """The job planned (when it came Unplanned) and its task table built, in a thread, while this one
         answers Hellos.  The sink, started before the plan, has its Hello answered at once: it reads its
         manifest while the job is planned and the table built, which at a million tasks take seconds each.
-        Every other frame waits for the table.  None if the run is stopped (a signal, a child's failure) first:
-        the thread is left to the process's exit."""
+        Every other frame waits for the table.  None if the run is stopped (a signal, a child's failure) first,
+        once the thread has ended (:meth:`_wait_for_the_plan`)."""
         built: list[tuple[Job, Dispatcher]] = []
         failed: list[BaseException] = []
         unplanned, planned = self._unplanned, self._job
@@ -238,6 +240,7 @@ class VentilatorServer:
         builder.start()
         while builder.is_alive():
             if self.interrupted or self.should_stop():
+                self._wait_for_the_plan(builder)
                 return None
             if not router.poll(20):
                 continue
@@ -250,6 +253,20 @@ class VentilatorServer:
         if failed:
             raise failed[0]
         return built[0]
+
+    def _wait_for_the_plan(self, builder: threading.Thread) -> None:
+        """A run stopped while its job is planned waits for the plan to end: the plan writes to the output (dedup's
+        plan file), and the caller releases the output's lock when this returns, after which another job may write
+        there.  The plan is bounded work (seconds at a million tasks); a signal during the wait stops it."""
+        if not builder.is_alive():
+            return
+        signals = self.signals
+        log.info("ventilator: waiting for the plan to end before the output is released (Ctrl-C again: stop "
+                 "waiting)")
+        while builder.is_alive() and self.signals == signals:
+            builder.join(0.1)
+        if builder.is_alive():
+            log.warning("ventilator: stopped before the plan ended; it may still write to the output")
 
     def _loop(self, router: zmq.Socket) -> RunResult:
         early, self._early = self._early, []
