@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from common.output.lock import LOCK_NAME
+from common.steps.dedup.stages import PLAN_NAME
 from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared
 
 #: The ventilator's command (its own process: it sets the signal handlers), its plan held: it says it started
@@ -39,7 +40,7 @@ cli.main()
 WAITING = "waiting for the plan to end before the output is released"
 
 
-def start(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, Path]:
+def start(tmp_path: Path, *job: str) -> tuple[subprocess.Popen, Path, Path, Path]:
     need_shared()
     output, started, go = tmp_path / "out", tmp_path / "started", tmp_path / "go"
     vport, sink_port = free_ports(2)
@@ -47,7 +48,7 @@ def start(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path, Path]:
         sys.executable, "-c", HELD_PLAN, str(started), str(go),
         "--data", str(WIKI), "--output", str(output), "--vocab-file", str(VOCAB), "--workers", "0",
         "--vport", str(vport), "--sink-port", str(sink_port), "--bind-host", "127.0.0.1", "--no-progress",
-        "--state-dir", str(tmp_path / "state")],
+        "--state-dir", str(tmp_path / "state"), *job],
         cwd=REPO, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not started.exists():
@@ -68,9 +69,10 @@ def stderr_until(process: subprocess.Popen, needle: str) -> str:
 
 
 def test_a_run_interrupted_while_planned_releases_the_output_only_after_the_plan(tmp_path):
-    """Ctrl-C while the plan runs: the ventilator says it waits, the plan ends and writes with the lock still
-    held, then the run exits as interrupted and the lock is gone."""
-    process, output, _, go = start(tmp_path)
+    """Ctrl-C while a dedup job's plan runs: the ventilator says it waits, the plan ends and writes (dedup's plan
+    file, after what the held plan writes) with the lock still held, then the run exits as interrupted and the
+    lock is gone."""
+    process, output, _, go = start(tmp_path, "--dedup", "exact", "--dedup-partitions", "2")
     try:
         process.send_signal(signal.SIGINT)
         said = stderr_until(process, WAITING)
@@ -82,6 +84,7 @@ def test_a_run_interrupted_while_planned_releases_the_output_only_after_the_plan
         process.kill()
     assert process.returncode == 130, (said + rest)[-3000:]
     assert (output / "written-by-the-plan").read_text() == "lock held: True"
+    assert (output / PLAN_NAME).stat().st_size > 0  # the real plan's write, done before the run ended
     assert not (output / LOCK_NAME).exists()
     assert "it may still write" not in rest
 
