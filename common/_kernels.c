@@ -1093,7 +1093,16 @@ typedef struct {
     Py_ssize_t capacity, count;
     Int32s keys, ids;
     int busy;  /* set while byte_level_encode runs: the miss callback must not re-enter with this cache */
+    /* (lookups, slots probed, words not kept because their probe run was full): word_cache_probes() */
+    int64_t lookups, probes, unkept;
 } WordCache;
+
+/* A lookup probes at most this many slots from the word's home.  The hash is not keyed, so a corpus built to collide
+ * (words sharing their hash's low bits, found by brute force in minutes) would otherwise grow one run of slots that
+ * every new word walks: quadratic, a long job stalled by its own input.  A word whose run is full is asked of the
+ * tokenizer each time and not kept, so such a corpus costs what a cold cache costs, and no more.  At the table's
+ * load (at most a half) an honest corpus's runs are a few slots long: a run of 32 there is about one in 2^20. */
+#define WORD_PROBES 32
 
 #define WORD_CACHE "common._kernels.WordCache"
 
@@ -1145,6 +1154,13 @@ static PyObject *word_cache_clear(PyObject *Py_UNUSED(self), PyObject *capsule) 
     Py_RETURN_NONE;
 }
 
+/* (lookups, slots probed, words not kept because their probe run was full), since the cache was made or cleared. */
+static PyObject *word_cache_probes(PyObject *Py_UNUSED(self), PyObject *capsule) {
+    WordCache *cache = word_cache_of(capsule);
+    if (cache == NULL) return NULL;
+    return Py_BuildValue("(LLL)", (long long)cache->lookups, (long long)cache->probes, (long long)cache->unkept);
+}
+
 static uint64_t word_hash(int kind, const void *data, Py_ssize_t start, Py_ssize_t end) {
     uint64_t hash = 0xcbf29ce484222325ULL;  /* FNV-1a over the code points */
     for (Py_ssize_t i = start; i < end; i++) {
@@ -1154,11 +1170,16 @@ static uint64_t word_hash(int kind, const void *data, Py_ssize_t start, Py_ssize
     return hash ? hash : 1;
 }
 
+/* The word's slot, or the empty slot where it would go, or NULL: no table yet, or WORD_PROBES slots probed and
+ * none of them the word's or empty. */
 static WordSlot *word_find(WordCache *cache, uint64_t hash, int kind, const void *data, Py_ssize_t start,
                            Py_ssize_t end) {
     if (cache->capacity == 0) return NULL;
+    cache->lookups++;
     Py_ssize_t mask = cache->capacity - 1, length = end - start;
-    for (Py_ssize_t at = (Py_ssize_t)(hash & (uint64_t)mask);; at = (at + 1) & mask) {
+    Py_ssize_t at = (Py_ssize_t)(hash & (uint64_t)mask);
+    for (int probe = 0; probe < WORD_PROBES; probe++, at = (at + 1) & mask) {
+        cache->probes++;
         WordSlot *slot = &cache->slots[at];
         if (slot->hash == 0) return slot;
         if (slot->hash != hash || slot->key_length != length) continue;
@@ -1167,6 +1188,7 @@ static WordSlot *word_find(WordCache *cache, uint64_t hash, int kind, const void
         while (k < length && (Py_UCS4)key[k] == PyUnicode_READ(kind, data, start + k)) k++;
         if (k == length) return slot;
     }
+    return NULL;
 }
 
 static int word_cache_grow(WordCache *cache) {
@@ -1193,32 +1215,33 @@ static int word_cache_grow(WordCache *cache) {
     return 0;
 }
 
-/* Ask ``miss`` for the word text[start:end] (bytes of native int32 ids) and keep them; the new slot or NULL. */
-static WordSlot *word_add(WordCache *cache, uint64_t hash, PyObject *text, Py_ssize_t start, Py_ssize_t end,
-                          PyObject *miss) {
+/* Ask ``miss`` for the word text[start:end] (bytes of native int32 ids), append them to ``out`` and keep them where
+ * the word's probe run has room.  0, or -1 on an error. */
+static int word_add(WordCache *cache, uint64_t hash, PyObject *text, Py_ssize_t start, Py_ssize_t end,
+                    PyObject *miss, Int32s *out) {
     PyObject *word = PyUnicode_Substring(text, start, end);
-    if (word == NULL) return NULL;
+    if (word == NULL) return -1;
     PyObject *ids = PyObject_CallOneArg(miss, word);
     Py_DECREF(word);
-    if (ids == NULL) return NULL;
+    if (ids == NULL) return -1;
+    int status = -1;
     if (!PyBytes_Check(ids) || PyBytes_GET_SIZE(ids) % (Py_ssize_t)sizeof(int32_t) != 0 ||
         PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t) > INT32_MAX || end - start > INT32_MAX) {
-        Py_DECREF(ids);
         PyErr_SetString(PyExc_TypeError, "byte_level_encode: a word's ids are not bytes of int32");
-        return NULL;
+        goto done;
     }
     Py_ssize_t count = PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t);
-    if ((cache->count + 1) * 2 > cache->capacity && word_cache_grow(cache) < 0) {
-        Py_DECREF(ids);
-        return NULL;
-    }
+    if (int32s_add(out, (const int32_t *)PyBytes_AS_STRING(ids), count) < 0) goto done;
+    if ((cache->count + 1) * 2 > cache->capacity && word_cache_grow(cache) < 0) goto done;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    if (int32s_reserve(&cache->keys, end - start) < 0 || int32s_reserve(&cache->ids, count) < 0) {
-        Py_DECREF(ids);
-        return NULL;
+    WordSlot *slot = word_find(cache, hash, kind, data, start, end);  /* empty (the word was not there), or NULL */
+    if (slot == NULL) {
+        cache->unkept++;
+        status = 0;
+        goto done;
     }
-    WordSlot *slot = word_find(cache, hash, kind, data, start, end);  /* empty: the word was not there */
+    if (int32s_reserve(&cache->keys, end - start) < 0 || int32s_reserve(&cache->ids, count) < 0) goto done;
     slot->hash = hash;
     slot->key = cache->keys.used;
     slot->key_length = (int32_t)(end - start);
@@ -1228,8 +1251,10 @@ static WordSlot *word_add(WordCache *cache, uint64_t hash, PyObject *text, Py_ss
     memcpy(cache->ids.items + cache->ids.used, PyBytes_AS_STRING(ids), (size_t)count * sizeof(int32_t));
     cache->ids.used += count;
     cache->count++;
+    status = 0;
+done:
     Py_DECREF(ids);
-    return slot;
+    return status;
 }
 
 /* One text's pre-tokens' ids appended to ``out``.  Returns 1 when the text holds a character the table cannot
@@ -1248,11 +1273,11 @@ static int encode_one(PyObject *text, const uint8_t *classes, WordCache *cache, 
         Py_ssize_t end = pre_token_end(kind, data, n, i, classes);
         uint64_t hash = word_hash(kind, data, i, end);
         WordSlot *slot = word_find(cache, hash, kind, data, i, end);
-        if (slot == NULL || slot->hash == 0) {
-            slot = word_add(cache, hash, text, i, end, miss);
-            if (slot == NULL) return -1;
+        if (slot != NULL && slot->hash != 0) {
+            if (int32s_add(out, cache->ids.items + slot->ids, slot->id_count) < 0) return -1;
+        } else if (word_add(cache, hash, text, i, end, miss, out) < 0) {
+            return -1;
         }
-        if (int32s_add(out, cache->ids.items + slot->ids, slot->id_count) < 0) return -1;
         i = end;
     }
     return 0;
@@ -1347,6 +1372,7 @@ static PyMethodDef methods[] = {
     {"word_cache", word_cache, METH_NOARGS, "An empty word cache for byte_level_encode."},
     {"word_cache_size", word_cache_size, METH_O, "A word cache's (words, bytes)."},
     {"word_cache_clear", word_cache_clear, METH_O, "Empty a word cache."},
+    {"word_cache_probes", word_cache_probes, METH_O, "A word cache's (lookups, slots probed, words not kept)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1360,5 +1386,6 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     if (created != NULL && PyModule_AddStringConstant(created, "SOURCE_SHA256", KERNELS_SOURCE_SHA256) < 0)
         Py_CLEAR(created);
 #endif
+    if (created != NULL && PyModule_AddIntConstant(created, "WORD_PROBES", WORD_PROBES) < 0) Py_CLEAR(created);
     return created;
 }

@@ -183,6 +183,17 @@ def word_cache_unsupported(spec: dict) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class CacheCounts:
+    """The word cache's work since it was made or cleared: ``probed`` slots over ``lookups`` say whether lookups stay
+    short; ``unkept`` words had a full probe run (a corpus built to collide: common/_kernels.c, WORD_PROBES) and are
+    asked of the tokenizer each time."""
+
+    lookups: int
+    probed: int
+    unkept: int
+
+
 class WordCacheEncoder:
     """``encode_many`` as HF gives it: pre-tokens cut by the compiled kernel, each one's ids cached."""
 
@@ -207,6 +218,9 @@ class WordCacheEncoder:
 
     def cached_words(self) -> int:
         return int(self._kernel.word_cache_size(self._cache)[0])
+
+    def cache_counts(self) -> CacheCounts:
+        return CacheCounts(*self._kernel.word_cache_probes(self._cache))
 
     def clear_cache(self) -> None:
         """Forget memoized words (for benchmarks of a cold process)."""

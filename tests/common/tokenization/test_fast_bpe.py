@@ -95,6 +95,8 @@ def test_the_word_cache_is_hf_on_the_whole_corpus(shape, whole_corpus):
         expected = hf_rows(tokenizer, texts)
         assert rows(encoder, texts) == expected
         assert rows(encoder, texts) == expected  # warm: every word from the cache
+    counts = encoder.cache_counts()
+    assert counts.unkept == 0 and counts.probed < 2 * counts.lookups  # honest text: short runs, every word kept
 
 
 def test_the_word_cache_is_hf_on_adversarial_and_random_text(shape):
@@ -102,6 +104,52 @@ def test_the_word_cache_is_hf_on_adversarial_and_random_text(shape):
     spaces = [" " * n + "x" + " " * n for n in range(0, 60, 3)] + ["a" + " " * 25 + "b", "\t  \n   \x1c  "]
     texts = list(BPE_PROBES) + ADVERSARIAL + spaces + random_texts(5000, 29)
     assert rows(encoder, texts) == hf_rows(tokenizer, texts)
+
+
+def word_hashes(codes: np.ndarray) -> np.ndarray:
+    """The word cache's hash (common/_kernels.c, ``word_hash``: FNV-1a over code points) of each row of code points."""
+    hashes = np.full(len(codes), 0xCBF29CE484222325, dtype=np.uint64)
+    for column in codes.astype(np.uint64).T:
+        hashes = (hashes ^ column) * np.uint64(0x100000001B3)  # wraps, as C's uint64_t
+    return hashes
+
+
+def colliding_words(count: int, low_bits: int) -> list[str]:
+    """``count`` pre-tokens (" " and 4 ASCII letters) whose hashes share their low bits: one home slot in a table of
+    2**low_bits, what a corpus built against the unkeyed hash would hold (found as an attacker would, by brute
+    force: 7.3 M candidates)."""
+    letters = np.array([ord(c) for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"])
+    grid = np.stack(np.meshgrid(*[letters] * 4, indexing="ij"), axis=-1).reshape(-1, 4)
+    codes = np.hstack([np.full((len(grid), 1), ord(" ")), grid])
+    homes = word_hashes(codes) & np.uint64((1 << low_bits) - 1)
+    chosen = codes[homes == np.bincount(homes.astype(np.int64)).argmax()][:count]
+    assert len(chosen) == count
+    return ["".join(map(chr, row)) for row in chosen.tolist()]
+
+
+def test_a_corpus_built_to_collide_costs_a_cold_cache_not_a_quadratic_walk():
+    """1,500 words with one home slot in the 4,096-slot table they fill: without a bound on the probe run, each new
+    word walks every word before it (~1.1 M probes).  With it, a lookup probes at most WORD_PROBES slots, the words
+    past a full run are asked of the tokenizer each time, and every id is still HF's."""
+    need_shared()
+    tokenizer = vocabulary_of("modernbert").text_tokenizer
+    encoder = word_cache(tokenizer)
+    words = colliding_words(1500, 12)
+    assert len(set(word_hashes(np.array([[ord(c) for c in word] for word in words])) & np.uint64(4095))) == 1
+    texts = ["".join(words[i:i + 50]) for i in range(0, len(words), 50)]
+    expected = hf_rows(tokenizer, texts)
+    before, held = encoder.cache_counts(), encoder.cached_words()  # its probe texts, when it was made
+    assert rows(encoder, texts) == expected
+    first = encoder.cache_counts()
+    assert rows(encoder, texts) == expected  # again: kept words from the cache, the others asked again
+    second = encoder.cache_counts()
+    bound = kernels.compiled.WORD_PROBES
+    for start, end in ((before, first), (first, second)):
+        assert end.lookups - start.lookups >= len(words)
+        assert end.probed - start.probed <= bound * (end.lookups - start.lookups)
+    unkept = first.unkept - before.unkept
+    assert 0 < unkept < len(words) and second.unkept - first.unkept == unkept
+    assert encoder.cached_words() == held + len(words) - unkept
 
 
 def test_texts_with_characters_it_cannot_vouch_for_are_hfs_too(shape):
