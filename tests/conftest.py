@@ -32,7 +32,6 @@ SLOW_TESTS: tuple[str, ...] = (
     "tests/common/objectives/test_albert.py::test_masking_statistics_match_alberts_algorithm",
     "tests/common/dedup/test_dedup_accuracy.py",  # 55 s: the planted corpus and datasketch
     "tests/fleet/test_fleet_terraform.py::test_root_module_autoscaling_terraform_test",  # 63 s: `terraform test`
-    "tests/fleet/test_fleet_ansible.py::test_ansible_lint",  # 56 s
     "tests/common/test_holdout.py::test_each_side_is_made_of_its_own_documents_whatever_the_task_size",  # 32 s
     # 31 s: transformers 4 in its own process
     "tests/common/tokenization/test_han_words.py::test_chinese_ref_masks_whole_words_in_huggingfaces_collator",
