@@ -150,7 +150,8 @@ def _serve(job: Unplanned, server_options, launcher: Launcher, lock: OutputLock)
             failure.append(reason)
         return bool(reason)
 
-    server = VentilatorServer(job, server_options, should_stop=child_failed, peers_gone=launcher.all_exited)
+    server = VentilatorServer(job, server_options, should_stop=child_failed, peers_gone=launcher.all_exited,
+                              output_held=lambda: not lock.lost)
     try:
         result = server.run()
     except (ListenError, JobError) as error:  # JobError: the plan failed (the stages before the normal pass)

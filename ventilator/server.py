@@ -114,7 +114,7 @@ class RunResult:
 
 class VentilatorServer:
     def __init__(self, job: Job | Unplanned, options: ServerOptions, should_stop=lambda: False,
-                 peers_gone=lambda: False):
+                 peers_gone=lambda: False, output_held=lambda: True):
         self._job = job if isinstance(job, Job) else None  # planned in run() when Unplanned
         self._unplanned = job if isinstance(job, Unplanned) else None
         self.config = job.config
@@ -146,6 +146,8 @@ class VentilatorServer:
         self.interrupted = False
         self.signals = 0  # SIGINT/SIGTERM received (one during the wait for the plan stops that wait)
         self.should_stop = should_stop
+        #: Whether this run still holds the output's lock: a plan is waited for only while it does.
+        self.output_held = output_held
         self.peers_gone = peers_gone
         self._started = time.monotonic()
         self._serving_since = self._started  # from when the task table is built
@@ -257,13 +259,18 @@ class VentilatorServer:
     def _wait_for_the_plan(self, builder: threading.Thread) -> None:
         """A run stopped while its job is planned waits for the plan to end: the plan writes to the output (dedup's
         plan file), and the caller releases the output's lock when this returns, after which another job may write
-        there.  The plan is bounded work (seconds at a million tasks); a signal during the wait stops it."""
+        there.  The plan is bounded work (seconds at a million tasks); a signal during the wait stops it.  A run
+        whose lock another run has taken does not wait: the output is that run's now, and the sooner this process
+        exits, the less likely the plan (a daemon thread, which cannot be stopped) writes there."""
         if not builder.is_alive():
+            return
+        if not self.output_held():
+            log.warning("ventilator: the output's lock is another run's now: not waiting for the plan")
             return
         signals = self.signals
         log.info("ventilator: waiting for the plan to end before the output is released (Ctrl-C again: stop "
                  "waiting)")
-        while builder.is_alive() and self.signals == signals:
+        while builder.is_alive() and self.signals == signals and self.output_held():
             builder.join(0.1)
         if builder.is_alive():
             log.warning("ventilator: stopped before the plan ended; it may still write to the output")

@@ -3,13 +3,14 @@ output (dedup's plan file), and once the lock is released another job may write 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common.output.lock import LOCK_NAME
+from common.output.lock import LOCK_NAME, Holder
 from common.steps.dedup.stages import PLAN_NAME
 from tests.support.helpers import REPO, VOCAB, WIKI, free_ports, need_shared
 
@@ -21,6 +22,9 @@ import os, sys, time
 from common.output.lock import LOCK_NAME
 from ventilator import cli
 started, go = sys.argv[1], sys.argv[2]
+if os.environ.get("RENEW_SECONDS"):  # the output lock's renewal, which finds a lock taken over, sooner
+    from common.output import lock
+    lock.OutputLock.__init__.__defaults__ = (lock.LEASE_SECONDS, float(os.environ["RENEW_SECONDS"]), time.time)
 plan = cli.plan
 def held(run, checked, job_config):
     open(started, "w").close()
@@ -40,7 +44,8 @@ cli.main()
 WAITING = "waiting for the plan to end before the output is released"
 
 
-def start(tmp_path: Path, *job: str) -> tuple[subprocess.Popen, Path, Path, Path]:
+def start(tmp_path: Path, *job: str, env: dict[str, str] | None = None
+          ) -> tuple[subprocess.Popen, Path, Path, Path]:
     need_shared()
     output, started, go = tmp_path / "out", tmp_path / "started", tmp_path / "go"
     vport, sink_port = free_ports(2)
@@ -49,7 +54,7 @@ def start(tmp_path: Path, *job: str) -> tuple[subprocess.Popen, Path, Path, Path
         "--data", str(WIKI), "--output", str(output), "--vocab-file", str(VOCAB), "--workers", "0",
         "--vport", str(vport), "--sink-port", str(sink_port), "--bind-host", "127.0.0.1", "--no-progress",
         "--state-dir", str(tmp_path / "state"), *job],
-        cwd=REPO, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 120
     while not started.exists():
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-3000:]
@@ -103,4 +108,23 @@ def test_a_second_ctrl_c_stops_waiting_for_the_plan(tmp_path):
         process.kill()
     assert process.returncode == 130, (said + rest)[-3000:]
     assert "stopped before the plan ended; it may still write to the output" in rest
+    assert not (output / "written-by-the-plan").exists()
+
+
+def test_a_run_whose_lock_was_taken_over_during_the_plan_does_not_wait_for_it(tmp_path):
+    """Another run took the output over (this run's lease lapsed) while the plan ran: the output is that run's now,
+    so this run stops at once, with the reason, without waiting to let its plan write there, and leaves the other
+    run's lock as it is."""
+    process, output, _, _ = start(tmp_path, "--dedup", "exact", env={"RENEW_SECONDS": "0.2"})
+    try:
+        ours = Holder.decode((output / LOCK_NAME).read_bytes())
+        theirs = Holder("another-host", 4242, ours.job, "their-token", "", ours.started, ours.expires + 600)
+        (output / LOCK_NAME).write_bytes(theirs.encode())
+        rest = process.communicate(timeout=60)[1]
+    finally:
+        process.kill()
+    assert process.returncode == 1, rest[-3000:]
+    assert "was taken by another run" in rest and "not waiting for the plan" in rest, rest[-3000:]
+    assert WAITING not in rest
+    assert Holder.decode((output / LOCK_NAME).read_bytes()).token == "their-token"
     assert not (output / "written-by-the-plan").exists()
