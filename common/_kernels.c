@@ -1093,16 +1093,17 @@ typedef struct {
     Py_ssize_t capacity, count;
     Int32s keys, ids;
     int busy;  /* set while byte_level_encode runs: the miss callback must not re-enter with this cache */
-    /* (lookups, slots probed, words not kept because their probe run was full): word_cache_probes() */
+    /* (pre-tokens looked up, slots probed, words not kept because their probe run was full), kept by a clear */
     int64_t lookups, probes, unkept;
 } WordCache;
 
 /* A lookup probes at most this many slots from the word's home.  The hash is not keyed, so a corpus built to collide
  * (words sharing their hash's low bits, found by brute force in minutes) would otherwise grow one run of slots that
  * every new word walks: quadratic, a long job stalled by its own input.  A word whose run is full is asked of the
- * tokenizer each time and not kept, so such a corpus costs what a cold cache costs, and no more.  At the table's
- * load (at most a half) an honest corpus's runs are a few slots long: a run of 32 there is about one in 2^20. */
-#define WORD_PROBES 32
+ * tokenizer each time and not kept, so such a corpus costs what a cold cache costs (a probe is ~1 ns, a miss
+ * ~5 us), and no more.  At the table's load (at most a half) runs are short, but a full table of random words
+ * has some long ones: at a bound of 32, 1 word in ~65,000 was not kept; at 128 none in 2 M. */
+#define WORD_PROBES 128
 
 #define WORD_CACHE "common._kernels.WordCache"
 
@@ -1150,11 +1151,16 @@ static PyObject *word_cache_clear(PyObject *Py_UNUSED(self), PyObject *capsule) 
     PyMem_Free(cache->slots);
     PyMem_Free(cache->keys.items);
     PyMem_Free(cache->ids.items);
+    int64_t lookups = cache->lookups, probes = cache->probes, unkept = cache->unkept;  /* work done: kept */
     memset(cache, 0, sizeof(WordCache));
+    cache->lookups = lookups;
+    cache->probes = probes;
+    cache->unkept = unkept;
     Py_RETURN_NONE;
 }
 
-/* (lookups, slots probed, words not kept because their probe run was full), since the cache was made or cleared. */
+/* (pre-tokens looked up, slots probed, words not kept because their probe run was full), since the cache was made
+ * (a clear keeps them). */
 static PyObject *word_cache_probes(PyObject *Py_UNUSED(self), PyObject *capsule) {
     WordCache *cache = word_cache_of(capsule);
     if (cache == NULL) return NULL;
@@ -1175,7 +1181,6 @@ static uint64_t word_hash(int kind, const void *data, Py_ssize_t start, Py_ssize
 static WordSlot *word_find(WordCache *cache, uint64_t hash, int kind, const void *data, Py_ssize_t start,
                            Py_ssize_t end) {
     if (cache->capacity == 0) return NULL;
-    cache->lookups++;
     Py_ssize_t mask = cache->capacity - 1, length = end - start;
     Py_ssize_t at = (Py_ssize_t)(hash & (uint64_t)mask);
     for (int probe = 0; probe < WORD_PROBES; probe++, at = (at + 1) & mask) {
@@ -1216,9 +1221,10 @@ static int word_cache_grow(WordCache *cache) {
 }
 
 /* Ask ``miss`` for the word text[start:end] (bytes of native int32 ids), append them to ``out`` and keep them where
- * the word's probe run has room.  0, or -1 on an error. */
+ * the word's probe run has room: in ``slot``, the empty slot word_find gave (NULL: none), unless the table grows.
+ * ``miss`` cannot change the cache (``busy``: no encode or clear meanwhile).  0, or -1 on an error. */
 static int word_add(WordCache *cache, uint64_t hash, PyObject *text, Py_ssize_t start, Py_ssize_t end,
-                    PyObject *miss, Int32s *out) {
+                    PyObject *miss, Int32s *out, WordSlot *slot) {
     PyObject *word = PyUnicode_Substring(text, start, end);
     if (word == NULL) return -1;
     PyObject *ids = PyObject_CallOneArg(miss, word);
@@ -1232,10 +1238,12 @@ static int word_add(WordCache *cache, uint64_t hash, PyObject *text, Py_ssize_t 
     }
     Py_ssize_t count = PyBytes_GET_SIZE(ids) / (Py_ssize_t)sizeof(int32_t);
     if (int32s_add(out, (const int32_t *)PyBytes_AS_STRING(ids), count) < 0) goto done;
-    if ((cache->count + 1) * 2 > cache->capacity && word_cache_grow(cache) < 0) goto done;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    WordSlot *slot = word_find(cache, hash, kind, data, start, end);  /* empty (the word was not there), or NULL */
+    if ((cache->count + 1) * 2 > cache->capacity) {
+        if (word_cache_grow(cache) < 0) goto done;
+        slot = word_find(cache, hash, kind, data, start, end);  /* empty (the word was not there), or NULL */
+    }
     if (slot == NULL) {
         cache->unkept++;
         status = 0;
@@ -1272,10 +1280,11 @@ static int encode_one(PyObject *text, const uint8_t *classes, WordCache *cache, 
     for (Py_ssize_t i = 0; i < n;) {
         Py_ssize_t end = pre_token_end(kind, data, n, i, classes);
         uint64_t hash = word_hash(kind, data, i, end);
+        cache->lookups++;
         WordSlot *slot = word_find(cache, hash, kind, data, i, end);
         if (slot != NULL && slot->hash != 0) {
             if (int32s_add(out, cache->ids.items + slot->ids, slot->id_count) < 0) return -1;
-        } else if (word_add(cache, hash, text, i, end, miss, out) < 0) {
+        } else if (word_add(cache, hash, text, i, end, miss, out, slot) < 0) {
             return -1;
         }
         i = end;

@@ -185,9 +185,9 @@ def word_cache_unsupported(spec: dict) -> str | None:
 
 @dataclass(frozen=True)
 class CacheCounts:
-    """The word cache's work since it was made or cleared: ``probed`` slots over ``lookups`` say whether lookups stay
-    short; ``unkept`` words had a full probe run (a corpus built to collide: common/_kernels.c, WORD_PROBES) and are
-    asked of the tokenizer each time."""
+    """The word cache's work since it was made (a clear keeps these): ``probed`` slots over ``lookups`` (pre-tokens)
+    say whether lookups stay short; ``unkept`` words had a full probe run (a corpus built to collide:
+    common/_kernels.c, WORD_PROBES) and are asked of the tokenizer each time."""
 
     lookups: int
     probed: int
