@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lint and type-check the whole tree (configured in pyproject.toml), and lint the Ansible playbooks (ansible-lint,
-# from tests/fleet/requirements.txt, offline, its production profile); .ci/run runs this before the tests.
+# from tests/fleet/requirements.txt, offline, every rule); .ci/run runs this before the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ruff check .

@@ -154,6 +154,8 @@ def _serve(job: Unplanned, server_options, launcher: Launcher, lock: OutputLock)
                               output_held=lambda: not lock.lost)
     try:
         result = server.run()
+        if lock.lost and not failure:  # the run stopped for a signal first: the lost lock is still its end
+            failure.append(lock.lost)
     except (ListenError, JobError) as error:  # JobError: the plan failed (the stages before the normal pass)
         launcher.terminate()
         launcher.wait(timeout=30)

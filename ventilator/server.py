@@ -272,7 +272,9 @@ class VentilatorServer:
                  "waiting)")
         while builder.is_alive() and self.signals == signals and self.output_held():
             builder.join(0.1)
-        if builder.is_alive():
+        if builder.is_alive() and not self.output_held():
+            log.warning("ventilator: the output's lock is another run's now: not waiting for the plan")
+        elif builder.is_alive():
             log.warning("ventilator: stopped before the plan ended; it may still write to the output")
 
     def _loop(self, router: zmq.Socket) -> RunResult:
