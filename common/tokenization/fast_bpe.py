@@ -63,6 +63,8 @@ WHITE_SPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u
 CACHE_ENTRIES = 1 << 17
 #: ... and the bytes it holds (long words: 131,072 distinct 10,000-letter words would hold ~5 GB).
 CACHE_BYTES = 1 << 26
+#: Words refused a slot (a full probe run) before the log says so, once: real text has none in millions.
+UNKEPT_WARNING = 1000
 _CLASS_OF_CATEGORY = {"Lu": LETTER, "Ll": LETTER, "Lt": LETTER, "Lm": LETTER, "Lo": LETTER,
                       "Nd": NUMBER, "Nl": NUMBER, "No": NUMBER, "Cn": UNSURE, "Cs": UNSURE}
 _TABLE_RULE = "v1"
@@ -209,6 +211,7 @@ class WordCacheEncoder:
         self._cache = kernel.word_cache()  # the kernel's own table: nothing allocated per looked-up word
         # One call at a time: the kernel refuses a cache in use, and a miss (Python) lets another thread run
         self._lock = threading.RLock()
+        self._warned = False  # about words refused a slot (UNKEPT_WARNING)
 
     def _miss(self, word: str) -> bytes:
         """A word's ids from the tokenizer's own BPE model, over its bytes as ByteLevel maps them (kept by the
@@ -265,6 +268,11 @@ class WordCacheEncoder:
         from ``originals`` (the same texts before normalizing: HF normalizes them, and a normalizer such as Replace
         changes its own output again)."""
         raw_ids, raw_lengths = self._kernel.byte_level_encode(texts, self._classes, self._cache, self._miss)
+        if not self._warned and self.cache_counts().unkept >= UNKEPT_WARNING:
+            self._warned = True
+            log.warning("the byte-level BPE's word cache found no slot for %d words (their hashes collide: a corpus "
+                        "built against it?); each is encoded by the tokenizer every time it comes: slower, the "
+                        "same ids", self.cache_counts().unkept)
         ids = np.frombuffer(raw_ids, dtype=np.int32)
         lengths = np.frombuffer(raw_lengths, dtype=np.int64).copy()
         declined = np.flatnonzero(lengths < 0)

@@ -127,7 +127,7 @@ def colliding_words(count: int, low_bits: int) -> list[str]:
     return ["".join(map(chr, row)) for row in chosen.tolist()]
 
 
-def test_a_corpus_built_to_collide_costs_a_cold_cache_not_a_quadratic_walk():
+def test_a_corpus_built_to_collide_costs_a_cold_cache_not_a_quadratic_walk(caplog):
     """1,700 words with one home slot in the 4,096-slot table they fill: without a bound on the probe run, each new
     word walks every word before it (~1.4 M probes).  With it, a lookup probes at most WORD_PROBES slots (again
     after the table grows), the words past a full run are asked of the tokenizer each time, and every id is still
@@ -151,6 +151,8 @@ def test_a_corpus_built_to_collide_costs_a_cold_cache_not_a_quadratic_walk():
     unkept = first.unkept - before.unkept
     assert 0 < unkept < len(words) and second.unkept - first.unkept == unkept
     assert encoder.cached_words() == held + len(words) - unkept
+    said = [r.getMessage() for r in caplog.records if "found no slot" in r.getMessage()]
+    assert len(said) == 1 and f"for {unkept} words" in said[0], said  # once, when it passed UNKEPT_WARNING
 
 
 def test_texts_with_characters_it_cannot_vouch_for_are_hfs_too(shape):
