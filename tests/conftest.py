@@ -1,3 +1,6 @@
+import sys
+import types
+
 import pytest
 
 from tests.support import gcs_server, s3_server
@@ -76,6 +79,16 @@ def is_slow(item: pytest.Item) -> bool:
     node = item.nodeid.split("[", 1)[0]
     return (any(item.get_closest_marker(name) for name in SLOW_MARKERS)
             or any(node == slow or node.startswith(slow + "::") for slow in SLOW_TESTS))
+
+
+@pytest.fixture(autouse=True)
+def _sys_intern_left_alone():
+    """A test must not leave ``sys.intern`` patched for the rest of its xdist worker: importing Ansible does (a
+    callable object, to accept str subclasses), and torch's dynamo, imported by a later test there, then fails to
+    load.  Such imports go in a subprocess (tests/fleet/test_fleet_gcp.py)."""
+    yield
+    assert isinstance(sys.intern, types.BuiltinFunctionType), \
+        "this test patched sys.intern process-wide (importing Ansible does): import it in a subprocess"
 
 
 @pytest.fixture(scope="session")
