@@ -29,6 +29,7 @@ from common.wire.security import Curve
 from common.wire.transport import endpoint, make_socket, parse_address
 from loader import messages
 from loader.layout import Field, RecordLayout
+from loader.order import MAX_EMPTY_EPOCHS
 from loader.token_layout import LAYOUTS, lay_out
 
 if TYPE_CHECKING:
@@ -293,8 +294,12 @@ class LoaderClient:
             return None
         if not isinstance(message, messages.BatchHeader) or message.session != session.number or control_only:
             return None  # another session's, or a reply we did not ask for
-        if session.attached is None or (message.epoch, message.batch) != (self._position.epoch,
-                                                                          self._position.batch):
+        position = self._position
+        # the batch that comes next: the position's, or at an epoch's start a later epoch's first (the server
+        # passes over an epoch that deals this rank no batch)
+        expected = (message.epoch, message.batch) == (position.epoch, position.batch) or (
+            position.batch == 0 and message.batch == 0 and 0 < message.epoch - position.epoch < MAX_EMPTY_EPOCHS)
+        if session.attached is None or not expected:
             # Not the batch that comes next (cannot happen on one connection): start again from our state.
             self.reattaches += 1
             self._attach()

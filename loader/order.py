@@ -32,6 +32,11 @@ import numpy as np
 
 from common.objectives.base import derive_seed
 
+#: Epochs in a row with no batch for a rank before that rank is refused.  An epoch has fewer batches than ranks
+#: only on data that small (a mixture's or a token budget's epochs vary in length by a batch or so), so looking
+#: ahead is cheap; a run of empty epochs longer than this is data too small for the world size.
+MAX_EMPTY_EPOCHS = 64
+
 
 @dataclass(frozen=True)
 class Partition:

@@ -28,6 +28,7 @@ from common.wire.security import Curve
 from common.wire.transport import DroppedMessages, listen
 from loader import messages
 from loader.batches import BatchMaker, ServingParams
+from loader.order import MAX_EMPTY_EPOCHS
 from loader.samples import SampleCache
 from loader.shards import DatasetError, ShardCache, ShardList
 from loader.sources import MixedCache, Mixture
@@ -228,11 +229,16 @@ class LoaderServer:
         if attach.epoch < 0:
             self.dropped.drop("attach with a bad position")
             return refuse(f"epoch {attach.epoch}: epochs count from 0")
-        batches = self.maker.partition(attach.world_size, attach.epoch).batches(attach.rank)
-        if batches == 0:
+        found = self._epoch_with_batches(attach.rank, attach.world_size, attach.epoch)
+        if found is None:
             what = f"{self.shards.records} records" if not budget else \
                 f"the {self.maker.partition(1, attach.epoch).records} batches of epoch {attach.epoch}"
             return refuse(f"{what} cannot give each of {attach.world_size} ranks a batch")
+        epoch, batches = found
+        if epoch != attach.epoch and attach.batch != 0:
+            self.dropped.drop("attach with a bad position")
+            return refuse(f"epoch {attach.epoch} batch {attach.batch}: this rank has no batch in epoch "
+                          f"{attach.epoch}")
         if not 0 <= attach.batch < batches:
             self.dropped.drop("attach with a bad position")
             return refuse(f"epoch {attach.epoch} batch {attach.batch}: this rank has batches 0..{batches - 1}")
@@ -241,13 +247,23 @@ class LoaderServer:
                 del self.ranks[other]
         window = min(max(1, attach.window), self.options.max_window)
         self.ranks[identity] = _Rank(identity, attach.client_id, attach.session, attach.rank, attach.world_size,
-                                     attach.epoch, attach.batch, batches, window, allowed=window, last_seen=now)
+                                     epoch, attach.batch, batches, window, allowed=window, last_seen=now)
         log.info("loader: rank %d of %d (%s) from epoch %d batch %d", attach.rank, attach.world_size,
                  attach.client_id, attach.epoch, attach.batch)
         return messages.Attached(attach.session, self.server_id, self.shards.fingerprint, self.shards.records,
                                  params.batch_size, params.seed, params.dynamic_masking, batches,
                                  self._feature_specs(), budget, params.tokens.layout if params.tokens else "",
                                  params.tokens.pad_id if params.tokens else 0, params.order)
+
+    def _epoch_with_batches(self, rank: int, world_size: int, epoch: int) -> tuple[int, int] | None:
+        """The first epoch from ``epoch`` that deals ``rank`` a batch, and how many it deals; None after
+        MAX_EMPTY_EPOCHS without one.  A rank with no batch in an epoch (fewer batches than ranks: a mixture's or a
+        token budget's epoch a batch shorter than the last) goes on to the next, as the others do after theirs."""
+        for candidate in range(epoch, epoch + MAX_EMPTY_EPOCHS):
+            batches = self.maker.partition(world_size, candidate).batches(rank)
+            if batches:
+                return candidate, batches
+        return None
 
     def _feature_specs(self) -> list[messages.FeatureSpec]:
         if self._features is None:
@@ -297,6 +313,12 @@ class LoaderServer:
             if rank.sent >= rank.allowed:
                 continue
             try:
+                if rank.batch == 0:  # an epoch with no batch for this rank is passed over
+                    found = self._epoch_with_batches(rank.rank, rank.world_size, rank.epoch)
+                    if found is None:
+                        raise DatasetError(f"epochs {rank.epoch} to {rank.epoch + MAX_EMPTY_EPOCHS - 1} have fewer "
+                                           f"batches than the {rank.world_size} ranks: too little data for them")
+                    rank.epoch = found[0]
                 built = self.maker.build(rank.rank, rank.world_size, rank.epoch, rank.batch)
             except (DatasetError, StorageError, OSError) as error:
                 self._fail_rank(router, rank, error)

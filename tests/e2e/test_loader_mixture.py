@@ -265,6 +265,43 @@ def test_token_budget_batches_mix_by_tokens(token_outputs, kind):
 # MosaicML streaming: our MDS outputs as Streams with proportions
 # --------------------------------------------------------------------------
 
+def epoch_lengths(address: str, epochs: int) -> list[int]:
+    """Each epoch's batches (what a rank of world size 1 is told when it attaches there)."""
+    counts = []
+    for epoch in range(epochs):
+        state = {"epoch": epoch, "batch": 0, "rank": 0, "world_size": 1}
+        with LoaderClient(address, state=state, timeout_seconds=60) as client:
+            counts.append(client.info.batches_per_epoch)
+    return counts
+
+
+def test_a_rank_with_no_batch_in_a_shorter_epoch_goes_on_to_the_next(token_outputs):
+    """A mixture's epochs differ in length (the other sources' shares of a pass of the anchor).  With as many ranks
+    as the longest epoch has batches, the last rank has none in a shorter epoch: it goes on to the next epoch, as
+    the others do after their batch of it, resumed there too; the server, and the other ranks, go on (the server
+    died of an IndexError there)."""
+    args = [*data_args(token_outputs, [0.7, 0.3]), "--batch-tokens", 8192, "--pack-window", 64]
+    with LoaderProcess(*args) as server:
+        counts = epoch_lengths(server.address, 8)
+        world = max(counts)
+        assert min(counts) < world, counts  # the epochs differ (if not, this budget no longer shows it)
+        full = [epoch for epoch, count in enumerate(counts) if count == world]
+        with LoaderClient(server.address, rank=world - 1, world_size=world, timeout_seconds=60) as last:
+            got = [last.next_batch() for _ in full]
+        assert [batch.epoch for batch in got] == full and all(batch.last_in_epoch for batch in got)
+        short = counts.index(min(counts))
+        resumed = {"epoch": short, "batch": 0, "rank": world - 1, "world_size": world}
+        with LoaderClient(server.address, rank=world - 1, world_size=world, state=resumed,
+                          timeout_seconds=60) as last:
+            assert last.next_batch().epoch == min(e for e in full if e > short)
+        # the short epoch's batches go to the first ranks, one each
+        served = [one_epoch(server.address, rank, world, state={"epoch": short, "batch": 0, "rank": rank,
+                                                                 "world_size": world})
+                  for rank in range(counts[short])]
+        assert [[batch.epoch for batch in batches] for batches in served] == [[short]] * counts[short]
+        assert server.process.poll() is None
+
+
 @pytest.fixture(scope="module")
 def mds_outputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("mix-mds")
