@@ -298,11 +298,14 @@ class MixPlan:
         self._passes: OrderedDict[tuple[int, int], EpochOrder] = OrderedDict()
         self._cums: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._cached = max(2, cached_passes)
-        # Each phase's start: how far every source's stream had gone.
-        starts = [np.zeros(len(self.sources), dtype=np.int64)]
-        for phase in range(1, len(specs)):
-            starts.append(self._positions_in(phase - 1, starts[-1], int(self.phase_starts[phase])))
-        self.starts = np.asarray(starts, dtype=np.int64)  # (phases, sources)
+        # Each phase's start: the tokens every source's stream was due by then (its quota: weight times the
+        # clock's tokens in each phase before, summed), and how many of its records that holds.  The part of a
+        # record a phase's quota does not complete is carried into the next phase, not dropped: a source whose
+        # share of a phase is less than a record (many short phases, a small weight) is served all the same.
+        span = np.diff(self.phase_starts).astype(np.float64)
+        self.quota = np.vstack([np.zeros(len(self.sources)), np.cumsum(self.weights[:-1] * span[:, None], axis=0)])
+        self.starts = np.asarray([self._places(self.quota[phase]) for phase in range(len(specs))],
+                                 dtype=np.int64)  # (phases, sources)
 
     # A source's stream -----------------------------------------------------
     def pass_order(self, source: int, number: int) -> EpochOrder:
@@ -356,16 +359,11 @@ class MixPlan:
         number, rest = divmod(tokens, spec.tokens)
         return number * spec.records + int(np.searchsorted(self._cum(source, number), rest, side="right")) - 1
 
-    def _positions_in(self, phase: int, start: np.ndarray, clock: int) -> np.ndarray:
-        """Each source's place at ``clock`` in ``phase`` (which began with the sources at ``start``)."""
-        advance = clock - int(self.phase_starts[phase])
-        out = start.copy()
-        for i, weight in enumerate(self.weights[phase].tolist()):
-            if weight > 0:
-                before = int(self.tokens_before(i, np.asarray([start[i]]))[0])
-                share = weight * advance  # float: a few ulps off, which the slack covers (records have >= 1 token)
-                out[i] = self.place_at(i, before + int(math.floor(share + _EPSILON + share * 1e-13)))
-        return out
+    def _places(self, due: np.ndarray) -> np.ndarray:
+        """How many records of each source fit in the tokens ``due`` of its stream (floats: a few ulps off,
+        which the slack covers, records having at least one token)."""
+        return np.asarray([self.place_at(i, int(math.floor(tokens + _EPSILON + tokens * 1e-13)))
+                           for i, tokens in enumerate(due.tolist())], dtype=np.int64)
 
     def phase_at(self, clock: int) -> int:
         return int(np.searchsorted(self.phase_starts, clock, side="right")) - 1
@@ -373,7 +371,7 @@ class MixPlan:
     def positions_at(self, clock: int) -> np.ndarray:
         """How many records of each source the mixed stream holds before the clock reaches ``clock``."""
         phase = self.phase_at(clock)
-        return self._positions_in(phase, self.starts[phase], clock)
+        return self._places(self.quota[phase] + self.weights[phase] * (clock - int(self.phase_starts[phase])))
 
     # Epochs -----------------------------------------------------------------
     @property
@@ -396,10 +394,12 @@ class MixPlan:
                 continue
             here = np.arange(begin[i], end[i], dtype=np.int64)
             ends = self.tokens_before(i, here + 1)
-            phase = np.searchsorted(self.starts[:, i], here, side="right") - 1
-            # a place at a phase's start belongs to the last phase that starts there (the ones between weigh it 0)
-            began = self.tokens_before(i, self.starts[:, i])[phase]
-            due.append(self.phase_starts[phase] + (ends - began) / self.weights[phase, i])
+            # due in the last phase whose start's quota falls short of the record's end (one that weighs the
+            # source 0 adds no quota, so it is never that phase)
+            slack = _EPSILON + ends * 1e-13  # as _places: a record due within the slack of a start is due there
+            phase = np.maximum(np.searchsorted(self.quota[:, i], ends - slack, side="left") - 1, 0)
+            late, weight = np.maximum(ends - self.quota[phase, i], 0.0), self.weights[phase, i]
+            due.append(self.phase_starts[phase] + np.divide(late, weight, out=np.zeros(len(late)), where=weight > 0))
             sources.append(np.full(len(here), i, dtype=np.int16))
             places.append(here)
         if not sources:

@@ -238,8 +238,12 @@ class Mixture:
 
     @property
     def settings(self) -> str:
-        """What a resumed state must have been taken with: the sources and the phases as written."""
+        """What a resumed state must have been taken with: the sources and the phases as written.  A schedule's
+        stream changed when each phase began to carry the part of a record it did not complete into the next
+        (loader/mixture.py, MixPlan): a state taken with the stream before is refused, not resumed elsewhere."""
         text = repr([(s.shards.fingerprint, spec) for s in self.sources for spec in self.specs])
+        if len(self.specs) > 1:
+            text += " quota carried across phases"
         return "mixture " + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def make_cache(self, max_bytes: int, samples: bool) -> MixedCache:

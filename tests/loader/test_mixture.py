@@ -14,6 +14,7 @@ from loader.mixture import (
     SourceTokens,
     parse_schedule,
     parse_weights,
+    served_tokens,
     share_tolerance,
     split_data_weight,
     temperature_weights,
@@ -150,6 +151,27 @@ def test_a_phase_changes_the_shares_and_a_source_joins_there():
     for part, weights in ((slice(0, cut), (0.0, 0.3, 0.7)), (slice(cut, None), (0.2, 0.4, 0.4))):
         share = np.bincount(source[part], weights=tokens[part], minlength=3) / tokens[part].sum()
         np.testing.assert_allclose(share, weights, atol=0.002)
+
+
+@pytest.mark.parametrize("weights, longest", [((0.99, 0.01), 100), ((0.7, 0.3), 300)], ids=["small-share", "long-records"])
+def test_many_short_phases_serve_each_source_its_share(weights, longest):
+    """An annealing schedule of 1,000 phases shorter than a record of a source's share (each phase's quota of the
+    small source is a tenth of a record): the part of a record a phase does not complete is carried into the
+    next, so the source is served its share over the phases (it got none when each phase dropped it), and every
+    token the clock passes is served."""
+    sources = make_sources((2000, 2000), seed=3, longest=longest)
+    step = 1000
+    specs = [PhaseSpec(at_tokens=k * step, weights=weights) for k in range(1000)]
+    plan = MixPlan(sources, specs, seed=1, window=500)
+    one = MixPlan(sources, [PhaseSpec(weights=weights)], seed=1, window=500)
+    clock = 1000 * step
+    got, alone = served_tokens(plan, clock), served_tokens(one, clock)
+    # the same records due as with one phase of the same weights, to within a record of each source
+    assert (np.abs(got - alone) <= longest).all(), (got, alone)
+    assert abs(got.sum() - clock) <= 2 * longest
+    np.testing.assert_allclose(got / got.sum(), weights, atol=2 * longest / clock + 1e-9)
+    source = np.concatenate([served(plan, e)[0] for e in range(2)])
+    assert (source == 1).sum() > 0
 
 
 def test_temperature_weights():
