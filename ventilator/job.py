@@ -39,7 +39,7 @@ from common.word_segmenters import NONE as NO_WORD_SEGMENTER
 from common.word_segmenters import word_segmenter_named
 from common.writers import writer_named
 from ventilator.bulk import built_for_the_job
-from ventilator.run_config import RunConfig, described_flags
+from ventilator.run_config import RunConfig, described_flags, variant_flag
 from ventilator.server import Job
 
 log = logging.getLogger("ventilator")
@@ -103,7 +103,7 @@ def split_params(given: dict[str, ParamValue], *components) -> list[dict[str, Pa
         takers = [i for i, c in enumerate(components) if name in {f.name for f in dataclasses.fields(c.Params)}]
         if not takers:
             reader, objective, writer = components[:3]
-            raise JobError(f"--{name.replace('_', '-')} does not apply to --objective {objective.name}, "
+            raise JobError(f"{variant_flag(name)} does not apply to --objective {objective.name}, "
                            f"--output-format {writer.name} or --format {reader.name}")
         for i in takers:
             shares[i][name] = value

@@ -494,6 +494,16 @@ def described_flags() -> dict[str, str]:
     return {option.describes: option.flag for option in declared if option is not None and option.describes}
 
 
+def variant_flag(field_name: str) -> str:
+    """The flag of the variants' parameter ``field_name`` (``ids_dtype`` -> ``--mds-ids-dtype``), as declared;
+    ``--`` and its name where no variant declares it."""
+    for _, specs in axis_specs():
+        for spec in specs:
+            if spec.field_name == field_name:
+                return spec.flag
+    return "--" + field_name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class StepFlag:
     """One option a step declares itself: a field of its ``Params`` that names its ``flag`` (common/job/params.py),

@@ -27,6 +27,9 @@ def _options(corpus, tmp_path, **kwargs) -> RunConfig:
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"params": {"no_such_option": 1}}, "--no-such-option does not apply to --objective bert"),
+    # another variant's parameter, by the flag it declares (``ids_dtype`` is MDS's --mds-ids-dtype)
+    ({"params": {"ids_dtype": "int32"}}, "^--mds-ids-dtype does not apply to --objective bert, --output-format "
+                                         "tfrecord"),
     ({"objective": "nope"}, "nope"),
     ({"steps": {"holdout": {"fraction": 1.5}}}, "holdout"),
     ({"steps": {"dedup": {"mode": "minhash", "bands": 3}}}, "--minhash"),
