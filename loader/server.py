@@ -260,9 +260,12 @@ class LoaderServer:
         MAX_EMPTY_EPOCHS without one.  A rank with no batch in an epoch (fewer batches than ranks: a mixture's or a
         token budget's epoch a batch shorter than the last) goes on to the next, as the others do after theirs."""
         for candidate in range(epoch, epoch + MAX_EMPTY_EPOCHS):
-            batches = self.maker.partition(world_size, candidate).batches(rank)
+            partition = self.maker.partition(world_size, candidate)
+            batches = partition.batches(rank)
             if batches:
                 return candidate, batches
+            if rank >= 2 * partition.records:  # epochs differ by a batch or so, not by half: none will reach it
+                return None
         return None
 
     def _feature_specs(self) -> list[messages.FeatureSpec]:
