@@ -1183,16 +1183,21 @@ static WordSlot *word_find(WordCache *cache, uint64_t hash, int kind, const void
     if (cache->capacity == 0) return NULL;
     Py_ssize_t mask = cache->capacity - 1, length = end - start;
     Py_ssize_t at = (Py_ssize_t)(hash & (uint64_t)mask);
-    for (int probe = 0; probe < WORD_PROBES; probe++, at = (at + 1) & mask) {
-        cache->probes++;
+    for (int probe = 1; probe <= WORD_PROBES; probe++, at = (at + 1) & mask) {
         WordSlot *slot = &cache->slots[at];
-        if (slot->hash == 0) return slot;
-        if (slot->hash != hash || slot->key_length != length) continue;
-        const int32_t *key = cache->keys.items + slot->key;
-        Py_ssize_t k = 0;
-        while (k < length && (Py_UCS4)key[k] == PyUnicode_READ(kind, data, start + k)) k++;
-        if (k == length) return slot;
+        int found = slot->hash == 0;
+        if (!found && slot->hash == hash && slot->key_length == length) {
+            const int32_t *key = cache->keys.items + slot->key;
+            Py_ssize_t k = 0;
+            while (k < length && (Py_UCS4)key[k] == PyUnicode_READ(kind, data, start + k)) k++;
+            found = k == length;
+        }
+        if (found) {
+            cache->probes += probe;
+            return slot;
+        }
     }
+    cache->probes += WORD_PROBES;
     return NULL;
 }
 

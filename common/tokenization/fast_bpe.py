@@ -212,10 +212,12 @@ class WordCacheEncoder:
         # One call at a time: the kernel refuses a cache in use, and a miss (Python) lets another thread run
         self._lock = threading.RLock()
         self._warned = False  # about words refused a slot (UNKEPT_WARNING)
+        self._misses = self._misses_checked = 0  # words asked of the model; when the counts were last read
 
     def _miss(self, word: str) -> bytes:
         """A word's ids from the tokenizer's own BPE model, over its bytes as ByteLevel maps them (kept by the
         kernel)."""
+        self._misses += 1
         mapped = word.encode("utf-8").decode("latin-1").translate(_BYTE_LEVEL)
         return array("i", [token.id for token in self._model.tokenize(mapped)]).tobytes()
 
@@ -224,6 +226,14 @@ class WordCacheEncoder:
 
     def cache_counts(self) -> CacheCounts:
         return CacheCounts(*self._kernel.word_cache_probes(self._cache))
+
+    def _warn_if_unkept(self) -> None:
+        unkept = self.cache_counts().unkept
+        if unkept >= UNKEPT_WARNING:
+            self._warned = True
+            log.warning("the byte-level BPE's word cache found no slot for %d words (their hashes collide: a corpus "
+                        "built against it?); each is encoded by the tokenizer every time it comes: slower, the "
+                        "same ids", unkept)
 
     def clear_cache(self) -> None:
         """Forget memoized words (for benchmarks of a cold process)."""
@@ -268,11 +278,9 @@ class WordCacheEncoder:
         from ``originals`` (the same texts before normalizing: HF normalizes them, and a normalizer such as Replace
         changes its own output again)."""
         raw_ids, raw_lengths = self._kernel.byte_level_encode(texts, self._classes, self._cache, self._miss)
-        if not self._warned and self.cache_counts().unkept >= UNKEPT_WARNING:
-            self._warned = True
-            log.warning("the byte-level BPE's word cache found no slot for %d words (their hashes collide: a corpus "
-                        "built against it?); each is encoded by the tokenizer every time it comes: slower, the "
-                        "same ids", self.cache_counts().unkept)
+        if not self._warned and self._misses != self._misses_checked:  # a word refused a slot is a miss too
+            self._misses_checked = self._misses
+            self._warn_if_unkept()
         ids = np.frombuffer(raw_ids, dtype=np.int32)
         lengths = np.frombuffer(raw_lengths, dtype=np.int64).copy()
         declined = np.flatnonzero(lengths < 0)
